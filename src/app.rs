@@ -1,0 +1,112 @@
+//! Building and running the service: masters, engine, lease service, HTTP, background
+//! tasks. `build` binds the listener (port 0 works, and `local_addr` says which port was
+//! taken), so tests start a real server without sleeping or guessing ports.
+
+use std::future::Future;
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use anyhow::Context as _;
+use tokio::net::TcpListener;
+use tokio_util::sync::CancellationToken;
+
+use crate::config::Config;
+use crate::http::{self, AppState};
+use crate::lease::{LeaseService, Waiters};
+use crate::metrics::Metrics;
+use crate::redlock::node::LockNode;
+use crate::redlock::{EngineConfig, Redlock};
+use crate::store::memory::MemoryNode;
+use crate::store::redis::RedisNode;
+
+pub struct App {
+    listener: TcpListener,
+    state: AppState,
+}
+
+/// The masters the configuration names, or the embedded store when it names none.
+fn nodes(config: &Config) -> anyhow::Result<(Vec<Arc<dyn LockNode>>, &'static str)> {
+    if config.redis_urls.is_empty() {
+        return Ok((vec![Arc::new(MemoryNode::new("embedded"))], "embedded"));
+    }
+    let nodes = config
+        .redis_urls
+        .iter()
+        .map(|url| {
+            RedisNode::new(url, &config.key_prefix, config.master_timeout())
+                .map(|n| Arc::new(n) as Arc<dyn LockNode>)
+                .with_context(|| format!("REDLOCKD_REDIS_URLS: {}", crate::store::redis::redact(url)))
+        })
+        .collect::<anyhow::Result<_>>()?;
+    Ok((nodes, "redis"))
+}
+
+impl App {
+    /// Validate `config`, connect (lazily) to the masters, probe them once, start the
+    /// background tasks, and bind the listener.
+    pub async fn build(config: Config) -> anyhow::Result<Self> {
+        config.validate()?;
+        let (nodes, backend) = nodes(&config)?;
+        if backend == "embedded" {
+            tracing::warn!("no REDLOCKD_REDIS_URLS: serving from the embedded in-process store (one process, not distributed; for development and tests)");
+        } else {
+            let masters: Vec<&str> = nodes.iter().map(|n| n.address()).collect();
+            tracing::info!(?masters, "running Redlock over {} masters", nodes.len());
+        }
+        let metrics = Arc::new(Metrics::new());
+        let engine = Arc::new(Redlock::new(
+            nodes.clone(),
+            EngineConfig {
+                master_timeout: config.master_timeout(),
+                drift_factor: config.drift_factor,
+                max_ttl: config.max_ttl(),
+            },
+            metrics.clone(),
+        ));
+        let shutdown = CancellationToken::new();
+        engine.monitor().probe_round(&nodes).await;
+        engine.monitor().spawn(nodes.clone(), shutdown.child_token());
+        let waiters = Waiters::new();
+        for node in &nodes {
+            let waiters = waiters.clone();
+            node.listen_for_releases(Arc::new(move |name| waiters.released(name)), shutdown.child_token());
+        }
+        let service = LeaseService::new(engine, waiters, metrics.clone());
+
+        let listener = TcpListener::bind(&config.listen)
+            .await
+            .with_context(|| format!("REDLOCKD_LISTEN: cannot listen on {}", config.listen))?;
+        Ok(Self {
+            listener,
+            state: AppState {
+                service,
+                metrics,
+                config: Arc::new(config),
+                backend,
+                shutdown,
+            },
+        })
+    }
+
+    pub fn local_addr(&self) -> std::io::Result<SocketAddr> {
+        self.listener.local_addr()
+    }
+
+    /// Serve until `signal` completes, then stop accepting, let requests in flight finish,
+    /// and stop the background tasks. Leases stay held: they belong to their clients.
+    pub async fn run_until_stopped(self, signal: impl Future<Output = ()> + Send + 'static) -> anyhow::Result<()> {
+        let shutdown = self.state.shutdown.clone();
+        let router = http::router(self.state);
+        let stopping = shutdown.clone();
+        axum::serve(self.listener, router)
+            .with_graceful_shutdown(async move {
+                signal.await;
+                tracing::info!("shutting down: finishing requests in flight");
+                stopping.cancel();
+            })
+            .await
+            .context("serving HTTP")?;
+        shutdown.cancel();
+        Ok(())
+    }
+}

@@ -1,0 +1,143 @@
+//! The one error type of the HTTP boundary. Each variant names its status and its
+//! contract error code; internal causes are logged, never sent to the client.
+
+use std::time::Duration;
+
+use axum::Json;
+use axum::http::{HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use serde::Serialize;
+use utoipa::ToSchema;
+
+use crate::lease::InvalidInput;
+use crate::redlock::EngineError;
+
+/// Every error body: `{"error": "<code>", "message": "<text for a person>"}`.
+#[derive(Debug, Serialize, ToSchema)]
+#[schema(example = json!({"error": "lock_held", "message": "the lock is held by another lease", "retry_after_ms": 12000}))]
+pub struct ErrorBody {
+    /// A stable code: `invalid_request`, `lock_held`, `lease_not_found`,
+    /// `quorum_unavailable`, `not_found`, `method_not_allowed`, `internal`.
+    pub error: &'static str,
+    pub message: String,
+    /// With `lock_held`: the holder's remaining TTL, best estimate.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub retry_after_ms: Option<u64>,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ApiError {
+    /// 400 `invalid_request`: a bad name, lease id, field or value.
+    #[error("{0}")]
+    Invalid(String),
+    /// 413 `invalid_request`: the body is larger than the limit.
+    #[error("request body too large")]
+    TooLarge,
+    /// 409 `lock_held`: another lease holds the lock.
+    #[error("the lock is held by another lease")]
+    LockHeld { retry_after: Duration },
+    /// 404 `lease_not_found`: no such lease holds the lock (expired, revoked or never granted).
+    #[error("no such lease holds this lock: it expired, was revoked, or never existed")]
+    LeaseNotFound,
+    /// 503 `quorum_unavailable`: fewer than a majority of masters could take part.
+    #[error("{0}")]
+    Unavailable(String),
+    /// 404 `not_found`: no such route.
+    #[error("no such route")]
+    NoRoute,
+    /// 405 `method_not_allowed`.
+    #[error("method not allowed on this route")]
+    MethodNotAllowed,
+    /// 500 `internal`: a bug; the details are in the log.
+    #[error("internal error")]
+    Internal,
+}
+
+impl ApiError {
+    pub fn status(&self) -> StatusCode {
+        match self {
+            ApiError::Invalid(_) => StatusCode::BAD_REQUEST,
+            ApiError::TooLarge => StatusCode::PAYLOAD_TOO_LARGE,
+            ApiError::LockHeld { .. } => StatusCode::CONFLICT,
+            ApiError::LeaseNotFound | ApiError::NoRoute => StatusCode::NOT_FOUND,
+            ApiError::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
+            ApiError::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
+            ApiError::Internal => StatusCode::INTERNAL_SERVER_ERROR,
+        }
+    }
+
+    /// The contract's error code; also the `outcome` label of request metrics.
+    pub fn code(&self) -> &'static str {
+        match self {
+            ApiError::Invalid(_) | ApiError::TooLarge => "invalid_request",
+            ApiError::LockHeld { .. } => "lock_held",
+            ApiError::LeaseNotFound => "lease_not_found",
+            ApiError::Unavailable(_) => "quorum_unavailable",
+            ApiError::NoRoute => "not_found",
+            ApiError::MethodNotAllowed => "method_not_allowed",
+            ApiError::Internal => "internal",
+        }
+    }
+}
+
+impl From<InvalidInput> for ApiError {
+    fn from(e: InvalidInput) -> Self {
+        ApiError::Invalid(e.0)
+    }
+}
+
+impl From<EngineError> for ApiError {
+    fn from(e: EngineError) -> Self {
+        match e {
+            EngineError::Held { retry_after } => ApiError::LockHeld { retry_after },
+            EngineError::NotFound => ApiError::LeaseNotFound,
+            EngineError::Unavailable(why) => ApiError::Unavailable(why),
+        }
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let status = self.status();
+        let retry_after = match &self {
+            ApiError::LockHeld { retry_after } => Some(*retry_after),
+            _ => None,
+        };
+        let body = ErrorBody {
+            error: self.code(),
+            message: self.to_string(),
+            retry_after_ms: retry_after.map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX)),
+        };
+        let mut response = (status, Json(body)).into_response();
+        if let Some(after) = retry_after {
+            // Whole seconds, rounded up, at least 1: a client that honours it never retries
+            // before the holder's lease could have lapsed.
+            let secs = after.as_millis().div_ceil(1000).max(1);
+            if let Ok(value) = HeaderValue::from_str(&secs.to_string()) {
+                response.headers_mut().insert(header::RETRY_AFTER, value);
+            }
+        }
+        response
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn retry_after_is_whole_seconds_rounded_up_and_at_least_one() {
+        let header = |ms| {
+            ApiError::LockHeld { retry_after: Duration::from_millis(ms) }
+                .into_response()
+                .headers()[header::RETRY_AFTER]
+                .to_str()
+                .unwrap()
+                .to_owned()
+        };
+        assert_eq!(header(0), "1");
+        assert_eq!(header(999), "1");
+        assert_eq!(header(1001), "2");
+        assert_eq!(header(30_000), "30");
+    }
+}

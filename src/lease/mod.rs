@@ -1,0 +1,213 @@
+//! The lease domain: the values a client hands us, parsed once at the edge into types
+//! that cannot hold an invalid value, and the lease service that grants, renews and
+//! revokes leases on top of the Redlock engine.
+//!
+//! Handlers never pass raw strings or integers around: a `LockName` is always a valid
+//! name, a `LeaseId` always looks like one we could have minted, and so on.
+
+mod service;
+mod waiters;
+
+pub use service::{Lease, LeaseService, WaitPolicy};
+pub use waiters::Waiters;
+
+use std::fmt;
+
+use base64::Engine as _;
+use rand::RngCore as _;
+use serde::Serialize;
+
+/// Why a value from a client was refused; the message is shown to the client as is.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct InvalidInput(pub String);
+
+/// A lock name: 1 to 256 bytes of `A-Z a-z 0-9 . _ : ~ -` (the contract's alphabet, which
+/// is also safe inside a Redis key, a glob pattern and a URL path segment unescaped).
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+#[serde(transparent)]
+pub struct LockName(String);
+
+/// Longest lock name and longest lock-name prefix, in bytes.
+pub const MAX_NAME_BYTES: usize = 256;
+
+fn is_name_byte(b: u8) -> bool {
+    b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b':' | b'~' | b'-')
+}
+
+impl LockName {
+    pub fn parse(raw: &str) -> Result<Self, InvalidInput> {
+        if raw.is_empty() || raw.len() > MAX_NAME_BYTES {
+            return Err(InvalidInput(format!(
+                "lock name must be 1 to {MAX_NAME_BYTES} bytes, got {}",
+                raw.len()
+            )));
+        }
+        check_alphabet(raw, "lock name")?;
+        Ok(Self(raw.to_owned()))
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+
+    /// The metric label for this name: everything up to the first `:` or `.`, so that
+    /// `invoice:42` and `invoice:43` count as one class and no raw name becomes a label.
+    pub fn class(&self) -> &str {
+        self.0.split([':', '.']).next().unwrap_or(&self.0)
+    }
+}
+
+impl fmt::Display for LockName {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+fn check_alphabet(raw: &str, what: &str) -> Result<(), InvalidInput> {
+    match raw.bytes().position(|b| !is_name_byte(b)) {
+        None => Ok(()),
+        Some(at) => Err(InvalidInput(format!(
+            "{what} may contain only A-Z a-z 0-9 . _ : ~ - (bad byte at offset {at})"
+        ))),
+    }
+}
+
+/// A prefix filter for listing locks: like a name, but may be empty.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct NamePrefix(String);
+
+impl NamePrefix {
+    pub fn parse(raw: &str) -> Result<Self, InvalidInput> {
+        if raw.len() > MAX_NAME_BYTES {
+            return Err(InvalidInput(format!(
+                "prefix must be at most {MAX_NAME_BYTES} bytes"
+            )));
+        }
+        check_alphabet(raw, "prefix")?;
+        Ok(Self(raw.to_owned()))
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+/// A lease id: 128 bits from a CSPRNG, base64url without padding.
+///
+/// Knowing it is what authorises renew and revoke, so it is never logged or shown by
+/// inspect; `Debug` prints a short prefix only.
+#[derive(Clone, PartialEq, Eq, Hash)]
+pub struct LeaseId(String);
+
+const LEASE_ID_BYTES: usize = 16;
+/// Ids we mint are 22 characters; parsing accepts up to 64 so that the format can grow.
+const MAX_LEASE_ID_LEN: usize = 64;
+
+impl LeaseId {
+    pub fn generate() -> Self {
+        let mut bytes = [0u8; LEASE_ID_BYTES];
+        // ThreadRng is a CSPRNG (ChaCha12) seeded and periodically reseeded from the OS.
+        rand::rng().fill_bytes(&mut bytes);
+        Self(base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(bytes))
+    }
+
+    pub fn parse(raw: &str) -> Result<Self, InvalidInput> {
+        let ok = !raw.is_empty()
+            && raw.len() <= MAX_LEASE_ID_LEN
+            && raw
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_');
+        if ok {
+            Ok(Self(raw.to_owned()))
+        } else {
+            Err(InvalidInput("malformed lease id".into()))
+        }
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Debug for LeaseId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let shown: String = self.0.chars().take(4).collect();
+        write!(f, "LeaseId({shown}…)")
+    }
+}
+
+/// The fencing token of a grant: strictly greater than every earlier grant of the same
+/// name, so the protected resource can refuse a holder whose lease has lapsed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+#[serde(transparent)]
+pub struct FencingToken(pub u64);
+
+/// Free text naming the holder, shown by inspect and list: at most 256 bytes, no control
+/// characters (it ends up in log lines).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(transparent)]
+pub struct Owner(String);
+
+impl Owner {
+    pub fn parse(raw: &str) -> Result<Self, InvalidInput> {
+        if raw.len() > 256 {
+            return Err(InvalidInput("owner must be at most 256 bytes".into()));
+        }
+        if raw.chars().any(char::is_control) {
+            return Err(InvalidInput(
+                "owner must not contain control characters".into(),
+            ));
+        }
+        Ok(Self(raw.to_owned()))
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_follow_the_contract_alphabet() {
+        assert!(LockName::parse("nightly-report").is_ok());
+        assert!(LockName::parse("a.b_c:d~e-F9").is_ok());
+        assert!(LockName::parse(&"x".repeat(256)).is_ok());
+        assert!(LockName::parse("").is_err());
+        assert!(LockName::parse(&"x".repeat(257)).is_err());
+        for bad in ["a b", "a/b", "a*", "a?", "é", "a[1]", "a\\b", "a%20"] {
+            assert!(LockName::parse(bad).is_err(), "{bad} accepted");
+        }
+    }
+
+    #[test]
+    fn class_is_the_name_up_to_the_first_separator() {
+        let class = |n: &str| LockName::parse(n).unwrap().class().to_owned();
+        assert_eq!(class("invoice:42"), "invoice");
+        assert_eq!(class("mail.daily:x"), "mail");
+        assert_eq!(class("plain"), "plain");
+        assert_eq!(class(":leading"), "");
+    }
+
+    #[test]
+    fn lease_ids_are_long_random_and_url_safe() {
+        let a = LeaseId::generate();
+        let b = LeaseId::generate();
+        assert_ne!(a, b);
+        assert_eq!(a.as_str().len(), 22);
+        assert!(LeaseId::parse(a.as_str()).is_ok());
+        assert!(LeaseId::parse("has space").is_err());
+        assert!(LeaseId::parse("").is_err());
+        assert!(!format!("{a:?}").contains(a.as_str()));
+    }
+
+    #[test]
+    fn owner_is_bounded_and_printable() {
+        assert!(Owner::parse("worker-7 on host a").is_ok());
+        assert!(Owner::parse(&"o".repeat(257)).is_err());
+        assert!(Owner::parse("line\nbreak").is_err());
+    }
+}

@@ -1,0 +1,22 @@
+//! redlockd: named locks with leases and fencing tokens, for any program that speaks HTTP.
+//!
+//! A request flows down through four layers:
+//! - `http`: routes, handlers, request and response types, the OpenAPI document;
+//! - `lease`: the domain (names, lease ids, tokens parsed at the edge), waiting grants,
+//!   and the lease service the handlers call;
+//! - `redlock`: the quorum engine: fan-out to every master, majority, validity, fencing
+//!   tokens confirmed on a majority, and the health monitor that quarantines masters that
+//!   lost their data;
+//! - `store`: the masters behind the `LockNode` seam: Redis (Lua scripts) or the
+//!   in-process memory node (the embedded store and the fault-injection target).
+//!
+//! `config` is the one typed configuration, `app` builds and runs it all, and `metrics`
+//! owns the Prometheus registry.
+
+pub mod app;
+pub mod config;
+pub mod http;
+pub mod lease;
+pub mod metrics;
+pub mod redlock;
+pub mod store;

@@ -1,0 +1,252 @@
+//! Prometheus metrics, on a registry owned by the app rather than the global default, so
+//! that every test (and every app in one process) counts only its own traffic.
+//!
+//! The names and labels are part of the HTTP contract: dashboards use them. No label
+//! ever carries a raw lock name, owner or lease id; lock names are reduced to a bounded
+//! set of classes.
+
+use std::collections::HashSet;
+use std::sync::Mutex;
+use std::time::Duration;
+
+use prometheus::{
+    Encoder, Histogram, HistogramOpts, HistogramVec, IntCounterVec, IntGauge, IntGaugeVec, Opts,
+    Registry, TextEncoder,
+};
+
+/// At most this many distinct `lock_class` values; the rest count under `other`.
+pub const MAX_LOCK_CLASSES: usize = 100;
+
+/// The operations of `redlockd_requests_total{op}`: a fixed set.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Op {
+    Grant,
+    Renew,
+    Revoke,
+    Check,
+    Inspect,
+    List,
+}
+
+impl Op {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Op::Grant => "grant",
+            Op::Renew => "renew",
+            Op::Revoke => "revoke",
+            Op::Check => "check",
+            Op::Inspect => "inspect",
+            Op::List => "list",
+        }
+    }
+}
+
+pub struct Metrics {
+    registry: Registry,
+    requests: IntCounterVec,
+    request_duration: HistogramVec,
+    wait_duration: Histogram,
+    contention: IntCounterVec,
+    master_up: IntGaugeVec,
+    master_duration: HistogramVec,
+    master_errors: IntCounterVec,
+    leases_active: IntGauge,
+    /// The lock classes seen so far, to keep `lock_class` bounded.
+    classes: Mutex<HashSet<String>>,
+}
+
+/// Buckets from 100 µs to about a minute: a grant on local masters takes well under a
+/// millisecond, a waiting grant up to the largest `wait_ms`.
+fn wide_buckets() -> Vec<f64> {
+    vec![
+        0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0,
+        2.5, 5.0, 10.0, 30.0, 60.0,
+    ]
+}
+
+/// One master step is bounded by the master timeout (tens of milliseconds).
+fn master_buckets() -> Vec<f64> {
+    vec![
+        0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5,
+    ]
+}
+
+impl Metrics {
+    pub fn new() -> Self {
+        let registry = Registry::new();
+        let requests = IntCounterVec::new(
+            Opts::new("redlockd_requests_total", "Lock requests by operation and outcome"),
+            &["op", "outcome"],
+        )
+        .expect("static metric definition");
+        let request_duration = HistogramVec::new(
+            HistogramOpts::new(
+                "redlockd_request_duration_seconds",
+                "Time to answer a lock request, waiting included",
+            )
+            .buckets(wide_buckets()),
+            &["op"],
+        )
+        .expect("static metric definition");
+        let wait_duration = Histogram::with_opts(
+            HistogramOpts::new(
+                "redlockd_wait_duration_seconds",
+                "Time grants spent waiting for a held lock",
+            )
+            .buckets(wide_buckets()),
+        )
+        .expect("static metric definition");
+        let contention = IntCounterVec::new(
+            Opts::new(
+                "redlockd_contention_total",
+                "Grants that found their lock held, by lock class",
+            ),
+            &["lock_class"],
+        )
+        .expect("static metric definition");
+        let master_up = IntGaugeVec::new(
+            Opts::new("redlockd_master_up", "1 while the master answers and votes"),
+            &["master"],
+        )
+        .expect("static metric definition");
+        let master_duration = HistogramVec::new(
+            HistogramOpts::new(
+                "redlockd_master_request_duration_seconds",
+                "Time one master took to answer one step",
+            )
+            .buckets(master_buckets()),
+            &["master"],
+        )
+        .expect("static metric definition");
+        let master_errors = IntCounterVec::new(
+            Opts::new(
+                "redlockd_master_errors_total",
+                "Master steps that failed, by kind",
+            ),
+            &["master", "kind"],
+        )
+        .expect("static metric definition");
+        let leases_active = IntGauge::new(
+            "redlockd_leases_active",
+            "Leases granted by this process and neither revoked nor expired",
+        )
+        .expect("static metric definition");
+
+        for collector in [
+            Box::new(requests.clone()) as Box<dyn prometheus::core::Collector>,
+            Box::new(request_duration.clone()),
+            Box::new(wait_duration.clone()),
+            Box::new(contention.clone()),
+            Box::new(master_up.clone()),
+            Box::new(master_duration.clone()),
+            Box::new(master_errors.clone()),
+            Box::new(leases_active.clone()),
+        ] {
+            registry
+                .register(collector)
+                .expect("each metric is registered once");
+        }
+        #[cfg(target_os = "linux")]
+        registry
+            .register(Box::new(
+                prometheus::process_collector::ProcessCollector::for_self(),
+            ))
+            .expect("the process collector is registered once");
+
+        Self {
+            registry,
+            requests,
+            request_duration,
+            wait_duration,
+            contention,
+            master_up,
+            master_duration,
+            master_errors,
+            leases_active,
+            classes: Mutex::new(HashSet::new()),
+        }
+    }
+
+    pub fn request(&self, op: Op, outcome: &str, took: Duration) {
+        self.requests
+            .with_label_values(&[op.as_str(), outcome])
+            .inc();
+        self.request_duration
+            .with_label_values(&[op.as_str()])
+            .observe(took.as_secs_f64());
+    }
+
+    pub fn waited(&self, took: Duration) {
+        self.wait_duration.observe(took.as_secs_f64());
+    }
+
+    pub fn contended(&self, class: &str) {
+        let label = {
+            let mut classes = self.classes.lock().unwrap_or_else(|e| e.into_inner());
+            if classes.contains(class) {
+                class
+            } else if classes.len() < MAX_LOCK_CLASSES {
+                classes.insert(class.to_owned());
+                class
+            } else {
+                "other"
+            }
+        };
+        self.contention.with_label_values(&[label]).inc();
+    }
+
+    pub fn master_up(&self, master: &str, up: bool) {
+        self.master_up
+            .with_label_values(&[master])
+            .set(i64::from(up));
+    }
+
+    pub fn master_answered(&self, master: &str, took: Duration) {
+        self.master_duration
+            .with_label_values(&[master])
+            .observe(took.as_secs_f64());
+    }
+
+    pub fn master_failed(&self, master: &str, kind: &str) {
+        self.master_errors.with_label_values(&[master, kind]).inc();
+    }
+
+    /// Leases expire on the masters without telling us, so the gauge is set from the
+    /// lease service's own count just before each scrape.
+    pub fn set_leases_active(&self, count: usize) {
+        self.leases_active
+            .set(i64::try_from(count).unwrap_or(i64::MAX));
+    }
+
+    /// The Prometheus text exposition of every metric.
+    pub fn render(&self) -> String {
+        let mut out = Vec::new();
+        // Encoding into a Vec cannot fail for the text format.
+        let _ = TextEncoder::new().encode(&self.registry.gather(), &mut out);
+        String::from_utf8(out).unwrap_or_default()
+    }
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lock_classes_are_bounded() {
+        let m = Metrics::new();
+        for i in 0..150 {
+            m.contended(&format!("class{i}"));
+        }
+        m.contended("class0");
+        let text = m.render();
+        assert!(text.contains(r#"redlockd_contention_total{lock_class="class0"} 2"#));
+        assert!(text.contains(r#"redlockd_contention_total{lock_class="other"} 50"#));
+        assert!(!text.contains(r#"lock_class="class120""#));
+    }
+}
