@@ -35,7 +35,9 @@ fn nodes(config: &Config) -> anyhow::Result<(Vec<Arc<dyn LockNode>>, &'static st
         .map(|url| {
             RedisNode::new(url, &config.key_prefix, config.master_timeout())
                 .map(|n| Arc::new(n) as Arc<dyn LockNode>)
-                .with_context(|| format!("REDLOCKD_REDIS_URLS: {}", crate::store::redis::redact(url)))
+                .with_context(|| {
+                    format!("REDLOCKD_REDIS_URLS: {}", crate::store::redis::redact(url))
+                })
         })
         .collect::<anyhow::Result<_>>()?;
     Ok((nodes, "redis"))
@@ -48,7 +50,9 @@ impl App {
         config.validate()?;
         let (nodes, backend) = nodes(&config)?;
         if backend == "embedded" {
-            tracing::warn!("no REDLOCKD_REDIS_URLS: serving from the embedded in-process store (one process, not distributed; for development and tests)");
+            tracing::warn!(
+                "no REDLOCKD_REDIS_URLS: serving from the embedded in-process store (one process, not distributed; for development and tests)"
+            );
         } else {
             let masters: Vec<&str> = nodes.iter().map(|n| n.address()).collect();
             tracing::info!(?masters, "running Redlock over {} masters", nodes.len());
@@ -65,11 +69,16 @@ impl App {
         ));
         let shutdown = CancellationToken::new();
         engine.monitor().probe_round(&nodes).await;
-        engine.monitor().spawn(nodes.clone(), shutdown.child_token());
+        engine
+            .monitor()
+            .spawn(nodes.clone(), shutdown.child_token());
         let waiters = Waiters::new();
         for node in &nodes {
             let waiters = waiters.clone();
-            node.listen_for_releases(Arc::new(move |name| waiters.released(name)), shutdown.child_token());
+            node.listen_for_releases(
+                Arc::new(move |name| waiters.released(name)),
+                shutdown.child_token(),
+            );
         }
         let service = LeaseService::new(engine, waiters, metrics.clone());
 
@@ -94,7 +103,10 @@ impl App {
 
     /// Serve until `signal` completes, then stop accepting, let requests in flight finish,
     /// and stop the background tasks. Leases stay held: they belong to their clients.
-    pub async fn run_until_stopped(self, signal: impl Future<Output = ()> + Send + 'static) -> anyhow::Result<()> {
+    pub async fn run_until_stopped(
+        self,
+        signal: impl Future<Output = ()> + Send + 'static,
+    ) -> anyhow::Result<()> {
         let shutdown = self.state.shutdown.clone();
         let router = http::router(self.state);
         let stopping = shutdown.clone();

@@ -9,7 +9,11 @@ use clap::{Args, CommandFactory, Parser, Subcommand};
 use crate::store::redis::redact;
 
 #[derive(Debug, Parser)]
-#[command(name = "redlockd", version, about = "Named locks with leases and fencing tokens over Redis (Redlock)")]
+#[command(
+    name = "redlockd",
+    version,
+    about = "Named locks with leases and fencing tokens over Redis (Redlock)"
+)]
 pub struct Cli {
     #[command(subcommand)]
     pub command: Option<Command>,
@@ -26,36 +30,76 @@ pub enum Command {
 #[derive(Debug, Clone, Args)]
 pub struct Config {
     /// Address to serve on.
-    #[arg(long, env = "REDLOCKD_LISTEN", default_value = "127.0.0.1:8080", global = true)]
+    #[arg(
+        long,
+        env = "REDLOCKD_LISTEN",
+        default_value = "127.0.0.1:8080",
+        global = true
+    )]
     pub listen: String,
 
     /// Comma-separated redis:// or rediss:// URLs, one per independent master. Unset: the
     /// embedded in-process store (one process, for development and tests).
-    #[arg(long, env = "REDLOCKD_REDIS_URLS", value_delimiter = ',', global = true)]
+    #[arg(
+        long,
+        env = "REDLOCKD_REDIS_URLS",
+        value_delimiter = ',',
+        global = true
+    )]
     pub redis_urls: Vec<String>,
 
     /// TTL of a grant that names none, in ms.
-    #[arg(long, env = "REDLOCKD_DEFAULT_TTL_MS", default_value_t = 30_000, global = true)]
+    #[arg(
+        long,
+        env = "REDLOCKD_DEFAULT_TTL_MS",
+        default_value_t = 30_000,
+        global = true
+    )]
     pub default_ttl_ms: u64,
 
     /// Largest TTL accepted, in ms; also how long a master that lost its data is quarantined.
-    #[arg(long, env = "REDLOCKD_MAX_TTL_MS", default_value_t = 3_600_000, global = true)]
+    #[arg(
+        long,
+        env = "REDLOCKD_MAX_TTL_MS",
+        default_value_t = 3_600_000,
+        global = true
+    )]
     pub max_ttl_ms: u64,
 
     /// Largest wait_ms accepted.
-    #[arg(long, env = "REDLOCKD_MAX_WAIT_MS", default_value_t = 60_000, global = true)]
+    #[arg(
+        long,
+        env = "REDLOCKD_MAX_WAIT_MS",
+        default_value_t = 60_000,
+        global = true
+    )]
     pub max_wait_ms: u64,
 
     /// Clock-drift allowance as a share of the TTL (plus 2 ms).
-    #[arg(long, env = "REDLOCKD_DRIFT_FACTOR", default_value_t = 0.01, global = true)]
+    #[arg(
+        long,
+        env = "REDLOCKD_DRIFT_FACTOR",
+        default_value_t = 0.01,
+        global = true
+    )]
     pub drift_factor: f64,
 
     /// How long one master may take to answer one step, in ms.
-    #[arg(long, env = "REDLOCKD_MASTER_TIMEOUT_MS", default_value_t = 50, global = true)]
+    #[arg(
+        long,
+        env = "REDLOCKD_MASTER_TIMEOUT_MS",
+        default_value_t = 50,
+        global = true
+    )]
     pub master_timeout_ms: u64,
 
     /// Prefix of every key written to Redis.
-    #[arg(long, env = "REDLOCKD_KEY_PREFIX", default_value = "redlockd:", global = true)]
+    #[arg(
+        long,
+        env = "REDLOCKD_KEY_PREFIX",
+        default_value = "redlockd:",
+        global = true
+    )]
     pub key_prefix: String,
 
     /// Refuse to start with an even number of masters (an even count buys no extra fault
@@ -91,7 +135,10 @@ impl Config {
 
     pub fn validate(&self) -> Result<(), ConfigError> {
         if self.max_ttl_ms < MIN_TTL_MS {
-            return Err(bad("REDLOCKD_MAX_TTL_MS", format!("must be at least {MIN_TTL_MS}")));
+            return Err(bad(
+                "REDLOCKD_MAX_TTL_MS",
+                format!("must be at least {MIN_TTL_MS}"),
+            ));
         }
         if !(MIN_TTL_MS..=self.max_ttl_ms).contains(&self.default_ttl_ms) {
             return Err(bad(
@@ -103,7 +150,10 @@ impl Config {
             ));
         }
         if !(0.0..0.5).contains(&self.drift_factor) {
-            return Err(bad("REDLOCKD_DRIFT_FACTOR", "must be at least 0 and below 0.5"));
+            return Err(bad(
+                "REDLOCKD_DRIFT_FACTOR",
+                "must be at least 0 and below 0.5",
+            ));
         }
         if self.master_timeout_ms == 0 {
             return Err(bad("REDLOCKD_MASTER_TIMEOUT_MS", "must be at least 1"));
@@ -174,7 +224,10 @@ pub fn explain_parse_error(err: &clap::Error) -> Option<String> {
     let cmd = Cli::command();
     let env = cmd
         .get_arguments()
-        .find(|a| a.get_long().is_some_and(|long| arg.starts_with(&format!("--{long}"))))?
+        .find(|a| {
+            a.get_long()
+                .is_some_and(|long| arg.starts_with(&format!("--{long}")))
+        })?
         .get_env()?
         .to_string_lossy()
         .into_owned();
@@ -196,7 +249,10 @@ mod tests {
         let c = config(&[]);
         assert_eq!(c.listen, "127.0.0.1:8080");
         assert!(c.redis_urls.is_empty());
-        assert_eq!((c.default_ttl_ms, c.max_ttl_ms, c.max_wait_ms), (30_000, 3_600_000, 60_000));
+        assert_eq!(
+            (c.default_ttl_ms, c.max_ttl_ms, c.max_wait_ms),
+            (30_000, 3_600_000, 60_000)
+        );
         assert_eq!(c.drift_factor, 0.01);
         assert_eq!(c.master_timeout_ms, 50);
         assert_eq!(c.key_prefix, "redlockd:");
@@ -205,15 +261,21 @@ mod tests {
 
     #[test]
     fn errors_name_the_variable() {
-        let err = config(&["--default-ttl-ms", "5000", "--max-ttl-ms", "1000"]).validate().unwrap_err();
+        let err = config(&["--default-ttl-ms", "5000", "--max-ttl-ms", "1000"])
+            .validate()
+            .unwrap_err();
         assert_eq!(err.variable, "REDLOCKD_DEFAULT_TTL_MS");
-        let err = config(&["--redis-urls", "http://x:1"]).validate().unwrap_err();
+        let err = config(&["--redis-urls", "http://x:1"])
+            .validate()
+            .unwrap_err();
         assert_eq!(err.variable, "REDLOCKD_REDIS_URLS");
         let err = config(&["--redis-urls", "redis://a:1,redis://b:1", "--require-odd"])
             .validate()
             .unwrap_err();
         assert!(err.to_string().contains("odd"), "{err}");
-        let err = config(&["--redis-urls", "redis://:pw@a:1,redis://:pw@a:1"]).validate().unwrap_err();
+        let err = config(&["--redis-urls", "redis://:pw@a:1,redis://:pw@a:1"])
+            .validate()
+            .unwrap_err();
         assert!(!err.to_string().contains("pw"), "{err}");
         let err = config(&["--drift-factor", "2"]).validate().unwrap_err();
         assert_eq!(err.variable, "REDLOCKD_DRIFT_FACTOR");

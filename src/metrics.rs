@@ -59,8 +59,8 @@ pub struct Metrics {
 /// millisecond, a waiting grant up to the largest `wait_ms`.
 fn wide_buckets() -> Vec<f64> {
     vec![
-        0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0,
-        2.5, 5.0, 10.0, 30.0, 60.0,
+        0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5,
+        5.0, 10.0, 30.0, 60.0,
     ]
 }
 
@@ -75,7 +75,10 @@ impl Metrics {
     pub fn new() -> Self {
         let registry = Registry::new();
         let requests = IntCounterVec::new(
-            Opts::new("redlockd_requests_total", "Lock requests by operation and outcome"),
+            Opts::new(
+                "redlockd_requests_total",
+                "Lock requests by operation and outcome",
+            ),
             &["op", "outcome"],
         )
         .expect("static metric definition");

@@ -128,9 +128,11 @@ mod tests {
     #[test]
     fn retry_after_is_whole_seconds_rounded_up_and_at_least_one() {
         let header = |ms| {
-            ApiError::LockHeld { retry_after: Duration::from_millis(ms) }
-                .into_response()
-                .headers()[header::RETRY_AFTER]
+            ApiError::LockHeld {
+                retry_after: Duration::from_millis(ms),
+            }
+            .into_response()
+            .headers()[header::RETRY_AFTER]
                 .to_str()
                 .unwrap()
                 .to_owned()

@@ -3,12 +3,12 @@
 
 use std::time::{Duration, Instant};
 
+use axum::Json;
 use axum::body::Bytes;
 use axum::extract::rejection::{BytesRejection, PathRejection};
 use axum::extract::{Path, RawQuery, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use axum::Json;
 
 use super::AppState;
 use super::error::{ApiError, ErrorBody};
@@ -35,11 +35,17 @@ fn body(body: Result<Bytes, BytesRejection>) -> Result<Bytes, ApiError> {
 }
 
 fn path<T>(p: Result<Path<T>, PathRejection>) -> Result<T, ApiError> {
-    p.map(|Path(v)| v).map_err(|e| ApiError::Invalid(e.body_text()))
+    p.map(|Path(v)| v)
+        .map_err(|e| ApiError::Invalid(e.body_text()))
 }
 
 /// Record the request's outcome and duration, then answer.
-fn finish<T: IntoResponse>(state: &AppState, op: Op, started: Instant, result: Result<T, ApiError>) -> Response {
+fn finish<T: IntoResponse>(
+    state: &AppState,
+    op: Op,
+    started: Instant,
+    result: Result<T, ApiError>,
+) -> Response {
     let outcome = match &result {
         Ok(_) => "ok",
         Err(e) => e.code(),
@@ -56,7 +62,9 @@ fn ttl(state: &AppState, ttl_ms: u64) -> Result<Duration, ApiError> {
     if (MIN_TTL_MS..=max).contains(&ttl_ms) {
         Ok(Duration::from_millis(ttl_ms))
     } else {
-        Err(ApiError::Invalid(format!("ttl_ms must be from {MIN_TTL_MS} to {max}, got {ttl_ms}")))
+        Err(ApiError::Invalid(format!(
+            "ttl_ms must be from {MIN_TTL_MS} to {max}, got {ttl_ms}"
+        )))
     }
 }
 
@@ -98,14 +106,20 @@ pub async fn grant(
             )));
         }
         let owner = req.owner.as_deref().map(Owner::parse).transpose()?;
-        let policy = WaitPolicy { wait: Duration::from_millis(wait) };
+        let policy = WaitPolicy {
+            wait: Duration::from_millis(wait),
+        };
         let lease = state.service.grant(name, ttl, policy, owner).await?;
         let location = format!("/locks/{}/leases/{}", lease.name, lease.id.as_str());
         let mut headers = HeaderMap::new();
         if let Ok(value) = HeaderValue::from_str(&location) {
             headers.insert(header::LOCATION, value);
         }
-        Ok((StatusCode::CREATED, headers, Json(LeaseBody::new(&lease, false))))
+        Ok((
+            StatusCode::CREATED,
+            headers,
+            Json(LeaseBody::new(&lease, false)),
+        ))
     }
     .await;
     finish(&state, Op::Grant, started, result)
@@ -248,7 +262,9 @@ pub async fn list(State(state): State<AppState>, RawQuery(query): RawQuery) -> R
         let prefix = NamePrefix::parse(q.prefix.as_deref().unwrap_or(""))?;
         let limit = q.limit.unwrap_or(DEFAULT_LIST_LIMIT);
         if !(1..=MAX_LIST_LIMIT).contains(&limit) {
-            return Err(ApiError::Invalid(format!("limit must be from 1 to {MAX_LIST_LIMIT}")));
+            return Err(ApiError::Invalid(format!(
+                "limit must be from 1 to {MAX_LIST_LIMIT}"
+            )));
         }
         let locks = state.service.list(&prefix, limit as usize).await?;
         Ok(Json(LockList {
@@ -278,9 +294,18 @@ pub async fn readyz(State(state): State<AppState>) -> Response {
     let body = Readiness {
         ready,
         backend: state.backend,
-        masters: engine.monitor().status().into_iter().map(Into::into).collect(),
+        masters: engine
+            .monitor()
+            .status()
+            .into_iter()
+            .map(Into::into)
+            .collect(),
     };
-    let status = if ready { StatusCode::OK } else { StatusCode::SERVICE_UNAVAILABLE };
+    let status = if ready {
+        StatusCode::OK
+    } else {
+        StatusCode::SERVICE_UNAVAILABLE
+    };
     (status, Json(body)).into_response()
 }
 
@@ -288,9 +313,14 @@ pub async fn readyz(State(state): State<AppState>) -> Response {
 #[utoipa::path(get, path = "/metrics", tag = "operations",
     responses((status = 200, description = "Prometheus text format", content_type = "text/plain; version=0.0.4")))]
 pub async fn metrics(State(state): State<AppState>) -> Response {
-    state.metrics.set_leases_active(state.service.active_leases());
+    state
+        .metrics
+        .set_leases_active(state.service.active_leases());
     (
-        [(header::CONTENT_TYPE, "text/plain; version=0.0.4; charset=utf-8")],
+        [(
+            header::CONTENT_TYPE,
+            "text/plain; version=0.0.4; charset=utf-8",
+        )],
         state.metrics.render(),
     )
         .into_response()

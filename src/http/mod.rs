@@ -86,7 +86,12 @@ pub fn router(state: AppState) -> Router {
             "/openapi.json",
             axum::routing::get(move || {
                 let doc = doc_json.clone();
-                async move { ([(axum::http::header::CONTENT_TYPE, "application/json")], doc.to_string()) }
+                async move {
+                    (
+                        [(axum::http::header::CONTENT_TYPE, "application/json")],
+                        doc.to_string(),
+                    )
+                }
             }),
         )
         .fallback(no_route)

@@ -258,12 +258,19 @@ pub fn parse_fields<T: DeserializeOwned>(query: Option<&str>, body: &[u8]) -> Re
         match serde_json::from_slice::<Value>(body) {
             Ok(Value::Object(map)) => map,
             Ok(_) => return Err(ApiError::Invalid("the body must be a JSON object".into())),
-            Err(e) => return Err(ApiError::Invalid(format!("the body is not valid JSON: {e}"))),
+            Err(e) => {
+                return Err(ApiError::Invalid(format!(
+                    "the body is not valid JSON: {e}"
+                )));
+            }
         }
     };
     for (key, value) in url::form_urlencoded::parse(query.unwrap_or("").as_bytes()) {
         // Query values are text; numeric fields accept text that is a number (`millis`).
-        if fields.insert(key.clone().into_owned(), Value::from(value.into_owned())).is_some() {
+        if fields
+            .insert(key.clone().into_owned(), Value::from(value.into_owned()))
+            .is_some()
+        {
             return Err(ApiError::Invalid(format!("`{key}` is given twice")));
         }
     }
@@ -288,7 +295,8 @@ mod tests {
 
     #[test]
     fn typos_duplicates_and_bad_types_are_refused() {
-        let err = |q: Option<&str>, b: &[u8]| parse_fields::<GrantRequest>(q, b).unwrap_err().to_string();
+        let err =
+            |q: Option<&str>, b: &[u8]| parse_fields::<GrantRequest>(q, b).unwrap_err().to_string();
         assert!(err(None, br#"{"ttl": 5}"#).contains("unknown field"));
         assert!(err(Some("tll_ms=5"), b"").contains("unknown field"));
         assert!(err(Some("ttl_ms=5"), br#"{"ttl_ms": 5}"#).contains("twice"));

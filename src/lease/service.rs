@@ -118,13 +118,16 @@ impl LeaseService {
             if ticket.is_first() || now >= deadline {
                 let result = self.attempt(&name, ttl, owner.clone()).await;
                 match result {
-                    Err(EngineError::Held { retry_after }) if tokio::time::Instant::now() < deadline => {
+                    Err(EngineError::Held { retry_after })
+                        if tokio::time::Instant::now() < deadline =>
+                    {
                         if !contended {
                             contended = true;
                             self.metrics.contended(name.class());
                         }
                         // The holder's lease lapses then, unless renewed: look again.
-                        let lapse = tokio::time::Instant::now() + retry_after.max(Duration::from_millis(1));
+                        let lapse =
+                            tokio::time::Instant::now() + retry_after.max(Duration::from_millis(1));
                         wake_at = deadline.min(lapse);
                     }
                     result => {
@@ -144,10 +147,17 @@ impl LeaseService {
     }
 
     /// Count a finished grant: contention (once per grant) and the lease if one was granted.
-    fn account(&self, name: &LockName, result: &Result<Lease, EngineError>, already_contended: bool) {
+    fn account(
+        &self,
+        name: &LockName,
+        result: &Result<Lease, EngineError>,
+        already_contended: bool,
+    ) {
         match result {
             Ok(lease) => self.track(lease),
-            Err(EngineError::Held { .. }) if !already_contended => self.metrics.contended(name.class()),
+            Err(EngineError::Held { .. }) if !already_contended => {
+                self.metrics.contended(name.class())
+            }
             Err(_) => {}
         }
     }
@@ -155,7 +165,12 @@ impl LeaseService {
     /// One Redlock grant attempt, in its own task: if the request that asked for it is
     /// dropped mid-way (the client went away), the attempt still finishes, and a lease it
     /// won is released instead of being left held until its TTL.
-    async fn attempt(&self, name: &LockName, ttl: Duration, owner: Option<Arc<str>>) -> Result<Lease, EngineError> {
+    async fn attempt(
+        &self,
+        name: &LockName,
+        ttl: Duration,
+        owner: Option<Arc<str>>,
+    ) -> Result<Lease, EngineError> {
         let (tx, rx) = oneshot::channel();
         let engine = self.engine.clone();
         let waiters = self.waiters.clone();
@@ -176,7 +191,12 @@ impl LeaseService {
             .unwrap_or_else(|_| Err(EngineError::Unavailable("the grant task failed".into())))
     }
 
-    pub async fn renew(&self, name: LockName, id: LeaseId, ttl: Option<Duration>) -> Result<Lease, EngineError> {
+    pub async fn renew(
+        &self,
+        name: LockName,
+        id: LeaseId,
+        ttl: Option<Duration>,
+    ) -> Result<Lease, EngineError> {
         let leased = self.engine.renew(name.as_str(), id.as_str(), ttl).await?;
         let lease = Lease::new(name, id, leased);
         self.track(&lease);
@@ -203,7 +223,11 @@ impl LeaseService {
         self.engine.inspect(name.as_str()).await
     }
 
-    pub async fn list(&self, prefix: &NamePrefix, limit: usize) -> Result<Vec<Holder>, EngineError> {
+    pub async fn list(
+        &self,
+        prefix: &NamePrefix,
+        limit: usize,
+    ) -> Result<Vec<Holder>, EngineError> {
         self.engine.list(prefix.as_str(), limit).await
     }
 }

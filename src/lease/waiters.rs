@@ -10,8 +10,8 @@
 //! nothing accumulates as names come and go.
 
 use std::collections::{HashMap, VecDeque};
-use std::sync::{Arc, Mutex};
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 
 use tokio::sync::watch;
 
@@ -102,7 +102,9 @@ impl Ticket {
 impl Drop for Ticket {
     fn drop(&mut self) {
         let mut names = self.waiters.names();
-        let Some(queue) = names.get_mut(&self.name) else { return };
+        let Some(queue) = names.get_mut(&self.name) else {
+            return;
+        };
         queue.order.retain(|id| *id != self.id);
         if queue.order.is_empty() {
             names.remove(&self.name);
@@ -147,6 +149,9 @@ mod tests {
         tokio::time::timeout(std::time::Duration::from_secs(1), a.event())
             .await
             .expect("a woken");
-        assert!(!b.events.has_changed().unwrap_or(true), "b must not be woken");
+        assert!(
+            !b.events.has_changed().unwrap_or(true),
+            "b must not be woken"
+        );
     }
 }

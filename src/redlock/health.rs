@@ -11,9 +11,10 @@
 use std::sync::Arc;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::{Duration, Instant, SystemTime};
+use std::time::{Duration, SystemTime};
 
 use tokio::sync::Notify;
+use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use super::EngineConfig;
@@ -62,7 +63,11 @@ pub struct Monitor {
 }
 
 impl Monitor {
-    pub(super) fn new(nodes: &[Arc<dyn LockNode>], config: EngineConfig, metrics: Arc<Metrics>) -> Self {
+    pub(super) fn new(
+        nodes: &[Arc<dyn LockNode>],
+        config: EngineConfig,
+        metrics: Arc<Metrics>,
+    ) -> Self {
         Self {
             addresses: nodes.iter().map(|n| n.address().to_owned()).collect(),
             states: nodes.iter().map(|_| Mutex::default()).collect(),
@@ -123,21 +128,22 @@ impl Monitor {
     /// quarantine a master that lost its data, restore one whose quarantine is over.
     pub async fn probe_round(&self, nodes: &[Arc<dyn LockNode>]) {
         let limit = self.config.master_timeout;
-        let probes: Vec<NodeResult<Probe>> = futures::future::join_all(nodes.iter().map(|node| async move {
-            let started = Instant::now();
-            let reply = tokio::time::timeout(limit, node.probe())
-                .await
-                .unwrap_or(Err(NodeError::Timeout));
-            (reply, started.elapsed())
-        }))
-        .await
-        .into_iter()
-        .enumerate()
-        .map(|(i, (reply, took))| {
-            self.observe(i, &reply, took);
-            reply
-        })
-        .collect();
+        let probes: Vec<NodeResult<Probe>> =
+            futures::future::join_all(nodes.iter().map(|node| async move {
+                let started = Instant::now();
+                let reply = tokio::time::timeout(limit, node.probe())
+                    .await
+                    .unwrap_or(Err(NodeError::Timeout));
+                (reply, started.elapsed())
+            }))
+            .await
+            .into_iter()
+            .enumerate()
+            .map(|(i, (reply, took))| {
+                self.observe(i, &reply, took);
+                reply
+            })
+            .collect();
 
         let any_marked = probes.iter().any(|p| matches!(p, Ok(p) if p.marked));
         let fresh = !any_marked && !self.ever_marked.load(Ordering::Acquire);
@@ -168,7 +174,12 @@ impl Monitor {
         state.run_id = Some(run_id.to_owned());
     }
 
-    async fn quarantine_or_restore(&self, i: usize, nodes: &[Arc<dyn LockNode>], probes: &[NodeResult<Probe>]) {
+    async fn quarantine_or_restore(
+        &self,
+        i: usize,
+        nodes: &[Arc<dyn LockNode>],
+        probes: &[NodeResult<Probe>],
+    ) {
         let now = Instant::now();
         let quarantine = *self.state(i).quarantine.get_or_insert_with(|| {
             tracing::warn!(
@@ -204,7 +215,8 @@ impl Monitor {
             return;
         }
         let fence = fences.into_iter().max().unwrap_or(0);
-        self.restore(i, nodes, fence, "quarantine over; master votes again").await;
+        self.restore(i, nodes, fence, "quarantine over; master votes again")
+            .await;
     }
 
     async fn restore(&self, i: usize, nodes: &[Arc<dyn LockNode>], fence: u64, why: &str) {
@@ -214,14 +226,20 @@ impl Monitor {
                 self.ever_marked.store(true, Ordering::Release);
                 tracing::info!(master = %self.addresses[i], fence, "{why}");
             }
-            Ok(Err(e)) => tracing::warn!(master = %self.addresses[i], error = %e, "could not restore master"),
+            Ok(Err(e)) => {
+                tracing::warn!(master = %self.addresses[i], error = %e, "could not restore master")
+            }
             Err(_) => tracing::warn!(master = %self.addresses[i], "restoring master timed out"),
         }
     }
 
     /// Probe every master about once a second (and at once when a script reports a master
     /// without its marker) until `shutdown` fires.
-    pub fn spawn(self: &Arc<Self>, nodes: Vec<Arc<dyn LockNode>>, shutdown: CancellationToken) -> tokio::task::JoinHandle<()> {
+    pub fn spawn(
+        self: &Arc<Self>,
+        nodes: Vec<Arc<dyn LockNode>>,
+        shutdown: CancellationToken,
+    ) -> tokio::task::JoinHandle<()> {
         let monitor = self.clone();
         tokio::spawn(async move {
             loop {

@@ -13,7 +13,9 @@ pub mod node;
 pub mod quorum;
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+use tokio::time::Instant;
 
 use futures::StreamExt as _;
 use futures::future::BoxFuture;
@@ -123,6 +125,9 @@ impl Redlock {
     where
         T: Send + 'static,
     {
+        // Each call is its own task: all start at once, and a call whose answer is no longer
+        // awaited (the step was decided, or the request dropped) still runs to its end
+        // rather than being abandoned half-way.
         let mut pending: Pending<T> = self
             .nodes
             .iter()
@@ -132,7 +137,7 @@ impl Redlock {
                 let metrics = self.metrics.clone();
                 let monitor = self.monitor.clone();
                 let node = node.clone();
-                Box::pin(async move {
+                let task = tokio::spawn(async move {
                     let started = Instant::now();
                     let reply = match tokio::time::timeout(limit, fut).await {
                         Ok(reply) => reply,
@@ -144,6 +149,12 @@ impl Redlock {
                         Err(e) => metrics.master_failed(node.address(), e.kind()),
                     }
                     monitor.observe(i, &reply, took);
+                    reply
+                });
+                Box::pin(async move {
+                    let reply = task.await.unwrap_or_else(|e| {
+                        Err(NodeError::Other(format!("master call failed: {e}")))
+                    });
                     (i, reply)
                 }) as BoxFuture<'static, _>
             })
@@ -176,9 +187,9 @@ impl Redlock {
                 self.config.master_timeout,
                 |node| {
                     let (name, lease, owner) = (name.clone(), lease.clone(), owner.clone());
-                    Box::pin(async move {
-                        node.acquire(&name, &lease, ttl_ms, owner.as_deref()).await
-                    })
+                    Box::pin(
+                        async move { node.acquire(&name, &lease, ttl_ms, owner.as_deref()).await },
+                    )
                 },
                 quorum::decide_grant,
             )
@@ -269,7 +280,8 @@ impl Redlock {
                     Err(_) => true,
                 };
                 if needs {
-                    let _ = tokio::time::timeout(limit, nodes[i].confirm(&name, &lease, token)).await;
+                    let _ =
+                        tokio::time::timeout(limit, nodes[i].confirm(&name, &lease, token)).await;
                 }
             }
         });
@@ -277,7 +289,11 @@ impl Redlock {
 
     /// Delete `lease` from every master, waiting at most one master timeout. Used when a
     /// step fails, so that a failed grant leaves nothing behind on any master that heard it.
-    async fn release_everywhere(&self, name: &Arc<str>, lease: &Arc<str>) -> Vec<NodeResult<Owned<()>>> {
+    async fn release_everywhere(
+        &self,
+        name: &Arc<str>,
+        lease: &Arc<str>,
+    ) -> Vec<NodeResult<Owned<()>>> {
         self.fan_out(
             self.config.master_timeout,
             |node| {
@@ -292,7 +308,12 @@ impl Redlock {
     }
 
     /// Extend `lease` to `ttl` (its own TTL when `None`) on a majority of masters.
-    pub async fn renew(&self, name: &str, lease: &str, ttl: Option<Duration>) -> Result<Leased, EngineError> {
+    pub async fn renew(
+        &self,
+        name: &str,
+        lease: &str,
+        ttl: Option<Duration>,
+    ) -> Result<Leased, EngineError> {
         let started = Instant::now();
         let ttl_ms = ttl.map(millis);
         let (name, lease): (Arc<str>, Arc<str>) = (name.into(), lease.into());
@@ -360,7 +381,11 @@ impl Redlock {
         }
     }
 
-    async fn read(&self, name: &str, only: Option<&str>) -> Result<(Option<quorum::Agreed>, Duration), EngineError> {
+    async fn read(
+        &self,
+        name: &str,
+        only: Option<&str>,
+    ) -> Result<(Option<quorum::Agreed>, Duration), EngineError> {
         let started = Instant::now();
         let name: Arc<str> = name.into();
         let (outcome, _) = self
@@ -452,15 +477,17 @@ impl Redlock {
         let elapsed = started.elapsed();
         Ok(by_name
             .into_iter()
-            .filter_map(|(name, replies)| match quorum::decide_read(&replies, None) {
-                Some(ReadOutcome::Held(a)) => Some(Holder {
-                    name,
-                    token: a.token,
-                    remaining: Duration::from_millis(a.pttl_ms).saturating_sub(elapsed),
-                    owner: a.owner,
-                }),
-                _ => None,
-            })
+            .filter_map(
+                |(name, replies)| match quorum::decide_read(&replies, None) {
+                    Some(ReadOutcome::Held(a)) => Some(Holder {
+                        name,
+                        token: a.token,
+                        remaining: Duration::from_millis(a.pttl_ms).saturating_sub(elapsed),
+                        owner: a.owner,
+                    }),
+                    _ => None,
+                },
+            )
             .take(limit)
             .collect())
     }

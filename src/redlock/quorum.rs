@@ -68,6 +68,11 @@ pub fn decide_grant(replies: &[Option<NodeResult<Acquired>>]) -> Option<GrantOut
     if failed > n - q {
         return Some(GrantOutcome::Unavailable);
     }
+    // Holders and failures together block a majority, neither alone (yet): the answers
+    // still pending decide whether this is contention or an outage.
+    if held.len() <= n - q && pending > 0 {
+        return None;
+    }
     // Here held + failed > n - q with failed <= n - q, so some lease holds the key. The
     // lock frees once enough held keys expire that the free masters form a majority.
     held.sort_unstable();
@@ -223,24 +228,26 @@ pub fn decide_read(
             None => ReadOutcome::Unavailable,
         });
     }
-    if count + pending >= q {
+    // Masters that failed to answer may hold the lease too: it is free only if even they
+    // could not make up a majority with those that do.
+    let unknown = n - answered.len();
+    if count + unknown < q {
+        return Some(ReadOutcome::Free);
+    }
+    if pending > 0 {
         return None;
     }
-    let failed = n - pending - answered.len();
-    if failed > n - q {
-        Some(ReadOutcome::Unavailable)
-    } else {
-        Some(ReadOutcome::Free)
-    }
+    Some(ReadOutcome::Unavailable)
 }
 
 /// The token that a majority of all masters report for a lease, if there is one. A grant
 /// is only answered once a majority hold its token, so a majority read finds it unless a
 /// master that missed the confirmation answers in place of one that had it.
 fn agree_on_token(holders: &[&Holding], q: usize) -> Option<u64> {
-    holders.iter().map(|h| h.token).find(|t| {
-        holders.iter().filter(|h| h.token == *t).count() >= q
-    })
+    holders
+        .iter()
+        .map(|h| h.token)
+        .find(|t| holders.iter().filter(|h| h.token == *t).count() >= q)
 }
 
 #[cfg(test)]
@@ -254,10 +261,7 @@ mod tests {
 
     #[test]
     fn majority_of_n() {
-        assert_eq!(
-            [1, 2, 3, 4, 5, 6, 7].map(majority),
-            [1, 2, 2, 3, 3, 4, 4]
-        );
+        assert_eq!([1, 2, 3, 4, 5, 6, 7].map(majority), [1, 2, 2, 3, 3, 4, 4]);
     }
 
     #[test]
@@ -283,12 +287,18 @@ mod tests {
     fn grant_decides_as_soon_as_a_majority_answers() {
         assert_eq!(
             decide_grant(&[granted(5), granted(5), None]),
-            Some(GrantOutcome::Won { token: 5, confirmed: 2 })
+            Some(GrantOutcome::Won {
+                token: 5,
+                confirmed: 2
+            })
         );
         assert_eq!(decide_grant(&[granted(5), None, None]), None);
         assert_eq!(
             decide_grant(&[granted(7), granted(5), None]),
-            Some(GrantOutcome::Won { token: 7, confirmed: 1 })
+            Some(GrantOutcome::Won {
+                token: 7,
+                confirmed: 1
+            })
         );
     }
 
@@ -296,14 +306,20 @@ mod tests {
     fn grant_tells_held_from_unavailable() {
         assert_eq!(
             decide_grant(&[held(900), held(1000), None]),
-            Some(GrantOutcome::Held { retry_after: ms(900) })
+            Some(GrantOutcome::Held {
+                retry_after: ms(900)
+            })
         );
         // One holder and one failure: the holder alone could not block, but together
         // they do; the lock frees when the one held key expires.
         assert_eq!(
             decide_grant(&[held(400), down(), granted(1)]),
-            Some(GrantOutcome::Held { retry_after: ms(400) })
+            Some(GrantOutcome::Held {
+                retry_after: ms(400)
+            })
         );
+        // ...but while the third may still fail too, it is not yet contention.
+        assert_eq!(decide_grant(&[held(400), down(), None]), None);
         assert_eq!(
             decide_grant(&[down(), down(), None]),
             Some(GrantOutcome::Unavailable)
@@ -315,11 +331,15 @@ mod tests {
         // Five masters, three held: two must expire before three are free.
         assert_eq!(
             decide_grant(&[held(300), held(100), held(200), granted(1), granted(1)]),
-            Some(GrantOutcome::Held { retry_after: ms(100) })
+            Some(GrantOutcome::Held {
+                retry_after: ms(100)
+            })
         );
         assert_eq!(
             decide_grant(&[held(300), held(100), held(200), held(50), granted(1)]),
-            Some(GrantOutcome::Held { retry_after: ms(100) })
+            Some(GrantOutcome::Held {
+                retry_after: ms(100)
+            })
         );
     }
 
@@ -332,7 +352,10 @@ mod tests {
             Some(OwnedOutcome::Done(vec![1, 1]))
         );
         assert_eq!(decide_owned(&[yes(1), no(), None]), None);
-        assert_eq!(decide_owned(&[no(), no(), None]), Some(OwnedOutcome::NotOwner));
+        assert_eq!(
+            decide_owned(&[no(), no(), None]),
+            Some(OwnedOutcome::NotOwner)
+        );
         assert_eq!(
             decide_owned(&[no(), down(), yes(1)]),
             Some(OwnedOutcome::Unavailable)
@@ -348,11 +371,26 @@ mod tests {
         let yes = || Ok(Owned::Yes(()));
         let no = || Ok(Owned::NotOwner);
         let err = || Err(NodeError::Timeout);
-        assert_eq!(decide_release(&[yes(), yes(), yes()]), ReleaseOutcome::Released);
-        assert_eq!(decide_release(&[yes(), no(), err()]), ReleaseOutcome::Released);
-        assert_eq!(decide_release(&[no(), no(), err()]), ReleaseOutcome::NotFound);
-        assert_eq!(decide_release(&[yes(), err(), err()]), ReleaseOutcome::Unavailable);
-        assert_eq!(decide_release(&[no(), err(), err()]), ReleaseOutcome::Unavailable);
+        assert_eq!(
+            decide_release(&[yes(), yes(), yes()]),
+            ReleaseOutcome::Released
+        );
+        assert_eq!(
+            decide_release(&[yes(), no(), err()]),
+            ReleaseOutcome::Released
+        );
+        assert_eq!(
+            decide_release(&[no(), no(), err()]),
+            ReleaseOutcome::NotFound
+        );
+        assert_eq!(
+            decide_release(&[yes(), err(), err()]),
+            ReleaseOutcome::Unavailable
+        );
+        assert_eq!(
+            decide_release(&[no(), err(), err()]),
+            ReleaseOutcome::Unavailable
+        );
     }
 
     fn holding(lease: &str, token: u64, pttl: u64) -> Option<NodeResult<Option<Holding>>> {
@@ -380,27 +418,49 @@ mod tests {
             decide_read(&[holding("a", 4, 900), free.clone(), free.clone()], None),
             Some(ReadOutcome::Free)
         );
-        assert_eq!(decide_read(&[holding("a", 4, 900), free.clone(), None], None), None);
         assert_eq!(
-            decide_read(&[holding("a", 4, 900), holding("a", 4, 900), free], Some("b")),
+            decide_read(&[holding("a", 4, 900), free.clone(), None], None),
+            None
+        );
+        assert_eq!(
+            decide_read(
+                &[holding("a", 4, 900), holding("a", 4, 900), free],
+                Some("b")
+            ),
             Some(ReadOutcome::Free)
         );
         assert_eq!(
             decide_read(&[holding("a", 4, 900), down(), down()], None),
             Some(ReadOutcome::Unavailable)
         );
+        // The failed master may be the second holder: cannot tell.
+        assert_eq!(
+            decide_read(&[holding("a", 4, 900), down(), Some(Ok(None))], None),
+            Some(ReadOutcome::Unavailable)
+        );
+        assert_eq!(
+            decide_read(&[Some(Ok(None)), down(), Some(Ok(None))], None),
+            Some(ReadOutcome::Free)
+        );
     }
 
     #[test]
     fn read_needs_a_majority_to_agree_on_the_token() {
         // The third master may still send the missing vote.
-        assert_eq!(decide_read(&[holding("a", 4, 900), holding("a", 9, 900), None], None), None);
+        assert_eq!(
+            decide_read(&[holding("a", 4, 900), holding("a", 9, 900), None], None),
+            None
+        );
         assert_eq!(
             decide_read(&[holding("a", 4, 900), holding("a", 9, 900), down()], None),
             Some(ReadOutcome::Unavailable)
         );
         match decide_read(
-            &[holding("a", 4, 900), holding("a", 9, 900), holding("a", 4, 700)],
+            &[
+                holding("a", 4, 900),
+                holding("a", 9, 900),
+                holding("a", 4, 700),
+            ],
             None,
         ) {
             Some(ReadOutcome::Held(agreed)) => assert_eq!(agreed.token, 4),

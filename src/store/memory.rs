@@ -76,7 +76,10 @@ impl Data {
     }
 
     fn pttl(&self, entry: &Entry, now: Instant) -> u64 {
-        let left = entry.expires.saturating_duration_since(now).mul_f64(self.clock_rate);
+        let left = entry
+            .expires
+            .saturating_duration_since(now)
+            .mul_f64(self.clock_rate);
         u64::try_from(left.as_millis()).unwrap_or(u64::MAX)
     }
 
@@ -91,7 +94,11 @@ impl Data {
     }
 
     fn check_marker(&self) -> NodeResult<()> {
-        if self.marked { Ok(()) } else { Err(NodeError::Amnesic) }
+        if self.marked {
+            Ok(())
+        } else {
+            Err(NodeError::Amnesic)
+        }
     }
 }
 
@@ -158,11 +165,17 @@ impl MemoryNode {
     }
 
     /// Apply `step` under the fault plan, as one atomic step.
-    async fn step<T>(&self, step: impl FnOnce(&mut Data, Instant) -> NodeResult<T>) -> NodeResult<T> {
+    async fn step<T>(
+        &self,
+        step: impl FnOnce(&mut Data, Instant) -> NodeResult<T>,
+    ) -> NodeResult<T> {
         let fault = *self.fault.lock().unwrap_or_else(|e| e.into_inner());
         match fault {
             Fault::Down => {
-                return Err(NodeError::Connection(format!("{} is down (injected)", self.address)));
+                return Err(NodeError::Connection(format!(
+                    "{} is down (injected)",
+                    self.address
+                )));
             }
             Fault::Hang => return std::future::pending().await,
             Fault::Slow(delay) => tokio::time::sleep(delay).await,
@@ -187,7 +200,13 @@ impl LockNode for MemoryNode {
         &self.address
     }
 
-    async fn acquire(&self, name: &str, lease: &str, ttl_ms: u64, owner: Option<&str>) -> NodeResult<Acquired> {
+    async fn acquire(
+        &self,
+        name: &str,
+        lease: &str,
+        ttl_ms: u64,
+        owner: Option<&str>,
+    ) -> NodeResult<Acquired> {
         self.step(|data, now| {
             data.check_marker()?;
             if data.live(name, now).is_some() {
@@ -224,7 +243,12 @@ impl LockNode for MemoryNode {
         .await
     }
 
-    async fn renew(&self, name: &str, lease: &str, ttl_ms: Option<u64>) -> NodeResult<Owned<Holding>> {
+    async fn renew(
+        &self,
+        name: &str,
+        lease: &str,
+        ttl_ms: Option<u64>,
+    ) -> NodeResult<Owned<Holding>> {
         self.step(|data, now| {
             data.check_marker()?;
             let rate = data.clock_rate;

@@ -143,7 +143,9 @@ impl Reply {
     fn int(&self, i: usize) -> NodeResult<i64> {
         match self.0.get(i) {
             Some(Value::Int(v)) => Ok(*v),
-            other => Err(NodeError::Script(format!("expected an integer at {i}, got {other:?}"))),
+            other => Err(NodeError::Script(format!(
+                "expected an integer at {i}, got {other:?}"
+            ))),
         }
     }
 
@@ -155,7 +157,9 @@ impl Reply {
         match self.0.get(i) {
             Some(Value::BulkString(bytes)) => Ok(String::from_utf8_lossy(bytes).into_owned()),
             Some(Value::SimpleString(s)) => Ok(s.clone()),
-            other => Err(NodeError::Script(format!("expected a string at {i}, got {other:?}"))),
+            other => Err(NodeError::Script(format!(
+                "expected a string at {i}, got {other:?}"
+            ))),
         }
     }
 
@@ -186,7 +190,13 @@ impl LockNode for RedisNode {
         &self.address
     }
 
-    async fn acquire(&self, name: &str, lease: &str, ttl_ms: u64, owner: Option<&str>) -> NodeResult<Acquired> {
+    async fn acquire(
+        &self,
+        name: &str,
+        lease: &str,
+        ttl_ms: u64,
+        owner: Option<&str>,
+    ) -> NodeResult<Acquired> {
         let reply = self
             .run(
                 ACQUIRE
@@ -199,8 +209,12 @@ impl LockNode for RedisNode {
             )
             .await?;
         match reply.status()? {
-            1 => Ok(Acquired::Granted { token: reply.uint(1)? }),
-            _ => Ok(Acquired::Held { pttl_ms: reply.uint(1)? }),
+            1 => Ok(Acquired::Granted {
+                token: reply.uint(1)?,
+            }),
+            _ => Ok(Acquired::Held {
+                pttl_ms: reply.uint(1)?,
+            }),
         }
     }
 
@@ -218,10 +232,21 @@ impl LockNode for RedisNode {
         reply.status().map(drop)
     }
 
-    async fn renew(&self, name: &str, lease: &str, ttl_ms: Option<u64>) -> NodeResult<Owned<Holding>> {
+    async fn renew(
+        &self,
+        name: &str,
+        lease: &str,
+        ttl_ms: Option<u64>,
+    ) -> NodeResult<Owned<Holding>> {
         let ttl = ttl_ms.map(|t| t.to_string()).unwrap_or_default();
         let reply = self
-            .run(RENEW.key(self.keys.lock(name)).key(&self.keys.marker).arg(lease).arg(ttl))
+            .run(
+                RENEW
+                    .key(self.keys.lock(name))
+                    .key(&self.keys.marker)
+                    .arg(lease)
+                    .arg(ttl),
+            )
             .await?;
         if reply.status()? == 0 {
             return Ok(Owned::NotOwner);
@@ -300,24 +325,36 @@ impl LockNode for RedisNode {
         keys.truncate(cap);
         let mut pipe = redis::pipe();
         for key in &keys {
-            pipe.cmd("HMGET").arg(key).arg(&["lease", "token", "ttl", "owner"][..]);
+            pipe.cmd("HMGET")
+                .arg(key)
+                .arg(&["lease", "token", "ttl", "owner"][..]);
             pipe.cmd("PTTL").arg(key);
         }
         let values: Vec<Value> = pipe.query_async(&mut conn).await.map_err(classify)?;
         let lock_prefix = self.keys.lock("");
         let mut out = Vec::with_capacity(keys.len());
         for (key, pair) in keys.iter().zip(values.chunks(2)) {
-            let [Value::Array(fields), Value::Int(pttl)] = pair else { continue };
+            let [Value::Array(fields), Value::Int(pttl)] = pair else {
+                continue;
+            };
             let fields = Reply(fields.clone());
             // A key that expired between SCAN and HMGET has no fields.
-            let (Ok(lease), Ok(token)) = (fields.string(0), fields.string(1)) else { continue };
-            let Some(name) = key.strip_prefix(&lock_prefix) else { continue };
+            let (Ok(lease), Ok(token)) = (fields.string(0), fields.string(1)) else {
+                continue;
+            };
+            let Some(name) = key.strip_prefix(&lock_prefix) else {
+                continue;
+            };
             out.push((
                 name.to_owned(),
                 Holding {
                     lease,
                     token: token.parse().unwrap_or(0),
-                    ttl_ms: fields.string(2).ok().and_then(|t| t.parse().ok()).unwrap_or(0),
+                    ttl_ms: fields
+                        .string(2)
+                        .ok()
+                        .and_then(|t| t.parse().ok())
+                        .unwrap_or(0),
                     pttl_ms: u64::try_from(*pttl).unwrap_or(0),
                     owner: fields.owner(3).ok().flatten(),
                 },
@@ -352,9 +389,14 @@ impl LockNode for RedisNode {
     }
 
     async fn restore(&self, fence: u64) -> NodeResult<()> {
-        self.run(RESTORE.key(&self.keys.fence).key(&self.keys.marker).arg(fence))
-            .await
-            .map(drop)
+        self.run(
+            RESTORE
+                .key(&self.keys.fence)
+                .key(&self.keys.marker)
+                .arg(fence),
+        )
+        .await
+        .map(drop)
     }
 
     fn listen_for_releases(&self, listener: ReleaseListener, shutdown: CancellationToken) {
@@ -409,8 +451,14 @@ mod tests {
 
     #[test]
     fn redaction_drops_credentials() {
-        assert_eq!(redact("redis://:s3cret@127.0.0.1:7000/0"), "redis://127.0.0.1:7000/0");
-        assert_eq!(redact("rediss://user:pw@cache.internal:6380"), "rediss://cache.internal:6380");
+        assert_eq!(
+            redact("redis://:s3cret@127.0.0.1:7000/0"),
+            "redis://127.0.0.1:7000/0"
+        );
+        assert_eq!(
+            redact("rediss://user:pw@cache.internal:6380"),
+            "rediss://cache.internal:6380"
+        );
         assert!(!redact("redis://u:hunter2@h:1").contains("hunter2"));
     }
 

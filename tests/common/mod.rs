@@ -1,0 +1,330 @@
+//! Shared test bed: real redis-server masters on free loopback ports (each in its own
+//! temporary directory, stopped on drop), and redlockd apps spawned in process on port 0
+//! with typed request helpers. Waits poll a condition with a deadline; nothing sleeps
+//! and hopes.
+#![allow(dead_code)]
+
+use std::net::TcpListener;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use redlockd::app::App;
+use redlockd::config::Config;
+use serde_json::{Value, json};
+use tokio::sync::oneshot;
+
+/// Poll `check` until it returns `Some`, or panic with `what` after `deadline`.
+pub async fn wait_for<T>(what: &str, deadline: Duration, mut check: impl AsyncFnMut() -> Option<T>) -> T {
+    let started = Instant::now();
+    loop {
+        if let Some(v) = check().await {
+            return v;
+        }
+        assert!(started.elapsed() < deadline, "timed out after {deadline:?} waiting for {what}");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+fn free_port() -> u16 {
+    let listener = TcpListener::bind("127.0.0.1:0").expect("bind a free port");
+    listener.local_addr().expect("local addr").port()
+}
+
+fn redis_server() -> PathBuf {
+    for dir in ["/usr/bin", "/usr/local/bin", "/usr/sbin"] {
+        let path = PathBuf::from(dir).join("redis-server");
+        if path.exists() {
+            return path;
+        }
+    }
+    panic!(
+        "redis-server is not installed: run scripts/test (it installs it), \
+         or apt-get update && apt-get install -y redis-server"
+    );
+}
+
+/// One real Redis master.
+pub struct RedisMaster {
+    pub port: u16,
+    password: Option<String>,
+    extra: Vec<String>,
+    dir: tempfile::TempDir,
+    child: Option<Child>,
+}
+
+impl RedisMaster {
+    pub fn start() -> Self {
+        Self::start_with(None, &[])
+    }
+
+    /// A master that requires `password`, or runs with extra redis-server arguments.
+    pub fn start_with(password: Option<&str>, extra: &[&str]) -> Self {
+        let mut master = Self {
+            port: 0,
+            password: password.map(str::to_owned),
+            extra: extra.iter().map(|s| s.to_string()).collect(),
+            dir: tempfile::tempdir().expect("temp dir"),
+            child: None,
+        };
+        // A free port can be taken between our probe and redis' bind: try a few.
+        for _ in 0..5 {
+            master.port = free_port();
+            if master.spawn() {
+                return master;
+            }
+        }
+        panic!("could not start redis-server on a free port");
+    }
+
+    fn spawn(&mut self) -> bool {
+        let mut cmd = Command::new(redis_server());
+        cmd.args(["--port", &self.port.to_string(), "--bind", "127.0.0.1", "--save", ""])
+            .args(["--appendonly", "no", "--daemonize", "no", "--dir"])
+            .arg(self.dir.path())
+            .args(["--logfile", "redis.log"])
+            .args(&self.extra)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null());
+        if let Some(pw) = &self.password {
+            cmd.args(["--requirepass", pw]);
+        }
+        let mut child = cmd.spawn().expect("spawn redis-server");
+        let started = Instant::now();
+        while started.elapsed() < Duration::from_secs(10) {
+            if let Ok(Some(_)) = child.try_wait() {
+                return false;
+            }
+            if self.ping() {
+                self.child = Some(child);
+                return true;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        let _ = child.kill();
+        false
+    }
+
+    pub fn url(&self) -> String {
+        match &self.password {
+            Some(pw) => format!("redis://:{pw}@127.0.0.1:{}", self.port),
+            None => format!("redis://127.0.0.1:{}", self.port),
+        }
+    }
+
+    pub fn client(&self) -> redis::Client {
+        redis::Client::open(self.url()).expect("client")
+    }
+
+    /// A blocking PING, for start-up: true once the master answers.
+    fn ping(&self) -> bool {
+        let Ok(mut conn) = self.client().get_connection_with_timeout(Duration::from_millis(200)) else {
+            return false;
+        };
+        redis::cmd("PING").query::<String>(&mut conn).is_ok()
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.as_ref().expect("running").id()
+    }
+
+    fn signal(&self, sig: &str) {
+        let ok = Command::new("kill")
+            .args([sig, &self.pid().to_string()])
+            .status()
+            .expect("kill")
+            .success();
+        assert!(ok, "kill {sig} failed");
+    }
+
+    /// SIGSTOP: the master stops answering; the kernel still accepts connections, so
+    /// commands queue up and run when it resumes.
+    pub fn pause(&self) {
+        self.signal("-STOP");
+    }
+
+    pub fn resume(&self) {
+        self.signal("-CONT");
+    }
+
+    /// Kill the master (SIGKILL) and start it again on the same port, empty: persistence
+    /// is off, so its locks, fencing counter and marker are gone.
+    pub fn restart_empty(&mut self) {
+        self.stop();
+        assert!(self.spawn(), "redis-server did not come back on port {}", self.port);
+    }
+
+    pub fn stop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// A command on this master, with a short timeout.
+    pub async fn cmd<T: redis::FromRedisValue>(&self, args: &[&str]) -> redis::RedisResult<T> {
+        let mut conn = tokio::time::timeout(
+            Duration::from_secs(2),
+            self.client().get_multiplexed_async_connection(),
+        )
+        .await
+        .map_err(|_| redis::RedisError::from((redis::ErrorKind::Io, "connect timed out")))??;
+        let mut cmd = redis::cmd(args[0]);
+        for a in &args[1..] {
+            cmd.arg(*a);
+        }
+        cmd.query_async(&mut conn).await
+    }
+}
+
+impl Drop for RedisMaster {
+    fn drop(&mut self) {
+        // SIGKILL ends a paused (SIGSTOPped) master too.
+        self.stop();
+    }
+}
+
+/// `n` fresh masters.
+pub fn masters(n: usize) -> Vec<RedisMaster> {
+    (0..n).map(|_| RedisMaster::start()).collect()
+}
+
+/// A configuration for tests: port 0, the given masters, everything else as the contract's
+/// defaults unless `tweak` changes it.
+pub fn config(masters: &[&RedisMaster]) -> Config {
+    let mut config = Config::from_env().expect("default config");
+    config.listen = "127.0.0.1:0".into();
+    config.redis_urls = masters.iter().map(|m| m.url()).collect();
+    config
+}
+
+/// A redlockd app running in this process.
+pub struct TestApp {
+    pub base: String,
+    pub http: reqwest::Client,
+    stop: Option<oneshot::Sender<()>>,
+    task: Option<tokio::task::JoinHandle<anyhow::Result<()>>>,
+}
+
+pub fn init_test_logging() {
+    if std::env::var_os("TEST_LOG").is_some() {
+        let _ = tracing_subscriber::fmt()
+            .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+            .with_test_writer()
+            .try_init();
+    }
+}
+
+impl TestApp {
+    pub async fn spawn(config: Config) -> Self {
+        init_test_logging();
+        let app = App::build(config).await.expect("app builds");
+        let addr = app.local_addr().expect("bound");
+        let (stop, stopped) = oneshot::channel::<()>();
+        let task = tokio::spawn(app.run_until_stopped(async move {
+            let _ = stopped.await;
+        }));
+        Self {
+            base: format!("http://{addr}"),
+            http: reqwest::Client::builder()
+                .timeout(Duration::from_secs(90))
+                .build()
+                .expect("http client"),
+            stop: Some(stop),
+            task: Some(task),
+        }
+    }
+
+    /// Stop the app gracefully and wait until it has stopped.
+    pub async fn stop(mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        if let Some(task) = self.task.take() {
+            task.await.expect("app task").expect("app ran");
+        }
+    }
+
+    pub fn url(&self, path: &str) -> String {
+        format!("{}{path}", self.base)
+    }
+
+    /// POST /locks/{name} with `body` as JSON; returns the status and the JSON body.
+    pub async fn grant(&self, name: &str, body: Value) -> (u16, Value) {
+        let resp = self
+            .http
+            .post(self.url(&format!("/locks/{name}")))
+            .json(&body)
+            .send()
+            .await
+            .expect("grant request");
+        Self::answer(resp).await
+    }
+
+    /// A grant that must succeed; returns (lease_id, fencing_token).
+    pub async fn must_grant(&self, name: &str, body: Value) -> (String, u64) {
+        let (status, lease) = self.grant(name, body).await;
+        assert_eq!(status, 201, "grant of {name} failed: {lease}");
+        (
+            lease["lease_id"].as_str().expect("lease_id").to_owned(),
+            lease["fencing_token"].as_u64().expect("token"),
+        )
+    }
+
+    pub async fn renew(&self, name: &str, lease: &str, body: Value) -> (u16, Value) {
+        let resp = self
+            .http
+            .put(self.url(&format!("/locks/{name}/leases/{lease}")))
+            .json(&body)
+            .send()
+            .await
+            .expect("renew request");
+        Self::answer(resp).await
+    }
+
+    pub async fn revoke(&self, name: &str, lease: &str) -> (u16, Value) {
+        let resp = self
+            .http
+            .delete(self.url(&format!("/locks/{name}/leases/{lease}")))
+            .send()
+            .await
+            .expect("revoke request");
+        Self::answer(resp).await
+    }
+
+    pub async fn check(&self, name: &str, lease: &str) -> (u16, Value) {
+        self.get(&format!("/locks/{name}/leases/{lease}")).await
+    }
+
+    pub async fn inspect(&self, name: &str) -> (u16, Value) {
+        self.get(&format!("/locks/{name}")).await
+    }
+
+    pub async fn get(&self, path: &str) -> (u16, Value) {
+        let resp = self.http.get(self.url(path)).send().await.expect("GET");
+        Self::answer(resp).await
+    }
+
+    pub async fn text(&self, path: &str) -> String {
+        self.http
+            .get(self.url(path))
+            .send()
+            .await
+            .expect("GET")
+            .text()
+            .await
+            .expect("text body")
+    }
+
+    async fn answer(resp: reqwest::Response) -> (u16, Value) {
+        let status = resp.status().as_u16();
+        let text = resp.text().await.expect("body");
+        let body = if text.is_empty() {
+            json!(null)
+        } else {
+            serde_json::from_str(&text).unwrap_or_else(|_| json!({ "raw": text }))
+        };
+        (status, body)
+    }
+}
