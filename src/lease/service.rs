@@ -109,6 +109,11 @@ impl LeaseService {
         let deadline = tokio::time::Instant::now() + policy.wait;
         let mut contended = false;
         let mut ticket = self.waiters.join(name.as_str());
+        // Queued behind another waiter, this grant has found its lock contended already.
+        if !ticket.is_first() {
+            contended = true;
+            self.metrics.contended(name.class());
+        }
         loop {
             ticket.mark_seen();
             let now = tokio::time::Instant::now();

@@ -323,6 +323,10 @@ impl LockNode for RedisNode {
             }
         }
         keys.truncate(cap);
+        if keys.is_empty() {
+            // An empty pipeline is an error to redis-rs, not an empty answer.
+            return Ok(Vec::new());
+        }
         let mut pipe = redis::pipe();
         for key in &keys {
             pipe.cmd("HMGET")

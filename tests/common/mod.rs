@@ -15,13 +15,20 @@ use serde_json::{Value, json};
 use tokio::sync::oneshot;
 
 /// Poll `check` until it returns `Some`, or panic with `what` after `deadline`.
-pub async fn wait_for<T>(what: &str, deadline: Duration, mut check: impl AsyncFnMut() -> Option<T>) -> T {
+pub async fn wait_for<T>(
+    what: &str,
+    deadline: Duration,
+    mut check: impl AsyncFnMut() -> Option<T>,
+) -> T {
     let started = Instant::now();
     loop {
         if let Some(v) = check().await {
             return v;
         }
-        assert!(started.elapsed() < deadline, "timed out after {deadline:?} waiting for {what}");
+        assert!(
+            started.elapsed() < deadline,
+            "timed out after {deadline:?} waiting for {what}"
+        );
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
 }
@@ -79,14 +86,21 @@ impl RedisMaster {
 
     fn spawn(&mut self) -> bool {
         let mut cmd = Command::new(redis_server());
-        cmd.args(["--port", &self.port.to_string(), "--bind", "127.0.0.1", "--save", ""])
-            .args(["--appendonly", "no", "--daemonize", "no", "--dir"])
-            .arg(self.dir.path())
-            .args(["--logfile", "redis.log"])
-            .args(&self.extra)
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null());
+        cmd.args([
+            "--port",
+            &self.port.to_string(),
+            "--bind",
+            "127.0.0.1",
+            "--save",
+            "",
+        ])
+        .args(["--appendonly", "no", "--daemonize", "no", "--dir"])
+        .arg(self.dir.path())
+        .args(["--logfile", "redis.log"])
+        .args(&self.extra)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null());
         if let Some(pw) = &self.password {
             cmd.args(["--requirepass", pw]);
         }
@@ -119,7 +133,10 @@ impl RedisMaster {
 
     /// A blocking PING, for start-up: true once the master answers.
     fn ping(&self) -> bool {
-        let Ok(mut conn) = self.client().get_connection_with_timeout(Duration::from_millis(200)) else {
+        let Ok(mut conn) = self
+            .client()
+            .get_connection_with_timeout(Duration::from_millis(200))
+        else {
             return false;
         };
         redis::cmd("PING").query::<String>(&mut conn).is_ok()
@@ -152,7 +169,11 @@ impl RedisMaster {
     /// is off, so its locks, fencing counter and marker are gone.
     pub fn restart_empty(&mut self) {
         self.stop();
-        assert!(self.spawn(), "redis-server did not come back on port {}", self.port);
+        assert!(
+            self.spawn(),
+            "redis-server did not come back on port {}",
+            self.port
+        );
     }
 
     pub fn stop(&mut self) {

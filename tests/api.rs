@@ -1,0 +1,531 @@
+//! The HTTP contract against three real redis-server masters: every row of the locks
+//! table, every error code, and the promises that hold while all masters are healthy.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::{RedisMaster, TestApp, config, masters, wait_for};
+use serde_json::json;
+
+async fn app3() -> (Vec<RedisMaster>, TestApp) {
+    let ms = masters(3);
+    let app = TestApp::spawn(config(&ms.iter().collect::<Vec<_>>())).await;
+    (ms, app)
+}
+
+#[tokio::test]
+async fn grant_renew_check_inspect_list_revoke() {
+    let (_ms, app) = app3().await;
+    let resp = app
+        .http
+        .post(app.url("/locks/nightly-report"))
+        .json(&json!({"ttl_ms": 60000, "owner": "worker-1"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 201);
+    let location = resp.headers()["location"].to_str().unwrap().to_owned();
+    let lease: serde_json::Value = resp.json().await.unwrap();
+    let id = lease["lease_id"].as_str().unwrap().to_owned();
+    assert_eq!(location, format!("/locks/nightly-report/leases/{id}"));
+    assert_eq!(lease["name"], "nightly-report");
+    assert_eq!(lease["ttl_ms"], 60000);
+    assert_eq!(lease["owner"], "worker-1");
+    let token = lease["fencing_token"].as_u64().unwrap();
+    assert!(token >= 1);
+    let validity = lease["validity_ms"].as_u64().unwrap();
+    assert!(
+        validity < 60000 - 600 && validity > 50000,
+        "validity {validity}"
+    );
+    assert!(lease["expires_at"].as_str().unwrap().ends_with('Z'));
+    assert_eq!(id.len(), 22);
+
+    let (status, renewed) = app
+        .renew("nightly-report", &id, json!({"ttl_ms": 90000}))
+        .await;
+    assert_eq!(status, 200, "{renewed}");
+    assert_eq!(renewed["lease_id"], id.as_str());
+    assert_eq!(renewed["fencing_token"], token);
+    assert_eq!(renewed["ttl_ms"], 90000);
+
+    let (status, checked) = app.check("nightly-report", &id).await;
+    assert_eq!(status, 200, "{checked}");
+    assert_eq!(checked["fencing_token"], token);
+    let remaining = checked["ttl_remaining_ms"].as_u64().unwrap();
+    assert!(
+        remaining > 80000 && remaining <= 90000,
+        "remaining {remaining}"
+    );
+
+    let (status, inspected) = app.inspect("nightly-report").await;
+    assert_eq!(status, 200);
+    assert_eq!(inspected["held"], true);
+    assert_eq!(inspected["fencing_token"], token);
+    assert_eq!(inspected["owner"], "worker-1");
+    assert!(
+        !inspected.to_string().contains(&id),
+        "inspect never shows the lease id"
+    );
+
+    let (status, listed) = app.get("/locks?prefix=nightly").await;
+    assert_eq!(status, 200);
+    assert_eq!(listed["locks"][0]["name"], "nightly-report");
+    assert_eq!(listed["locks"][0]["fencing_token"], token);
+    assert!(!listed.to_string().contains(&id));
+
+    let (status, _) = app.revoke("nightly-report", &id).await;
+    assert_eq!(status, 204);
+    let (_, inspected) = app.inspect("nightly-report").await;
+    assert_eq!(inspected, json!({"name": "nightly-report", "held": false}));
+    let (status, body) = app.check("nightly-report", &id).await;
+    assert_eq!(
+        (status, body["error"].as_str()),
+        (404, Some("lease_not_found"))
+    );
+    let (status, body) = app.revoke("nightly-report", &id).await;
+    assert_eq!(
+        (status, body["error"].as_str()),
+        (404, Some("lease_not_found"))
+    );
+    let (status, body) = app.renew("nightly-report", &id, json!({})).await;
+    assert_eq!(
+        (status, body["error"].as_str()),
+        (404, Some("lease_not_found"))
+    );
+}
+
+#[tokio::test]
+async fn fields_may_be_query_parameters_and_bodies_may_be_empty() {
+    let (_ms, app) = app3().await;
+    let resp = app
+        .http
+        .post(app.url("/locks/q?ttl_ms=5000&owner=curl-user"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 201);
+    let lease: serde_json::Value = resp.json().await.unwrap();
+    assert_eq!(
+        (lease["ttl_ms"].as_u64(), lease["owner"].as_str()),
+        (Some(5000), Some("curl-user"))
+    );
+    let id = lease["lease_id"].as_str().unwrap();
+    let resp = app
+        .http
+        .put(app.url(&format!("/locks/q/leases/{id}?ttl_ms=7000")))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 200);
+    let renewed: serde_json::Value = resp.json().await.unwrap();
+    assert_eq!(renewed["ttl_ms"], 7000);
+
+    // No body, no query: the configured default TTL.
+    let (status, lease) = app.grant("defaults", json!({})).await;
+    assert_eq!((status, lease["ttl_ms"].as_u64()), (201, Some(30000)));
+    assert!(lease.get("owner").is_none());
+}
+
+#[tokio::test]
+async fn bad_input_is_a_clear_400_with_the_error_body() {
+    let (_ms, app) = app3().await;
+    let long = "x".repeat(257);
+    let cases: Vec<(&str, String, serde_json::Value)> = vec![
+        ("bad name", "/locks/a%20b".into(), json!({})),
+        ("long name", format!("/locks/{long}"), json!({})),
+        ("slash", "/locks/a%2Fb".into(), json!({})),
+        ("ttl too small", "/locks/a".into(), json!({"ttl_ms": 99})),
+        (
+            "ttl too large",
+            "/locks/a".into(),
+            json!({"ttl_ms": 3_600_001}),
+        ),
+        (
+            "wait too long",
+            "/locks/a".into(),
+            json!({"wait_ms": 60_001}),
+        ),
+        ("negative ttl", "/locks/a".into(), json!({"ttl_ms": -5})),
+        ("typo", "/locks/a".into(), json!({"tll_ms": 5000})),
+        (
+            "owner too long",
+            "/locks/a".into(),
+            json!({"owner": "o".repeat(257)}),
+        ),
+        ("wrong type", "/locks/a".into(), json!({"owner": 5})),
+    ];
+    for (what, path, body) in cases {
+        let resp = app
+            .http
+            .post(app.url(&path))
+            .json(&body)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(resp.status(), 400, "{what}");
+        let err: serde_json::Value = resp.json().await.unwrap();
+        assert_eq!(err["error"], "invalid_request", "{what}");
+        assert!(!err["message"].as_str().unwrap().is_empty(), "{what}");
+    }
+    let resp = app
+        .http
+        .post(app.url("/locks/a"))
+        .body("{not json")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 400);
+    let resp = app
+        .http
+        .post(app.url("/locks/a"))
+        .body("x".repeat(64 * 1024))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 413);
+    let err: serde_json::Value = resp.json().await.unwrap();
+    assert_eq!(err["error"], "invalid_request");
+    let (status, err) = app.renew("a", "not%20an%20id", json!({})).await;
+    assert_eq!(
+        (status, err["error"].as_str()),
+        (400, Some("invalid_request"))
+    );
+    let (status, _) = app.get("/locks?limit=0").await;
+    assert_eq!(status, 400);
+    let (status, _) = app.get("/locks?prefix=a*").await;
+    assert_eq!(status, 400);
+    let (status, _) = app.get("/locks/a?unknown=1").await;
+    assert_eq!(status, 400);
+    // Nothing was granted by any of it.
+    let (_, listed) = app.get("/locks").await;
+    assert_eq!(listed["locks"], json!([]), "{listed}");
+}
+
+#[tokio::test]
+async fn a_held_lock_is_409_with_retry_after() {
+    let (_ms, app) = app3().await;
+    app.must_grant("busy", json!({"ttl_ms": 20000})).await;
+    let resp = app.http.post(app.url("/locks/busy")).send().await.unwrap();
+    assert_eq!(resp.status(), 409);
+    let retry = resp.headers()["retry-after"]
+        .to_str()
+        .unwrap()
+        .parse::<u64>()
+        .unwrap();
+    assert!((19..=20).contains(&retry), "Retry-After {retry}");
+    let body: serde_json::Value = resp.json().await.unwrap();
+    assert_eq!(body["error"], "lock_held");
+    let after = body["retry_after_ms"].as_u64().unwrap();
+    assert!(after > 18000 && after <= 20000, "retry_after_ms {after}");
+}
+
+#[tokio::test]
+async fn racing_grants_have_exactly_one_winner() {
+    let (_ms, app) = app3().await;
+    for round in 0..5 {
+        let name = format!("race-{round}");
+        let grants = (0..32).map(|_| app.grant(&name, json!({"ttl_ms": 10000})));
+        let results = futures::future::join_all(grants).await;
+        let winners = results.iter().filter(|(s, _)| *s == 201).count();
+        let losers = results.iter().filter(|(s, _)| *s == 409).count();
+        assert_eq!((winners, losers), (1, 31), "round {round}: {results:?}");
+    }
+}
+
+#[tokio::test]
+async fn expiry_frees_the_lock_and_tokens_keep_rising() {
+    let (_ms, app) = app3().await;
+    let (_, first) = app.must_grant("short", json!({"ttl_ms": 200})).await;
+    let second = wait_for("the lock to expire", Duration::from_secs(5), async || {
+        let (status, lease) = app.grant("short", json!({"ttl_ms": 10000})).await;
+        (status == 201).then(|| lease["fencing_token"].as_u64().unwrap())
+    })
+    .await;
+    assert!(second > first);
+}
+
+#[tokio::test]
+async fn foreign_and_stale_leases_can_neither_renew_nor_revoke() {
+    let (_ms, app) = app3().await;
+    let (mine, token) = app.must_grant("mine", json!({"ttl_ms": 30000})).await;
+    let (other, _) = app.must_grant("other", json!({})).await;
+    // Another lock's lease, a made-up id, and a lease for the right lock but revoked.
+    for foreign in [other.as_str(), "AAAAAAAAAAAAAAAAAAAAAA"] {
+        let (status, _) = app.renew("mine", foreign, json!({})).await;
+        assert_eq!(status, 404);
+        let (status, _) = app.revoke("mine", foreign).await;
+        assert_eq!(status, 404);
+        let (status, _) = app.check("mine", foreign).await;
+        assert_eq!(status, 404);
+    }
+    let (status, lease) = app.check("mine", &mine).await;
+    assert_eq!(
+        (status, lease["fencing_token"].as_u64()),
+        (200, Some(token))
+    );
+
+    app.revoke("mine", &mine).await;
+    let (next, _) = app.must_grant("mine", json!({})).await;
+    let (status, _) = app.renew("mine", &mine, json!({})).await;
+    assert_eq!(
+        status, 404,
+        "the stale lease cannot renew the new holder's lock"
+    );
+    let (status, _) = app.revoke("mine", &mine).await;
+    assert_eq!(status, 404);
+    let (status, _) = app.check("mine", &next).await;
+    assert_eq!(status, 200, "the new holder is untouched");
+}
+
+#[tokio::test]
+async fn tokens_rise_across_revoke_expiry_and_a_restart_of_redlockd() {
+    let ms = masters(3);
+    let refs: Vec<&RedisMaster> = ms.iter().collect();
+    let app = TestApp::spawn(config(&refs)).await;
+    let mut tokens = Vec::new();
+    let (id, t) = app.must_grant("t", json!({})).await;
+    tokens.push(t);
+    app.revoke("t", &id).await;
+    let (_, t) = app.must_grant("t", json!({"ttl_ms": 150})).await;
+    tokens.push(t);
+    let t = wait_for("expiry", Duration::from_secs(5), async || {
+        let (status, lease) = app.grant("t", json!({"ttl_ms": 1000})).await;
+        (status == 201).then(|| lease["fencing_token"].as_u64().unwrap())
+    })
+    .await;
+    tokens.push(t);
+    // A token for another name moves the shared counter; this name's tokens still rise.
+    app.must_grant("unrelated", json!({})).await;
+    app.stop().await;
+
+    let app = TestApp::spawn(config(&refs)).await;
+    let (_, inspected) = app.inspect("t").await;
+    assert_eq!(
+        inspected["fencing_token"].as_u64(),
+        Some(t),
+        "the new process sees the holder"
+    );
+    let t = wait_for(
+        "the lock, after the restart",
+        Duration::from_secs(10),
+        async || {
+            let (status, lease) = app.grant("t", json!({"wait_ms": 1000})).await;
+            (status == 201).then(|| lease["fencing_token"].as_u64().unwrap())
+        },
+    )
+    .await;
+    tokens.push(t);
+    assert!(tokens.windows(2).all(|w| w[0] < w[1]), "{tokens:?}");
+}
+
+#[tokio::test]
+async fn a_waiter_is_woken_by_a_revoke_not_by_the_ttl() {
+    let (_ms, app) = app3().await;
+    let (holder, token) = app.must_grant("queue", json!({"ttl_ms": 30000})).await;
+    let waiter = {
+        let app_http = app.http.clone();
+        let url = app.url("/locks/queue");
+        tokio::spawn(async move {
+            let resp = app_http
+                .post(url)
+                .json(&json!({"wait_ms": 20000}))
+                .send()
+                .await
+                .unwrap();
+            (
+                resp.status().as_u16(),
+                resp.json::<serde_json::Value>().await.unwrap(),
+                Instant::now(),
+            )
+        })
+    };
+    // Wait until the waiter is really waiting: the contention counter moves when it first
+    // finds the lock held.
+    wait_for(
+        "the waiter to find the lock held",
+        Duration::from_secs(5),
+        async || {
+            app.text("/metrics")
+                .await
+                .contains(r#"redlockd_contention_total{lock_class="queue"} 1"#)
+                .then_some(())
+        },
+    )
+    .await;
+    let revoked_at = Instant::now();
+    let (status, _) = app.revoke("queue", &holder).await;
+    assert_eq!(status, 204);
+    let (status, lease, got_at) = waiter.await.unwrap();
+    assert_eq!(status, 201, "{lease}");
+    assert!(lease["fencing_token"].as_u64().unwrap() > token);
+    let woken_after = got_at.duration_since(revoked_at);
+    eprintln!("waiter granted {woken_after:?} after the revoke was sent");
+    assert!(
+        woken_after < Duration::from_secs(5),
+        "woken by the revoke, not the 30 s TTL"
+    );
+}
+
+#[tokio::test]
+async fn waiters_in_another_replica_are_woken_through_redis() {
+    let ms = masters(3);
+    let refs: Vec<&RedisMaster> = ms.iter().collect();
+    let a = TestApp::spawn(config(&refs)).await;
+    let b = TestApp::spawn(config(&refs)).await;
+    let (holder, _) = a.must_grant("shared", json!({"ttl_ms": 30000})).await;
+    let waiter = {
+        let http = b.http.clone();
+        let url = b.url("/locks/shared");
+        tokio::spawn(async move {
+            let resp = http
+                .post(url)
+                .json(&json!({"wait_ms": 20000}))
+                .send()
+                .await
+                .unwrap();
+            resp.status().as_u16()
+        })
+    };
+    wait_for(
+        "the waiter in replica b",
+        Duration::from_secs(5),
+        async || {
+            b.text("/metrics")
+                .await
+                .contains(r#"redlockd_contention_total{lock_class="shared"} 1"#)
+                .then_some(())
+        },
+    )
+    .await;
+    let revoked_at = Instant::now();
+    assert_eq!(a.revoke("shared", &holder).await.0, 204);
+    assert_eq!(waiter.await.unwrap(), 201);
+    let woken_after = revoked_at.elapsed();
+    eprintln!("replica b's waiter granted {woken_after:?} after replica a revoked");
+    assert!(woken_after < Duration::from_secs(5));
+}
+
+#[tokio::test]
+async fn waiters_are_served_first_come_first_served() {
+    let (_ms, app) = app3().await;
+    let (mut holder, _) = app.must_grant("fifo", json!({"ttl_ms": 30000})).await;
+    let mut waiters = Vec::new();
+    for i in 0..3 {
+        let http = app.http.clone();
+        let url = app.url("/locks/fifo");
+        waiters.push(tokio::spawn(async move {
+            let resp = http
+                .post(url)
+                .json(&json!({"wait_ms": 20000, "owner": format!("w{i}"), "ttl_ms": 30000}))
+                .send()
+                .await
+                .unwrap();
+            resp.json::<serde_json::Value>().await.unwrap()
+        }));
+        // Each waiter must be in line before the next arrives: it is once the contention
+        // counter has counted it.
+        let expected = format!(
+            r#"redlockd_contention_total{{lock_class="fifo"}} {}"#,
+            i + 1
+        );
+        wait_for("the waiter to queue", Duration::from_secs(5), async || {
+            app.text("/metrics").await.contains(&expected).then_some(())
+        })
+        .await;
+    }
+    for (i, waiter) in waiters.into_iter().enumerate() {
+        assert_eq!(app.revoke("fifo", &holder).await.0, 204);
+        let lease = waiter.await.unwrap();
+        assert_eq!(lease["owner"], format!("w{i}"), "served in arrival order");
+        holder = lease["lease_id"].as_str().unwrap().to_owned();
+    }
+}
+
+#[tokio::test]
+async fn a_waiter_gives_up_with_409_when_wait_ms_runs_out() {
+    let (_ms, app) = app3().await;
+    app.must_grant("long", json!({"ttl_ms": 30000})).await;
+    let started = Instant::now();
+    let (status, body) = app.grant("long", json!({"wait_ms": 300})).await;
+    assert_eq!((status, body["error"].as_str()), (409, Some("lock_held")));
+    assert!(started.elapsed() >= Duration::from_millis(300));
+    assert!(body["retry_after_ms"].as_u64().unwrap() > 20000);
+}
+
+#[tokio::test]
+async fn a_waiter_whose_client_leaves_takes_no_lock() {
+    let (_ms, app) = app3().await;
+    let (holder, _) = app.must_grant("gone", json!({"ttl_ms": 30000})).await;
+    let impatient = reqwest::Client::builder()
+        .timeout(Duration::from_millis(300))
+        .build()
+        .unwrap();
+    let result = impatient
+        .post(app.url("/locks/gone"))
+        .json(&json!({"wait_ms": 20000, "owner": "left"}))
+        .send()
+        .await;
+    assert!(result.is_err(), "the client gave up");
+    app.revoke("gone", &holder).await;
+    let (status, lease) = app.grant("gone", json!({"owner": "stayed"})).await;
+    assert_eq!(
+        status, 201,
+        "nobody took the lock on behalf of the client that left: {lease}"
+    );
+    let (_, inspected) = app.inspect("gone").await;
+    assert_eq!(inspected["owner"], "stayed");
+}
+
+#[tokio::test]
+async fn list_filters_by_prefix_and_limit() {
+    let (_ms, app) = app3().await;
+    for name in ["job:b", "job:a", "job:c", "mail:1"] {
+        app.must_grant(name, json!({"owner": name})).await;
+    }
+    let (_, listed) = app.get("/locks?prefix=job:&limit=2").await;
+    let names: Vec<&str> = listed["locks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|l| l["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["job:a", "job:b"]);
+    let (_, all) = app.get("/locks").await;
+    assert_eq!(all["locks"].as_array().unwrap().len(), 4);
+    assert_eq!(all["locks"][0]["owner"], "job:a");
+}
+
+#[tokio::test]
+async fn operations_endpoints() {
+    let (ms, app) = app3().await;
+    let (status, health) = app.get("/healthz").await;
+    assert_eq!((status, health["status"].as_str()), (200, Some("ok")));
+    let (status, ready) = app.get("/readyz").await;
+    assert_eq!(status, 200, "{ready}");
+    assert_eq!(ready["backend"], "redis");
+    let addresses: Vec<&str> = ready["masters"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["address"].as_str().unwrap())
+        .collect();
+    for m in &ms {
+        assert!(
+            addresses.contains(&format!("redis://127.0.0.1:{}", m.port).as_str()),
+            "{addresses:?}"
+        );
+    }
+    assert!(
+        ready["masters"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|m| m["up"] == true && m["voting"] == true)
+    );
+    let (status, err) = app.get("/no/such/route").await;
+    assert_eq!((status, err["error"].as_str()), (404, Some("not_found")));
+    let resp = app.http.patch(app.url("/locks/a")).send().await.unwrap();
+    assert_eq!(resp.status(), 405);
+}
