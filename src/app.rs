@@ -75,10 +75,11 @@ impl App {
         let waiters = Waiters::new();
         for node in &nodes {
             let waiters = waiters.clone();
-            node.listen_for_releases(
-                Arc::new(move |name| waiters.released(name)),
-                shutdown.child_token(),
-            );
+            let listener = Arc::new(move |name: Option<&str>| match name {
+                Some(name) => waiters.released(name),
+                None => waiters.released_any(),
+            });
+            node.listen_for_releases(listener, shutdown.child_token());
         }
         let service = LeaseService::new(engine, waiters, metrics.clone());
 

@@ -72,6 +72,13 @@ impl Waiters {
         }
     }
 
+    /// Releases may have been missed: wake every waiter to look again.
+    pub fn released_any(&self) {
+        for queue in self.names().values() {
+            queue.events.send_modify(|v| *v = v.wrapping_add(1));
+        }
+    }
+
     /// How many names have waiters: zero when everyone has left.
     pub fn names_waited_on(&self) -> usize {
         self.names().len()

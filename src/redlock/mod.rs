@@ -198,12 +198,12 @@ impl Redlock {
             Some(GrantOutcome::Won { token, confirmed }) => (token, confirmed),
             Some(GrantOutcome::Held { retry_after }) => {
                 drop(stragglers);
-                self.release_everywhere(&name, &lease).await;
+                self.abandon(&name, &lease, ttl).await;
                 return Err(EngineError::Held { retry_after });
             }
             Some(GrantOutcome::Unavailable) | None => {
                 drop(stragglers);
-                self.release_everywhere(&name, &lease).await;
+                self.abandon(&name, &lease, ttl).await;
                 return Err(EngineError::Unavailable(
                     "fewer than a majority of masters granted the lock".into(),
                 ));
@@ -212,7 +212,7 @@ impl Redlock {
 
         let q = quorum::majority(self.nodes.len());
         if confirmed < q && !self.confirm(&name, &lease, token).await {
-            self.release_everywhere(&name, &lease).await;
+            self.abandon(&name, &lease, ttl).await;
             return Err(EngineError::Unavailable(
                 "could not record the fencing token on a majority of masters".into(),
             ));
@@ -221,7 +221,7 @@ impl Redlock {
 
         let elapsed = started.elapsed();
         let Some(validity) = quorum::validity(ttl, elapsed, self.config.drift_factor) else {
-            self.release_everywhere(&name, &lease).await;
+            self.abandon(&name, &lease, ttl).await;
             return Err(EngineError::Unavailable(format!(
                 "the masters took {} ms, leaving no validity of a {} ms TTL",
                 elapsed.as_millis(),
@@ -285,6 +285,42 @@ impl Redlock {
                 }
             }
         });
+    }
+
+    /// Undo a failed grant: release it everywhere now, and keep releasing on the masters
+    /// that did not answer. Such a master may still run the grant's acquire later: a paused
+    /// master runs its queued commands when it resumes, and a release sent over a new
+    /// connection may run before an acquire queued on the old one. So the release is
+    /// repeated until one is answered, once more after that (when the backlog has run),
+    /// and never past the grant's TTL, when the key expires by itself anyway.
+    async fn abandon(&self, name: &Arc<str>, lease: &Arc<str>, ttl: Duration) {
+        let replies = self.release_everywhere(name, lease).await;
+        let give_up = Instant::now() + ttl;
+        for (node, reply) in self.nodes.iter().zip(replies) {
+            if !matches!(reply, Err(ref e) if *e != NodeError::Amnesic) {
+                continue;
+            }
+            let (node, name, lease) = (node.clone(), name.clone(), lease.clone());
+            let limit = self.config.master_timeout;
+            tokio::spawn(async move {
+                let mut backoff = Duration::from_millis(50);
+                let mut answered = false;
+                while Instant::now() + backoff < give_up {
+                    tokio::time::sleep(backoff).await;
+                    if let Ok(Ok(_)) =
+                        tokio::time::timeout(limit, node.release(&name, &lease)).await
+                    {
+                        if answered {
+                            return;
+                        }
+                        answered = true;
+                        backoff = Duration::from_millis(100);
+                    } else {
+                        backoff = (backoff * 2).min(Duration::from_secs(1));
+                    }
+                }
+            });
+        }
     }
 
     /// Delete `lease` from every master, waiting at most one master timeout. Used when a

@@ -83,8 +83,10 @@ impl NodeError {
 pub type NodeResult<T> = Result<T, NodeError>;
 
 /// Called with a lock name whenever a master announces that the lock was released, so
-/// that waiting grants in every redlockd replica wake at once.
-pub type ReleaseListener = Arc<dyn Fn(&str) + Send + Sync>;
+/// that waiting grants in every redlockd replica wake at once; called with `None` when
+/// announcements may have been missed (the subscription was re-established), so that
+/// every waiter looks again.
+pub type ReleaseListener = Arc<dyn Fn(Option<&str>) + Send + Sync>;
 
 /// One independent master. Each method is a single atomic step on that master; the engine
 /// bounds every call with the master timeout, so implementations need not.

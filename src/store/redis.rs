@@ -409,14 +409,17 @@ impl LockNode for RedisNode {
         let address = self.address.clone();
         tokio::spawn(async move {
             let mut backoff = Duration::from_millis(100);
+            let mut first = true;
             loop {
-                let session = subscribe_and_forward(&client, &channel, &listener);
+                let session = subscribe_and_forward(&client, &channel, &listener, first);
                 tokio::select! {
                     _ = shutdown.cancelled() => return,
-                    outcome = session => {
-                        if let Err(e) = outcome {
-                            tracing::debug!(master = %address, error = %e, "release subscription lost; reconnecting");
+                    subscribed = session => {
+                        match subscribed {
+                            Ok(()) => backoff = Duration::from_millis(100),
+                            Err(e) => tracing::debug!(master = %address, error = %e, "release subscription lost; reconnecting"),
                         }
+                        first = false;
                     }
                 }
                 tokio::select! {
@@ -429,24 +432,50 @@ impl LockNode for RedisNode {
     }
 }
 
+/// How often the release subscription is pinged. A subscription whose connection the
+/// server closed does not end on its own; a failed ping is how it is noticed.
+const SUBSCRIPTION_PING: Duration = Duration::from_secs(1);
+
 /// Subscribe to the release channel and hand every message to `listener` until the
-/// connection ends.
+/// connection fails. After a re-subscription, releases may have been missed meanwhile:
+/// every waiter is told to look again.
 async fn subscribe_and_forward(
     client: &redis::Client,
     channel: &str,
     listener: &ReleaseListener,
+    first: bool,
 ) -> Result<(), redis::RedisError> {
-    let mut pubsub = tokio::time::timeout(Duration::from_secs(2), client.get_async_pubsub())
+    let timed_out =
+        || redis::RedisError::from((redis::ErrorKind::Io, "release subscription timed out"));
+    let pubsub = tokio::time::timeout(Duration::from_secs(2), client.get_async_pubsub())
         .await
-        .map_err(|_| redis::RedisError::from((redis::ErrorKind::Io, "subscribe timed out")))??;
-    pubsub.subscribe(channel).await?;
-    let mut messages = pubsub.on_message();
-    while let Some(msg) = messages.next().await {
-        if let Ok(name) = msg.get_payload::<String>() {
-            listener(&name);
+        .map_err(|_| timed_out())??;
+    let (mut sink, mut messages) = pubsub.split();
+    tokio::time::timeout(Duration::from_secs(2), sink.subscribe(channel))
+        .await
+        .map_err(|_| timed_out())??;
+    if !first {
+        listener(None);
+    }
+    let mut ping = tokio::time::interval(SUBSCRIPTION_PING);
+    ping.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            msg = messages.next() => match msg {
+                Some(msg) => {
+                    if let Ok(name) = msg.get_payload::<String>() {
+                        listener(Some(&name));
+                    }
+                }
+                None => return Ok(()),
+            },
+            _ = ping.tick() => {
+                tokio::time::timeout(Duration::from_secs(2), sink.ping::<Value>())
+                    .await
+                    .map_err(|_| timed_out())??;
+            }
         }
     }
-    Ok(())
 }
 
 #[cfg(test)]

@@ -176,6 +176,17 @@ impl RedisMaster {
         );
     }
 
+    /// Start a stopped master again on the same port and directory: with persistence on,
+    /// it comes back with its data.
+    pub fn start_again(&mut self) {
+        assert!(self.child.is_none(), "still running");
+        assert!(
+            self.spawn(),
+            "redis-server did not come back on port {}",
+            self.port
+        );
+    }
+
     pub fn stop(&mut self) {
         if let Some(mut child) = self.child.take() {
             let _ = child.kill();

@@ -1,0 +1,224 @@
+//! Faults on real masters: paused (SIGSTOP), killed, restarted with and without their
+//! data, connections dropped. Waits poll a condition with a deadline.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::{RedisMaster, TestApp, config, masters, wait_for};
+use serde_json::{Value, json};
+
+async fn readiness(app: &TestApp) -> (u16, Value) {
+    app.get("/readyz").await
+}
+
+fn master<'a>(ready: &'a Value, m: &RedisMaster) -> &'a Value {
+    let address = format!("redis://127.0.0.1:{}", m.port);
+    ready["masters"]
+        .as_array()
+        .expect("masters")
+        .iter()
+        .find(|x| x["address"] == address.as_str())
+        .expect("master listed")
+}
+
+#[tokio::test]
+async fn one_paused_master_is_tolerated_two_are_503() {
+    let ms = masters(3);
+    let app = TestApp::spawn(config(&ms.iter().collect::<Vec<_>>())).await;
+    let (id, token) = app.must_grant("p", json!({"ttl_ms": 30000})).await;
+
+    ms[2].pause();
+    let started = Instant::now();
+    let (status, lease) = app.grant("p1", json!({"ttl_ms": 30000})).await;
+    eprintln!("grant with one master paused took {:?}", started.elapsed());
+    assert_eq!(status, 201, "{lease}");
+    assert_eq!(app.renew("p", &id, json!({})).await.0, 200);
+    assert_eq!(app.check("p", &id).await.0, 200);
+
+    ms[1].pause();
+    let (status, body) = app.grant("p2", json!({})).await;
+    assert_eq!(
+        (status, body["error"].as_str()),
+        (503, Some("quorum_unavailable")),
+        "{body}"
+    );
+    let (status, body) = app.renew("p", &id, json!({})).await;
+    assert_eq!(
+        (status, body["error"].as_str()),
+        (503, Some("quorum_unavailable"))
+    );
+    wait_for("readyz to fail", Duration::from_secs(5), async || {
+        (readiness(&app).await.0 == 503).then_some(())
+    })
+    .await;
+
+    ms[1].resume();
+    ms[2].resume();
+    // The paused masters now run the commands queued for them, the failed grant's
+    // release among them; the lease that was renewed on a majority is intact.
+    wait_for("readyz to recover", Duration::from_secs(5), async || {
+        (readiness(&app).await.0 == 200).then_some(())
+    })
+    .await;
+    let (status, checked) = app.check("p", &id).await;
+    assert_eq!(
+        (status, checked["fencing_token"].as_u64()),
+        (200, Some(token))
+    );
+    let (status, _) = app.grant("p2", json!({})).await;
+    assert_eq!(status, 201, "the failed grant left nothing behind");
+}
+
+#[tokio::test]
+async fn tokens_rise_when_real_masters_counters_diverge() {
+    // Persistent masters: a killed master refuses connections (nothing queues for it) and
+    // comes back with its data, so its counter really falls behind the others'.
+    let persistent = ["--appendonly", "yes", "--appendfsync", "always"];
+    let mut ms: Vec<RedisMaster> = (0..3)
+        .map(|_| RedisMaster::start_with(None, &persistent))
+        .collect();
+    let app = TestApp::spawn(config(&ms.iter().collect::<Vec<_>>())).await;
+    let fence = async |m: &RedisMaster| {
+        m.cmd::<Option<u64>>(&["GET", "redlockd:fence"])
+            .await
+            .unwrap()
+            .unwrap_or(0)
+    };
+    let voting = async |app: &TestApp, m: &RedisMaster| {
+        let (_, ready) = readiness(app).await;
+        master(&ready, m)["voting"] == true
+    };
+
+    ms[2].stop();
+    let mut last = 0;
+    for i in 0..10 {
+        let (id, token) = app
+            .must_grant("d", json!({"owner": format!("ab{i}")}))
+            .await;
+        assert!(token > last);
+        last = token;
+        assert_eq!(app.revoke("d", &id).await.0, 204);
+    }
+
+    ms[2].start_again();
+    wait_for(
+        "C to vote again (it kept its marker)",
+        Duration::from_secs(10),
+        async || voting(&app, &ms[2]).await.then_some(()),
+    )
+    .await;
+    assert!(
+        fence(&ms[2]).await < fence(&ms[0]).await,
+        "the counters diverged"
+    );
+    ms[1].stop();
+    let (id, token) = app.must_grant("d", json!({"owner": "ac"})).await;
+    assert!(token > last);
+    last = token;
+    assert_eq!(
+        fence(&ms[2]).await,
+        token,
+        "the chosen token was written back to C"
+    );
+    assert_eq!(app.revoke("d", &id).await.0, 204);
+
+    ms[1].start_again();
+    wait_for("B to vote again", Duration::from_secs(10), async || {
+        voting(&app, &ms[1]).await.then_some(())
+    })
+    .await;
+    ms[0].stop();
+    let (_, token) = app.must_grant("d", json!({"owner": "bc"})).await;
+    assert!(token > last, "token {token} must exceed {last}");
+}
+
+#[tokio::test]
+async fn a_master_that_restarts_empty_is_quarantined_for_the_largest_ttl() {
+    let mut ms = masters(3);
+    let mut cfg = config(&ms.iter().collect::<Vec<_>>());
+    cfg.max_ttl_ms = 2000;
+    cfg.default_ttl_ms = 1000;
+    let app = TestApp::spawn(cfg).await;
+    let (_, first) = app.must_grant("q", json!({"ttl_ms": 2000})).await;
+
+    ms[2].restart_empty();
+    let until = wait_for("C to be quarantined", Duration::from_secs(5), async || {
+        let (_, ready) = readiness(&app).await;
+        master(&ready, &ms[2])["quarantined_until"]
+            .as_str()
+            .map(str::to_owned)
+    })
+    .await;
+    eprintln!("quarantined until {until}");
+    let (status, ready) = readiness(&app).await;
+    assert_eq!(status, 200, "A and B are a majority: {ready}");
+    assert_eq!(master(&ready, &ms[2])["voting"], false);
+
+    let (id, second) = app.must_grant("q2", json!({})).await;
+    assert!(second > first);
+    app.revoke("q2", &id).await;
+
+    let restored_after = Instant::now();
+    wait_for("C to vote again", Duration::from_secs(10), async || {
+        let (_, ready) = readiness(&app).await;
+        (master(&ready, &ms[2])["voting"] == true).then_some(())
+    })
+    .await;
+    eprintln!(
+        "C voted again {:?} after the quarantine was seen",
+        restored_after.elapsed()
+    );
+    let fence: u64 = ms[2].cmd(&["GET", "redlockd:fence"]).await.unwrap();
+    assert!(
+        fence >= second,
+        "C's counter {fence} was raised to at least {second}"
+    );
+
+    // C votes: with A gone, B and C grant, and tokens keep rising.
+    ms[0].stop();
+    let (_, third) = app.must_grant("q3", json!({})).await;
+    assert!(third > second);
+}
+
+#[tokio::test]
+async fn a_master_that_drops_its_connections_is_reconnected() {
+    let ms = masters(3);
+    let app = TestApp::spawn(config(&ms.iter().collect::<Vec<_>>())).await;
+    app.must_grant("before", json!({})).await;
+    for m in &ms {
+        let _: redis::Value = m.cmd(&["CLIENT", "KILL", "TYPE", "normal"]).await.unwrap();
+        let _: redis::Value = m.cmd(&["CLIENT", "KILL", "TYPE", "pubsub"]).await.unwrap();
+    }
+    wait_for("grants to work again", Duration::from_secs(5), async || {
+        (app.grant("after", json!({})).await.0 == 201).then_some(())
+    })
+    .await;
+    // And the release subscription came back too: a waiter is woken by a revoke.
+    let (holder, _) = app.must_grant("sub", json!({"ttl_ms": 30000})).await;
+    let other = TestApp::spawn(config(&ms.iter().collect::<Vec<_>>())).await;
+    let started = Instant::now();
+    let waiter = tokio::spawn({
+        let http = app.http.clone();
+        let url = app.url("/locks/sub");
+        async move {
+            http.post(url)
+                .json(&json!({"wait_ms": 20000}))
+                .send()
+                .await
+                .unwrap()
+                .status()
+                .as_u16()
+        }
+    });
+    wait_for("the waiter to queue", Duration::from_secs(5), async || {
+        app.text("/metrics")
+            .await
+            .contains(r#"lock_class="sub"} 1"#)
+            .then_some(())
+    })
+    .await;
+    assert_eq!(other.revoke("sub", &holder).await.0, 204);
+    assert_eq!(waiter.await.unwrap(), 201);
+    assert!(started.elapsed() < Duration::from_secs(10));
+}
