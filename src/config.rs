@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use clap::{Args, CommandFactory, Parser, Subcommand};
+use clap::{Args, CommandFactory, Parser, Subcommand, ValueEnum};
 
 use crate::store::redis::redact;
 
@@ -102,10 +102,21 @@ pub struct Config {
     )]
     pub key_prefix: String,
 
+    /// Log format: `text` or `json` (default: text in a terminal, JSON otherwise). Levels
+    /// come from RUST_LOG (default `info`).
+    #[arg(long, env = "REDLOCKD_LOG_FORMAT", value_enum, global = true)]
+    pub log_format: Option<LogFormat>,
+
     /// Refuse to start with an even number of masters (an even count buys no extra fault
     /// tolerance over one master fewer).
     #[arg(long, env = "REDLOCKD_REQUIRE_ODD", global = true)]
     pub require_odd: bool,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum LogFormat {
+    Text,
+    Json,
 }
 
 /// The smallest TTL the contract accepts.
@@ -188,7 +199,7 @@ impl Config {
             }
             seen.push(shown);
         }
-        if self.require_odd && self.redis_urls.len() % 2 == 0 {
+        if self.require_odd && self.redis_urls.len().is_multiple_of(2) {
             return Err(bad(
                 "REDLOCKD_REDIS_URLS",
                 format!(

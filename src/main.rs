@@ -1,14 +1,23 @@
 //! The redlockd binary: parse the command line, start logging, build the app, and run it
 //! until ctrl-c or SIGTERM.
 
+use std::io::IsTerminal as _;
+
 use clap::Parser as _;
 use redlockd::app::App;
-use redlockd::config::{Cli, Command, explain_parse_error};
+use redlockd::config::{Cli, Command, LogFormat, explain_parse_error};
 
-fn init_logging() {
+fn init_logging(format: Option<LogFormat>) {
     use tracing_subscriber::EnvFilter;
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
-    tracing_subscriber::fmt().with_env_filter(filter).init();
+    let terminal = std::io::stderr().is_terminal();
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    match format.unwrap_or(if terminal { LogFormat::Text } else { LogFormat::Json }) {
+        LogFormat::Text => builder.with_ansi(terminal).init(),
+        LogFormat::Json => builder.json().flatten_event(true).init(),
+    }
 }
 
 async fn shutdown_signal() {
@@ -43,7 +52,7 @@ async fn main() -> std::process::ExitCode {
             err.exit();
         }
     };
-    init_logging();
+    init_logging(cli.config.log_format);
     match cli.command.unwrap_or(Command::Serve) {
         Command::Serve => {
             let result = async {

@@ -117,6 +117,7 @@ impl RedisMaster {
             std::thread::sleep(Duration::from_millis(10));
         }
         let _ = child.kill();
+        let _ = child.wait();
         false
     }
 
