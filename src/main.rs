@@ -14,7 +14,11 @@ fn init_logging(format: Option<LogFormat>) {
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr);
-    match format.unwrap_or(if terminal { LogFormat::Text } else { LogFormat::Json }) {
+    match format.unwrap_or(if terminal {
+        LogFormat::Text
+    } else {
+        LogFormat::Json
+    }) {
         LogFormat::Text => builder.with_ansi(terminal).init(),
         LogFormat::Json => builder.json().flatten_event(true).init(),
     }
