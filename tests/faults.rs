@@ -222,3 +222,17 @@ async fn a_master_that_drops_its_connections_is_reconnected() {
     assert_eq!(waiter.await.unwrap(), 201);
     assert!(started.elapsed() < Duration::from_secs(10));
 }
+
+#[tokio::test]
+async fn scripts_are_reloaded_after_a_script_flush() {
+    let ms = masters(3);
+    let app = TestApp::spawn(config(&ms.iter().collect::<Vec<_>>())).await;
+    let (id, _) = app.must_grant("s", json!({})).await;
+    for m in &ms {
+        let _: String = m.cmd(&["SCRIPT", "FLUSH"]).await.unwrap();
+    }
+    // EVALSHA now answers NOSCRIPT on every master; the node loads the script and retries.
+    assert_eq!(app.renew("s", &id, json!({})).await.0, 200);
+    assert_eq!(app.revoke("s", &id).await.0, 204);
+    app.must_grant("s", json!({})).await;
+}
