@@ -81,7 +81,7 @@ impl App {
             });
             node.listen_for_releases(listener, shutdown.child_token());
         }
-        let service = LeaseService::new(engine, waiters, metrics.clone());
+        let service = LeaseService::new(engine, waiters, metrics.clone(), shutdown.clone());
 
         let listener = TcpListener::bind(&config.listen)
             .await
@@ -102,24 +102,78 @@ impl App {
         self.listener.local_addr()
     }
 
-    /// Serve until `signal` completes, then stop accepting, let requests in flight finish,
-    /// and stop the background tasks. Leases stay held: they belong to their clients.
+    /// Serve until `signal` completes. Then `/readyz` fails and waiting grants answer 503
+    /// at once, the listener closes, and requests in flight get the grace period to
+    /// finish; then the background tasks stop and the master connections close. Leases
+    /// stay held: they belong to their clients, who renew or revoke them through another
+    /// replica, or let them expire.
     pub async fn run_until_stopped(
         self,
         signal: impl Future<Output = ()> + Send + 'static,
     ) -> anyhow::Result<()> {
         let shutdown = self.state.shutdown.clone();
+        let grace = self.state.config.shutdown_grace();
         let router = http::router(self.state);
         let stopping = shutdown.clone();
-        axum::serve(self.listener, router)
-            .with_graceful_shutdown(async move {
-                signal.await;
-                tracing::info!("shutting down: finishing requests in flight");
-                stopping.cancel();
-            })
-            .await
-            .context("serving HTTP")?;
+        let serve = axum::serve(self.listener, router).with_graceful_shutdown(async move {
+            signal.await;
+            tracing::info!(
+                grace_ms = grace.as_millis() as u64,
+                "shutting down: finishing requests in flight"
+            );
+            stopping.cancel();
+        });
+        let overdue = async {
+            shutdown.cancelled().await;
+            tokio::time::sleep(grace).await;
+        };
+        tokio::select! {
+            served = serve => served.context("serving HTTP")?,
+            () = overdue => tracing::warn!("grace period over; stopping with requests still in flight"),
+        }
         shutdown.cancel();
+        tracing::info!("stopped");
         Ok(())
     }
+}
+
+/// `redlockd healthcheck`: GET /healthz on the configured address (a wildcard address is
+/// asked on loopback) and succeed on 200. A hand-written request keeps an HTTP client out
+/// of the binary.
+pub async fn healthcheck(listen: &str) -> anyhow::Result<()> {
+    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+    let mut addr: SocketAddr = tokio::net::lookup_host(listen)
+        .await
+        .with_context(|| format!("REDLOCKD_LISTEN: cannot resolve {listen}"))?
+        .next()
+        .with_context(|| format!("REDLOCKD_LISTEN: {listen} resolves to nothing"))?;
+    if addr.ip().is_unspecified() {
+        addr.set_ip(if addr.is_ipv4() {
+            std::net::Ipv4Addr::LOCALHOST.into()
+        } else {
+            std::net::Ipv6Addr::LOCALHOST.into()
+        });
+    }
+    let check = async {
+        let mut stream = tokio::net::TcpStream::connect(addr).await?;
+        stream
+            .write_all(
+                format!("GET /healthz HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n")
+                    .as_bytes(),
+            )
+            .await?;
+        let mut head = [0u8; 12];
+        stream.read_exact(&mut head).await?;
+        anyhow::Ok(head)
+    };
+    let head = tokio::time::timeout(std::time::Duration::from_secs(3), check)
+        .await
+        .with_context(|| format!("no answer from {addr} within 3 s"))?
+        .with_context(|| format!("cannot reach {addr}"))?;
+    anyhow::ensure!(
+        head.starts_with(b"HTTP/1.1 200"),
+        "{addr}/healthz answered {}",
+        String::from_utf8_lossy(&head)
+    );
+    Ok(())
 }

@@ -25,6 +25,11 @@ pub struct Cli {
 pub enum Command {
     /// Serve the HTTP API (the default).
     Serve,
+    /// Print the OpenAPI document (as committed in openapi/openapi.json).
+    Openapi,
+    /// Exit 0 if the server at REDLOCKD_LISTEN answers /healthz, else 1 (for container
+    /// health checks).
+    Healthcheck,
 }
 
 #[derive(Debug, Clone, Args)]
@@ -106,6 +111,15 @@ pub struct Config {
     /// come from RUST_LOG (default `info`).
     #[arg(long, env = "REDLOCKD_LOG_FORMAT", value_enum, global = true)]
     pub log_format: Option<LogFormat>,
+
+    /// On SIGTERM or ctrl-c, how long requests in flight may take to finish, in ms.
+    #[arg(
+        long,
+        env = "REDLOCKD_SHUTDOWN_GRACE_MS",
+        default_value_t = 10_000,
+        global = true
+    )]
+    pub shutdown_grace_ms: u64,
 
     /// Refuse to start with an even number of masters (an even count buys no extra fault
     /// tolerance over one master fewer).
@@ -221,6 +235,10 @@ impl Config {
 
     pub fn max_wait(&self) -> Duration {
         Duration::from_millis(self.max_wait_ms)
+    }
+
+    pub fn shutdown_grace(&self) -> Duration {
+        Duration::from_millis(self.shutdown_grace_ms)
     }
 
     pub fn master_timeout(&self) -> Duration {

@@ -58,6 +58,18 @@ async fn main() -> std::process::ExitCode {
     };
     init_logging(cli.config.log_format);
     match cli.command.unwrap_or(Command::Serve) {
+        Command::Openapi => {
+            print!("{}", redlockd::http::openapi_json());
+        }
+        Command::Healthcheck => {
+            return match redlockd::app::healthcheck(&cli.config.listen).await {
+                Ok(()) => std::process::ExitCode::SUCCESS,
+                Err(e) => {
+                    eprintln!("redlockd healthcheck: {e:#}");
+                    std::process::ExitCode::FAILURE
+                }
+            };
+        }
         Command::Serve => {
             let result = async {
                 let app = App::build(cli.config).await?;

@@ -236,3 +236,154 @@ async fn redis_passwords_reach_no_log_line_and_no_readyz() {
         "{ready}"
     );
 }
+
+#[tokio::test]
+async fn access_logs_are_structured_and_never_carry_the_lease_id() {
+    let server = Server::start(&[("REDLOCKD_LOG_FORMAT", "json")]).await;
+    let http = reqwest::Client::new();
+    let lease: serde_json::Value = http
+        .post(format!("{}/locks/audit:1", server.base))
+        .header("x-request-id", "req-under-test")
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let id = lease["lease_id"].as_str().unwrap().to_owned();
+    let lease_url = format!("{}/locks/audit:1/leases/{id}", server.base);
+    assert_eq!(http.put(&lease_url).send().await.unwrap().status(), 200);
+    assert_eq!(http.get(&lease_url).send().await.unwrap().status(), 200);
+    assert_eq!(http.delete(&lease_url).send().await.unwrap().status(), 204);
+    assert_eq!(http.delete(&lease_url).send().await.unwrap().status(), 404);
+
+    let lines = wait_for("five access lines", Duration::from_secs(5), async || {
+        let access: Vec<serde_json::Value> = server
+            .logs()
+            .lines()
+            .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+            .filter(|l| l["target"] == "redlockd::access")
+            .filter(|l| l["route"].as_str().is_some_and(|r| r.starts_with("/locks")))
+            .collect();
+        (access.len() >= 5).then_some(access)
+    })
+    .await;
+    let grant = &lines[0];
+    assert_eq!(grant["request_id"], "req-under-test");
+    assert_eq!(grant["method"], "POST");
+    assert_eq!(grant["route"], "/locks/{name}");
+    assert_eq!(grant["lock"], "audit:1");
+    assert_eq!(grant["status"], 201);
+    assert_eq!(grant["outcome"], "ok");
+    assert!(grant["latency_ms"].as_f64().is_some());
+    let revoke_again = &lines[4];
+    assert_eq!(revoke_again["route"], "/locks/{name}/leases/{lease_id}");
+    assert_eq!(revoke_again["outcome"], "lease_not_found");
+    assert!(!server.logs().contains(&id), "the lease id reached the log");
+}
+
+fn sigterm(child: &Child) {
+    let ok = Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .unwrap()
+        .success();
+    assert!(ok);
+}
+
+#[tokio::test]
+async fn sigterm_lets_requests_in_flight_finish_and_leaves_leases_held() {
+    let ms: Vec<RedisMaster> = (0..3).map(|_| RedisMaster::start()).collect();
+    let urls: Vec<String> = ms.iter().map(RedisMaster::url).collect();
+    let mut server = Server::start(&[
+        ("REDLOCKD_REDIS_URLS", &urls.join(",")),
+        ("REDLOCKD_SHUTDOWN_GRACE_MS", "5000"),
+    ])
+    .await;
+    let http = reqwest::Client::new();
+    let held = http
+        .post(format!("{}/locks/drain", server.base))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(held.status(), 201);
+    let waiter = tokio::spawn({
+        let http = http.clone();
+        let url = format!("{}/locks/drain", server.base);
+        async move {
+            let resp = http
+                .post(url)
+                .json(&json!({"wait_ms": 30000}))
+                .send()
+                .await
+                .unwrap();
+            (
+                resp.status().as_u16(),
+                resp.json::<serde_json::Value>().await.unwrap(),
+            )
+        }
+    });
+    wait_for("the waiter to queue", Duration::from_secs(5), async || {
+        let metrics = http
+            .get(format!("{}/metrics", server.base))
+            .send()
+            .await
+            .ok()?
+            .text()
+            .await
+            .ok()?;
+        metrics
+            .contains(r#"redlockd_contention_total{lock_class="drain"} 1"#)
+            .then_some(())
+    })
+    .await;
+
+    let signalled = std::time::Instant::now();
+    sigterm(&server.child);
+    let (status, body) = waiter.await.unwrap();
+    assert_eq!(status, 503, "{body}");
+    assert_eq!(body["error"], "quorum_unavailable");
+    assert!(
+        body["message"].as_str().unwrap().contains("shutting down"),
+        "{body}"
+    );
+    let exit = wait_for("the process to exit", Duration::from_secs(8), async || {
+        server.child.try_wait().unwrap()
+    })
+    .await;
+    assert!(exit.success(), "exit status {exit:?}");
+    eprintln!("exited {:?} after SIGTERM", signalled.elapsed());
+    assert!(server.logs().contains("shutting down"));
+    // The lease belongs to its client: it is still held on the masters.
+    let held: u32 = ms[0].cmd(&["EXISTS", "redlockd:lock:drain"]).await.unwrap();
+    assert_eq!(held, 1);
+}
+
+#[tokio::test]
+async fn healthcheck_exits_zero_only_when_the_server_answers() {
+    let server = Server::start(&[]).await;
+    let listen = server.base.trim_start_matches("http://").to_owned();
+    let (code, stderr) = run_to_exit(&[("REDLOCKD_LISTEN", &listen)], &["healthcheck"]);
+    assert_eq!(code, 0, "{stderr}");
+    let wildcard = listen.replace("127.0.0.1", "0.0.0.0");
+    let (code, _) = run_to_exit(&[("REDLOCKD_LISTEN", &wildcard)], &["healthcheck"]);
+    assert_eq!(code, 0, "a wildcard address is asked on loopback");
+    drop(server);
+    let (code, stderr) = run_to_exit(&[("REDLOCKD_LISTEN", &listen)], &["healthcheck"]);
+    assert_eq!(code, 1);
+    assert!(stderr.contains("cannot reach"), "{stderr}");
+}
+
+#[test]
+fn openapi_subcommand_prints_the_document() {
+    let out = Command::new(BIN)
+        .arg("openapi")
+        .env_clear()
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    assert_eq!(
+        String::from_utf8(out.stdout).unwrap(),
+        redlockd::http::openapi_json()
+    );
+}

@@ -12,6 +12,7 @@ use axum::response::{IntoResponse, Response};
 
 use super::AppState;
 use super::error::{ApiError, ErrorBody};
+use super::middleware::Outcome;
 use super::types::{
     GrantRequest, Health, LeaseBody, ListQuery, LockEntry, LockList, LockStatus, NoFields,
     Readiness, RenewRequest, parse_fields,
@@ -54,7 +55,9 @@ fn finish<T: IntoResponse>(
     if let Err(ApiError::Unavailable(why)) = &result {
         tracing::warn!(op = op.as_str(), reason = %why, "request failed: quorum unavailable");
     }
-    result.into_response()
+    let mut response = result.into_response();
+    response.extensions_mut().insert(Outcome(outcome));
+    response
 }
 
 fn ttl(state: &AppState, ttl_ms: u64) -> Result<Duration, ApiError> {

@@ -6,6 +6,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use tokio::sync::oneshot;
+use tokio_util::sync::CancellationToken;
 
 use super::{FencingToken, LeaseId, LockName, NamePrefix, Owner, Waiters};
 use crate::metrics::Metrics;
@@ -50,15 +51,23 @@ pub struct LeaseService {
     /// Leases this process granted, with when each lapses unless renewed: the source of
     /// `redlockd_leases_active`.
     active: Mutex<HashMap<LeaseId, Instant>>,
+    /// Fires when the process begins to shut down: waiting grants stop waiting.
+    shutdown: CancellationToken,
 }
 
 impl LeaseService {
-    pub fn new(engine: Arc<Redlock>, waiters: Arc<Waiters>, metrics: Arc<Metrics>) -> Arc<Self> {
+    pub fn new(
+        engine: Arc<Redlock>,
+        waiters: Arc<Waiters>,
+        metrics: Arc<Metrics>,
+        shutdown: CancellationToken,
+    ) -> Arc<Self> {
         Arc::new(Self {
             engine,
             waiters,
             metrics,
             active: Mutex::new(HashMap::new()),
+            shutdown,
         })
     }
 
@@ -147,6 +156,11 @@ impl LeaseService {
             tokio::select! {
                 () = ticket.event() => {}
                 () = tokio::time::sleep_until(wake_at) => {}
+                () = self.shutdown.cancelled() => {
+                    return Err(EngineError::Unavailable(
+                        "redlockd is shutting down; retry the grant, on another replica if there is one".into(),
+                    ));
+                }
             }
         }
     }

@@ -83,8 +83,14 @@ impl Monitor {
         self.states[i].lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Record what one call to master `i` showed about its health.
+    /// Record what one call to master `i` (a step or a probe) showed about its health, in
+    /// `/readyz` and in the per-master metrics.
     pub(super) fn observe<T>(&self, i: usize, reply: &NodeResult<T>, took: Duration) {
+        let address = &self.addresses[i];
+        match reply {
+            Ok(_) => self.metrics.master_answered(address, took),
+            Err(e) => self.metrics.master_failed(address, e.kind()),
+        }
         let up = !matches!(reply, Err(NodeError::Timeout | NodeError::Connection(_)));
         {
             let mut state = self.state(i);

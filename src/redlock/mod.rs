@@ -78,7 +78,6 @@ const LIST_TIMEOUT_FLOOR: Duration = Duration::from_secs(1);
 pub struct Redlock {
     nodes: Vec<Arc<dyn LockNode>>,
     config: EngineConfig,
-    metrics: Arc<Metrics>,
     /// Liveness, latency and quarantine of each master, for `/readyz` and the monitor.
     monitor: Arc<Monitor>,
 }
@@ -87,11 +86,10 @@ type Pending<T> = FuturesUnordered<BoxFuture<'static, (usize, NodeResult<T>)>>;
 
 impl Redlock {
     pub fn new(nodes: Vec<Arc<dyn LockNode>>, config: EngineConfig, metrics: Arc<Metrics>) -> Self {
-        let monitor = Arc::new(Monitor::new(&nodes, config.clone(), metrics.clone()));
+        let monitor = Arc::new(Monitor::new(&nodes, config.clone(), metrics));
         Self {
             nodes,
             config,
-            metrics,
             monitor,
         }
     }
@@ -134,21 +132,14 @@ impl Redlock {
             .enumerate()
             .map(|(i, node)| {
                 let fut = call(node.clone());
-                let metrics = self.metrics.clone();
                 let monitor = self.monitor.clone();
-                let node = node.clone();
                 let task = tokio::spawn(async move {
                     let started = Instant::now();
                     let reply = match tokio::time::timeout(limit, fut).await {
                         Ok(reply) => reply,
                         Err(_) => Err(NodeError::Timeout),
                     };
-                    let took = started.elapsed();
-                    match &reply {
-                        Ok(_) => metrics.master_answered(node.address(), took),
-                        Err(e) => metrics.master_failed(node.address(), e.kind()),
-                    }
-                    monitor.observe(i, &reply, took);
+                    monitor.observe(i, &reply, started.elapsed());
                     reply
                 });
                 Box::pin(async move {

@@ -1,0 +1,124 @@
+//! What wraps every request: a request id (set or taken from `x-request-id`, echoed back),
+//! one structured log line per request, a timeout, and panics turned into the contract's
+//! 500 body.
+//!
+//! The log line names the matched route (`/locks/{name}/leases/{lease_id}`), never the raw
+//! path: the raw path of renew, revoke and check carries the lease id, which is what
+//! authorises those calls and must not reach a log.
+
+use std::any::Any;
+use std::time::Instant;
+
+use axum::extract::{MatchedPath, Request};
+use axum::http::{HeaderName, StatusCode};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+
+use super::error::ApiError;
+
+pub static REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
+
+/// The outcome a handler reports for the log line (and metrics): `ok` or an error code.
+#[derive(Debug, Clone, Copy)]
+pub struct Outcome(pub &'static str);
+
+/// Routes polled by probes and scrapers: logged at debug, not info, so that they do not
+/// drown the lock traffic.
+fn is_operations(route: &str) -> bool {
+    matches!(route, "/healthz" | "/readyz" | "/metrics")
+}
+
+/// The lock name of a `/locks/{name}...` path, as sent (still percent-encoded), bounded.
+fn lock_name(path: &str) -> Option<&str> {
+    let name = path.strip_prefix("/locks/")?.split('/').next()?;
+    // A URI path is ASCII (anything else is percent-encoded), so any byte is a boundary.
+    (!name.is_empty()).then(|| &name[..name.len().min(256)])
+}
+
+pub async fn log_request(request: Request, next: Next) -> Response {
+    let started = Instant::now();
+    let method = request.method().clone();
+    let route = request
+        .extensions()
+        .get::<MatchedPath>()
+        .map(|p| p.as_str().to_owned());
+    let lock = lock_name(request.uri().path()).map(str::to_owned);
+    let request_id = request
+        .headers()
+        .get(&REQUEST_ID)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("-")
+        .to_owned();
+    let response = next.run(request).await;
+    let status = response.status().as_u16();
+    let outcome = response.extensions().get::<Outcome>().map_or_else(
+        || {
+            if response.status().is_success() {
+                "ok"
+            } else {
+                "error"
+            }
+        },
+        |o| o.0,
+    );
+    let route = route.as_deref().unwrap_or("<unmatched>");
+    let latency_ms = started.elapsed().as_secs_f64() * 1e3;
+    macro_rules! line {
+        ($level:ident) => {
+            tracing::$level!(
+                target: "redlockd::access",
+                request_id = %request_id,
+                method = %method,
+                route,
+                lock = lock.as_deref().unwrap_or("-"),
+                status,
+                latency_ms,
+                outcome,
+                "request"
+            )
+        };
+    }
+    if is_operations(route) {
+        line!(debug);
+    } else if status >= 500 {
+        line!(warn);
+    } else {
+        line!(info);
+    }
+    response
+}
+
+/// A panic in a handler becomes the contract's 500 body; the panic is logged.
+pub fn panic_response(panic: Box<dyn Any + Send + 'static>) -> Response {
+    let message = panic
+        .downcast_ref::<String>()
+        .map(String::as_str)
+        .or_else(|| panic.downcast_ref::<&str>().copied())
+        .unwrap_or("unknown panic");
+    tracing::error!(panic = message, "handler panicked");
+    ApiError::Internal.into_response()
+}
+
+/// A request that outlived the request timeout.
+pub async fn timed_out(_: tower::BoxError) -> Response {
+    let mut response = ApiError::Unavailable("the request timed out".into()).into_response();
+    *response.status_mut() = StatusCode::SERVICE_UNAVAILABLE;
+    response
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_lock_name_is_taken_from_the_path_and_the_lease_id_never() {
+        assert_eq!(lock_name("/locks/a:b/leases/SECRET"), Some("a:b"));
+        assert_eq!(lock_name("/locks/x"), Some("x"));
+        assert_eq!(lock_name("/locks"), None);
+        assert_eq!(lock_name("/locks/"), None);
+        assert_eq!(
+            lock_name(&format!("/locks/{}", "n".repeat(300))).map(str::len),
+            Some(256)
+        );
+    }
+}

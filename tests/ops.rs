@@ -1,0 +1,261 @@
+//! The operations surface: the OpenAPI document (committed, served, current), the offline
+//! docs, metrics an SRE can trust, request ids.
+
+mod common;
+
+use std::time::Duration;
+
+use common::{TestApp, config, masters, wait_for};
+use serde_json::json;
+
+const REGENERATE: &str = "cargo run --quiet -- openapi > openapi/openapi.json";
+
+fn committed() -> String {
+    std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/openapi/openapi.json"))
+        .unwrap_or_else(|e| {
+            panic!("openapi/openapi.json is missing ({e}); generate it with: {REGENERATE}")
+        })
+}
+
+#[test]
+fn the_committed_openapi_document_is_current() {
+    assert!(
+        committed() == redlockd::http::openapi_json(),
+        "openapi/openapi.json differs from what the code generates; regenerate it with:\n  {REGENERATE}"
+    );
+}
+
+#[tokio::test]
+async fn the_served_document_is_the_committed_one_and_describes_the_contract() {
+    let ms = masters(1);
+    let app = TestApp::spawn(config(&[&ms[0]])).await;
+    let served = app.text("/openapi.json").await;
+    assert_eq!(served, committed());
+    let doc: serde_json::Value = serde_json::from_str(&served).unwrap();
+    assert_eq!(doc["openapi"], "3.1.0");
+    let ops = [
+        (
+            "/locks/{name}",
+            "post",
+            ["201", "400", "409", "503"].as_slice(),
+        ),
+        ("/locks/{name}", "get", &["200", "400", "503"]),
+        (
+            "/locks/{name}/leases/{lease_id}",
+            "put",
+            &["200", "400", "404", "503"],
+        ),
+        (
+            "/locks/{name}/leases/{lease_id}",
+            "delete",
+            &["204", "404", "503"],
+        ),
+        (
+            "/locks/{name}/leases/{lease_id}",
+            "get",
+            &["200", "404", "503"],
+        ),
+        ("/locks", "get", &["200", "400", "503"]),
+        ("/healthz", "get", &["200"]),
+        ("/readyz", "get", &["200", "503"]),
+        ("/metrics", "get", &["200"]),
+    ];
+    for (path, method, statuses) in ops {
+        let op = &doc["paths"][path][method];
+        assert!(op.is_object(), "{method} {path} is not documented");
+        for status in statuses {
+            assert!(
+                op["responses"][status].is_object(),
+                "{method} {path} lacks {status}"
+            );
+        }
+    }
+    for schema in [
+        "LeaseBody",
+        "ErrorBody",
+        "GrantRequest",
+        "LockStatus",
+        "LockList",
+        "Readiness",
+    ] {
+        assert!(
+            doc["components"]["schemas"][schema].is_object(),
+            "{schema} missing"
+        );
+    }
+}
+
+/// Every `src`/`href` in a page.
+fn references(html: &str) -> Vec<String> {
+    let mut refs = Vec::new();
+    for attr in ["src=\"", "href=\""] {
+        let mut rest = html;
+        while let Some(at) = rest.find(attr) {
+            rest = &rest[at + attr.len()..];
+            if let Some(end) = rest.find('"') {
+                refs.push(rest[..end].to_owned());
+            }
+        }
+    }
+    refs
+}
+
+#[tokio::test]
+async fn the_docs_are_served_from_the_binary_with_no_external_reference() {
+    let ms = masters(1);
+    let app = TestApp::spawn(config(&[&ms[0]])).await;
+    let page = app.text("/docs/").await;
+    assert!(page.contains("swagger-ui"), "{page}");
+    let refs = references(&page);
+    assert!(refs.len() >= 5, "{refs:?}");
+    for r in &refs {
+        assert!(
+            !r.contains("://") && !r.starts_with("//"),
+            "external reference {r}"
+        );
+        let asset = format!("/docs/{}", r.trim_start_matches("./"));
+        let resp = app.http.get(app.url(&asset)).send().await.unwrap();
+        assert_eq!(resp.status(), 200, "{asset}");
+        assert!(!resp.bytes().await.unwrap().is_empty(), "{asset} is empty");
+    }
+    let init = app.text("/docs/swagger-initializer.js").await;
+    assert!(init.contains(r#""url": "/openapi.json""#), "{init}");
+    assert!(
+        init.contains(r#""validatorUrl": "none""#),
+        "the validator badge would fetch from the web: {init}"
+    );
+    assert!(
+        !init.contains("http://") && !init.contains("https://"),
+        "{init}"
+    );
+}
+
+#[tokio::test]
+async fn the_docs_render_their_operations_in_headless_chromium() {
+    let chromium = ["/usr/bin/chromium", "/usr/bin/chromium-browser"]
+        .into_iter()
+        .find(|p| std::path::Path::new(p).exists())
+        .expect("chromium is not installed: run scripts/test (it installs it), or apt-get install chromium");
+    let ms = masters(1);
+    let app = TestApp::spawn(config(&[&ms[0]])).await;
+    let profile = tempfile::tempdir().unwrap();
+    let url = app.url("/docs/");
+    let dom = tokio::task::spawn_blocking({
+        let chromium = chromium.to_owned();
+        let profile = profile.path().to_owned();
+        move || {
+            std::process::Command::new(chromium)
+                .args([
+                    "--headless",
+                    "--no-sandbox",
+                    "--disable-gpu",
+                    "--disable-background-networking",
+                    "--disable-component-update",
+                    "--disable-sync",
+                    "--no-first-run",
+                    "--virtual-time-budget=15000",
+                    "--dump-dom",
+                ])
+                .arg(format!("--user-data-dir={}", profile.display()))
+                .arg(url)
+                .output()
+                .expect("run chromium")
+        }
+    })
+    .await
+    .unwrap();
+    let html = String::from_utf8_lossy(&dom.stdout);
+    for expected in [
+        "/locks/{name}/leases/{lease_id}",
+        "/locks/{name}",
+        "/readyz",
+        "opblock-summary",
+    ] {
+        assert!(
+            html.contains(expected),
+            "the rendered docs lack {expected}; stderr: {}",
+            String::from_utf8_lossy(&dom.stderr)
+        );
+    }
+}
+
+#[tokio::test]
+async fn metrics_count_requests_contention_and_master_health() {
+    let ms = masters(3);
+    let app = TestApp::spawn(config(&ms.iter().collect::<Vec<_>>())).await;
+    app.must_grant("invoice:1", json!({})).await;
+    assert_eq!(app.grant("invoice:1", json!({})).await.0, 409);
+    app.grant("bad name", json!({})).await;
+    let metrics = app.text("/metrics").await;
+    for line in [
+        r#"redlockd_requests_total{op="grant",outcome="ok"} 1"#,
+        r#"redlockd_requests_total{op="grant",outcome="lock_held"} 1"#,
+        r#"redlockd_requests_total{op="grant",outcome="invalid_request"} 1"#,
+        r#"redlockd_contention_total{lock_class="invoice"} 1"#,
+        r#"redlockd_leases_active 1"#,
+        r#"redlockd_request_duration_seconds_bucket{op="grant",le="0.0001"}"#,
+        "redlockd_wait_duration_seconds_bucket",
+        "redlockd_master_request_duration_seconds_bucket",
+        "process_resident_memory_bytes",
+    ] {
+        assert!(metrics.contains(line), "missing {line} in\n{metrics}");
+    }
+    assert!(
+        !metrics.contains("invoice:1"),
+        "a raw lock name became a label"
+    );
+
+    let up = |m: &common::RedisMaster, v: u8| {
+        format!(
+            r#"redlockd_master_up{{master="redis://127.0.0.1:{}"}} {v}"#,
+            m.port
+        )
+    };
+    assert!(metrics.contains(&up(&ms[1], 1)), "{metrics}");
+    ms[1].pause();
+    wait_for(
+        "master_up to fall to 0",
+        Duration::from_secs(5),
+        async || {
+            app.text("/metrics")
+                .await
+                .contains(&up(&ms[1], 0))
+                .then_some(())
+        },
+    )
+    .await;
+    let errors = format!(
+        r#"redlockd_master_errors_total{{kind="timeout",master="redis://127.0.0.1:{}"}}"#,
+        ms[1].port
+    );
+    assert!(app.text("/metrics").await.contains(&errors));
+    ms[1].resume();
+    wait_for(
+        "master_up to return to 1",
+        Duration::from_secs(5),
+        async || {
+            app.text("/metrics")
+                .await
+                .contains(&up(&ms[1], 1))
+                .then_some(())
+        },
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn every_response_carries_a_request_id() {
+    let ms = masters(1);
+    let app = TestApp::spawn(config(&[&ms[0]])).await;
+    let resp = app
+        .http
+        .get(app.url("/healthz"))
+        .header("x-request-id", "trace-me-42")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.headers()["x-request-id"], "trace-me-42");
+    let resp = app.http.post(app.url("/locks/r")).send().await.unwrap();
+    let id = resp.headers()["x-request-id"].to_str().unwrap();
+    assert_eq!(id.len(), 36, "a UUID: {id}");
+}
