@@ -47,6 +47,9 @@ impl App {
     /// Validate `config`, connect (lazily) to the masters, probe them once, start the
     /// background tasks, and bind the listener.
     pub async fn build(config: Config) -> anyhow::Result<Self> {
+        // For rediss:// masters. Installing twice (several apps in one test process) is
+        // refused harmlessly: the provider is the same.
+        let _ = rustls::crypto::ring::default_provider().install_default();
         config.validate()?;
         let (nodes, backend) = nodes(&config)?;
         if backend == "embedded" {

@@ -387,3 +387,119 @@ fn openapi_subcommand_prints_the_document() {
         redlockd::http::openapi_json()
     );
 }
+
+/// Run a command that must succeed.
+fn run(cmd: &mut Command) {
+    let out = cmd.output().expect("spawn");
+    assert!(
+        out.status.success(),
+        "{cmd:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+#[tokio::test]
+async fn rediss_masters_are_reached_over_tls() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = |f: &str| dir.path().join(f).display().to_string();
+    run(Command::new("openssl")
+        .args([
+            "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2",
+        ])
+        .args([
+            "-subj",
+            "/CN=redlockd test CA",
+            "-keyout",
+            &path("ca.key"),
+            "-out",
+            &path("ca.pem"),
+        ]));
+    run(Command::new("openssl")
+        .args([
+            "req",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-subj",
+            "/CN=127.0.0.1",
+        ])
+        .args(["-keyout", &path("server.key"), "-out", &path("server.csr")]));
+    std::fs::write(path("ext.cnf"), "subjectAltName=IP:127.0.0.1\n").unwrap();
+    run(Command::new("openssl")
+        .args(["x509", "-req", "-days", "2", "-CAcreateserial"])
+        .args([
+            "-in",
+            &path("server.csr"),
+            "-CA",
+            &path("ca.pem"),
+            "-CAkey",
+            &path("ca.key"),
+            "-out",
+            &path("server.pem"),
+            "-extfile",
+            &path("ext.cnf"),
+        ]));
+    let port = TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let _redis = KillOnDrop(
+        Command::new("redis-server")
+            .args([
+                "--port",
+                "0",
+                "--tls-port",
+                &port.to_string(),
+                "--bind",
+                "127.0.0.1",
+                "--save",
+                "",
+            ])
+            .args([
+                "--tls-cert-file",
+                &path("server.pem"),
+                "--tls-key-file",
+                &path("server.key"),
+            ])
+            .args([
+                "--tls-ca-cert-file",
+                &path("ca.pem"),
+                "--tls-auth-clients",
+                "no",
+                "--dir",
+                &path(""),
+            ])
+            .stdout(Stdio::null())
+            .spawn()
+            .expect("redis-server with TLS"),
+    );
+    wait_for("the TLS port", Duration::from_secs(10), async || {
+        tokio::net::TcpStream::connect(("127.0.0.1", port))
+            .await
+            .ok()
+            .map(drop)
+    })
+    .await;
+
+    let url = format!("rediss://127.0.0.1:{port}");
+    let ca = path("ca.pem");
+    let server = Server::start(&[("REDLOCKD_REDIS_URLS", &url), ("SSL_CERT_FILE", &ca)]).await;
+    let http = reqwest::Client::new();
+    let resp = http
+        .post(format!("{}/locks/tls", server.base))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 201, "logs:\n{}", server.logs());
+}
+
+/// A child process ended when the test ends, however it ends.
+struct KillOnDrop(Child);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
