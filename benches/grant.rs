@@ -33,105 +33,116 @@ fn report(label: &str, mut latencies: Vec<Duration>, took: Duration, ops: usize)
     );
 }
 
+/// Run `clients` concurrent tasks, each `per_client` times calling `step(client, i)`, which
+/// returns the grant latency it measured; `requests_per_step` counts the requests behind
+/// one step for the throughput figure.
+async fn measure<F, Fut>(
+    label: String,
+    clients: usize,
+    per_client: usize,
+    requests_per_step: usize,
+    step: F,
+) where
+    F: Fn(usize, usize) -> Fut + Clone + Send + 'static,
+    Fut: std::future::Future<Output = Duration> + Send,
+{
+    let started = Instant::now();
+    let tasks: Vec<_> = (0..clients)
+        .map(|c| {
+            let step = step.clone();
+            tokio::spawn(async move {
+                let mut latencies = Vec::with_capacity(per_client);
+                for i in 0..per_client {
+                    latencies.push(step(c, i).await);
+                }
+                latencies
+            })
+        })
+        .collect();
+    let mut latencies = Vec::new();
+    for t in tasks {
+        latencies.extend(t.await.expect("client"));
+    }
+    report(
+        &label,
+        latencies,
+        started.elapsed(),
+        clients * per_client * requests_per_step,
+    );
+}
+
+/// Grant then revoke distinct names: two requests per step.
 async fn http_grants(app: &Arc<TestApp>, clients: usize, per_client: usize) {
-    let started = Instant::now();
-    let tasks: Vec<_> = (0..clients)
-        .map(|c| {
+    let app = app.clone();
+    measure(
+        format!("HTTP grant+revoke, {clients} clients"),
+        clients,
+        per_client,
+        2,
+        move |c, i| {
             let app = app.clone();
-            tokio::spawn(async move {
-                let mut latencies = Vec::with_capacity(per_client);
-                for i in 0..per_client {
-                    let name = format!("bench:{c}:{i}");
-                    let t = Instant::now();
-                    let (id, _) = app
-                        .must_grant(&name, serde_json::json!({"ttl_ms": 10000}))
-                        .await;
-                    latencies.push(t.elapsed());
-                    let (status, _) = app.revoke(&name, &id).await;
-                    assert_eq!(status, 204);
-                }
-                latencies
-            })
-        })
-        .collect();
-    let mut latencies = Vec::new();
-    for t in tasks {
-        latencies.extend(t.await.expect("client"));
-    }
-    // Each pair is a grant and a revoke: two requests.
-    report(
-        &format!("HTTP grant+revoke, {clients} clients"),
-        latencies,
-        started.elapsed(),
-        clients * per_client * 2,
-    );
+            async move {
+                let name = format!("bench:{c}:{i}");
+                let t = Instant::now();
+                let (id, _) = app
+                    .must_grant(&name, serde_json::json!({"ttl_ms": 10000}))
+                    .await;
+                let took = t.elapsed();
+                assert_eq!(app.revoke(&name, &id).await.0, 204);
+                took
+            }
+        },
+    )
+    .await;
 }
 
+/// Every client waits for the same lock; throughput counts grants.
 async fn contended(app: &Arc<TestApp>, clients: usize, per_client: usize) {
-    let started = Instant::now();
-    let tasks: Vec<_> = (0..clients)
-        .map(|_| {
+    let app = app.clone();
+    measure(
+        format!("HTTP one hot lock, {clients} waiting clients"),
+        clients,
+        per_client,
+        1,
+        move |_, _| {
             let app = app.clone();
-            tokio::spawn(async move {
-                let mut latencies = Vec::with_capacity(per_client);
-                for _ in 0..per_client {
-                    let t = Instant::now();
-                    let (id, _) = app
-                        .must_grant(
-                            "bench:hot",
-                            serde_json::json!({"ttl_ms": 10000, "wait_ms": 30000}),
-                        )
-                        .await;
-                    latencies.push(t.elapsed());
-                    app.revoke("bench:hot", &id).await;
-                }
-                latencies
-            })
-        })
-        .collect();
-    let mut latencies = Vec::new();
-    for t in tasks {
-        latencies.extend(t.await.expect("client"));
-    }
-    report(
-        &format!("HTTP one hot lock, {clients} waiting clients"),
-        latencies,
-        started.elapsed(),
-        clients * per_client,
-    );
+            async move {
+                let t = Instant::now();
+                let body = serde_json::json!({"ttl_ms": 10000, "wait_ms": 30000});
+                let (id, _) = app.must_grant("bench:hot", body).await;
+                let took = t.elapsed();
+                app.revoke("bench:hot", &id).await;
+                took
+            }
+        },
+    )
+    .await;
 }
 
+/// The engine alone, without HTTP: acquire then release.
 async fn engine_grants(engine: &Arc<Redlock>, clients: usize, per_client: usize) {
-    let started = Instant::now();
-    let tasks: Vec<_> = (0..clients)
-        .map(|c| {
+    let engine = engine.clone();
+    measure(
+        format!("engine acquire+release, {clients} tasks"),
+        clients,
+        per_client,
+        2,
+        move |c, i| {
             let engine = engine.clone();
-            tokio::spawn(async move {
-                let mut latencies = Vec::with_capacity(per_client);
-                for i in 0..per_client {
-                    let name = format!("engine:{c}:{i}");
-                    let t = Instant::now();
-                    engine
-                        .acquire(&name, "lease", Duration::from_secs(10), None)
-                        .await
-                        .expect("granted");
-                    latencies.push(t.elapsed());
-                    engine.release(&name, "lease").await.expect("released");
-                }
-                latencies
-            })
-        })
-        .collect();
-    let mut latencies = Vec::new();
-    for t in tasks {
-        latencies.extend(t.await.expect("client"));
-    }
-    report(
-        &format!("engine acquire+release, {clients} tasks"),
-        latencies,
-        started.elapsed(),
-        clients * per_client * 2,
-    );
+            async move {
+                let name = format!("engine:{c}:{i}");
+                let t = Instant::now();
+                engine
+                    .acquire(&name, "lease", Duration::from_secs(10), None)
+                    .await
+                    .expect("granted");
+                let took = t.elapsed();
+                engine.release(&name, "lease").await.expect("released");
+                took
+            }
+        },
+    )
+    .await;
 }
 
 #[tokio::main]

@@ -149,6 +149,13 @@ impl Server {
         server
     }
 
+    async fn text(&self, path: &str) -> String {
+        let resp = reqwest::get(format!("{}{path}", self.base))
+            .await
+            .expect("GET");
+        resp.text().await.expect("body")
+    }
+
     fn logs(&self) -> String {
         self.stderr.lock().unwrap().clone()
     }
@@ -208,22 +215,8 @@ async fn redis_passwords_reach_no_log_line_and_no_readyz() {
         201,
         "two masters with the right password are a majority"
     );
-    let ready = http
-        .get(format!("{}/readyz", server.base))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
-    let metrics = http
-        .get(format!("{}/metrics", server.base))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let ready = server.text("/readyz").await;
+    let metrics = server.text("/metrics").await;
     for text in [&ready, &metrics, &server.logs()] {
         assert!(!text.contains(password), "the password leaked:\n{text}");
         assert!(
