@@ -102,10 +102,6 @@ impl Redlock {
         &self.monitor
     }
 
-    pub fn config(&self) -> &EngineConfig {
-        &self.config
-    }
-
     fn drift(&self, ttl: Duration) -> Duration {
         quorum::drift(ttl, self.config.drift_factor)
     }
