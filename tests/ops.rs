@@ -259,3 +259,33 @@ async fn every_response_carries_a_request_id() {
     let id = resp.headers()["x-request-id"].to_str().unwrap();
     assert_eq!(id.len(), 36, "a UUID: {id}");
 }
+
+#[tokio::test]
+async fn large_responses_are_compressed_and_small_ones_are_not() {
+    let ms = masters(1);
+    let app = TestApp::spawn(config(&[&ms[0]])).await;
+    for (path, compressed) in [
+        ("/metrics", true),
+        ("/openapi.json", true),
+        ("/docs/swagger-ui.css", true),
+        ("/healthz", false),
+    ] {
+        let resp = app
+            .http
+            .get(app.url(path))
+            .header("accept-encoding", "gzip")
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(resp.status(), 200, "{path}");
+        let encoding = resp
+            .headers()
+            .get("content-encoding")
+            .map(|v| v.to_str().unwrap().to_owned());
+        assert_eq!(
+            encoding.as_deref() == Some("gzip"),
+            compressed,
+            "{path}: {encoding:?}"
+        );
+    }
+}

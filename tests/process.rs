@@ -345,7 +345,12 @@ async fn sigterm_lets_requests_in_flight_finish_and_leaves_leases_held() {
     })
     .await;
     assert!(exit.success(), "exit status {exit:?}");
-    eprintln!("exited {:?} after SIGTERM", signalled.elapsed());
+    let took = signalled.elapsed();
+    eprintln!("exited {took:?} after SIGTERM");
+    assert!(
+        took < Duration::from_millis(5000),
+        "within the 5 s grace period: {took:?}"
+    );
     assert!(server.logs().contains("shutting down"));
     // The lease belongs to its client: it is still held on the masters.
     let held: u32 = ms[0].cmd(&["EXISTS", "redlockd:lock:drain"]).await.unwrap();

@@ -109,6 +109,29 @@ pub async fn timed_out(_: tower::BoxError) -> Response {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use tower::ServiceExt as _;
+
+    #[tokio::test]
+    async fn a_panicking_handler_answers_500_with_the_error_body() {
+        async fn boom() -> &'static str {
+            panic!("deliberate")
+        }
+        let app = axum::Router::new()
+            .route("/boom", axum::routing::get(boom))
+            .layer(tower_http::catch_panic::CatchPanicLayer::custom(
+                panic_response,
+            ));
+        let request = axum::http::Request::get("/boom")
+            .body(axum::body::Body::empty())
+            .unwrap();
+        let response = app.oneshot(request).await.unwrap();
+        assert_eq!(response.status(), StatusCode::INTERNAL_SERVER_ERROR);
+        let body = axum::body::to_bytes(response.into_body(), 1024)
+            .await
+            .unwrap();
+        let body: serde_json::Value = serde_json::from_slice(&body).unwrap();
+        assert_eq!(body["error"], "internal");
+    }
 
     #[test]
     fn the_lock_name_is_taken_from_the_path_and_the_lease_id_never() {
