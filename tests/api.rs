@@ -324,36 +324,8 @@ async fn tokens_rise_across_revoke_expiry_and_a_restart_of_redlockd() {
 async fn a_waiter_is_woken_by_a_revoke_not_by_the_ttl() {
     let (_ms, app) = app3().await;
     let (holder, token) = app.must_grant("queue", json!({"ttl_ms": 30000})).await;
-    let waiter = {
-        let app_http = app.http.clone();
-        let url = app.url("/locks/queue");
-        tokio::spawn(async move {
-            let resp = app_http
-                .post(url)
-                .json(&json!({"wait_ms": 20000}))
-                .send()
-                .await
-                .unwrap();
-            (
-                resp.status().as_u16(),
-                resp.json::<serde_json::Value>().await.unwrap(),
-                Instant::now(),
-            )
-        })
-    };
-    // Wait until the waiter is really waiting: the contention counter moves when it first
-    // finds the lock held.
-    wait_for(
-        "the waiter to find the lock held",
-        Duration::from_secs(5),
-        async || {
-            app.text("/metrics")
-                .await
-                .contains(r#"redlockd_contention_total{lock_class="queue"} 1"#)
-                .then_some(())
-        },
-    )
-    .await;
+    let waiter = app.grant_in_background("queue", json!({"wait_ms": 20000}));
+    app.wait_for_contention("queue", 1).await;
     let revoked_at = Instant::now();
     let (status, _) = app.revoke("queue", &holder).await;
     assert_eq!(status, 204);
@@ -375,33 +347,11 @@ async fn waiters_in_another_replica_are_woken_through_redis() {
     let a = TestApp::spawn(config(&refs)).await;
     let b = TestApp::spawn(config(&refs)).await;
     let (holder, _) = a.must_grant("shared", json!({"ttl_ms": 30000})).await;
-    let waiter = {
-        let http = b.http.clone();
-        let url = b.url("/locks/shared");
-        tokio::spawn(async move {
-            let resp = http
-                .post(url)
-                .json(&json!({"wait_ms": 20000}))
-                .send()
-                .await
-                .unwrap();
-            resp.status().as_u16()
-        })
-    };
-    wait_for(
-        "the waiter in replica b",
-        Duration::from_secs(5),
-        async || {
-            b.text("/metrics")
-                .await
-                .contains(r#"redlockd_contention_total{lock_class="shared"} 1"#)
-                .then_some(())
-        },
-    )
-    .await;
+    let waiter = b.grant_in_background("shared", json!({"wait_ms": 20000}));
+    b.wait_for_contention("shared", 1).await;
     let revoked_at = Instant::now();
     assert_eq!(a.revoke("shared", &holder).await.0, 204);
-    assert_eq!(waiter.await.unwrap(), 201);
+    assert_eq!(waiter.await.unwrap().0, 201);
     let woken_after = revoked_at.elapsed();
     eprintln!("replica b's waiter granted {woken_after:?} after replica a revoked");
     assert!(woken_after < Duration::from_secs(5));
@@ -413,31 +363,14 @@ async fn waiters_are_served_first_come_first_served() {
     let (mut holder, _) = app.must_grant("fifo", json!({"ttl_ms": 30000})).await;
     let mut waiters = Vec::new();
     for i in 0..3 {
-        let http = app.http.clone();
-        let url = app.url("/locks/fifo");
-        waiters.push(tokio::spawn(async move {
-            let resp = http
-                .post(url)
-                .json(&json!({"wait_ms": 20000, "owner": format!("w{i}"), "ttl_ms": 30000}))
-                .send()
-                .await
-                .unwrap();
-            resp.json::<serde_json::Value>().await.unwrap()
-        }));
-        // Each waiter must be in line before the next arrives: it is once the contention
-        // counter has counted it.
-        let expected = format!(
-            r#"redlockd_contention_total{{lock_class="fifo"}} {}"#,
-            i + 1
-        );
-        wait_for("the waiter to queue", Duration::from_secs(5), async || {
-            app.text("/metrics").await.contains(&expected).then_some(())
-        })
-        .await;
+        let body = json!({"wait_ms": 20000, "owner": format!("w{i}"), "ttl_ms": 30000});
+        waiters.push(app.grant_in_background("fifo", body));
+        // Each waiter must be in line before the next arrives.
+        app.wait_for_contention("fifo", i + 1).await;
     }
     for (i, waiter) in waiters.into_iter().enumerate() {
         assert_eq!(app.revoke("fifo", &holder).await.0, 204);
-        let lease = waiter.await.unwrap();
+        let (_, lease, _) = waiter.await.unwrap();
         assert_eq!(lease["owner"], format!("w{i}"), "served in arrival order");
         holder = lease["lease_id"].as_str().unwrap().to_owned();
     }

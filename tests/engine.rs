@@ -214,16 +214,23 @@ async fn a_straggler_that_granted_late_gets_the_chosen_token() {
     bed.nodes[2].set_fault(Fault::Slow(Duration::from_millis(30)));
     let token = bed.grant("s", "L1").await.expect("granted");
     assert_eq!(token, 1);
-    // Let the straggler answer and be settled in the background.
-    tokio::time::sleep(Duration::from_millis(100)).await;
+    // The straggler answers 30 ms in and is settled in the background. In paused time the
+    // clock moves only when every task waits, so stepping it settles C deterministically.
     bed.nodes[2].set_fault(Fault::None);
-    let held = bed.nodes[2]
-        .read("s")
-        .await
-        .expect("read")
-        .expect("held on C");
-    assert_eq!(
-        held.token, 1,
+    let mut settled = None;
+    for _ in 0..100 {
+        tokio::time::advance(Duration::from_millis(1)).await;
+        settled = bed.nodes[2]
+            .read("s")
+            .await
+            .expect("read")
+            .filter(|h| h.token == 1);
+        if settled.is_some() {
+            break;
+        }
+    }
+    assert!(
+        settled.is_some(),
         "C's own token 41 was replaced by the chosen one"
     );
     let checked = bed.engine.check("s", "L1").await.expect("check agrees");

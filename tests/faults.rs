@@ -198,28 +198,10 @@ async fn a_master_that_drops_its_connections_is_reconnected() {
     let (holder, _) = app.must_grant("sub", json!({"ttl_ms": 30000})).await;
     let other = TestApp::spawn(config(&ms.iter().collect::<Vec<_>>())).await;
     let started = Instant::now();
-    let waiter = tokio::spawn({
-        let http = app.http.clone();
-        let url = app.url("/locks/sub");
-        async move {
-            http.post(url)
-                .json(&json!({"wait_ms": 20000}))
-                .send()
-                .await
-                .unwrap()
-                .status()
-                .as_u16()
-        }
-    });
-    wait_for("the waiter to queue", Duration::from_secs(5), async || {
-        app.text("/metrics")
-            .await
-            .contains(r#"lock_class="sub"} 1"#)
-            .then_some(())
-    })
-    .await;
+    let waiter = app.grant_in_background("sub", json!({"wait_ms": 20000}));
+    app.wait_for_contention("sub", 1).await;
     assert_eq!(other.revoke("sub", &holder).await.0, 204);
-    assert_eq!(waiter.await.unwrap(), 201);
+    assert_eq!(waiter.await.unwrap().0, 201);
     assert!(started.elapsed() < Duration::from_secs(10));
 }
 

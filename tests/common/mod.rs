@@ -14,6 +14,9 @@ use redlockd::config::Config;
 use serde_json::{Value, json};
 use tokio::sync::oneshot;
 
+/// How often a wait polls its condition.
+const POLL: Duration = Duration::from_millis(10);
+
 /// Poll `check` until it returns `Some`, or panic with `what` after `deadline`.
 pub async fn wait_for<T>(
     what: &str,
@@ -114,7 +117,7 @@ impl RedisMaster {
                 self.child = Some(child);
                 return true;
             }
-            std::thread::sleep(Duration::from_millis(10));
+            std::thread::sleep(POLL);
         }
         let _ = child.kill();
         let _ = child.wait();
@@ -303,6 +306,35 @@ impl TestApp {
             lease["lease_id"].as_str().expect("lease_id").to_owned(),
             lease["fencing_token"].as_u64().expect("token"),
         )
+    }
+
+    /// A grant sent in the background, typically one that waits: the handle yields its
+    /// status, its body and when it was answered.
+    pub fn grant_in_background(
+        &self,
+        name: &str,
+        body: Value,
+    ) -> tokio::task::JoinHandle<(u16, Value, Instant)> {
+        let request = self
+            .http
+            .post(self.url(&format!("/locks/{name}")))
+            .json(&body);
+        tokio::spawn(async move {
+            let (status, body) = Self::answer(request.send().await.expect("grant request")).await;
+            (status, body, Instant::now())
+        })
+    }
+
+    /// Wait until `count` grants of `class` have found their lock held: a waiting grant is
+    /// then in line.
+    pub async fn wait_for_contention(&self, class: &str, count: usize) {
+        let line = format!(r#"redlockd_contention_total{{lock_class="{class}"}} {count}"#);
+        wait_for(
+            &format!("{count} contended grants of {class}"),
+            Duration::from_secs(5),
+            async || self.text("/metrics").await.contains(&line).then_some(()),
+        )
+        .await;
     }
 
     pub async fn renew(&self, name: &str, lease: &str, body: Value) -> (u16, Value) {
