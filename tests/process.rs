@@ -33,7 +33,7 @@ fn run_to_exit(envs: &[(&str, &str)], args: &[&str]) -> (i32, String) {
             let _ = child.kill();
             panic!("redlockd did not exit with {envs:?}");
         }
-        std::thread::sleep(Duration::from_millis(10));
+        std::thread::sleep(common::POLL);
     };
     let mut stderr = String::new();
     child

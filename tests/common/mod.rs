@@ -15,7 +15,7 @@ use serde_json::{Value, json};
 use tokio::sync::oneshot;
 
 /// How often a wait polls its condition.
-const POLL: Duration = Duration::from_millis(10);
+pub const POLL: Duration = Duration::from_millis(10);
 
 /// Poll `check` until it returns `Some`, or panic with `what` after `deadline`.
 pub async fn wait_for<T>(
@@ -32,7 +32,7 @@ pub async fn wait_for<T>(
             started.elapsed() < deadline,
             "timed out after {deadline:?} waiting for {what}"
         );
-        tokio::time::sleep(Duration::from_millis(10)).await;
+        tokio::time::sleep(POLL).await;
     }
 }
 
