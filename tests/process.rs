@@ -149,6 +149,11 @@ impl Server {
         server
     }
 
+    async fn post(&self, path: &str) -> reqwest::Response {
+        let url = format!("{}{path}", self.base);
+        reqwest::Client::new().post(url).send().await.expect("POST")
+    }
+
     async fn text(&self, path: &str) -> String {
         let resp = reqwest::get(format!("{}{path}", self.base))
             .await
@@ -172,11 +177,7 @@ impl Drop for Server {
 async fn with_no_redis_it_serves_from_the_embedded_store() {
     let server = Server::start(&[]).await;
     let http = reqwest::Client::new();
-    let resp = http
-        .post(format!("{}/locks/dev?ttl_ms=5000", server.base))
-        .send()
-        .await
-        .unwrap();
+    let resp = server.post("/locks/dev?ttl_ms=5000").await;
     assert_eq!(resp.status(), 201);
     let ready: serde_json::Value = http
         .get(format!("{}/readyz", server.base))
@@ -294,11 +295,7 @@ async fn sigterm_lets_requests_in_flight_finish_and_leaves_leases_held() {
     ])
     .await;
     let http = reqwest::Client::new();
-    let held = http
-        .post(format!("{}/locks/drain", server.base))
-        .send()
-        .await
-        .unwrap();
+    let held = server.post("/locks/drain").await;
     assert_eq!(held.status(), 201);
     let waiter = tokio::spawn({
         let http = http.clone();
@@ -483,12 +480,7 @@ async fn rediss_masters_are_reached_over_tls() {
     let url = format!("rediss://127.0.0.1:{port}");
     let ca = path("ca.pem");
     let server = Server::start(&[("REDLOCKD_REDIS_URLS", &url), ("SSL_CERT_FILE", &ca)]).await;
-    let http = reqwest::Client::new();
-    let resp = http
-        .post(format!("{}/locks/tls", server.base))
-        .send()
-        .await
-        .unwrap();
+    let resp = server.post("/locks/tls").await;
     assert_eq!(resp.status(), 201, "logs:\n{}", server.logs());
 }
 

@@ -73,7 +73,10 @@ pub fn routes() -> (Router<AppState>, utoipa::openapi::OpenApi) {
 
 /// The OpenAPI document as committed in `openapi/openapi.json`.
 pub fn openapi_json() -> String {
-    let (_, doc) = routes();
+    render(&routes().1)
+}
+
+fn render(doc: &utoipa::openapi::OpenApi) -> String {
     // Serialising a document built from static definitions cannot fail.
     doc.to_pretty_json().unwrap_or_default() + "\n"
 }
@@ -95,8 +98,8 @@ const REQUEST_TIMEOUT_MARGIN: Duration = Duration::from_secs(10);
 
 /// The whole application router.
 pub fn router(state: AppState) -> Router {
-    let (routes, _) = routes();
-    let doc_json: Arc<str> = openapi_json().into();
+    let (routes, doc) = routes();
+    let doc_json: Arc<str> = render(&doc).into();
     let request_timeout = state.config.max_wait() + REQUEST_TIMEOUT_MARGIN;
     // The UI reads the document from `/openapi.json`, which serves the committed bytes;
     // every asset of the UI is in the binary (the `vendored` feature), none from the web.
