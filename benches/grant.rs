@@ -165,17 +165,18 @@ async fn main() {
         .iter()
         .map(|m| {
             Arc::new(
-                RedisNode::new(&m.url(), "redlockd:", Duration::from_millis(50)).expect("node"),
+                RedisNode::new(
+                    &redlockd::config::MasterUrl::parse(&m.url()).expect("url"),
+                    "redlockd:",
+                    Duration::from_millis(50),
+                )
+                .expect("node"),
             ) as Arc<dyn LockNode>
         })
         .collect();
     let engine = Arc::new(Redlock::new(
         nodes.clone(),
-        EngineConfig {
-            master_timeout: Duration::from_millis(50),
-            drift_factor: 0.01,
-            max_ttl: Duration::from_secs(3600),
-        },
+        EngineConfig::new(Duration::from_millis(50), 0.01, Duration::from_secs(3600)),
         Arc::new(Metrics::new()),
     ));
     engine.monitor().probe_round(&nodes).await;

@@ -10,7 +10,7 @@ use anyhow::Context as _;
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
-use crate::config::Config;
+use crate::config::{Backend, Config, Settings};
 use crate::http::{self, AppState};
 use crate::lease::{LeaseService, Waiters};
 use crate::metrics::Metrics;
@@ -24,23 +24,29 @@ pub struct App {
     state: AppState,
 }
 
-/// The masters the configuration names, or the embedded store when it names none.
-fn nodes(config: &Config) -> anyhow::Result<(Vec<Arc<dyn LockNode>>, &'static str)> {
-    if config.redis_urls.is_empty() {
-        return Ok((vec![Arc::new(MemoryNode::new("embedded"))], "embedded"));
-    }
-    let nodes = config
-        .redis_urls
-        .iter()
+/// The masters the settings name, or the embedded store when they name none.
+fn nodes(settings: &Settings) -> anyhow::Result<Vec<Arc<dyn LockNode>>> {
+    let Backend::Redis(urls) = &settings.backend else {
+        return Ok(vec![Arc::new(MemoryNode::embedded())]);
+    };
+    urls.iter()
         .map(|url| {
-            RedisNode::new(url, &config.key_prefix, config.master_timeout())
+            RedisNode::new(url, &settings.key_prefix, settings.master_timeout)
                 .map(|n| Arc::new(n) as Arc<dyn LockNode>)
-                .with_context(|| {
-                    format!("REDLOCKD_REDIS_URLS: {}", crate::store::redis::redact(url))
-                })
+                .with_context(|| format!("REDLOCKD_REDIS_URLS: {url}"))
         })
-        .collect::<anyhow::Result<_>>()?;
-    Ok((nodes, "redis"))
+        .collect()
+}
+
+fn engine_config(settings: &Settings) -> EngineConfig {
+    EngineConfig {
+        unsafe_skip_quarantine: settings.unsafe_skip_quarantine,
+        ..EngineConfig::new(
+            settings.master_timeout,
+            settings.drift_factor,
+            settings.policy.max_ttl(),
+        )
+    }
 }
 
 impl App {
@@ -50,9 +56,9 @@ impl App {
         // For rediss:// masters. Installing twice (several apps in one test process) is
         // refused harmlessly: the provider is the same.
         let _ = rustls::crypto::ring::default_provider().install_default();
-        config.validate()?;
-        let (nodes, backend) = nodes(&config)?;
-        if backend == "embedded" {
+        let settings = config.settings()?;
+        let nodes = nodes(&settings)?;
+        if settings.backend == Backend::Embedded {
             tracing::warn!(
                 "no REDLOCKD_REDIS_URLS: serving from the embedded in-process store (one process, not distributed; for development and tests)"
             );
@@ -60,21 +66,19 @@ impl App {
             let masters: Vec<&str> = nodes.iter().map(|n| n.address()).collect();
             tracing::info!(?masters, "running Redlock over {} masters", nodes.len());
         }
+        if settings.unsafe_skip_quarantine {
+            tracing::error!(
+                "UNSAFE: REDLOCKD_UNSAFE_SKIP_QUARANTINE is set: masters that lost their data vote again at once, and two clients can hold one lock; for the fault suite only"
+            );
+        }
         let metrics = Arc::new(Metrics::new());
         let engine = Arc::new(Redlock::new(
             nodes.clone(),
-            EngineConfig {
-                master_timeout: config.master_timeout(),
-                drift_factor: config.drift_factor,
-                max_ttl: config.max_ttl(),
-            },
+            engine_config(&settings),
             metrics.clone(),
         ));
         let shutdown = CancellationToken::new();
-        engine.monitor().probe_round(&nodes).await;
-        engine
-            .monitor()
-            .spawn(nodes.clone(), shutdown.child_token());
+        engine.start(shutdown.child_token()).await;
         let waiters = Waiters::new();
         for node in &nodes {
             let waiters = waiters.clone();
@@ -86,16 +90,15 @@ impl App {
         }
         let service = LeaseService::new(engine, waiters, metrics.clone(), shutdown.clone());
 
-        let listener = TcpListener::bind(&config.listen)
+        let listener = TcpListener::bind(&settings.listen)
             .await
-            .with_context(|| format!("REDLOCKD_LISTEN: cannot listen on {}", config.listen))?;
+            .with_context(|| format!("REDLOCKD_LISTEN: cannot listen on {}", settings.listen))?;
         Ok(Self {
             listener,
             state: AppState {
                 service,
                 metrics,
-                config: Arc::new(config),
-                backend,
+                settings: Arc::new(settings),
                 shutdown,
             },
         })
@@ -115,10 +118,15 @@ impl App {
         signal: impl Future<Output = ()> + Send + 'static,
     ) -> anyhow::Result<()> {
         let shutdown = self.state.shutdown.clone();
-        let grace = self.state.config.shutdown_grace();
+        let engine = self.state.service.engine().clone();
+        let grace = self.state.settings.shutdown_grace;
+        let limits = http::serve::Limits {
+            header_timeout: self.state.settings.client_timeout,
+            max_connections: self.state.settings.max_connections,
+        };
         let router = http::router(self.state);
         let stopping = shutdown.clone();
-        let serve = axum::serve(self.listener, router).with_graceful_shutdown(async move {
+        let serve = http::serve::serve(self.listener, router, limits, async move {
             signal.await;
             tracing::info!(
                 grace_ms = grace.as_millis() as u64,
@@ -131,13 +139,39 @@ impl App {
             tokio::time::sleep(grace).await;
         };
         tokio::select! {
-            served = serve => served.context("serving HTTP")?,
+            () = serve => {}
             () = overdue => tracing::warn!("grace period over; stopping with requests still in flight"),
         }
         shutdown.cancel();
+        engine.stop();
         tracing::info!("stopped");
         Ok(())
     }
+}
+
+/// `redlockd recover`: the operator's recovery after a majority of masters lost their data.
+pub async fn recover(
+    config: Config,
+    fence_floor: Option<u64>,
+    force: bool,
+) -> anyhow::Result<Vec<String>> {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let settings = config.settings()?;
+    anyhow::ensure!(
+        settings.backend != Backend::Embedded,
+        "REDLOCKD_REDIS_URLS: name the masters to recover"
+    );
+    let nodes = nodes(&settings)?;
+    let engine = Redlock::new(
+        nodes.clone(),
+        engine_config(&settings),
+        Arc::new(Metrics::new()),
+    );
+    engine
+        .monitor()
+        .recover(&nodes, fence_floor, force)
+        .await
+        .map_err(anyhow::Error::msg)
 }
 
 /// `redlockd healthcheck`: GET /healthz on the configured address (a wildcard address is

@@ -1,14 +1,18 @@
 //! The one typed configuration: every variable of the contract, each also a command-line
-//! flag, validated before anything starts. A bad value stops the process with a message
-//! that names the variable.
+//! flag, parsed once before anything starts into `Settings`, which the rest of the program
+//! takes. A bad value stops the process with a message that names the variable. Redis URLs
+//! become `MasterUrl`s, which never show their credentials (`--help` hides the
+//! environment's values for the same reason).
 
+use std::fmt;
 use std::time::Duration;
 
 use clap::{Args, CommandFactory, Parser, Subcommand, ValueEnum};
 
-use crate::store::redis::redact;
+use crate::lease::LeasePolicy;
 
-#[derive(Debug, Parser)]
+/// Not `Debug`: it holds the configuration as given, passwords included.
+#[derive(Parser)]
 #[command(
     name = "redlockd",
     version,
@@ -30,9 +34,26 @@ pub enum Command {
     /// Exit 0 if the server at REDLOCKD_LISTEN answers /healthz, else 1 (for container
     /// health checks).
     Healthcheck,
+    /// After a majority of the masters in REDLOCKD_REDIS_URLS lost their data at once: put
+    /// every master back in service with its fencing counter above any token that can have
+    /// been granted. Refuses while a master that lost its data restarted less than
+    /// REDLOCKD_MAX_TTL_MS ago.
+    Recover {
+        /// Raise every fencing counter to at least this (default: the largest counter any
+        /// master still has, or the wall clock in microseconds, whichever is larger).
+        #[arg(long)]
+        fence_floor: Option<u64>,
+        /// Do not wait for the largest TTL since the masters restarted: only when no lease
+        /// can still be live (every client stopped, or the TTLs are known to be over).
+        #[arg(long)]
+        force: bool,
+    },
 }
 
-#[derive(Debug, Clone, Args)]
+/// The configuration as given: raw values from flags and the environment. `settings()`
+/// parses it. `Debug` is not derived: the Redis URLs may carry passwords.
+#[derive(Clone, Args)]
+#[command(next_display_order = None)]
 pub struct Config {
     /// Address to serve on.
     #[arg(
@@ -49,6 +70,7 @@ pub struct Config {
         long,
         env = "REDLOCKD_REDIS_URLS",
         value_delimiter = ',',
+        hide_env_values = true,
         global = true
     )]
     pub redis_urls: Vec<String>,
@@ -121,6 +143,37 @@ pub struct Config {
     )]
     pub shutdown_grace_ms: u64,
 
+    /// How long a client may take to send a request's headers, and then its body, in ms:
+    /// past it the connection is closed (headers) or answered 408 (body), so that slow or
+    /// stalled clients cannot hold connections open.
+    #[arg(
+        long,
+        env = "REDLOCKD_CLIENT_TIMEOUT_MS",
+        default_value_t = 10_000,
+        global = true
+    )]
+    pub client_timeout_ms: u64,
+
+    /// Most client connections open at once; more wait in the listen backlog until one
+    /// closes.
+    #[arg(
+        long,
+        env = "REDLOCKD_MAX_CONNECTIONS",
+        default_value_t = 10_000,
+        global = true
+    )]
+    pub max_connections: usize,
+
+    /// UNSAFE, for the fault suite only: masters that lost their data vote again at once,
+    /// which lets two clients hold one lock. Hidden from `--help`.
+    #[arg(
+        long,
+        env = "REDLOCKD_UNSAFE_SKIP_QUARANTINE",
+        hide = true,
+        global = true
+    )]
+    pub unsafe_skip_quarantine: bool,
+
     /// Refuse to start with an even number of masters (an even count buys no extra fault
     /// tolerance over one master fewer).
     #[arg(long, env = "REDLOCKD_REQUIRE_ODD", global = true)]
@@ -133,8 +186,7 @@ pub enum LogFormat {
     Json,
 }
 
-/// The smallest TTL the contract accepts.
-pub const MIN_TTL_MS: u64 = 100;
+use crate::lease::MIN_TTL_MS;
 
 /// A configuration error: which variable, and what is wrong with it.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
@@ -158,7 +210,8 @@ impl Config {
         Cli::try_parse_from(["redlockd"]).map(|cli| cli.config)
     }
 
-    pub fn validate(&self) -> Result<(), ConfigError> {
+    /// Parse and check every value: the settings the program runs with.
+    pub fn settings(&self) -> Result<Settings, ConfigError> {
         if self.max_ttl_ms < MIN_TTL_MS {
             return Err(bad(
                 "REDLOCKD_MAX_TTL_MS",
@@ -180,6 +233,12 @@ impl Config {
                 "must be at least 0 and below 0.5",
             ));
         }
+        if self.client_timeout_ms == 0 {
+            return Err(bad("REDLOCKD_CLIENT_TIMEOUT_MS", "must be at least 1"));
+        }
+        if self.max_connections == 0 {
+            return Err(bad("REDLOCKD_MAX_CONNECTIONS", "must be at least 1"));
+        }
         if self.master_timeout_ms == 0 {
             return Err(bad("REDLOCKD_MASTER_TIMEOUT_MS", "must be at least 1"));
         }
@@ -189,61 +248,147 @@ impl Config {
                 "must be well below REDLOCKD_DEFAULT_TTL_MS, or no grant keeps any validity",
             ));
         }
-        let mut seen = Vec::new();
+        let mut masters: Vec<MasterUrl> = Vec::new();
         for url in &self.redis_urls {
-            let shown = redact(url);
-            let parsed = url::Url::parse(url)
-                .map_err(|e| bad("REDLOCKD_REDIS_URLS", format!("{shown}: {e}")))?;
-            if !matches!(parsed.scheme(), "redis" | "rediss") {
+            let url = MasterUrl::parse(url).map_err(|e| bad("REDLOCKD_REDIS_URLS", e))?;
+            if masters.iter().any(|m| m.redacted() == url.redacted()) {
                 return Err(bad(
                     "REDLOCKD_REDIS_URLS",
-                    format!("{shown}: the scheme must be redis:// or rediss://"),
+                    format!("{url} is listed twice; Redlock needs independent masters"),
                 ));
             }
-            if parsed.host_str().is_none_or(str::is_empty) {
-                return Err(bad("REDLOCKD_REDIS_URLS", format!("{shown}: no host")));
-            }
-            redis::Client::open(url.as_str())
-                .map_err(|e| bad("REDLOCKD_REDIS_URLS", format!("{shown}: {e}")))?;
-            if seen.contains(&shown) {
-                return Err(bad(
-                    "REDLOCKD_REDIS_URLS",
-                    format!("{shown} is listed twice; Redlock needs independent masters"),
-                ));
-            }
-            seen.push(shown);
+            masters.push(url);
         }
-        if self.require_odd && self.redis_urls.len().is_multiple_of(2) {
+        if self.require_odd && masters.len().is_multiple_of(2) {
             return Err(bad(
                 "REDLOCKD_REDIS_URLS",
                 format!(
                     "{} masters given, but --require-odd (REDLOCKD_REQUIRE_ODD) asks for an odd number",
-                    self.redis_urls.len()
+                    masters.len()
                 ),
             ));
         }
-        Ok(())
+        Ok(Settings {
+            listen: self.listen.clone(),
+            backend: if masters.is_empty() {
+                Backend::Embedded
+            } else {
+                Backend::Redis(masters)
+            },
+            policy: LeasePolicy::new(
+                ms(self.default_ttl_ms),
+                ms(self.max_ttl_ms),
+                ms(self.max_wait_ms),
+            ),
+            drift_factor: self.drift_factor,
+            master_timeout: ms(self.master_timeout_ms),
+            key_prefix: self.key_prefix.clone(),
+            shutdown_grace: ms(self.shutdown_grace_ms),
+            client_timeout: ms(self.client_timeout_ms),
+            max_connections: self.max_connections,
+            unsafe_skip_quarantine: self.unsafe_skip_quarantine,
+        })
+    }
+}
+
+fn ms(v: u64) -> Duration {
+    Duration::from_millis(v)
+}
+
+/// The configuration, parsed: what the program runs with.
+#[derive(Debug, Clone)]
+pub struct Settings {
+    pub listen: String,
+    pub backend: Backend,
+    /// The TTL and wait bounds every grant is held to.
+    pub policy: LeasePolicy,
+    pub drift_factor: f64,
+    pub master_timeout: Duration,
+    pub key_prefix: String,
+    pub shutdown_grace: Duration,
+    pub client_timeout: Duration,
+    pub max_connections: usize,
+    pub unsafe_skip_quarantine: bool,
+}
+
+/// Where locks live.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Backend {
+    /// The in-process store: one process, not distributed; for development and tests.
+    Embedded,
+    /// Independent Redis masters.
+    Redis(Vec<MasterUrl>),
+}
+
+impl Backend {
+    /// `redis` or `embedded`, as `/readyz` reports it.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Backend::Embedded => "embedded",
+            Backend::Redis(_) => "redis",
+        }
+    }
+}
+
+/// A master's `redis://` or `rediss://` URL. It may carry a password: `Debug` and `Display`
+/// show it without credentials, and only `expose` hands the full URL to the Redis client.
+#[derive(Clone, PartialEq, Eq)]
+pub struct MasterUrl {
+    url: String,
+    redacted: String,
+}
+
+impl MasterUrl {
+    pub fn parse(raw: &str) -> Result<Self, String> {
+        let parsed = url::Url::parse(raw).map_err(|e| format!("{}: {e}", redact(raw)))?;
+        let redacted = redact_parsed(&parsed);
+        if !matches!(parsed.scheme(), "redis" | "rediss") {
+            return Err(format!(
+                "{redacted}: the scheme must be redis:// or rediss://"
+            ));
+        }
+        if parsed.host_str().is_none_or(str::is_empty) {
+            return Err(format!("{redacted}: no host"));
+        }
+        redis::Client::open(raw).map_err(|e| format!("{redacted}: {e}"))?;
+        Ok(Self {
+            url: raw.to_owned(),
+            redacted,
+        })
     }
 
-    pub fn default_ttl(&self) -> Duration {
-        Duration::from_millis(self.default_ttl_ms)
+    /// Scheme, host, port and database: safe for logs, metrics and `/readyz`.
+    pub fn redacted(&self) -> &str {
+        &self.redacted
     }
 
-    pub fn max_ttl(&self) -> Duration {
-        Duration::from_millis(self.max_ttl_ms)
+    /// The full URL, credentials included: for the Redis client only.
+    pub fn expose(&self) -> &str {
+        &self.url
     }
+}
 
-    pub fn max_wait(&self) -> Duration {
-        Duration::from_millis(self.max_wait_ms)
+impl fmt::Display for MasterUrl {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.redacted)
     }
+}
 
-    pub fn shutdown_grace(&self) -> Duration {
-        Duration::from_millis(self.shutdown_grace_ms)
+impl fmt::Debug for MasterUrl {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "MasterUrl({})", self.redacted)
     }
+}
 
-    pub fn master_timeout(&self) -> Duration {
-        Duration::from_millis(self.master_timeout_ms)
-    }
+fn redact_parsed(parsed: &url::Url) -> String {
+    let host = parsed.host_str().unwrap_or("?");
+    let port = parsed.port().map(|p| format!(":{p}")).unwrap_or_default();
+    format!("{}://{host}{port}{}", parsed.scheme(), parsed.path())
+}
+
+/// A URL as it may be shown: scheme, host, port and database, never user or password.
+pub fn redact(url: &str) -> String {
+    url::Url::parse(url).map_or_else(|_| "<unparsable url>".to_owned(), |p| redact_parsed(&p))
 }
 
 /// Clap names the flag in a parse error; the contract promises the variable is named too.
@@ -285,34 +430,62 @@ mod tests {
         assert_eq!(c.drift_factor, 0.01);
         assert_eq!(c.master_timeout_ms, 50);
         assert_eq!(c.key_prefix, "redlockd:");
-        assert_eq!(c.validate(), Ok(()));
+        let settings = c.settings().expect("valid");
+        assert_eq!(settings.backend, Backend::Embedded);
     }
 
     #[test]
     fn errors_name_the_variable() {
         let err = config(&["--default-ttl-ms", "5000", "--max-ttl-ms", "1000"])
-            .validate()
+            .settings()
             .unwrap_err();
         assert_eq!(err.variable, "REDLOCKD_DEFAULT_TTL_MS");
         let err = config(&["--redis-urls", "http://x:1"])
-            .validate()
+            .settings()
             .unwrap_err();
         assert_eq!(err.variable, "REDLOCKD_REDIS_URLS");
         let err = config(&["--redis-urls", "redis://a:1,redis://b:1", "--require-odd"])
-            .validate()
+            .settings()
             .unwrap_err();
         assert!(err.to_string().contains("odd"), "{err}");
         let err = config(&["--redis-urls", "redis://:pw@a:1,redis://:pw@a:1"])
-            .validate()
+            .settings()
             .unwrap_err();
         assert!(!err.to_string().contains("pw"), "{err}");
-        let err = config(&["--drift-factor", "2"]).validate().unwrap_err();
+        let err = config(&["--drift-factor", "2"]).settings().unwrap_err();
         assert_eq!(err.variable, "REDLOCKD_DRIFT_FACTOR");
     }
 
     #[test]
+    fn master_urls_never_show_their_credentials() {
+        let url = MasterUrl::parse("redis://:s3cret@127.0.0.1:7000/0").unwrap();
+        assert_eq!(url.redacted(), "redis://127.0.0.1:7000/0");
+        assert!(!format!("{url} {url:?}").contains("s3cret"));
+        assert!(url.expose().contains("s3cret"));
+        assert_eq!(
+            redact("rediss://user:pw@cache.internal:6380"),
+            "rediss://cache.internal:6380"
+        );
+    }
+
+    #[test]
+    fn help_hides_the_environments_redis_urls() {
+        let hidden = Cli::command()
+            .get_arguments()
+            .find(|a| a.get_id() == "redis_urls")
+            .expect("the argument")
+            .is_hide_env_values_set();
+        assert!(
+            hidden,
+            "--help would print REDLOCKD_REDIS_URLS, passwords included"
+        );
+    }
+
+    #[test]
     fn parse_errors_are_explained_with_the_variable() {
-        let err = Cli::try_parse_from(["redlockd", "--max-wait-ms", "soon"]).unwrap_err();
+        let Err(err) = Cli::try_parse_from(["redlockd", "--max-wait-ms", "soon"]) else {
+            panic!("parsed a bad value");
+        };
         let explained = explain_parse_error(&err).expect("explained");
         assert!(explained.contains("REDLOCKD_MAX_WAIT_MS"), "{explained}");
     }

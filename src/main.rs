@@ -70,6 +70,21 @@ async fn main() -> std::process::ExitCode {
                 }
             };
         }
+        Command::Recover { fence_floor, force } => {
+            return match redlockd::app::recover(cli.config, fence_floor, force).await {
+                Ok(report) => {
+                    for line in report {
+                        println!("{line}");
+                    }
+                    println!("recovered: every master votes again");
+                    std::process::ExitCode::SUCCESS
+                }
+                Err(e) => {
+                    eprintln!("redlockd recover: {e:#}");
+                    std::process::ExitCode::FAILURE
+                }
+            };
+        }
         Command::Serve => {
             let result = async {
                 let app = App::build(cli.config).await?;

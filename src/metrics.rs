@@ -51,6 +51,8 @@ pub struct Metrics {
     master_duration: HistogramVec,
     master_errors: IntCounterVec,
     leases_active: IntGauge,
+    master_backlog: IntGaugeVec,
+    master_backlog_dropped: IntCounterVec,
     /// The lock classes seen so far, to keep `lock_class` bounded.
     classes: Mutex<HashSet<String>>,
 }
@@ -137,6 +139,23 @@ impl Metrics {
         )
         .expect("static metric definition");
 
+        let master_backlog = IntGaugeVec::new(
+            Opts::new(
+                "redlockd_master_backlog",
+                "Work a master still owes after its request was answered: late acquires to settle, releases to repeat",
+            ),
+            &["master"],
+        )
+        .expect("static metric definition");
+        let master_backlog_dropped = IntCounterVec::new(
+            Opts::new(
+                "redlockd_master_backlog_dropped_total",
+                "Backlog work refused because the master's backlog was full (the keys expire at their TTL instead)",
+            ),
+            &["master"],
+        )
+        .expect("static metric definition");
+
         for collector in [
             Box::new(requests.clone()) as Box<dyn prometheus::core::Collector>,
             Box::new(request_duration.clone()),
@@ -146,6 +165,8 @@ impl Metrics {
             Box::new(master_duration.clone()),
             Box::new(master_errors.clone()),
             Box::new(leases_active.clone()),
+            Box::new(master_backlog.clone()),
+            Box::new(master_backlog_dropped.clone()),
         ] {
             registry
                 .register(collector)
@@ -168,6 +189,8 @@ impl Metrics {
             master_duration,
             master_errors,
             leases_active,
+            master_backlog,
+            master_backlog_dropped,
             classes: Mutex::new(HashSet::new()),
         }
     }
@@ -198,6 +221,28 @@ impl Metrics {
             }
         };
         self.contention.with_label_values(&[label]).inc();
+    }
+
+    /// Create every per-master series at its starting value, so that dashboards and
+    /// `rate()` see a master's series before its first error.
+    pub fn register_master(&self, master: &str) {
+        for kind in crate::redlock::node::NodeError::KINDS {
+            self.master_errors.with_label_values(&[master, kind]);
+        }
+        self.master_backlog.with_label_values(&[master]).set(0);
+        self.master_backlog_dropped.with_label_values(&[master]);
+    }
+
+    pub fn master_backlog(&self, master: &str, depth: usize) {
+        self.master_backlog
+            .with_label_values(&[master])
+            .set(i64::try_from(depth).unwrap_or(i64::MAX));
+    }
+
+    pub fn master_backlog_dropped(&self, master: &str) {
+        self.master_backlog_dropped
+            .with_label_values(&[master])
+            .inc();
     }
 
     pub fn master_up(&self, master: &str, up: bool) {

@@ -6,7 +6,7 @@ mod common;
 use std::time::{Duration, Instant};
 
 use common::{RedisMaster, TestApp, config, masters, wait_for};
-use serde_json::json;
+use serde_json::{Value, json};
 
 async fn app3() -> (Vec<RedisMaster>, TestApp) {
     let ms = masters(3);
@@ -461,4 +461,76 @@ async fn operations_endpoints() {
     assert_eq!((status, err["error"].as_str()), (404, Some("not_found")));
     let resp = app.http.patch(app.url("/locks/a")).send().await.unwrap();
     assert_eq!(resp.status(), 405);
+}
+
+#[tokio::test]
+async fn list_pages_through_every_held_lock_in_name_order() {
+    let ms = masters(3);
+    let mut cfg = config(&ms.iter().collect::<Vec<_>>());
+    cfg.master_timeout_ms = 1000;
+    let app = TestApp::spawn(cfg).await;
+    let total = 2500;
+    let mut grants = Vec::new();
+    for i in 0..total {
+        let (http, url) = (app.http.clone(), app.url(&format!("/locks/page:{i:05}")));
+        grants.push(tokio::spawn(async move {
+            let resp = http.post(url).send().await.expect("grant");
+            assert_eq!(resp.status(), 201);
+            resp.json::<Value>().await.expect("lease")
+        }));
+        if grants.len() == 64 {
+            for g in grants.drain(..) {
+                g.await.unwrap();
+            }
+        }
+    }
+    for g in grants {
+        g.await.unwrap();
+    }
+    // A revoked lock and one that expired leave stale names in the index: never listed.
+    let (gone, _) = app.must_grant("page:00007x", json!({})).await;
+    assert_eq!(app.revoke("page:00007x", &gone).await.0, 204);
+    app.must_grant("page:00008x", json!({"ttl_ms": 100})).await;
+    app.must_grant("other", json!({})).await;
+    wait_for(
+        "the short lock to expire",
+        Duration::from_secs(5),
+        async || (app.inspect("page:00008x").await.1["held"] == false).then_some(()),
+    )
+    .await;
+
+    let mut seen: Vec<String> = Vec::new();
+    let mut after = String::new();
+    let mut pages = 0;
+    loop {
+        let (status, page) = app
+            .get(&format!("/locks?prefix=page:&limit=1000&after={after}"))
+            .await;
+        assert_eq!(status, 200, "{page}");
+        pages += 1;
+        seen.extend(
+            page["locks"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|l| l["name"].as_str().unwrap().to_owned()),
+        );
+        match page["next"].as_str() {
+            Some(next) => after = next.to_owned(),
+            None => break,
+        }
+        assert!(pages < 20, "paging does not end");
+    }
+    let expected: Vec<String> = (0..total).map(|i| format!("page:{i:05}")).collect();
+    assert_eq!(seen, expected, "every held lock once, in name order");
+    // Scanning a large index never made a master look down.
+    let (status, ready) = app.get("/readyz").await;
+    assert_eq!(status, 200, "{ready}");
+    assert!(
+        ready["masters"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|m| m["up"] == true)
+    );
 }

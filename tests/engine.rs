@@ -24,28 +24,33 @@ async fn bed(n: usize) -> Bed {
 }
 
 async fn bed_with(n: usize, max_ttl: Duration) -> Bed {
-    let nodes: Vec<Arc<MemoryNode>> = (0..n)
-        .map(|i| Arc::new(MemoryNode::new(format!("m{i}"))))
-        .collect();
-    let dyn_nodes: Vec<Arc<dyn LockNode>> = nodes
-        .iter()
-        .map(|n| n.clone() as Arc<dyn LockNode>)
-        .collect();
-    let engine = Redlock::new(
-        dyn_nodes,
-        EngineConfig {
-            master_timeout: TIMEOUT,
-            drift_factor: 0.01,
-            max_ttl,
-        },
-        Arc::new(Metrics::new()),
-    );
-    let bed = Bed { nodes, engine };
+    let bed = bed_unprobed(n, max_ttl).await;
     bed.probe().await;
     bed
 }
 
 impl Bed {
+    /// A master whose connection failed votes again only once a probe has checked it, some
+    /// time after: let that happen for each of `engines`.
+    async fn reverify(&self, engines: &[&Redlock]) {
+        tokio::time::advance(Duration::from_millis(300)).await;
+        for engine in engines {
+            let nodes = engine.nodes().to_vec();
+            engine.monitor().probe_round(&nodes).await;
+        }
+    }
+
+    /// Step paused time until every master's backlog is empty.
+    async fn drain_backlogs(&self) {
+        for _ in 0..100 {
+            if (0..self.nodes.len()).all(|i| self.engine.backlog(i) == 0) {
+                return;
+            }
+            tokio::time::advance(Duration::from_millis(10)).await;
+        }
+        panic!("the backlogs did not drain within a simulated second");
+    }
+
     async fn probe(&self) {
         let nodes = self.engine.nodes().to_vec();
         self.engine.monitor().probe_round(&nodes).await;
@@ -66,7 +71,7 @@ async fn a_healthy_majority_never_waits_for_a_hung_master() {
     let started = Instant::now();
     let leased = bed
         .engine
-        .acquire("a", "L1", TTL, Some("me"))
+        .acquire("a", "L1", TTL, Some("me".into()))
         .await
         .expect("granted");
     assert_eq!(
@@ -168,8 +173,9 @@ async fn a_grant_without_validity_left_fails_and_is_released() {
         .await
         .unwrap_err();
     assert!(matches!(err, EngineError::Unavailable(_)), "{err:?}");
+    // Answered once a majority released it; the last master's release ends in its backlog.
+    bed.drain_backlogs().await;
     for node in &bed.nodes {
-        node.set_fault(Fault::None);
         assert!(!node.holds("b", "L2"));
     }
 }
@@ -191,6 +197,7 @@ async fn tokens_rise_when_the_counters_diverge() {
     assert_eq!((a.fence(), b.fence(), c.fence()), (10, 10, 0));
 
     c.set_fault(Fault::None);
+    bed.reverify(&[&bed.engine]).await;
     b.set_fault(Fault::Down);
     let token = bed.grant("x", "ac").await.expect("granted on A, C");
     assert_eq!(token, 11);
@@ -198,6 +205,7 @@ async fn tokens_rise_when_the_counters_diverge() {
     bed.engine.release("x", "ac").await.expect("released");
 
     b.set_fault(Fault::None);
+    bed.reverify(&[&bed.engine]).await;
     a.set_fault(Fault::Down);
     let token = bed.grant("x", "bc").await.expect("granted on B, C");
     assert!(token > 11, "token {token} must exceed 11");
@@ -313,6 +321,7 @@ async fn a_master_that_restarts_empty_is_quarantined_then_restored() {
         Err(EngineError::Unavailable(_))
     ));
     bed.nodes[1].set_fault(Fault::None);
+    bed.reverify(&[&bed.engine]).await;
     let second = bed.grant("q", "L3").await.expect("A and B vote");
     assert!(second > first);
 
@@ -348,7 +357,7 @@ async fn reads_need_a_majority() {
         bed.engine.inspect("i").await,
         Err(EngineError::Unavailable(_))
     ));
-    let listed = bed.engine.list("", 10).await;
+    let listed = bed.engine.list("", "", 10).await;
     assert!(matches!(listed, Err(EngineError::Unavailable(_))));
 }
 
@@ -367,20 +376,394 @@ async fn list_merges_what_a_majority_hold() {
         .expect("set");
     let names: Vec<String> = bed
         .engine
-        .list("inv", 10)
+        .list("inv", "", 10)
         .await
         .expect("list")
+        .0
         .into_iter()
         .map(|h| h.name)
         .collect();
     assert_eq!(names, ["inv:1", "inv:2"]);
     let first: Vec<String> = bed
         .engine
-        .list("", 1)
+        .list("", "", 1)
         .await
         .expect("list")
+        .0
         .into_iter()
         .map(|h| h.name)
         .collect();
     assert_eq!(first, ["inv:1"]);
+}
+
+/// A second redlockd replica over the same masters.
+fn replica(bed: &Bed, max_ttl: Duration) -> Redlock {
+    Redlock::new(
+        bed.engine.nodes().to_vec(),
+        EngineConfig::new(TIMEOUT, 0.01, max_ttl),
+        Arc::new(Metrics::new()),
+    )
+}
+
+async fn probe(engine: &Redlock) {
+    let nodes = engine.nodes().to_vec();
+    engine.monitor().probe_round(&nodes).await;
+}
+
+async fn bed_unprobed(n: usize, max_ttl: Duration) -> Bed {
+    let nodes: Vec<Arc<MemoryNode>> = (0..n)
+        .map(|i| Arc::new(MemoryNode::new(format!("m{i}"))))
+        .collect();
+    let dyn_nodes: Vec<Arc<dyn LockNode>> = nodes
+        .iter()
+        .map(|n| n.clone() as Arc<dyn LockNode>)
+        .collect();
+    let engine = Redlock::new(
+        dyn_nodes,
+        EngineConfig::new(TIMEOUT, 0.01, max_ttl),
+        Arc::new(Metrics::new()),
+    );
+    Bed { nodes, engine }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_new_replica_never_initialises_a_master_it_alone_sees() {
+    // L1 is held on B and C only (A was down when it was granted). Then C restarts empty
+    // and the running replica quarantines it.
+    let bed = bed(3).await;
+    bed.nodes[0].set_fault(Fault::Down);
+    bed.grant("x", "L1").await.expect("granted on B, C");
+    bed.nodes[0].set_fault(Fault::None);
+    bed.reverify(&[&bed.engine]).await;
+    bed.nodes[2].restart_empty();
+    bed.probe().await;
+    assert!(bed.engine.monitor().status()[2].quarantined_until.is_some());
+
+    // A new replica starts while only the restarted master answers it.
+    let newcomer = replica(&bed, Duration::from_secs(60));
+    bed.nodes[0].set_fault(Fault::Down);
+    bed.nodes[1].set_fault(Fault::Down);
+    probe(&newcomer).await;
+    bed.nodes[0].set_fault(Fault::None);
+    bed.nodes[1].set_fault(Fault::None);
+    bed.reverify(&[&bed.engine, &newcomer]).await;
+    assert!(
+        !bed.nodes[2].marked(),
+        "the newcomer took C for a new master"
+    );
+    probe(&newcomer).await;
+    bed.probe().await;
+    assert!(bed.engine.monitor().status()[2].quarantined_until.is_some());
+
+    // A and the empty C would make a majority: a second lease while L1 is valid.
+    for engine in [&bed.engine, &newcomer] {
+        let second = engine.acquire("x", "L2", TTL, None).await;
+        assert!(
+            matches!(second, Err(EngineError::Held { .. })),
+            "granted a second lease: {second:?}"
+        );
+    }
+    assert!(bed.nodes[1].holds("x", "L1"));
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_new_deployment_whose_masters_boot_apart_is_ready_once_all_answer() {
+    let bed = bed_unprobed(3, Duration::from_secs(3600)).await;
+    bed.nodes[1].set_fault(Fault::Down);
+    bed.nodes[2].set_fault(Fault::Down);
+    bed.probe().await;
+    assert!(!bed.engine.monitor().ready());
+    assert!(!bed.nodes[0].marked(), "one master is no deployment");
+    let problem = bed.engine.monitor().problem().expect("a reason in words");
+    assert!(problem.contains("every configured master"), "{problem}");
+
+    bed.nodes[1].set_fault(Fault::None);
+    bed.reverify(&[&bed.engine]).await;
+    bed.probe().await;
+    assert!(!bed.engine.monitor().ready());
+    bed.nodes[2].set_fault(Fault::None);
+    bed.reverify(&[&bed.engine]).await;
+    bed.probe().await;
+    assert!(
+        bed.engine.monitor().ready(),
+        "ready at once, not after the largest TTL: {:?}",
+        bed.engine.monitor().status()
+    );
+    assert_eq!(bed.engine.monitor().problem(), None);
+    assert_eq!(bed.grant("a", "L1").await, Ok(1), "tokens start at 1");
+}
+
+#[tokio::test(start_paused = true)]
+async fn marked_masters_that_never_granted_prove_a_wiped_one_may_vote_at_once() {
+    let bed = bed(3).await;
+    bed.nodes[2].restart_empty();
+    bed.probe().await;
+    assert!(
+        bed.nodes[2].marked(),
+        "A and B never granted: nothing to wait for"
+    );
+    assert!(bed.engine.monitor().status()[2].quarantined_until.is_none());
+
+    bed.grant("a", "L1").await.expect("granted");
+    bed.nodes[2].restart_empty();
+    bed.probe().await;
+    assert!(
+        !bed.nodes[2].marked(),
+        "after a grant, a wiped master waits"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_master_restarted_from_an_old_snapshot_stops_voting() {
+    let max_ttl = Duration::from_secs(60);
+    let bed = bed_with(3, max_ttl).await;
+    let old = bed.nodes[2].snapshot();
+    // L1 is held on B and C only; the probe records the counters it saw.
+    bed.nodes[0].set_fault(Fault::Down);
+    bed.grant("x", "L1").await.expect("granted on B, C");
+    bed.nodes[0].set_fault(Fault::None);
+    bed.reverify(&[&bed.engine]).await;
+    bed.probe().await;
+    // A replica started now has seen nothing of C before its rollback.
+    let newcomer = replica(&bed, max_ttl);
+    bed.nodes[2].restart_from(old);
+    assert!(bed.nodes[2].marked(), "the snapshot has the marker");
+
+    // A replica compares counters with marks it read in an earlier round: two rounds.
+    probe(&newcomer).await;
+    probe(&newcomer).await;
+    assert!(
+        !bed.nodes[2].marked(),
+        "the high-water marks on A and B show C went back in time"
+    );
+    assert!(newcomer.monitor().status()[2].quarantined_until.is_some());
+    bed.probe().await;
+    assert!(bed.engine.monitor().status()[2].quarantined_until.is_some());
+    for engine in [&bed.engine, &newcomer] {
+        let second = engine.acquire("x", "L2", TTL, None).await;
+        assert!(
+            matches!(second, Err(EngineError::Held { .. })),
+            "granted a second lease: {second:?}"
+        );
+    }
+
+    // After its quarantine it votes again, its counter above every token granted.
+    tokio::time::advance(max_ttl + Duration::from_secs(1)).await;
+    bed.probe().await;
+    assert!(bed.nodes[2].marked());
+    assert!(bed.nodes[2].fence() >= bed.nodes[1].fence());
+    probe(&newcomer).await;
+    assert!(newcomer.monitor().ready());
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_majority_that_lost_its_data_fails_safely_and_says_why() {
+    let max_ttl = Duration::from_secs(30);
+    let bed = bed_with(3, max_ttl).await;
+    bed.grant("a", "L1").await.expect("granted");
+    bed.nodes[1].restart_empty();
+    bed.nodes[2].restart_empty();
+    bed.probe().await;
+    assert!(matches!(
+        bed.grant("b", "L2").await,
+        Err(EngineError::Unavailable(_))
+    ));
+    tokio::time::advance(max_ttl + Duration::from_secs(1)).await;
+    bed.probe().await;
+    assert!(
+        !bed.engine.monitor().ready(),
+        "one master cannot restore two"
+    );
+    let problem = bed.engine.monitor().problem().expect("a reason");
+    assert!(problem.contains("redlockd recover"), "{problem}");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_revoke_of_a_lease_a_majority_no_longer_hold_is_not_found_and_removes_leftovers() {
+    let bed = bed(3).await;
+    bed.grant("r", "L1").await.expect("granted");
+    for node in &bed.nodes[1..] {
+        node.release("r", "L1", false).await.expect("removed");
+    }
+    assert_eq!(
+        bed.engine.release("r", "L1").await,
+        Err(EngineError::NotFound)
+    );
+    assert!(!bed.nodes[0].holds("r", "L1"), "the leftover was removed");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_revoke_reaches_a_master_that_answers_late() {
+    let bed = bed(3).await;
+    bed.nodes[2].set_fault(Fault::Hang);
+    bed.grant("r", "L1").await.expect("granted on A, B");
+    let started = Instant::now();
+    bed.engine.release("r", "L1").await.expect("revoked");
+    assert_eq!(
+        started.elapsed(),
+        Duration::ZERO,
+        "decided on A's and B's answers, not at C's timeout"
+    );
+    assert!(bed.engine.backlog(2) >= 1, "the release is owed to C");
+    // C comes back holding the key (its acquire ran late).
+    bed.nodes[2].set_fault(Fault::None);
+    bed.nodes[2]
+        .acquire("r", "L1", 10_000, None)
+        .await
+        .expect("late acquire");
+    for _ in 0..50 {
+        if bed.engine.backlog(2) == 0 {
+            break;
+        }
+        tokio::time::advance(Duration::from_millis(50)).await;
+    }
+    assert!(
+        !bed.nodes[2].holds("r", "L1"),
+        "the repeated release landed"
+    );
+    assert_eq!(bed.engine.backlog(2), 0);
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_backlog_of_a_dead_master_is_bounded() {
+    let bed = bed(3).await;
+    bed.nodes[0]
+        .acquire("h", "holder", 3_600_000, None)
+        .await
+        .expect("set");
+    bed.nodes[1]
+        .acquire("h", "holder", 3_600_000, None)
+        .await
+        .expect("set");
+    bed.nodes[2].set_fault(Fault::Down);
+    let cap = redlockd::redlock::backlog::MAX_BACKLOG;
+    for i in 0..cap + 10 {
+        assert!(matches!(
+            bed.engine
+                .acquire("h", &format!("L{i}"), Duration::from_secs(60), None)
+                .await,
+            Err(EngineError::Held { .. })
+        ));
+    }
+    assert_eq!(bed.engine.backlog(2), cap);
+}
+
+#[tokio::test(start_paused = true)]
+async fn simultaneous_minorities_are_a_split_not_a_holder() {
+    let bed = bed(3).await;
+    bed.nodes[1]
+        .acquire("s", "B", 30_000, None)
+        .await
+        .expect("set");
+    bed.nodes[2]
+        .acquire("s", "C", 30_000, None)
+        .await
+        .expect("set");
+    assert_eq!(
+        bed.engine.acquire("s", "A", TTL, None).await,
+        Err(EngineError::Split)
+    );
+    assert!(!bed.nodes[0].holds("s", "A"), "the minority was released");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_split_is_retried_and_never_answered_with_a_contenders_ttl() {
+    use redlockd::lease::{LeasePolicy, LeaseService, LockName, WaitTime, Waiters};
+    let policy = LeasePolicy::new(TTL, TTL, TTL);
+    let ttl = policy.ttl(None).unwrap();
+    let bed = bed(3).await;
+    let nodes = bed.engine.nodes().to_vec();
+    let service = LeaseService::new(
+        Arc::new(replica(&bed, Duration::from_secs(60))),
+        Waiters::new(),
+        Arc::new(Metrics::new()),
+        tokio_util::sync::CancellationToken::new(),
+    );
+    // Two stale minorities that no contender releases: the split persists.
+    nodes[1].acquire("s", "B", 30_000, None).await.expect("set");
+    nodes[2].acquire("s", "C", 30_000, None).await.expect("set");
+    let name = LockName::parse("s").unwrap();
+    match service.grant(name.clone(), ttl, WaitTime::NONE, None).await {
+        Err(redlockd::lease::LeaseError::Held { retry_after }) => assert!(
+            retry_after < Duration::from_millis(100),
+            "told to come back after {retry_after:?}"
+        ),
+        other => panic!("expected a short held, got {other:?}"),
+    }
+    // When one contender lets go within the retries (as contenders do: they release their
+    // minority at once), the grant wins without being asked to wait.
+    let node = nodes[2].clone();
+    let contender = tokio::spawn(async move {
+        tokio::time::sleep(Duration::from_millis(1)).await;
+        node.release("s", "C", false).await
+    });
+    let lease = service
+        .grant(name, ttl, WaitTime::NONE, None)
+        .await
+        .expect("won once the split cleared");
+    assert!(lease.token.0 > 0);
+    contender.await.unwrap().expect("released");
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_operator_recovers_a_majority_that_lost_its_data_with_tokens_still_rising() {
+    let max_ttl = Duration::from_secs(30);
+    let bed = bed_with(3, max_ttl).await;
+    let before = bed.grant("a", "L1").await.expect("granted");
+    bed.nodes[1].restart_empty();
+    bed.nodes[2].restart_empty();
+    bed.probe().await;
+    assert!(!bed.engine.monitor().ready());
+    let nodes = bed.engine.nodes().to_vec();
+    let refused = bed.engine.monitor().recover(&nodes, None, false).await;
+    assert!(
+        refused.as_ref().is_err_and(|e| e.contains("wait")),
+        "recovered while a lease may be live: {refused:?}"
+    );
+    tokio::time::advance(max_ttl).await;
+    let report = bed
+        .engine
+        .monitor()
+        .recover(&nodes, None, false)
+        .await
+        .expect("recovered");
+    assert_eq!(report.len(), 3, "{report:?}");
+    bed.probe().await;
+    assert!(
+        bed.engine.monitor().ready(),
+        "{:?}",
+        bed.engine.monitor().status()
+    );
+    let after = bed.grant("b", "L2").await.expect("granted after recovery");
+    assert!(after > before, "{after} after {before}");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_master_that_comes_back_from_a_snapshot_moments_old_never_votes_for_a_second_lease() {
+    let bed = bed(3).await;
+    // C is held by another lease for a moment: L1 lands on A and B only.
+    bed.nodes[2]
+        .acquire("x", "other", 100, None)
+        .await
+        .expect("set");
+    let snapshot = bed.nodes[0].snapshot();
+    bed.grant("x", "L1").await.expect("granted on A, B");
+    tokio::time::advance(Duration::from_millis(200)).await;
+    // A restarts from the snapshot taken just before L1, before any probe ran: its
+    // connection broke meanwhile.
+    bed.nodes[0].set_fault(Fault::Down);
+    assert!(bed.grant("y", "L0").await.is_ok(), "B and C grant");
+    bed.nodes[0].restart_from(snapshot);
+    bed.nodes[0].set_fault(Fault::None);
+    assert!(bed.nodes[0].marked());
+    let second = bed.engine.acquire("x", "L2", TTL, None).await;
+    assert!(
+        matches!(second, Err(EngineError::Held { .. })),
+        "A voted for a second lease before it was verified: {second:?}"
+    );
+    bed.reverify(&[&bed.engine]).await;
+    assert!(
+        !bed.nodes[0].marked(),
+        "the token A granted shows its counter went back"
+    );
 }

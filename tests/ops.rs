@@ -212,6 +212,14 @@ async fn metrics_count_requests_contention_and_master_health() {
         )
     };
     assert!(metrics.contains(&up(&ms[1], 1)), "{metrics}");
+    // Every master's error series exists from the start, at 0, so that `rate()` works.
+    for kind in ["timeout", "connection", "script", "amnesic", "other"] {
+        let zero = format!(
+            r#"redlockd_master_errors_total{{kind="{kind}",master="redis://127.0.0.1:{}"}} 0"#,
+            ms[1].port
+        );
+        assert!(metrics.contains(&zero), "missing {zero}");
+    }
     ms[1].pause();
     wait_for(
         "master_up to fall to 0",

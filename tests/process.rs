@@ -149,6 +149,17 @@ impl Server {
         server
     }
 
+    /// Wait until `/readyz` says the replica can grant.
+    async fn wait_ready(&self, what: &str) {
+        wait_for(what, Duration::from_secs(10), async || {
+            self.text("/readyz")
+                .await
+                .contains(r#""ready":true"#)
+                .then_some(())
+        })
+        .await;
+    }
+
     async fn post(&self, path: &str) -> reqwest::Response {
         let url = format!("{}{path}", self.base);
         reqwest::Client::new().post(url).send().await.expect("POST")
@@ -200,8 +211,13 @@ async fn redis_passwords_reach_no_log_line_and_no_readyz() {
     let ms: Vec<RedisMaster> = (0..3)
         .map(|_| RedisMaster::start_with(Some(password), &[]))
         .collect();
-    // The third URL carries a wrong password, so that authentication errors get logged too.
+    // The deployment is initialised while every master answers; then the third URL carries
+    // a wrong password, so that authentication errors get logged too.
     let mut urls: Vec<String> = ms.iter().map(RedisMaster::url).collect();
+    {
+        let first = Server::start(&[("REDLOCKD_REDIS_URLS", &urls.join(","))]).await;
+        first.wait_ready("the masters to be initialised").await;
+    }
     urls[2] = urls[2].replace(password, "wr0ng-Pa55word");
     let server = Server::start(&[("REDLOCKD_REDIS_URLS", &urls.join(","))]).await;
     let http = reqwest::Client::new();
@@ -492,4 +508,65 @@ impl Drop for KillOnDrop {
         let _ = self.0.kill();
         let _ = self.0.wait();
     }
+}
+
+#[tokio::test]
+async fn recover_puts_masters_that_lost_their_data_back_with_rising_tokens() {
+    let mut ms: Vec<RedisMaster> = (0..3).map(|_| RedisMaster::start()).collect();
+    let urls: Vec<String> = ms.iter().map(RedisMaster::url).collect();
+    let urls = urls.join(",");
+    let first_token = {
+        let server = Server::start(&[("REDLOCKD_REDIS_URLS", &urls)]).await;
+        server.wait_ready("ready").await;
+        let lease: serde_json::Value = server.post("/locks/r").await.json().await.unwrap();
+        lease["fencing_token"].as_u64().expect("granted")
+    };
+    ms[1].restart_empty();
+    ms[2].restart_empty();
+    let recover = |force: bool| {
+        let mut cmd = Command::new(BIN);
+        cmd.env_clear()
+            .env("REDLOCKD_REDIS_URLS", &urls)
+            .arg("recover");
+        if force {
+            cmd.arg("--force");
+        }
+        cmd.output().expect("run redlockd recover")
+    };
+    let refused = recover(false);
+    assert!(!refused.status.success());
+    let why = String::from_utf8_lossy(&refused.stderr);
+    assert!(why.contains("REDLOCKD_MAX_TTL_MS"), "{why}");
+    let done = recover(true);
+    assert!(
+        done.status.success(),
+        "{}",
+        String::from_utf8_lossy(&done.stderr)
+    );
+    assert!(String::from_utf8_lossy(&done.stdout).contains("recovered"));
+
+    let server = Server::start(&[("REDLOCKD_REDIS_URLS", &urls)]).await;
+    server.wait_ready("ready after the recovery").await;
+    let lease: serde_json::Value = server.post("/locks/r2").await.json().await.unwrap();
+    let token = lease["fencing_token"].as_u64().expect("granted");
+    assert!(token > first_token, "{token} after {first_token}");
+}
+
+#[test]
+fn help_never_prints_a_password_from_the_environment() {
+    let out = Command::new(BIN)
+        .arg("--help")
+        .env(
+            "REDLOCKD_REDIS_URLS",
+            "redis://:hunter2-Secret@10.0.0.5:6379",
+        )
+        .output()
+        .expect("run redlockd --help");
+    assert!(out.status.success());
+    let help = String::from_utf8_lossy(&out.stdout);
+    assert!(help.contains("REDLOCKD_REDIS_URLS"), "{help}");
+    assert!(
+        !help.contains("hunter2"),
+        "--help printed a password:\n{help}"
+    );
 }

@@ -9,20 +9,41 @@ use axum::response::{IntoResponse, Response};
 use serde::Serialize;
 use utoipa::ToSchema;
 
-use crate::lease::InvalidInput;
-use crate::redlock::EngineError;
+use crate::lease::{InvalidInput, LeaseError, MasterFailure};
 
 /// Every error body: `{"error": "<code>", "message": "<text for a person>"}`.
 #[derive(Debug, Serialize, ToSchema)]
 #[schema(example = json!({"error": "lock_held", "message": "the lock is held by another lease", "retry_after_ms": 12000}))]
 pub struct ErrorBody {
-    /// A stable code: `invalid_request`, `lock_held`, `lease_not_found`,
+    /// A stable code: `invalid_request`, `request_timeout`, `lock_held`, `lease_not_found`,
     /// `quorum_unavailable`, `not_found`, `method_not_allowed`, `internal`.
     pub error: &'static str,
     pub message: String,
     /// With `lock_held`: the holder's remaining TTL, best estimate.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub retry_after_ms: Option<u64>,
+    /// With `quorum_unavailable`: the masters that failed the step, and how.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub masters: Vec<MasterError>,
+}
+
+/// One master that failed a step.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct MasterError {
+    /// The master's address, without credentials.
+    pub address: String,
+    /// `timeout`, `connection`, `script`, `amnesic` (lost its data, not voting), `other`,
+    /// or `no_answer`.
+    pub error: &'static str,
+}
+
+impl From<&MasterFailure> for MasterError {
+    fn from(f: &MasterFailure) -> Self {
+        Self {
+            address: f.address.clone(),
+            error: f.kind,
+        }
+    }
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -30,6 +51,9 @@ pub enum ApiError {
     /// 400 `invalid_request`: a bad name, lease id, field or value.
     #[error("{0}")]
     Invalid(String),
+    /// 408 `request_timeout`: the client did not send its whole body in time.
+    #[error("the request body did not arrive in time")]
+    RequestTimeout,
     /// 413 `invalid_request`: the body is larger than the limit.
     #[error("request body too large")]
     TooLarge,
@@ -39,9 +63,13 @@ pub enum ApiError {
     /// 404 `lease_not_found`: no such lease holds the lock (expired, revoked or never granted).
     #[error("no such lease holds this lock: it expired, was revoked, or never existed")]
     LeaseNotFound,
-    /// 503 `quorum_unavailable`: fewer than a majority of masters could take part.
-    #[error("{0}")]
-    Unavailable(String),
+    /// 503 `quorum_unavailable`: fewer than a majority of masters could take part (which
+    /// failed, and how, when known), or the process is shutting down.
+    #[error("{message}")]
+    Unavailable {
+        message: String,
+        masters: Vec<MasterFailure>,
+    },
     /// 404 `not_found`: no such route.
     #[error("no such route")]
     NoRoute,
@@ -58,9 +86,10 @@ impl ApiError {
         match self {
             ApiError::Invalid(_) => StatusCode::BAD_REQUEST,
             ApiError::TooLarge => StatusCode::PAYLOAD_TOO_LARGE,
+            ApiError::RequestTimeout => StatusCode::REQUEST_TIMEOUT,
             ApiError::LockHeld { .. } => StatusCode::CONFLICT,
             ApiError::LeaseNotFound | ApiError::NoRoute => StatusCode::NOT_FOUND,
-            ApiError::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
+            ApiError::Unavailable { .. } => StatusCode::SERVICE_UNAVAILABLE,
             ApiError::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
             ApiError::Internal => StatusCode::INTERNAL_SERVER_ERROR,
         }
@@ -70,9 +99,10 @@ impl ApiError {
     pub fn code(&self) -> &'static str {
         match self {
             ApiError::Invalid(_) | ApiError::TooLarge => "invalid_request",
+            ApiError::RequestTimeout => "request_timeout",
             ApiError::LockHeld { .. } => "lock_held",
             ApiError::LeaseNotFound => "lease_not_found",
-            ApiError::Unavailable(_) => "quorum_unavailable",
+            ApiError::Unavailable { .. } => "quorum_unavailable",
             ApiError::NoRoute => "not_found",
             ApiError::MethodNotAllowed => "method_not_allowed",
             ApiError::Internal => "internal",
@@ -86,12 +116,26 @@ impl From<InvalidInput> for ApiError {
     }
 }
 
-impl From<EngineError> for ApiError {
-    fn from(e: EngineError) -> Self {
+impl ApiError {
+    /// 503 for a reason of our own, with no master to blame.
+    pub fn unavailable(message: impl Into<String>) -> Self {
+        ApiError::Unavailable {
+            message: message.into(),
+            masters: Vec::new(),
+        }
+    }
+}
+
+impl From<LeaseError> for ApiError {
+    fn from(e: LeaseError) -> Self {
         match e {
-            EngineError::Held { retry_after } => ApiError::LockHeld { retry_after },
-            EngineError::NotFound => ApiError::LeaseNotFound,
-            EngineError::Unavailable(why) => ApiError::Unavailable(why),
+            LeaseError::Held { retry_after } => ApiError::LockHeld { retry_after },
+            LeaseError::NotFound => ApiError::LeaseNotFound,
+            LeaseError::Unavailable(why) => ApiError::Unavailable {
+                message: why.reason,
+                masters: why.masters,
+            },
+            e @ LeaseError::ShuttingDown => ApiError::unavailable(e.to_string()),
         }
     }
 }
@@ -103,12 +147,29 @@ impl IntoResponse for ApiError {
             ApiError::LockHeld { retry_after } => Some(*retry_after),
             _ => None,
         };
+        let masters = match &self {
+            ApiError::Unavailable { masters, .. } => {
+                masters.iter().map(MasterError::from).collect()
+            }
+            _ => Vec::new(),
+        };
         let body = ErrorBody {
             error: self.code(),
             message: self.to_string(),
-            retry_after_ms: retry_after.map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX)),
+            retry_after_ms: retry_after.map(crate::lease::millis),
+            masters,
         };
+        if let ApiError::Unavailable { message, masters } = &self {
+            let masters: Vec<String> = masters
+                .iter()
+                .map(|m| format!("{} {}", m.address, m.kind))
+                .collect();
+            tracing::warn!(reason = %message, ?masters, "request failed: quorum unavailable");
+        }
         let mut response = (status, Json(body)).into_response();
+        response
+            .extensions_mut()
+            .insert(super::middleware::Outcome(self.code()));
         if let Some(after) = retry_after {
             // Whole seconds, rounded up, at least 1: a client that honours it never retries
             // before the holder's lease could have lapsed.

@@ -1,75 +1,23 @@
-//! The handlers: each parses its input into domain types, calls the lease service, and
-//! records the request in the metrics whatever the outcome.
-
-use std::time::{Duration, Instant};
+//! The handlers: each takes its input parsed (see `extract`), calls the lease service, and
+//! answers. The request's op, outcome and latency are recorded once, by the middleware.
 
 use axum::Json;
-use axum::body::Bytes;
-use axum::extract::rejection::{BytesRejection, PathRejection};
-use axum::extract::{Path, RawQuery, State};
+use axum::extract::State;
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 
 use super::AppState;
 use super::error::{ApiError, ErrorBody};
-use super::middleware::Outcome;
+use super::extract::{Fields, LeasePath, LockPath};
 use super::types::{
     GrantRequest, Health, LeaseBody, ListQuery, LockEntry, LockList, LockStatus, NoFields,
-    Readiness, RenewRequest, parse_fields,
+    Readiness, RenewRequest,
 };
-use crate::config::MIN_TTL_MS;
-use crate::lease::{LeaseId, LockName, NamePrefix, Owner, WaitPolicy};
-use crate::metrics::Op;
+use crate::lease::{NamePrefix, Owner};
 
 /// Largest `limit` of a list call, and the default.
 pub const MAX_LIST_LIMIT: u64 = 1000;
 pub const DEFAULT_LIST_LIMIT: u64 = 100;
-
-fn body(body: Result<Bytes, BytesRejection>) -> Result<Bytes, ApiError> {
-    body.map_err(|e| {
-        if e.status() == StatusCode::PAYLOAD_TOO_LARGE {
-            ApiError::TooLarge
-        } else {
-            ApiError::Invalid(e.body_text())
-        }
-    })
-}
-
-fn path<T>(p: Result<Path<T>, PathRejection>) -> Result<T, ApiError> {
-    p.map(|Path(v)| v)
-        .map_err(|e| ApiError::Invalid(e.body_text()))
-}
-
-/// Record the request's outcome and duration, then answer.
-fn finish<T: IntoResponse>(
-    state: &AppState,
-    op: Op,
-    started: Instant,
-    result: Result<T, ApiError>,
-) -> Response {
-    let outcome = match &result {
-        Ok(_) => "ok",
-        Err(e) => e.code(),
-    };
-    state.metrics.request(op, outcome, started.elapsed());
-    if let Err(ApiError::Unavailable(why)) = &result {
-        tracing::warn!(op = op.as_str(), reason = %why, "request failed: quorum unavailable");
-    }
-    let mut response = result.into_response();
-    response.extensions_mut().insert(Outcome(outcome));
-    response
-}
-
-fn ttl(state: &AppState, ttl_ms: u64) -> Result<Duration, ApiError> {
-    let max = state.config.max_ttl_ms;
-    if (MIN_TTL_MS..=max).contains(&ttl_ms) {
-        Ok(Duration::from_millis(ttl_ms))
-    } else {
-        Err(ApiError::Invalid(format!(
-            "ttl_ms must be from {MIN_TTL_MS} to {max}, got {ttl_ms}"
-        )))
-    }
-}
 
 /// Grant a lease on a lock.
 #[utoipa::path(
@@ -85,6 +33,7 @@ fn ttl(state: &AppState, ttl_ms: u64) -> Result<Duration, ApiError> {
         (status = 201, description = "Granted", body = LeaseBody,
             headers(("Location" = String, description = "/locks/{name}/leases/{lease_id}"))),
         (status = 400, description = "`invalid_request`", body = ErrorBody),
+        (status = 408, description = "`request_timeout`: the body did not arrive in time", body = ErrorBody),
         (status = 409, description = "`lock_held`: held by another lease (after `wait_ms`, if any)", body = ErrorBody,
             headers(("Retry-After" = u64, description = "whole seconds, at least 1"))),
         (status = 503, description = "`quorum_unavailable`", body = ErrorBody),
@@ -92,40 +41,24 @@ fn ttl(state: &AppState, ttl_ms: u64) -> Result<Duration, ApiError> {
 )]
 pub async fn grant(
     State(state): State<AppState>,
-    name: Result<Path<String>, PathRejection>,
-    RawQuery(query): RawQuery,
-    raw: Result<Bytes, BytesRejection>,
-) -> Response {
-    let started = Instant::now();
-    let result = async {
-        let name = LockName::parse(&path(name)?)?;
-        let req: GrantRequest = parse_fields(query.as_deref(), &body(raw)?)?;
-        let ttl = ttl(&state, req.ttl_ms.unwrap_or(state.config.default_ttl_ms))?;
-        let wait = req.wait_ms.unwrap_or(0);
-        if wait > state.config.max_wait_ms {
-            return Err(ApiError::Invalid(format!(
-                "wait_ms must be at most {}, got {wait}",
-                state.config.max_wait_ms
-            )));
-        }
-        let owner = req.owner.as_deref().map(Owner::parse).transpose()?;
-        let policy = WaitPolicy {
-            wait: Duration::from_millis(wait),
-        };
-        let lease = state.service.grant(name, ttl, policy, owner).await?;
-        let location = format!("/locks/{}/leases/{}", lease.name, lease.id.as_str());
-        let mut headers = HeaderMap::new();
-        if let Ok(value) = HeaderValue::from_str(&location) {
-            headers.insert(header::LOCATION, value);
-        }
-        Ok((
-            StatusCode::CREATED,
-            headers,
-            Json(LeaseBody::new(&lease, false)),
-        ))
+    LockPath(name): LockPath,
+    Fields(req): Fields<GrantRequest>,
+) -> Result<impl IntoResponse, ApiError> {
+    let policy = &state.settings.policy;
+    let ttl = policy.ttl(req.ttl_ms)?;
+    let wait = policy.wait(req.wait_ms)?;
+    let owner = req.owner.as_deref().map(Owner::parse).transpose()?;
+    let lease = state.service.grant(name, ttl, wait, owner).await?;
+    let location = format!("/locks/{}/leases/{}", lease.name, lease.id.as_str());
+    let mut headers = HeaderMap::new();
+    if let Ok(value) = HeaderValue::from_str(&location) {
+        headers.insert(header::LOCATION, value);
     }
-    .await;
-    finish(&state, Op::Grant, started, result)
+    Ok((
+        StatusCode::CREATED,
+        headers,
+        Json(LeaseBody::new(&lease, false)),
+    ))
 }
 
 /// Renew a lease: extend its TTL. The lease id and fencing token stay the same.
@@ -139,27 +72,19 @@ pub async fn grant(
     responses(
         (status = 200, description = "Renewed", body = LeaseBody),
         (status = 400, description = "`invalid_request`", body = ErrorBody),
+        (status = 408, description = "`request_timeout`: the body did not arrive in time", body = ErrorBody),
         (status = 404, description = "`lease_not_found`: expired, revoked, or not this lock's", body = ErrorBody),
         (status = 503, description = "`quorum_unavailable`", body = ErrorBody),
     )
 )]
 pub async fn renew(
     State(state): State<AppState>,
-    ids: Result<Path<(String, String)>, PathRejection>,
-    RawQuery(query): RawQuery,
-    raw: Result<Bytes, BytesRejection>,
-) -> Response {
-    let started = Instant::now();
-    let result = async {
-        let (name, id) = path(ids)?;
-        let (name, id) = (LockName::parse(&name)?, LeaseId::parse(&id)?);
-        let req: RenewRequest = parse_fields(query.as_deref(), &body(raw)?)?;
-        let ttl = req.ttl_ms.map(|t| ttl(&state, t)).transpose()?;
-        let lease = state.service.renew(name, id, ttl).await?;
-        Ok(Json(LeaseBody::new(&lease, false)))
-    }
-    .await;
-    finish(&state, Op::Renew, started, result)
+    LeasePath(name, id): LeasePath,
+    Fields(req): Fields<RenewRequest>,
+) -> Result<Json<LeaseBody>, ApiError> {
+    let ttl = state.settings.policy.renew_ttl(req.ttl_ms)?;
+    let lease = state.service.renew(name, id, ttl).await?;
+    Ok(Json(LeaseBody::new(&lease, false)))
 }
 
 /// Revoke a lease: free the lock now.
@@ -169,26 +94,18 @@ pub async fn renew(
     responses(
         (status = 204, description = "Revoked; waiting grants are woken"),
         (status = 400, description = "`invalid_request`", body = ErrorBody),
-        (status = 404, description = "`lease_not_found`", body = ErrorBody),
+        (status = 404, description = "`lease_not_found`: not held on a majority (expired, revoked, or never granted)", body = ErrorBody),
+        (status = 408, description = "`request_timeout`: the body did not arrive in time", body = ErrorBody),
         (status = 503, description = "`quorum_unavailable`", body = ErrorBody),
     )
 )]
 pub async fn revoke(
     State(state): State<AppState>,
-    ids: Result<Path<(String, String)>, PathRejection>,
-    RawQuery(query): RawQuery,
-    raw: Result<Bytes, BytesRejection>,
-) -> Response {
-    let started = Instant::now();
-    let result = async {
-        let (name, id) = path(ids)?;
-        let (name, id) = (LockName::parse(&name)?, LeaseId::parse(&id)?);
-        parse_fields::<NoFields>(query.as_deref(), &body(raw)?)?;
-        state.service.revoke(name, id).await?;
-        Ok(StatusCode::NO_CONTENT)
-    }
-    .await;
-    finish(&state, Op::Revoke, started, result)
+    LeasePath(name, id): LeasePath,
+    Fields(NoFields {}): Fields<NoFields>,
+) -> Result<StatusCode, ApiError> {
+    state.service.revoke(name, id).await?;
+    Ok(StatusCode::NO_CONTENT)
 }
 
 /// Check a lease: is it still held, and for how long.
@@ -204,19 +121,11 @@ pub async fn revoke(
 )]
 pub async fn check(
     State(state): State<AppState>,
-    ids: Result<Path<(String, String)>, PathRejection>,
-    RawQuery(query): RawQuery,
-) -> Response {
-    let started = Instant::now();
-    let result = async {
-        let (name, id) = path(ids)?;
-        let (name, id) = (LockName::parse(&name)?, LeaseId::parse(&id)?);
-        parse_fields::<NoFields>(query.as_deref(), b"")?;
-        let lease = state.service.check(name, id).await?;
-        Ok(Json(LeaseBody::new(&lease, true)))
-    }
-    .await;
-    finish(&state, Op::Check, started, result)
+    LeasePath(name, id): LeasePath,
+    Fields(NoFields {}): Fields<NoFields>,
+) -> Result<Json<LeaseBody>, ApiError> {
+    let lease = state.service.check(name, id).await?;
+    Ok(Json(LeaseBody::new(&lease, true)))
 }
 
 /// Inspect a lock: who holds it, if anyone. Never shows a lease id.
@@ -231,25 +140,19 @@ pub async fn check(
 )]
 pub async fn inspect(
     State(state): State<AppState>,
-    name: Result<Path<String>, PathRejection>,
-    RawQuery(query): RawQuery,
-) -> Response {
-    let started = Instant::now();
-    let result = async {
-        let name = LockName::parse(&path(name)?)?;
-        parse_fields::<NoFields>(query.as_deref(), b"")?;
-        let holder = state.service.inspect(&name).await?;
-        Ok(Json(LockStatus::new(name.as_str(), holder)))
-    }
-    .await;
-    finish(&state, Op::Inspect, started, result)
+    LockPath(name): LockPath,
+    Fields(NoFields {}): Fields<NoFields>,
+) -> Result<Json<LockStatus>, ApiError> {
+    let holder = state.service.inspect(&name).await?;
+    Ok(Json(LockStatus::new(name.as_str(), holder)))
 }
 
-/// List held locks, sorted by name.
+/// List held locks, sorted by name, a page at a time.
 #[utoipa::path(
     get, path = "/locks", tag = "locks",
     params(
         ("prefix" = Option<String>, Query, description = "only names starting with this"),
+        ("after" = Option<String>, Query, description = "only names after this one: the `next` of the previous page"),
         ("limit" = Option<u64>, Query, description = "at most this many (1 to 1000, default 100)"),
     ),
     responses(
@@ -258,24 +161,23 @@ pub async fn inspect(
         (status = 503, description = "`quorum_unavailable`", body = ErrorBody),
     )
 )]
-pub async fn list(State(state): State<AppState>, RawQuery(query): RawQuery) -> Response {
-    let started = Instant::now();
-    let result = async {
-        let q: ListQuery = parse_fields(query.as_deref(), b"")?;
-        let prefix = NamePrefix::parse(q.prefix.as_deref().unwrap_or(""))?;
-        let limit = q.limit.unwrap_or(DEFAULT_LIST_LIMIT);
-        if !(1..=MAX_LIST_LIMIT).contains(&limit) {
-            return Err(ApiError::Invalid(format!(
-                "limit must be from 1 to {MAX_LIST_LIMIT}"
-            )));
-        }
-        let locks = state.service.list(&prefix, limit as usize).await?;
-        Ok(Json(LockList {
-            locks: locks.into_iter().map(LockEntry::from).collect(),
-        }))
+pub async fn list(
+    State(state): State<AppState>,
+    Fields(q): Fields<ListQuery>,
+) -> Result<Json<LockList>, ApiError> {
+    let prefix = NamePrefix::parse(q.prefix.as_deref().unwrap_or(""))?;
+    let after = NamePrefix::parse(q.after.as_deref().unwrap_or(""))?;
+    let limit = q.limit.unwrap_or(DEFAULT_LIST_LIMIT);
+    if !(1..=MAX_LIST_LIMIT).contains(&limit) {
+        return Err(ApiError::Invalid(format!(
+            "limit must be from 1 to {MAX_LIST_LIMIT}"
+        )));
     }
-    .await;
-    finish(&state, Op::List, started, result)
+    let (locks, next) = state.service.list(&prefix, &after, limit as usize).await?;
+    Ok(Json(LockList {
+        locks: locks.into_iter().map(LockEntry::from).collect(),
+        next,
+    }))
 }
 
 /// Liveness: 200 while the process serves.
@@ -292,22 +194,17 @@ pub async fn healthz() -> Json<Health> {
         (status = 503, description = "Not ready: too few masters, or shutting down", body = Readiness),
     ))]
 pub async fn readyz(State(state): State<AppState>) -> Response {
-    let engine = state.service.engine();
-    let ready = engine.monitor().ready() && !state.shutdown.is_cancelled();
-    let body = Readiness {
-        ready,
-        backend: state.backend,
-        masters: engine
-            .monitor()
-            .status()
-            .into_iter()
-            .map(Into::into)
-            .collect(),
-    };
-    let status = if ready {
+    let readiness = state.service.readiness();
+    let status = if readiness.ready {
         StatusCode::OK
     } else {
         StatusCode::SERVICE_UNAVAILABLE
+    };
+    let body = Readiness {
+        ready: readiness.ready,
+        backend: state.settings.backend.kind(),
+        problem: readiness.problem,
+        masters: readiness.masters.into_iter().map(Into::into).collect(),
     };
     (status, Json(body)).into_response()
 }

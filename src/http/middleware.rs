@@ -1,6 +1,6 @@
 //! What wraps every request: a request id (set or taken from `x-request-id`, echoed back),
-//! one structured log line per request, a timeout, and panics turned into the contract's
-//! 500 body.
+//! one structured log line per request, a body that must arrive in time and within the
+//! size limit, a timeout, and panics turned into the contract's 500 body.
 //!
 //! The log line names the matched route (`/locks/{name}/leases/{lease_id}`), never the raw
 //! path: the raw path of renew, revoke and check carries the lease id, which is what
@@ -9,16 +9,20 @@
 use std::any::Any;
 use std::time::Instant;
 
-use axum::extract::{MatchedPath, Request};
+use std::sync::Arc;
+
+use axum::extract::{MatchedPath, Request, State};
 use axum::http::{HeaderName, StatusCode};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 
 use super::error::ApiError;
+use crate::metrics::{Metrics, Op};
 
 pub static REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
 
-/// The outcome a handler reports for the log line (and metrics): `ok` or an error code.
+/// The outcome an answer reports for the log line and metrics: `ok` or an error code (set
+/// by `ApiError`'s response).
 #[derive(Debug, Clone, Copy)]
 pub struct Outcome(pub &'static str);
 
@@ -31,11 +35,37 @@ fn is_operations(route: &str) -> bool {
 /// The lock name of a `/locks/{name}...` path, as sent (still percent-encoded), bounded.
 fn lock_name(path: &str) -> Option<&str> {
     let name = path.strip_prefix("/locks/")?.split('/').next()?;
-    // A URI path is ASCII (anything else is percent-encoded), so any byte is a boundary.
-    (!name.is_empty()).then(|| &name[..name.len().min(256)])
+    // A well-formed path is ASCII, but hyper passes other bytes through: cut at a
+    // character boundary, never inside one.
+    let mut end = name.len().min(256);
+    while !name.is_char_boundary(end) {
+        end -= 1;
+    }
+    (!name.is_empty()).then(|| &name[..end])
 }
 
-pub async fn log_request(request: Request, next: Next) -> Response {
+/// The operation of a lock route, for `redlockd_requests_total{op}`; none for the others.
+fn op_of(method: &axum::http::Method, route: &str) -> Option<Op> {
+    use axum::http::Method;
+    Some(match (method, route) {
+        (&Method::POST, "/locks/{name}") => Op::Grant,
+        (&Method::GET, "/locks/{name}") => Op::Inspect,
+        (&Method::PUT, "/locks/{name}/leases/{lease_id}") => Op::Renew,
+        (&Method::DELETE, "/locks/{name}/leases/{lease_id}") => Op::Revoke,
+        (&Method::GET, "/locks/{name}/leases/{lease_id}") => Op::Check,
+        (&Method::GET, "/locks") => Op::List,
+        _ => return None,
+    })
+}
+
+/// One log line per request, and for lock routes the request's op, outcome and latency in
+/// the metrics: timed once, here, from what the handler (or a rejection) left in the
+/// response.
+pub async fn log_request(
+    State(metrics): State<Arc<Metrics>>,
+    request: Request,
+    next: Next,
+) -> Response {
     let started = Instant::now();
     let method = request.method().clone();
     let route = request
@@ -62,7 +92,11 @@ pub async fn log_request(request: Request, next: Next) -> Response {
         |o| o.0,
     );
     let route = route.as_deref().unwrap_or("<unmatched>");
-    let latency_ms = started.elapsed().as_secs_f64() * 1e3;
+    let took = started.elapsed();
+    if let Some(op) = op_of(&method, route) {
+        metrics.request(op, outcome, took);
+    }
+    let latency_ms = took.as_secs_f64() * 1e3;
     macro_rules! line {
         ($level:ident) => {
             tracing::$level!(
@@ -88,6 +122,32 @@ pub async fn log_request(request: Request, next: Next) -> Response {
     response
 }
 
+/// Read the whole body before the handler runs, within the client timeout and the size
+/// limit: a client that trickles its body is answered 408, never left to hold the request
+/// (and a lock grant) open, and never told the masters were unavailable.
+pub async fn read_body(
+    axum::extract::State(timeout): axum::extract::State<std::time::Duration>,
+    request: Request,
+    next: Next,
+) -> Response {
+    use http_body_util::BodyExt as _;
+    let (parts, body) = request.into_parts();
+    let limited = http_body_util::Limited::new(body, super::BODY_LIMIT_BYTES);
+    match tokio::time::timeout(timeout, limited.collect()).await {
+        Err(_) => ApiError::RequestTimeout.into_response(),
+        Ok(Err(e)) if e.is::<http_body_util::LengthLimitError>() => {
+            ApiError::TooLarge.into_response()
+        }
+        Ok(Err(e)) => {
+            ApiError::Invalid(format!("could not read the request body: {e}")).into_response()
+        }
+        Ok(Ok(collected)) => {
+            let body = axum::body::Body::from(collected.to_bytes());
+            next.run(Request::from_parts(parts, body)).await
+        }
+    }
+}
+
 /// A panic in a handler becomes the contract's 500 body; the panic is logged.
 pub fn panic_response(panic: Box<dyn Any + Send + 'static>) -> Response {
     let message = panic
@@ -101,7 +161,7 @@ pub fn panic_response(panic: Box<dyn Any + Send + 'static>) -> Response {
 
 /// A request that outlived the request timeout.
 pub async fn timed_out(_: tower::BoxError) -> Response {
-    let mut response = ApiError::Unavailable("the request timed out".into()).into_response();
+    let mut response = ApiError::unavailable("the request timed out").into_response();
     *response.status_mut() = StatusCode::SERVICE_UNAVAILABLE;
     response
 }
@@ -143,5 +203,8 @@ mod tests {
             lock_name(&format!("/locks/{}", "n".repeat(300))).map(str::len),
             Some(256)
         );
+        // 255 ASCII bytes and a two-byte character across the 256-byte mark.
+        let path = format!("/locks/{}é", "n".repeat(255));
+        assert_eq!(lock_name(&path).map(str::len), Some(255));
     }
 }

@@ -2,8 +2,10 @@
 //! route definitions (utoipa-axum), so the document cannot drift from what is served.
 
 pub mod error;
+pub mod extract;
 pub mod handlers;
 pub mod middleware;
+pub mod serve;
 pub mod types;
 
 use std::sync::Arc;
@@ -25,7 +27,7 @@ use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 use utoipa_swagger_ui::SwaggerUi;
 
-use crate::config::Config;
+use crate::config::Settings;
 use crate::lease::LeaseService;
 use crate::metrics::Metrics;
 use error::ApiError;
@@ -38,9 +40,7 @@ pub const BODY_LIMIT_BYTES: usize = 16 * 1024;
 pub struct AppState {
     pub service: Arc<LeaseService>,
     pub metrics: Arc<Metrics>,
-    pub config: Arc<Config>,
-    /// `redis` or `embedded`, as `/readyz` reports it.
-    pub backend: &'static str,
+    pub settings: Arc<Settings>,
     /// Fires when shutdown begins: `/readyz` fails from then on.
     pub shutdown: CancellationToken,
 }
@@ -78,7 +78,68 @@ pub fn openapi_json() -> String {
 
 fn render(doc: &utoipa::openapi::OpenApi) -> String {
     // Serialising a document built from static definitions cannot fail.
-    doc.to_pretty_json().unwrap_or_default() + "\n"
+    let mut value = serde_json::to_value(doc).unwrap_or_default();
+    constrain(&mut value);
+    serde_json::to_string_pretty(&value).unwrap_or_default() + "\n"
+}
+
+/// Put the constraints the service enforces into the document, from the same constants the
+/// parsers use, so that generated clients and fuzzers agree with the server: the patterns
+/// and lengths of names, lease ids and prefixes, the bounds of `limit` and `ttl_ms`, and
+/// request bodies that may be absent (not `null`).
+fn constrain(doc: &mut serde_json::Value) {
+    use crate::lease::{MAX_LEASE_ID_LEN, MAX_NAME_BYTES, MAX_OWNER_BYTES, MIN_TTL_MS};
+    use serde_json::json;
+    const NAME_CHARS: &str = "A-Za-z0-9._:~-";
+    let schema_for = |name: &str| -> Option<serde_json::Value> {
+        Some(match name {
+            "name" => json!({"type": "string", "minLength": 1, "maxLength": MAX_NAME_BYTES,
+                "pattern": format!("^[{NAME_CHARS}]{{1,{MAX_NAME_BYTES}}}$")}),
+            "prefix" | "after" => json!({"type": "string", "maxLength": MAX_NAME_BYTES,
+                "pattern": format!("^[{NAME_CHARS}]{{0,{MAX_NAME_BYTES}}}$")}),
+            "lease_id" => json!({"type": "string", "minLength": 1, "maxLength": MAX_LEASE_ID_LEN,
+                "pattern": format!("^[A-Za-z0-9_-]{{1,{MAX_LEASE_ID_LEN}}}$")}),
+            "limit" => json!({"type": "integer", "format": "int64", "minimum": 1,
+                "maximum": handlers::MAX_LIST_LIMIT}),
+            "ttl_ms" => json!({"type": "integer", "format": "int64", "minimum": MIN_TTL_MS}),
+            "owner" => json!({"type": "string", "maxLength": MAX_OWNER_BYTES}),
+            _ => return None,
+        })
+    };
+    let Some(paths) = doc.get_mut("paths").and_then(|p| p.as_object_mut()) else {
+        return;
+    };
+    for operation in paths
+        .values_mut()
+        .filter_map(|p| p.as_object_mut())
+        .flat_map(|p| p.values_mut())
+    {
+        if let Some(params) = operation
+            .get_mut("parameters")
+            .and_then(|p| p.as_array_mut())
+        {
+            for param in params {
+                let name = param["name"].as_str().unwrap_or_default().to_owned();
+                if let Some(schema) = schema_for(&name) {
+                    param["schema"] = schema;
+                }
+            }
+        }
+        if let Some(body) = operation.get_mut("requestBody") {
+            body["required"] = json!(false);
+            if let Some(content) = body.get_mut("content").and_then(|c| c.as_object_mut()) {
+                for media in content.values_mut() {
+                    let one_of = media["schema"]["oneOf"]
+                        .as_array()
+                        .cloned()
+                        .unwrap_or_default();
+                    if let Some(reference) = one_of.into_iter().find(|s| s.get("$ref").is_some()) {
+                        media["schema"] = reference;
+                    }
+                }
+            }
+        }
+    }
 }
 
 async fn no_route() -> Response {
@@ -100,7 +161,7 @@ const REQUEST_TIMEOUT_MARGIN: Duration = Duration::from_secs(10);
 pub fn router(state: AppState) -> Router {
     let (routes, doc) = routes();
     let doc_json: Arc<str> = render(&doc).into();
-    let request_timeout = state.config.max_wait() + REQUEST_TIMEOUT_MARGIN;
+    let request_timeout = state.settings.policy.max_wait() + REQUEST_TIMEOUT_MARGIN;
     // The UI reads the document from `/openapi.json`, which serves the committed bytes;
     // every asset of the UI is in the binary (the `vendored` feature), none from the web.
     // The validator badge would fetch from validator.swagger.io: off.
@@ -133,13 +194,47 @@ pub fn router(state: AppState) -> Router {
                     MakeRequestUuid,
                 ))
                 .layer(PropagateRequestIdLayer::new(middleware::REQUEST_ID.clone()))
-                .layer(axum::middleware::from_fn(middleware::log_request))
+                .layer(axum::middleware::from_fn_with_state(
+                    state.metrics.clone(),
+                    middleware::log_request,
+                ))
                 .layer(CatchPanicLayer::custom(middleware::panic_response))
                 .layer(HandleErrorLayer::new(middleware::timed_out))
                 .timeout(request_timeout)
+                .layer(axum::middleware::from_fn_with_state(
+                    state.settings.client_timeout,
+                    middleware::read_body,
+                ))
                 .layer(CompressionLayer::new().compress_when(
                     DefaultPredicate::new().and(SizeAbove::new(COMPRESS_ABOVE_BYTES)),
                 )),
         )
         .with_state(state)
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn the_document_states_the_constraints_the_service_enforces() {
+        let doc: serde_json::Value = serde_json::from_str(&super::openapi_json()).unwrap();
+        let grant = &doc["paths"]["/locks/{name}"]["post"];
+        let name = &grant["parameters"][0];
+        assert_eq!(name["name"], "name");
+        assert_eq!(name["schema"]["pattern"], "^[A-Za-z0-9._:~-]{1,256}$");
+        assert_eq!(grant["requestBody"]["required"], false);
+        assert!(grant["requestBody"]["content"]["application/json"]["schema"]["$ref"].is_string());
+        let list = doc["paths"]["/locks"]["get"]["parameters"]
+            .as_array()
+            .unwrap();
+        let limit = list.iter().find(|p| p["name"] == "limit").unwrap();
+        assert_eq!(
+            (
+                limit["schema"]["minimum"].as_u64(),
+                limit["schema"]["maximum"].as_u64()
+            ),
+            (Some(1), Some(1000))
+        );
+        let lease = &doc["paths"]["/locks/{name}/leases/{lease_id}"]["put"]["parameters"][1];
+        assert_eq!(lease["schema"]["maxLength"], 64);
+    }
 }

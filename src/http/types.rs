@@ -1,7 +1,7 @@
 //! The request and response bodies of the contract, with their OpenAPI schemas, and the
 //! parsing that turns a body plus query parameters into one typed request.
 
-use std::time::{Duration, SystemTime};
+use std::time::SystemTime;
 
 use chrono::{DateTime, SecondsFormat, Utc};
 use serde::de::DeserializeOwned;
@@ -10,8 +10,7 @@ use serde_json::{Map, Value};
 use utoipa::ToSchema;
 
 use super::error::ApiError;
-use crate::lease::Lease;
-use crate::redlock::{Holder, MasterStatus};
+use crate::lease::{Lease, LockHolder, MasterStatus, millis as ms_of};
 
 /// A non-negative integer field given as a JSON number or, from a query string, as text.
 fn millis<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<u64>, D::Error> {
@@ -82,6 +81,7 @@ pub struct NoFields {}
 #[serde(deny_unknown_fields)]
 pub struct ListQuery {
     pub prefix: Option<String>,
+    pub after: Option<String>,
     #[serde(default, deserialize_with = "millis")]
     pub limit: Option<u64>,
 }
@@ -89,10 +89,6 @@ pub struct ListQuery {
 /// An RFC 3339 time in UTC with milliseconds.
 pub fn rfc3339(t: SystemTime) -> String {
     DateTime::<Utc>::from(t).to_rfc3339_opts(SecondsFormat::Millis, true)
-}
-
-fn ms(d: Duration) -> u64 {
-    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
 }
 
 /// A lease: what grant, renew and check answer.
@@ -130,11 +126,11 @@ impl LeaseBody {
             name: lease.name.to_string(),
             lease_id: lease.id.as_str().to_owned(),
             fencing_token: lease.token.0,
-            ttl_ms: ms(lease.ttl),
-            validity_ms: ms(lease.validity),
-            expires_at: rfc3339(SystemTime::now() + lease.remaining),
-            owner: lease.owner.clone(),
-            ttl_remaining_ms: with_remaining.then(|| ms(lease.remaining)),
+            ttl_ms: ms_of(lease.ttl),
+            validity_ms: ms_of(lease.validity_now()),
+            expires_at: rfc3339(SystemTime::now() + lease.remaining_now()),
+            owner: lease.owner.as_deref().map(str::to_owned),
+            ttl_remaining_ms: with_remaining.then(|| ms_of(lease.remaining_now())),
         }
     }
 }
@@ -154,13 +150,13 @@ pub struct LockStatus {
 }
 
 impl LockStatus {
-    pub fn new(name: &str, holder: Option<Holder>) -> Self {
+    pub fn new(name: &str, holder: Option<LockHolder>) -> Self {
         match holder {
             Some(h) => Self {
                 name: name.to_owned(),
                 held: true,
-                fencing_token: Some(h.token),
-                ttl_remaining_ms: Some(ms(h.remaining)),
+                fencing_token: Some(h.token.0),
+                ttl_remaining_ms: Some(ms_of(h.remaining)),
                 owner: h.owner,
             },
             None => Self {
@@ -186,17 +182,20 @@ pub struct LockEntry {
 
 /// Held locks, sorted by name.
 #[derive(Debug, Serialize, ToSchema)]
-#[schema(example = json!({"locks": [{"name": "invoice:42", "fencing_token": 7, "ttl_remaining_ms": 2900}]}))]
+#[schema(example = json!({"locks": [{"name": "invoice:42", "fencing_token": 7, "ttl_remaining_ms": 2900}], "next": "invoice:42"}))]
 pub struct LockList {
     pub locks: Vec<LockEntry>,
+    /// Present when more locks may follow: pass it as `after` for the next page.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub next: Option<String>,
 }
 
-impl From<Holder> for LockEntry {
-    fn from(h: Holder) -> Self {
+impl From<LockHolder> for LockEntry {
+    fn from(h: LockHolder) -> Self {
         Self {
             name: h.name,
-            fencing_token: h.token,
-            ttl_remaining_ms: ms(h.remaining),
+            fencing_token: h.token.0,
+            ttl_remaining_ms: ms_of(h.remaining),
             owner: h.owner,
         }
     }
@@ -231,7 +230,7 @@ impl From<MasterStatus> for MasterReport {
             address: m.address,
             up: m.up,
             latency_ms: m.latency.map(|l| (l.as_secs_f64() * 1e6).round() / 1e3),
-            voting: m.up && m.quarantined_until.is_none(),
+            voting: m.voting,
             quarantined_until: m.quarantined_until.map(rfc3339),
         }
     }
@@ -246,6 +245,10 @@ pub struct Readiness {
     pub ready: bool,
     /// `redis`, or `embedded` for the in-process store (one process, not distributed).
     pub backend: &'static str,
+    /// When not ready for a reason beyond masters being down (a new deployment waiting for
+    /// every master, a majority that lost its data): what is wrong and what to do, in words.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub problem: Option<String>,
     pub masters: Vec<MasterReport>,
 }
 

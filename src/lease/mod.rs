@@ -5,13 +5,18 @@
 //! Handlers never pass raw strings or integers around: a `LockName` is always a valid
 //! name, a `LeaseId` always looks like one we could have minted, and so on.
 
+mod error;
 mod service;
 mod waiters;
 
-pub use service::{Lease, LeaseService, WaitPolicy};
+pub use crate::redlock::MasterStatus;
+pub use error::{LeaseError, MasterFailure, Unavailability};
+pub use service::{Lease, LeaseService, LockHolder, Readiness};
 pub use waiters::Waiters;
 
 use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
 
 use base64::Engine as _;
 use rand::RngCore as _;
@@ -102,7 +107,7 @@ pub struct LeaseId(String);
 
 const LEASE_ID_BYTES: usize = 16;
 /// Ids we mint are 22 characters; parsing accepts up to 64 so that the format can grow.
-const MAX_LEASE_ID_LEN: usize = 64;
+pub const MAX_LEASE_ID_LEN: usize = 64;
 
 impl LeaseId {
     pub fn generate() -> Self {
@@ -144,28 +149,128 @@ impl fmt::Debug for LeaseId {
 pub struct FencingToken(pub u64);
 
 /// Free text naming the holder, shown by inspect and list: at most 256 bytes, no control
-/// characters (it ends up in log lines).
+/// characters (it ends up in log lines). Shared, not copied, on its way to the masters.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(transparent)]
-pub struct Owner(String);
+pub struct Owner(Arc<str>);
+
+/// Longest owner, in bytes.
+pub const MAX_OWNER_BYTES: usize = 256;
 
 impl Owner {
     pub fn parse(raw: &str) -> Result<Self, InvalidInput> {
-        if raw.len() > 256 {
-            return Err(InvalidInput("owner must be at most 256 bytes".into()));
+        if raw.len() > MAX_OWNER_BYTES {
+            return Err(InvalidInput(format!(
+                "owner must be at most {MAX_OWNER_BYTES} bytes"
+            )));
         }
         if raw.chars().any(char::is_control) {
             return Err(InvalidInput(
                 "owner must not contain control characters".into(),
             ));
         }
-        Ok(Self(raw.to_owned()))
+        Ok(Self(raw.into()))
     }
 
     pub fn as_str(&self) -> &str {
         &self.0
     }
+
+    /// The text, shared.
+    pub fn shared(&self) -> Arc<str> {
+        self.0.clone()
+    }
 }
+
+/// The smallest TTL the contract accepts, in ms.
+pub const MIN_TTL_MS: u64 = 100;
+
+/// A lease's TTL, within the configured bounds: only `LeasePolicy` makes one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Ttl(Duration);
+
+impl Ttl {
+    pub fn get(self) -> Duration {
+        self.0
+    }
+}
+
+/// How long a grant may wait for a held lock, within the configured bound.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct WaitTime(Duration);
+
+impl WaitTime {
+    /// Do not wait: answer 409 at once when the lock is held.
+    pub const NONE: WaitTime = WaitTime(Duration::ZERO);
+
+    pub fn get(self) -> Duration {
+        self.0
+    }
+}
+
+/// The bounds every lease is held to (from the configuration): the only way a client's
+/// `ttl_ms` or `wait_ms` becomes a `Ttl` or a `WaitTime`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LeasePolicy {
+    default_ttl: Duration,
+    max_ttl: Duration,
+    max_wait: Duration,
+}
+
+impl LeasePolicy {
+    /// The caller (the configuration) has checked `MIN_TTL_MS <= default_ttl <= max_ttl`.
+    pub fn new(default_ttl: Duration, max_ttl: Duration, max_wait: Duration) -> Self {
+        Self {
+            default_ttl,
+            max_ttl,
+            max_wait,
+        }
+    }
+
+    /// A grant's TTL: `ttl_ms`, or the default when it names none.
+    pub fn ttl(&self, ttl_ms: Option<u64>) -> Result<Ttl, InvalidInput> {
+        ttl_ms.map_or(Ok(Ttl(self.default_ttl)), |ms| self.explicit_ttl(ms))
+    }
+
+    /// A renew's TTL: `ttl_ms`, or `None` to keep the lease's own.
+    pub fn renew_ttl(&self, ttl_ms: Option<u64>) -> Result<Option<Ttl>, InvalidInput> {
+        ttl_ms.map(|ms| self.explicit_ttl(ms)).transpose()
+    }
+
+    fn explicit_ttl(&self, ms: u64) -> Result<Ttl, InvalidInput> {
+        let max = millis(self.max_ttl);
+        if (MIN_TTL_MS..=max).contains(&ms) {
+            Ok(Ttl(Duration::from_millis(ms)))
+        } else {
+            Err(InvalidInput(format!(
+                "ttl_ms must be from {MIN_TTL_MS} to {max}, got {ms}"
+            )))
+        }
+    }
+
+    /// A grant's wait: `wait_ms`, or none.
+    pub fn wait(&self, wait_ms: Option<u64>) -> Result<WaitTime, InvalidInput> {
+        let ms = wait_ms.unwrap_or(0);
+        let max = millis(self.max_wait);
+        if ms <= max {
+            Ok(WaitTime(Duration::from_millis(ms)))
+        } else {
+            Err(InvalidInput(format!(
+                "wait_ms must be at most {max}, got {ms}"
+            )))
+        }
+    }
+
+    pub fn max_ttl(&self) -> Duration {
+        self.max_ttl
+    }
+
+    pub fn max_wait(&self) -> Duration {
+        self.max_wait
+    }
+}
+
+pub use crate::redlock::millis;
 
 #[cfg(test)]
 mod tests {
@@ -202,6 +307,25 @@ mod tests {
         assert!(LeaseId::parse("has space").is_err());
         assert!(LeaseId::parse("").is_err());
         assert!(!format!("{a:?}").contains(a.as_str()));
+    }
+
+    #[test]
+    fn the_policy_turns_fields_into_bounded_ttls_and_waits() {
+        let policy = LeasePolicy::new(
+            Duration::from_secs(30),
+            Duration::from_secs(3600),
+            Duration::from_secs(60),
+        );
+        assert_eq!(policy.ttl(None).unwrap().get(), Duration::from_secs(30));
+        assert_eq!(
+            policy.ttl(Some(100)).unwrap().get(),
+            Duration::from_millis(100)
+        );
+        assert!(policy.ttl(Some(99)).is_err());
+        assert!(policy.ttl(Some(3_600_001)).is_err());
+        assert_eq!(policy.renew_ttl(None).unwrap(), None);
+        assert_eq!(policy.wait(None).unwrap(), WaitTime::NONE);
+        assert!(policy.wait(Some(60_001)).is_err());
     }
 
     #[test]

@@ -8,9 +8,10 @@ use std::time::{Duration, Instant};
 use tokio::sync::oneshot;
 use tokio_util::sync::CancellationToken;
 
-use super::{FencingToken, LeaseId, LockName, NamePrefix, Owner, Waiters};
+use super::LeaseError;
+use super::{FencingToken, LeaseId, LockName, NamePrefix, Owner, Ttl, WaitTime, Waiters};
 use crate::metrics::Metrics;
-use crate::redlock::{EngineError, Holder, Leased, Redlock};
+use crate::redlock::{EngineError, Holder, Leased, MasterStatus, Redlock, Unavailability};
 
 /// A lease as the service hands it to the HTTP layer.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -21,7 +22,9 @@ pub struct Lease {
     pub ttl: Duration,
     pub validity: Duration,
     pub remaining: Duration,
-    pub owner: Option<String>,
+    pub owner: Option<Arc<str>>,
+    /// When the masters' answers were in: `validity` and `remaining` count from here.
+    pub at: tokio::time::Instant,
 }
 
 impl Lease {
@@ -34,14 +37,60 @@ impl Lease {
             validity: leased.validity,
             remaining: leased.remaining,
             owner: leased.owner,
+            at: leased.at,
+        }
+    }
+
+    /// How long the client may still rely on the lease, now.
+    pub fn validity_now(&self) -> Duration {
+        self.validity.saturating_sub(self.at.elapsed())
+    }
+
+    /// How long until the lease's keys expire, now.
+    pub fn remaining_now(&self) -> Duration {
+        self.remaining.saturating_sub(self.at.elapsed())
+    }
+}
+
+/// A held lock as inspect and list show it: never with its lease id.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LockHolder {
+    pub name: String,
+    pub token: FencingToken,
+    /// How long until its keys expire on a majority, unless renewed.
+    pub remaining: Duration,
+    pub owner: Option<String>,
+}
+
+impl From<Holder> for LockHolder {
+    fn from(h: Holder) -> Self {
+        Self {
+            name: h.name,
+            token: FencingToken(h.token),
+            remaining: h.remaining,
+            owner: h.owner,
         }
     }
 }
 
-/// How long a grant may wait for a held lock.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub struct WaitPolicy {
-    pub wait: Duration,
+/// Whether this replica can grant, and why not.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Readiness {
+    /// A majority of masters answer and vote, and the process is not shutting down.
+    pub ready: bool,
+    /// Why a majority cannot vote, in words, when it is more than masters being down.
+    pub problem: Option<String>,
+    pub masters: Vec<MasterStatus>,
+}
+
+/// How many times a grant that met a split vote tries again within the request.
+const SPLIT_RETRIES: u32 = 4;
+
+/// The random pause before the `attempt`-th retry after a split vote: up to 2 ms, doubling
+/// each time, so that contenders that collided spread out.
+fn split_pause(attempt: u32) -> Duration {
+    let ceiling = 2_000u64 << attempt.min(6);
+    Duration::from_micros(rand::random_range(100..=ceiling))
 }
 
 pub struct LeaseService {
@@ -88,7 +137,7 @@ impl LeaseService {
         if active.len() >= 1024 && active.len().is_power_of_two() {
             active.retain(|_, lapses| *lapses > now);
         }
-        active.insert(lease.id.clone(), now + lease.remaining);
+        active.insert(lease.id.clone(), now + lease.remaining_now());
     }
 
     /// Leases granted here that are neither revoked nor lapsed.
@@ -99,23 +148,24 @@ impl LeaseService {
         active.len()
     }
 
-    /// Grant `name`, waiting up to `policy.wait` while another lease holds it.
+    /// Grant `name`, waiting up to `wait` while another lease holds it.
     pub async fn grant(
         &self,
         name: LockName,
-        ttl: Duration,
-        policy: WaitPolicy,
+        ttl: Ttl,
+        wait: WaitTime,
         owner: Option<Owner>,
-    ) -> Result<Lease, EngineError> {
-        let owner: Option<Arc<str>> = owner.map(|o| o.as_str().into());
-        if policy.wait.is_zero() {
+    ) -> Result<Lease, LeaseError> {
+        let ttl = ttl.get();
+        let owner: Option<Arc<str>> = owner.map(|o| o.shared());
+        if wait == WaitTime::NONE {
             let result = self.attempt(&name, ttl, owner).await;
             self.account(&name, &result, false);
             return result;
         }
 
         let started = Instant::now();
-        let deadline = tokio::time::Instant::now() + policy.wait;
+        let deadline = tokio::time::Instant::now() + wait.get();
         let mut contended = false;
         let mut ticket = self.waiters.join(name.as_str());
         // Queued behind another waiter, this grant has found its lock contended already.
@@ -132,7 +182,7 @@ impl LeaseService {
             if ticket.is_first() || now >= deadline {
                 let result = self.attempt(&name, ttl, owner.clone()).await;
                 match result {
-                    Err(EngineError::Held { retry_after })
+                    Err(LeaseError::Held { retry_after })
                         if tokio::time::Instant::now() < deadline =>
                     {
                         if !contended {
@@ -156,11 +206,7 @@ impl LeaseService {
             tokio::select! {
                 () = ticket.event() => {}
                 () = tokio::time::sleep_until(wake_at) => {}
-                () = self.shutdown.cancelled() => {
-                    return Err(EngineError::Unavailable(
-                        "redlockd is shutting down; retry the grant, on another replica if there is one".into(),
-                    ));
-                }
+                () = self.shutdown.cancelled() => return Err(LeaseError::ShuttingDown),
             }
         }
     }
@@ -169,22 +215,49 @@ impl LeaseService {
     fn account(
         &self,
         name: &LockName,
-        result: &Result<Lease, EngineError>,
+        result: &Result<Lease, LeaseError>,
         already_contended: bool,
     ) {
         match result {
             Ok(lease) => self.track(lease),
-            Err(EngineError::Held { .. }) if !already_contended => {
+            Err(LeaseError::Held { .. }) if !already_contended => {
                 self.metrics.contended(name.class())
             }
             Err(_) => {}
         }
     }
 
+    /// Try the lock; a split vote (simultaneous contenders, none with a majority, all
+    /// releasing) is no holder to wait for, so it is tried again after a short random pause,
+    /// a bounded number of times, even for a grant that does not wait. A split that
+    /// persists is answered as held with that short pause as its retry-after, never with
+    /// another contender's TTL.
+    async fn attempt(
+        &self,
+        name: &LockName,
+        ttl: Duration,
+        owner: Option<Arc<str>>,
+    ) -> Result<Lease, LeaseError> {
+        let mut tries = 0;
+        loop {
+            match self.attempt_once(name, ttl, owner.clone()).await {
+                Err(EngineError::Split) => {
+                    let pause = split_pause(tries);
+                    if tries == SPLIT_RETRIES {
+                        return Err(LeaseError::Held { retry_after: pause });
+                    }
+                    tries += 1;
+                    tokio::time::sleep(pause).await;
+                }
+                result => return result.map_err(Into::into),
+            }
+        }
+    }
+
     /// One Redlock grant attempt, in its own task: if the request that asked for it is
     /// dropped mid-way (the client went away), the attempt still finishes, and a lease it
     /// won is released instead of being left held until its TTL.
-    async fn attempt(
+    async fn attempt_once(
         &self,
         name: &LockName,
         ttl: Duration,
@@ -197,7 +270,7 @@ impl LeaseService {
         tokio::spawn(async move {
             let id = LeaseId::generate();
             let result = engine
-                .acquire(name.as_str(), id.as_str(), ttl, owner.as_deref())
+                .acquire(name.as_str(), id.as_str(), ttl, owner)
                 .await
                 .map(|leased| Lease::new(name.clone(), id.clone(), leased));
             if let Err(Ok(_unwanted)) = tx.send(result) {
@@ -206,24 +279,34 @@ impl LeaseService {
                 waiters.released(name.as_str());
             }
         });
-        rx.await
-            .unwrap_or_else(|_| Err(EngineError::Unavailable("the grant task failed".into())))
+        rx.await.unwrap_or_else(|_| {
+            Err(EngineError::Unavailable(Unavailability::because(
+                "the grant task failed",
+            )))
+        })
     }
 
     pub async fn renew(
         &self,
         name: LockName,
         id: LeaseId,
-        ttl: Option<Duration>,
-    ) -> Result<Lease, EngineError> {
-        let leased = self.engine.renew(name.as_str(), id.as_str(), ttl).await?;
+        ttl: Option<Ttl>,
+    ) -> Result<Lease, LeaseError> {
+        let leased = self
+            .engine
+            .renew(name.as_str(), id.as_str(), ttl.map(Ttl::get))
+            .await?;
         let lease = Lease::new(name, id, leased);
         self.track(&lease);
         Ok(lease)
     }
 
-    pub async fn revoke(&self, name: LockName, id: LeaseId) -> Result<(), EngineError> {
-        let result = self.engine.release(name.as_str(), id.as_str()).await;
+    pub async fn revoke(&self, name: LockName, id: LeaseId) -> Result<(), LeaseError> {
+        let result = self
+            .engine
+            .release(name.as_str(), id.as_str())
+            .await
+            .map_err(LeaseError::from);
         if result.is_ok() {
             self.active().remove(&id);
             // Redis announces it to every replica; this covers this process at once, and
@@ -233,20 +316,65 @@ impl LeaseService {
         result
     }
 
-    pub async fn check(&self, name: LockName, id: LeaseId) -> Result<Lease, EngineError> {
+    pub async fn check(&self, name: LockName, id: LeaseId) -> Result<Lease, LeaseError> {
         let leased = self.engine.check(name.as_str(), id.as_str()).await?;
         Ok(Lease::new(name, id, leased))
     }
 
-    pub async fn inspect(&self, name: &LockName) -> Result<Option<Holder>, EngineError> {
-        self.engine.inspect(name.as_str()).await
+    /// Who holds `name`, if a majority agree that someone does.
+    pub async fn inspect(&self, name: &LockName) -> Result<Option<LockHolder>, LeaseError> {
+        Ok(self
+            .engine
+            .inspect(name.as_str())
+            .await?
+            .map(LockHolder::from))
     }
 
+    /// One page of held locks in name order, and where the next page starts.
     pub async fn list(
         &self,
         prefix: &NamePrefix,
+        after: &NamePrefix,
         limit: usize,
-    ) -> Result<Vec<Holder>, EngineError> {
-        self.engine.list(prefix.as_str(), limit).await
+    ) -> Result<(Vec<LockHolder>, Option<String>), LeaseError> {
+        let (holders, next) = self
+            .engine
+            .list(prefix.as_str(), after.as_str(), limit)
+            .await?;
+        Ok((holders.into_iter().map(LockHolder::from).collect(), next))
+    }
+
+    /// Whether grants can succeed now, and each master as `/readyz` shows it.
+    pub fn readiness(&self) -> Readiness {
+        let monitor = self.engine.monitor();
+        Readiness {
+            ready: monitor.ready() && !self.shutdown.is_cancelled(),
+            problem: monitor.problem(),
+            masters: monitor.status(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test(start_paused = true)]
+    async fn validity_counts_down_to_the_moment_the_answer_is_written() {
+        let lease = Lease {
+            name: LockName::parse("a").unwrap(),
+            id: LeaseId::generate(),
+            token: FencingToken(1),
+            ttl: Duration::from_secs(10),
+            validity: Duration::from_millis(9_898),
+            remaining: Duration::from_secs(10),
+            owner: None,
+            at: tokio::time::Instant::now(),
+        };
+        // Time spent between the masters' answers and the response (serialising, a slow
+        // task) is time the client can no longer rely on.
+        tokio::time::advance(Duration::from_millis(300)).await;
+        assert_eq!(lease.validity_now(), Duration::from_millis(9_598));
+        assert_eq!(lease.remaining_now(), Duration::from_millis(9_700));
     }
 }

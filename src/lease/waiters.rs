@@ -3,8 +3,9 @@
 //! A waiting grant is woken by events, never by polling: a release announced by any
 //! redlockd replica (Redis pub/sub), a release done by this process, or the departure of
 //! the waiter ahead of it. Expiry of the holder's lease is the waiter's own timer. Only
-//! the waiter at the head of a name's queue tries the lock, so waiters in one process are
-//! served in arrival order.
+//! the waiter at the head of a name's queue tries the lock, and only it is woken by a
+//! release: one release can hand the lock to one grant, so waking the others would only
+//! make them look and go back to sleep (with thousands waiting, seconds of CPU a release).
 //!
 //! Entries exist only while someone waits: the last waiter to leave removes its name, so
 //! nothing accumulates as names come and go.
@@ -22,10 +23,19 @@ pub struct Waiters {
     next_ticket: AtomicU64,
 }
 
+/// The waiters of one name, in arrival order, each with its own wake-up channel.
+#[derive(Default)]
 struct Queue {
-    /// Bumped on every event for this name; each waiter watches it.
-    events: watch::Sender<u64>,
-    order: VecDeque<u64>,
+    order: VecDeque<(u64, watch::Sender<u64>)>,
+}
+
+impl Queue {
+    /// Wake the waiter at the head of the line.
+    fn wake_first(&self) {
+        if let Some((_, wake)) = self.order.front() {
+            wake.send_modify(|v| *v = v.wrapping_add(1));
+        }
+    }
 }
 
 /// A place in a name's queue. Dropping it (the grant finished, timed out, or its client
@@ -50,13 +60,12 @@ impl Waiters {
     /// Join the end of `name`'s queue.
     pub fn join(self: &Arc<Self>, name: &str) -> Ticket {
         let id = self.next_ticket.fetch_add(1, Ordering::Relaxed);
-        let mut names = self.names();
-        let queue = names.entry(name.to_owned()).or_insert_with(|| Queue {
-            events: watch::channel(0).0,
-            order: VecDeque::new(),
-        });
-        queue.order.push_back(id);
-        let events = queue.events.subscribe();
+        let (wake, events) = watch::channel(0);
+        self.names()
+            .entry(name.to_owned())
+            .or_default()
+            .order
+            .push_back((id, wake));
         Ticket {
             waiters: self.clone(),
             name: name.to_owned(),
@@ -65,17 +74,17 @@ impl Waiters {
         }
     }
 
-    /// `name` was released: wake its waiters. Cheap when nobody waits.
+    /// `name` was released: wake the first of its waiters. Cheap when nobody waits.
     pub fn released(&self, name: &str) {
         if let Some(queue) = self.names().get(name) {
-            queue.events.send_modify(|v| *v = v.wrapping_add(1));
+            queue.wake_first();
         }
     }
 
-    /// Releases may have been missed: wake every waiter to look again.
+    /// Releases may have been missed: wake the first waiter of every name to look again.
     pub fn released_any(&self) {
         for queue in self.names().values() {
-            queue.events.send_modify(|v| *v = v.wrapping_add(1));
+            queue.wake_first();
         }
     }
 
@@ -91,7 +100,8 @@ impl Ticket {
         self.waiters
             .names()
             .get(&self.name)
-            .is_some_and(|q| q.order.front() == Some(&self.id))
+            .and_then(|q| q.order.front())
+            .is_some_and(|(id, _)| *id == self.id)
     }
 
     /// Forget the events seen so far; `event` then waits for a newer one.
@@ -99,9 +109,9 @@ impl Ticket {
         self.events.borrow_and_update();
     }
 
-    /// Wait for the next event on this name since `mark_seen`.
+    /// Wait for the next event for this waiter since `mark_seen`.
     pub async fn event(&mut self) {
-        // The sender lives as long as any ticket for the name, this one included.
+        // The sender lives in the queue as long as this ticket does.
         let _ = self.events.changed().await;
     }
 }
@@ -112,12 +122,13 @@ impl Drop for Ticket {
         let Some(queue) = names.get_mut(&self.name) else {
             return;
         };
-        queue.order.retain(|id| *id != self.id);
+        let was_first = queue.order.front().is_some_and(|(id, _)| *id == self.id);
+        queue.order.retain(|(id, _)| *id != self.id);
         if queue.order.is_empty() {
             names.remove(&self.name);
-        } else {
-            // The next waiter may now be first: let it look.
-            queue.events.send_modify(|v| *v = v.wrapping_add(1));
+        } else if was_first {
+            // The next waiter is now first: let it look.
+            queue.wake_first();
         }
     }
 }
@@ -142,6 +153,26 @@ mod tests {
         assert!(second.is_first());
         drop(second);
         assert_eq!(waiters.names_waited_on(), 0);
+    }
+
+    #[tokio::test]
+    async fn a_release_wakes_only_the_first_waiter() {
+        let waiters = Waiters::new();
+        let mut first = waiters.join("a");
+        let mut second = waiters.join("a");
+        first.mark_seen();
+        second.mark_seen();
+        waiters.released("a");
+        assert!(first.events.has_changed().unwrap_or(false), "first woken");
+        assert!(
+            !second.events.has_changed().unwrap_or(true),
+            "second must not be woken by a release it cannot win"
+        );
+        drop(first);
+        assert!(
+            second.events.has_changed().unwrap_or(false),
+            "second woken when first left"
+        );
     }
 
     #[tokio::test]

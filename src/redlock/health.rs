@@ -3,11 +3,23 @@
 //! Liveness comes from live traffic and from a probe about once a second. The probe also
 //! enforces the contract's promise 7, Redlock's "delayed restart" done by redlockd: every
 //! master carries a marker key, and every script refuses to act on a master without it.
-//! A master found without its marker (it restarted empty, or was flushed) is quarantined
-//! for the largest TTL, because any lease it had may still be live on the others; then
-//! its fencing counter is raised to what a majority holds and the marker is put back.
-//! A master that restarted with its data still has the marker and votes at once.
+//!
+//! - A master found without its marker (it restarted empty, or was flushed) is quarantined
+//!   for the largest TTL, because any lease it had may still be live on the others; then
+//!   its fencing counter is raised to what a majority holds and the marker is put back.
+//! - A master whose fencing counter went *down* (restarted from an old snapshot: marker
+//!   kept, recent locks lost) is caught by the high-water marks every replica records on
+//!   the other masters; its marker is removed, so every replica quarantines it the same way.
+//! - A master that restarted with all its data keeps its marker and its counter, and votes
+//!   at once.
+//! - A deployment is initialised only when it can be shown to be new: every configured
+//!   master answers and none carries a marker or any trace of redlockd, or enough marked
+//!   masters answer with a counter of 0 that no grant can ever have succeeded. A replica's
+//!   first sight of an unmarked master is never enough.
+//! - When a majority lost their data at once nothing can restore their counters safely:
+//!   grants answer 503, `/readyz` says why, and the operator runs `redlockd recover`.
 
+use std::future::Future;
 use std::sync::Arc;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -25,12 +37,21 @@ use crate::metrics::Metrics;
 /// How often every master is probed when nothing else prompts it.
 pub const PROBE_INTERVAL: Duration = Duration::from_secs(1);
 
+/// How often masters are probed while one is unverified (its connection broke).
+const FAST_PROBE_INTERVAL: Duration = Duration::from_millis(100);
+
+/// How long an unverified master waits before a probe may verify it: time for every
+/// replica that knew its counter to have recorded that on the other masters.
+const VERIFY_AFTER: Duration = Duration::from_millis(300);
+
 /// A master as `/readyz` shows it.
 #[derive(Debug, Clone, PartialEq)]
 pub struct MasterStatus {
     pub address: String,
     pub up: bool,
     pub latency: Option<Duration>,
+    /// Whether its answers count towards a majority: it answers and is not quarantined.
+    pub voting: bool,
     /// Set while the master is quarantined: when it will vote again at the earliest.
     pub quarantined_until: Option<SystemTime>,
 }
@@ -41,6 +62,29 @@ struct NodeState {
     latency: Option<Duration>,
     run_id: Option<String>,
     quarantine: Option<Quarantine>,
+    /// The marker's value (the master's identity) when last seen, and the highest fencing
+    /// counter this process saw under it: a counter below it went back in time.
+    identity: Option<String>,
+    highest_fence: u64,
+    /// Since when the master is unverified: its connection broke or its run_id changed, so
+    /// it may have restarted without (all) its data. It does not vote until a probe has
+    /// compared its counter with everything known about it.
+    unverified_since: Option<Instant>,
+}
+
+impl NodeState {
+    /// The one rule for a vote: the master answers and is not quarantined.
+    fn votes(&self) -> bool {
+        self.up && self.quarantine.is_none() && self.unverified_since.is_none()
+    }
+}
+
+/// What was known about the counters before a probe round read them.
+struct Before {
+    /// The highest high-water mark recorded on any master, per identity.
+    marks: std::collections::HashMap<String, u64>,
+    /// This process's identity and highest counter seen, per master.
+    known: Vec<(Option<String>, u64)>,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -54,12 +98,26 @@ pub struct Monitor {
     states: Vec<Mutex<NodeState>>,
     config: EngineConfig,
     metrics: Arc<Metrics>,
-    /// Whether this process has ever seen a marked master. Until it has, a set of masters
-    /// none of which is marked is a fresh deployment, not one that lost its data.
+    /// Whether this process has ever seen a marked master: then the deployment is not new,
+    /// whatever the masters look like now.
     ever_marked: AtomicBool,
+    /// Why the masters cannot form a voting majority, in words, when the probe knows.
+    problem: Mutex<Option<String>>,
     /// Poked when a script reports a master without its marker, so the probe runs now
     /// rather than at the next tick.
     wake: Notify,
+}
+
+/// A fresh random identity for a master's marker.
+fn new_identity() -> String {
+    format!("{:032x}", rand::random::<u128>())
+}
+
+/// Microseconds since the Unix epoch: a fencing floor that only rises with time.
+pub fn clock_floor() -> u64 {
+    SystemTime::now()
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_micros()).unwrap_or(u64::MAX))
 }
 
 impl Monitor {
@@ -74,6 +132,7 @@ impl Monitor {
             config,
             metrics,
             ever_marked: AtomicBool::new(false),
+            problem: Mutex::new(None),
             wake: Notify::new(),
         }
     }
@@ -81,6 +140,18 @@ impl Monitor {
     fn state(&self, i: usize) -> std::sync::MutexGuard<'_, NodeState> {
         // A poisoned lock only means a panic elsewhere mid-update of plain data.
         self.states[i].lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn set_problem(&self, problem: Option<String>) {
+        *self.problem.lock().unwrap_or_else(|e| e.into_inner()) = problem;
+    }
+
+    /// Why a majority cannot vote, when it is more than "masters are down".
+    pub fn problem(&self) -> Option<String> {
+        self.problem
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
     }
 
     /// Record what one call to master `i` (a step or a probe) showed about its health, in
@@ -92,17 +163,33 @@ impl Monitor {
             Err(e) => self.metrics.master_failed(address, e.kind()),
         }
         let up = !matches!(reply, Err(NodeError::Timeout | NodeError::Connection(_)));
+        let broke = matches!(reply, Err(NodeError::Connection(_)));
         {
             let mut state = self.state(i);
             state.up = up;
             if up {
                 state.latency = Some(took);
             }
+            if broke && state.unverified_since.is_none() {
+                state.unverified_since = Some(Instant::now());
+            }
         }
         self.metrics.master_up(&self.addresses[i], up);
-        if matches!(reply, Err(NodeError::Amnesic)) {
+        if broke || matches!(reply, Err(NodeError::Amnesic)) {
             self.wake.notify_one();
         }
+    }
+
+    /// Whether master `i`'s answers must not count yet (see `NodeState::unverified_since`).
+    pub(super) fn unverified(&self, i: usize) -> bool {
+        self.state(i).unverified_since.is_some()
+    }
+
+    /// Master `i`'s counter was at least `fence` (it granted that token): a counter found
+    /// below it later went back in time.
+    pub(super) fn saw_fence(&self, i: usize, fence: u64) {
+        let mut state = self.state(i);
+        state.highest_fence = state.highest_fence.max(fence);
     }
 
     pub fn status(&self) -> Vec<MasterStatus> {
@@ -113,6 +200,7 @@ impl Monitor {
                     address: self.addresses[i].clone(),
                     up: state.up,
                     latency: state.latency,
+                    voting: state.votes(),
                     quarantined_until: state.quarantine.map(|q| q.until_wall),
                 }
             })
@@ -122,19 +210,18 @@ impl Monitor {
     /// Whether a majority of masters answer and vote: grants can succeed.
     pub fn ready(&self) -> bool {
         let voting = (0..self.states.len())
-            .filter(|&i| {
-                let state = self.state(i);
-                state.up && state.quarantine.is_none()
-            })
+            .filter(|&i| self.state(i).votes())
             .count();
         voting >= quorum::majority(self.states.len())
     }
 
-    /// Probe every master once and act on what is found: initialise a fresh deployment,
-    /// quarantine a master that lost its data, restore one whose quarantine is over.
+    /// Probe every master once and act on what is found: initialise a new deployment,
+    /// quarantine a master that lost its data or went back in time, restore one whose
+    /// quarantine is over.
     pub async fn probe_round(&self, nodes: &[Arc<dyn LockNode>]) {
+        let before = self.before(nodes).await;
         let limit = self.config.master_timeout;
-        let probes: Vec<NodeResult<Probe>> =
+        let mut probes: Vec<NodeResult<Probe>> =
             futures::future::join_all(nodes.iter().map(|node| async move {
                 let started = Instant::now();
                 let reply = tokio::time::timeout(limit, node.probe())
@@ -150,32 +237,200 @@ impl Monitor {
                 reply
             })
             .collect();
+        for (i, probe) in probes.iter().enumerate() {
+            if let Ok(probe) = probe {
+                self.note_run_id(i, &probe.run_id);
+            }
+        }
+        self.catch_rollbacks(nodes, &mut probes, &before).await;
+        self.record_watermarks(nodes, &probes).await;
 
-        let any_marked = probes.iter().any(|p| matches!(p, Ok(p) if p.marked));
-        let fresh = !any_marked && !self.ever_marked.load(Ordering::Acquire);
-        if any_marked {
+        let n = nodes.len();
+        let q = quorum::majority(n);
+        let marked = |p: &NodeResult<Probe>| matches!(p, Ok(p) if p.marked());
+        if probes.iter().any(marked) {
             self.ever_marked.store(true, Ordering::Release);
         }
-        for (i, probe) in probes.iter().enumerate() {
-            let Ok(probe) = probe else { continue };
-            self.note_run_id(i, &probe.run_id);
-            if probe.marked {
-                // Marked again, possibly restored by another redlockd replica.
-                if self.state(i).quarantine.take().is_some() {
-                    tracing::info!(master = %self.addresses[i], "master votes again");
-                }
-            } else if fresh {
-                self.restore(i, nodes, 0, "fresh master initialised").await;
-            } else {
+        let unmarked: Vec<usize> = (0..n)
+            .filter(|&i| matches!(&probes[i], Ok(p) if !p.marked()))
+            .collect();
+        if let Some(why) = self.provably_new(&probes) {
+            for &i in &unmarked {
+                self.restore(i, nodes, 0, why).await;
+            }
+        } else {
+            for &i in &unmarked {
                 self.quarantine_or_restore(i, nodes, &probes).await;
             }
         }
+        for (i, probe) in probes.iter().enumerate() {
+            if marked(probe) && self.state(i).quarantine.take().is_some() {
+                // Restored by another redlockd replica, whose quarantine ran out first.
+                tracing::info!(master = %self.addresses[i], "master votes again");
+            }
+        }
+        for (i, probe) in probes.iter().enumerate() {
+            let mut state = self.state(i);
+            let Some(since) = state.unverified_since else {
+                continue;
+            };
+            if marked(probe) && since.elapsed() >= VERIFY_AFTER {
+                state.unverified_since = None;
+                tracing::info!(master = %self.addresses[i], "master verified: it kept its data; it votes");
+            }
+        }
+        let lost = (0..n)
+            .filter(|&i| self.state(i).quarantine.is_some())
+            .count();
+        let silent = probes.iter().filter(|p| p.is_err()).count();
+        let problem = if self.ready() {
+            None
+        } else if !self.ever_marked.load(Ordering::Acquire) {
+            Some(format!(
+                "no master carries redlockd's marker yet: a new deployment is initialised once every configured \
+                 master has answered ({silent} of {n} do not), since until then it cannot be told from one whose \
+                 masters lost their data"
+            ))
+        } else if lost <= n - q {
+            None
+        } else {
+            Some(format!(
+                "{lost} of {n} masters lost their data (or went back to an old snapshot) and are quarantined; \
+                 fewer than a majority can vote, so grants answer 503. Each votes again when its quarantine is over \
+                 and {} masters that kept their data can restore its fencing counter; if too few kept their data, \
+                 an operator must run `redlockd recover` (see README, \"Masters that lose their data\")",
+                n - q + 1
+            ))
+        };
+        self.set_problem(problem);
+    }
+
+    /// Whether the masters show that no grant can ever have succeeded on them, and why.
+    fn provably_new(&self, probes: &[NodeResult<Probe>]) -> Option<&'static str> {
+        let n = probes.len();
+        let untouched = |p: &NodeResult<Probe>| matches!(p, Ok(p) if !p.marked() && p.fence == 0 && p.watermarks.is_empty());
+        if !self.ever_marked.load(Ordering::Acquire) && probes.iter().all(untouched) {
+            return Some(
+                "new deployment: every master answered and none was ever used; master initialised",
+            );
+        }
+        // A grant takes a majority of marked masters and raises each one's counter; enough
+        // marked masters still at 0 to meet every majority prove that none ever succeeded.
+        let never_granted = probes
+            .iter()
+            .filter(|p| matches!(p, Ok(p) if p.marked() && p.fence == 0))
+            .count();
+        (never_granted > n - quorum::majority(n))
+            .then_some("no grant has ever succeeded on these masters; master initialised")
+    }
+
+    /// Find masters whose fencing counter is below what was seen on them before (by this
+    /// process, or recorded on the other masters by any replica): they went back in time.
+    /// Their marker is removed, and they are treated as unmarked from here on.
+    async fn catch_rollbacks(
+        &self,
+        nodes: &[Arc<dyn LockNode>],
+        probes: &mut [NodeResult<Probe>],
+        before: &Before,
+    ) {
+        for j in 0..probes.len() {
+            let Ok(probe) = &probes[j] else { continue };
+            let Some(identity) = probe.marker.clone() else {
+                continue;
+            };
+            let recorded = before.marks.get(&identity).copied().unwrap_or(0);
+            let known = match &before.known[j] {
+                (Some(id), fence) if *id == identity => *fence,
+                _ => 0,
+            };
+            let highest = recorded.max(known);
+            {
+                let mut state = self.state(j);
+                if state.identity.as_deref() != Some(identity.as_str()) {
+                    state.identity = Some(identity.clone());
+                    state.highest_fence = probe.fence;
+                } else {
+                    state.highest_fence = state.highest_fence.max(probe.fence);
+                }
+            }
+            if probe.fence >= highest {
+                continue;
+            }
+            tracing::error!(
+                master = %self.addresses[j],
+                fence = probe.fence,
+                seen_before = highest,
+                "master went back in time (its fencing counter fell): it restarted from an old snapshot and may have lost locks; it stops voting"
+            );
+            if let Err(e) = self.bounded(nodes[j].unmark(&identity)).await {
+                tracing::warn!(master = %self.addresses[j], error = %e, "could not remove the marker of a master that went back in time");
+            }
+            if let Ok(probe) = &mut probes[j] {
+                probe.marker = None;
+            }
+        }
+    }
+
+    /// What is known about every master's counter before this round reads it: the
+    /// high-water marks recorded on the masters, and this process's own knowledge. Read
+    /// first, so that nothing in it can be newer than the counters it is compared with.
+    async fn before(&self, nodes: &[Arc<dyn LockNode>]) -> Before {
+        let known = (0..nodes.len())
+            .map(|i| {
+                let state = self.state(i);
+                (state.identity.clone(), state.highest_fence)
+            })
+            .collect();
+        let probes = futures::future::join_all(nodes.iter().map(|n| self.bounded(n.probe()))).await;
+        let mut marks = std::collections::HashMap::new();
+        for (identity, fence) in probes.iter().flatten().flat_map(|p| &p.watermarks) {
+            let mark = marks.entry(identity.clone()).or_insert(0);
+            *mark = (*mark).max(*fence);
+        }
+        Before { marks, known }
+    }
+
+    /// Tell every marked master the counters seen on the others this round.
+    async fn record_watermarks(&self, nodes: &[Arc<dyn LockNode>], probes: &[NodeResult<Probe>]) {
+        let seen: Vec<(usize, String, u64)> = probes
+            .iter()
+            .enumerate()
+            .filter_map(|(i, p)| {
+                let p = p.as_ref().ok()?;
+                let identity = p.marker.clone()?;
+                // What this replica knows beyond the probe: tokens the master granted.
+                let state = self.state(i);
+                let known = if state.identity.as_deref() == Some(identity.as_str()) {
+                    state.highest_fence
+                } else {
+                    0
+                };
+                Some((i, identity, p.fence.max(known)))
+            })
+            .collect();
+        futures::future::join_all(seen.iter().map(|(i, _, _)| {
+            let others: Vec<(String, u64)> = seen
+                .iter()
+                .filter(|(j, _, _)| j != i)
+                .map(|(_, id, fence)| (id.clone(), *fence))
+                .collect();
+            let node = nodes[*i].clone();
+            async move { self.bounded(node.record_watermarks(&others)).await }
+        }))
+        .await;
+    }
+
+    async fn bounded<T>(&self, step: impl Future<Output = NodeResult<T>>) -> NodeResult<T> {
+        tokio::time::timeout(self.config.master_timeout, step)
+            .await
+            .unwrap_or(Err(NodeError::Timeout))
     }
 
     fn note_run_id(&self, i: usize, run_id: &str) {
         let mut state = self.state(i);
         if state.run_id.as_deref().is_some_and(|old| old != run_id) {
             tracing::warn!(master = %self.addresses[i], "master restarted (its run_id changed)");
+            state.unverified_since.get_or_insert_with(Instant::now);
         }
         state.run_id = Some(run_id.to_owned());
     }
@@ -198,7 +453,7 @@ impl Monitor {
                 until_wall: SystemTime::now() + self.config.max_ttl,
             }
         });
-        if now < quarantine.until {
+        if now < quarantine.until && !self.config.unsafe_skip_quarantine {
             return;
         }
         // Every token ever granted is on a majority; with this master's copy gone, reading
@@ -209,15 +464,13 @@ impl Monitor {
             .iter()
             .enumerate()
             .filter(|(j, _)| *j != i)
-            .filter_map(|(_, p)| p.as_ref().ok().filter(|p| p.marked).map(|p| p.fence))
+            .filter_map(|(_, p)| p.as_ref().ok().filter(|p| p.marked()).map(|p| p.fence))
             .collect();
-        if n == 1 {
-            tracing::error!(
+        if fences.len() < needed {
+            tracing::warn!(
                 master = %self.addresses[i],
-                "the only master lost its data: fencing tokens for its locks start again from its counter"
+                "quarantine over, but fewer than {needed} masters with their data answer to restore its fencing counter"
             );
-        } else if fences.len() < needed {
-            tracing::warn!(master = %self.addresses[i], "quarantine over, but too few masters answer to restore its fencing counter");
             return;
         }
         let fence = fences.into_iter().max().unwrap_or(0);
@@ -226,17 +479,90 @@ impl Monitor {
     }
 
     async fn restore(&self, i: usize, nodes: &[Arc<dyn LockNode>], fence: u64, why: &str) {
-        match tokio::time::timeout(self.config.master_timeout, nodes[i].restore(fence)).await {
-            Ok(Ok(())) => {
-                self.state(i).quarantine = None;
+        let identity = new_identity();
+        match self.bounded(nodes[i].restore(fence, &identity)).await {
+            Ok(()) => {
+                {
+                    let mut state = self.state(i);
+                    state.quarantine = None;
+                    // Its counter was just set from the others: nothing left to verify.
+                    state.unverified_since = None;
+                    state.identity = Some(identity);
+                    state.highest_fence = fence;
+                }
                 self.ever_marked.store(true, Ordering::Release);
                 tracing::info!(master = %self.addresses[i], fence, "{why}");
             }
-            Ok(Err(e)) => {
+            Err(e) => {
                 tracing::warn!(master = %self.addresses[i], error = %e, "could not restore master")
             }
-            Err(_) => tracing::warn!(master = %self.addresses[i], "restoring master timed out"),
         }
+    }
+
+    /// The operator's recovery after a majority of masters lost their data at once (see
+    /// README, "Masters that lose their data"): every master must answer, every master that
+    /// lost its data must have been up for the largest TTL (so that every lease it may
+    /// have held has expired everywhere) unless `force` says the operator knows better, and
+    /// then every master's fencing counter is raised to a floor above any token that can
+    /// have been granted: the largest counter or high-water mark any master still has, the
+    /// wall clock in microseconds (in case every trace was lost), or `floor` if larger.
+    /// Returns what was done, a line per master.
+    pub async fn recover(
+        &self,
+        nodes: &[Arc<dyn LockNode>],
+        floor: Option<u64>,
+        force: bool,
+    ) -> Result<Vec<String>, String> {
+        let probes = futures::future::join_all(nodes.iter().map(|n| self.bounded(n.probe()))).await;
+        let silent: Vec<&str> = probes
+            .iter()
+            .zip(&self.addresses)
+            .filter(|(p, _)| p.is_err())
+            .map(|(_, a)| a.as_str())
+            .collect();
+        if !silent.is_empty() {
+            return Err(format!(
+                "every master must answer to recover; these do not: {}",
+                silent.join(", ")
+            ));
+        }
+        let probes: Vec<Probe> = probes.into_iter().flatten().collect();
+        if !force {
+            for (probe, address) in probes.iter().zip(&self.addresses) {
+                if !probe.marked() && probe.uptime < self.config.max_ttl {
+                    return Err(format!(
+                        "{address} restarted {} s ago: a lease it held may be live elsewhere until REDLOCKD_MAX_TTL_MS ({} s) after its restart; wait {} s more, or pass --force if no lease can be live",
+                        probe.uptime.as_secs(),
+                        self.config.max_ttl.as_secs(),
+                        (self.config.max_ttl - probe.uptime).as_secs() + 1
+                    ));
+                }
+            }
+        }
+        let seen = probes
+            .iter()
+            .flat_map(|p| std::iter::once(p.fence).chain(p.watermarks.iter().map(|(_, f)| *f)))
+            .max()
+            .unwrap_or(0);
+        let fence = seen.max(clock_floor()).max(floor.unwrap_or(0)) + 1;
+        let mut report = Vec::new();
+        for (i, probe) in probes.iter().enumerate() {
+            let identity = new_identity();
+            self.bounded(nodes[i].restore(fence, &identity))
+                .await
+                .map_err(|e| format!("{}: could not restore: {e}", self.addresses[i]))?;
+            report.push(format!(
+                "{}: {}, fencing counter {} -> {fence}",
+                self.addresses[i],
+                if probe.marked() {
+                    "kept its data"
+                } else {
+                    "had lost its data"
+                },
+                probe.fence
+            ));
+        }
+        Ok(report)
     }
 
     /// Probe every master about once a second (and at once when a script reports a master
@@ -250,9 +576,15 @@ impl Monitor {
         tokio::spawn(async move {
             loop {
                 monitor.probe_round(&nodes).await;
+                let unverified = (0..nodes.len()).any(|i| monitor.unverified(i));
+                let interval = if unverified {
+                    FAST_PROBE_INTERVAL
+                } else {
+                    PROBE_INTERVAL
+                };
                 tokio::select! {
                     _ = shutdown.cancelled() => return,
-                    _ = tokio::time::sleep(PROBE_INTERVAL) => {}
+                    _ = tokio::time::sleep(interval) => {}
                     _ = monitor.wake.notified() => {}
                 }
             }

@@ -26,8 +26,21 @@ pub struct Holding {
 pub enum Acquired {
     /// The key was set; `token` is this master's counter after its increment.
     Granted { token: u64 },
-    /// Another lease holds the lock here for `pttl_ms` more.
-    Held { pttl_ms: u64 },
+    /// Another lease holds the lock here for `pttl_ms` more. Naming the lease is what lets
+    /// the engine tell a real holder (one lease on a majority) from a split vote (several
+    /// contenders, each on a minority, whose keys are about to be released).
+    Held { pttl_ms: u64, lease: String },
+}
+
+/// One page of a master's held locks, in name order.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct ListPage {
+    pub locks: Vec<(String, Holding)>,
+    /// Whether names past `last` were not looked at (the page is full, or the master's
+    /// budget for one call ran out).
+    pub more: bool,
+    /// The last name the master looked at, held or not.
+    pub last: Option<String>,
 }
 
 /// One master's answer to a renew or release that names a lease.
@@ -39,15 +52,28 @@ pub enum Owned<T> {
 }
 
 /// What a health probe learns about a master.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct Probe {
     /// Changes whenever the master process restarts.
     pub run_id: String,
-    /// Whether the key redlockd leaves on every master is still there: when it is gone the
-    /// master has lost its data and must not vote until it is safe again.
-    pub marked: bool,
+    /// The marker key redlockd leaves on every master, whose value is the master's identity
+    /// (random, new each time the marker is written). `None` when it is gone: the master
+    /// has lost its data and must not vote until it is safe again.
+    pub marker: Option<String>,
     /// The master's fencing counter.
     pub fence: u64,
+    /// The highest fencing counter ever seen on each *other* master, by identity. A master
+    /// whose counter is below what the others recorded for it went back in time (restarted
+    /// from an old snapshot) and may have lost locks, marker or not.
+    pub watermarks: Vec<(String, u64)>,
+    /// How long the master process has been running.
+    pub uptime: std::time::Duration,
+}
+
+impl Probe {
+    pub fn marked(&self) -> bool {
+        self.marker.is_some()
+    }
 }
 
 /// Why one master gave no usable answer. Classified, never collapsed to a bool: the engine
@@ -63,11 +89,25 @@ pub enum NodeError {
     /// The master has no marker key: it restarted empty (or was flushed) and cannot vote.
     #[error("master has lost its data and is not voting")]
     Amnesic,
+    /// The master's connection broke (it may have restarted): its answers do not count
+    /// until a probe has checked that it kept its data.
+    #[error("master reconnected and is not voting until it is verified")]
+    Unverified,
     #[error("{0}")]
     Other(String),
 }
 
 impl NodeError {
+    /// Every `kind` label value.
+    pub const KINDS: [&'static str; 6] = [
+        "timeout",
+        "connection",
+        "script",
+        "amnesic",
+        "unverified",
+        "other",
+    ];
+
     /// The `kind` label of `redlockd_master_errors_total`.
     pub fn kind(&self) -> &'static str {
         match self {
@@ -75,6 +115,7 @@ impl NodeError {
             NodeError::Connection(_) => "connection",
             NodeError::Script(_) => "script",
             NodeError::Amnesic => "amnesic",
+            NodeError::Unverified => "unverified",
             NodeError::Other(_) => "other",
         }
     }
@@ -117,19 +158,32 @@ pub trait LockNode: Send + Sync + 'static {
         ttl_ms: Option<u64>,
     ) -> NodeResult<Owned<Holding>>;
 
-    /// Delete the lock if `lease` holds it, and announce the release.
-    async fn release(&self, name: &str, lease: &str) -> NodeResult<Owned<()>>;
+    /// Delete the lock if `lease` holds it, and announce the release when `announce` is set
+    /// (a revoke). Clean-up of a failed attempt does not announce: the lock was never
+    /// granted, and waking waiters for it would only make them spin.
+    async fn release(&self, name: &str, lease: &str, announce: bool) -> NodeResult<Owned<()>>;
 
     /// The lock's current holding here, if any.
     async fn read(&self, name: &str) -> NodeResult<Option<Holding>>;
 
-    /// Up to `cap` held locks whose names start with `prefix`, in no particular order.
-    async fn list(&self, prefix: &str, cap: usize) -> NodeResult<Vec<(String, Holding)>>;
+    /// Up to `limit` held locks whose names start with `prefix` and sort after `after`
+    /// (from the start when empty), in name order. A master may stop early to keep one call
+    /// short; `ListPage::more` says so.
+    async fn list(&self, prefix: &str, after: &str, limit: usize) -> NodeResult<ListPage>;
 
     async fn probe(&self) -> NodeResult<Probe>;
 
-    /// Raise the counter to at least `fence` and leave the marker: the master votes again.
-    async fn restore(&self, fence: u64) -> NodeResult<()>;
+    /// Raise the counter to at least `fence` and leave the marker with the new `identity`:
+    /// the master votes again.
+    async fn restore(&self, fence: u64, identity: &str) -> NodeResult<()>;
+
+    /// Remove the marker if it still carries `identity`: the master went back in time and
+    /// every replica must stop counting its votes until it is restored.
+    async fn unmark(&self, identity: &str) -> NodeResult<()>;
+
+    /// Record on this master the highest counter seen on each other master (by identity),
+    /// keeping the larger of the recorded and the given value.
+    async fn record_watermarks(&self, seen: &[(String, u64)]) -> NodeResult<()>;
 
     /// Start delivering release announcements from this master to `listener` until
     /// `shutdown` fires. Nodes that share the process with the engine need not.

@@ -7,7 +7,9 @@
 
 use std::time::Duration;
 
-use super::node::{Acquired, Holding, NodeResult};
+use std::collections::BTreeMap;
+
+use super::node::{Acquired, Holding, ListPage, NodeResult};
 
 /// How many masters make a majority of `n`.
 pub fn majority(n: usize) -> usize {
@@ -34,9 +36,12 @@ pub enum GrantOutcome {
     /// A majority set the key. `token` is the largest counter value among them and
     /// `confirmed` how many of them already hold exactly that value.
     Won { token: u64, confirmed: usize },
-    /// Other leases hold the key on enough masters that no majority is possible;
-    /// `retry_after` is when enough of their keys expire for a majority to be free again.
+    /// Another lease holds the key on a majority (or may, counting the masters that did not
+    /// answer); `retry_after` is when enough of its keys expire for a majority to be free.
     Held { retry_after: Duration },
+    /// No majority for anyone: simultaneous contenders each hold a minority, and every one
+    /// of them is about to release what it won. Not a holder to wait for.
+    Split,
     /// Too many masters failed to answer (or are not voting) for any majority.
     Unavailable,
 }
@@ -46,14 +51,14 @@ pub fn decide_grant(replies: &[Option<NodeResult<Acquired>>]) -> Option<GrantOut
     let n = replies.len();
     let q = majority(n);
     let mut tokens = Vec::new();
-    let mut held = Vec::new();
+    let mut held: Vec<(&str, u64)> = Vec::new();
     let mut failed = 0;
     let mut pending = 0;
     for reply in replies {
         match reply {
             None => pending += 1,
             Some(Ok(Acquired::Granted { token })) => tokens.push(*token),
-            Some(Ok(Acquired::Held { pttl_ms })) => held.push(*pttl_ms),
+            Some(Ok(Acquired::Held { pttl_ms, lease })) => held.push((lease, *pttl_ms)),
             Some(Err(_)) => failed += 1,
         }
     }
@@ -68,19 +73,51 @@ pub fn decide_grant(replies: &[Option<NodeResult<Acquired>>]) -> Option<GrantOut
     if failed > n - q {
         return Some(GrantOutcome::Unavailable);
     }
-    // Holders and failures together block a majority, neither alone (yet): the answers
-    // still pending decide whether this is contention or an outage.
-    if held.len() <= n - q && pending > 0 {
+    // This grant cannot win. The question left is whether someone holds the lock.
+    let mut holder: Option<(&str, usize)> = None;
+    for (lease, _) in &held {
+        let count = held.iter().filter(|(l, _)| l == lease).count();
+        if holder.is_none_or(|(_, c)| count > c) {
+            holder = Some((lease, count));
+        }
+    }
+    let Some((lease, count)) = holder else {
+        // Nobody holds it anywhere: only failures stand in the way, and they are too few
+        // for an outage. The pending answers decide.
+        return if pending > 0 {
+            None
+        } else {
+            Some(GrantOutcome::Unavailable)
+        };
+    };
+    if count + failed + pending < q {
+        return Some(GrantOutcome::Split);
+    }
+    if count < q && pending > 0 {
         return None;
     }
-    // Here held + failed > n - q with failed <= n - q, so some lease holds the key. The
-    // lock frees once enough held keys expire that the free masters form a majority.
-    held.sort_unstable();
-    let must_expire = (q + failed + held.len()).saturating_sub(n).max(1);
-    let retry_after = held.get(must_expire - 1).copied().unwrap_or_default();
+    // `lease` holds a majority, or may with the masters that failed. The lock frees when
+    // enough of its keys expire that the other masters that answer form a majority.
+    let mut pttls: Vec<u64> = held
+        .iter()
+        .filter(|(l, _)| *l == lease)
+        .map(|(_, p)| *p)
+        .collect();
+    pttls.sort_unstable();
+    let must_expire = (count + failed + q).saturating_sub(n).max(1);
+    let retry_after = pttls.get(must_expire - 1).copied().unwrap_or_default();
     Some(GrantOutcome::Held {
         retry_after: Duration::from_millis(retry_after),
     })
+}
+
+/// Decide a confirm round: `true` once a majority hold the token, `false` once they
+/// cannot, `None` while the pending answers could still make a majority.
+pub fn decide_confirm(replies: &[Option<NodeResult<()>>]) -> Option<bool> {
+    let q = majority(replies.len());
+    let ok = replies.iter().filter(|r| matches!(r, Some(Ok(())))).count();
+    let open = replies.iter().filter(|r| r.is_none()).count();
+    (ok >= q || ok + open < q).then_some(ok >= q)
 }
 
 /// The outcome of a step that changes an existing lease (renew, release).
@@ -124,34 +161,41 @@ pub fn decide_owned<T: Clone>(
     Some(OwnedOutcome::Unavailable)
 }
 
-/// The outcome of a release round, which waits for every master (each one it cannot
-/// reach keeps the key until its TTL).
+/// The outcome of a release round. It is decided as soon as the answers in hand decide it:
+/// a master still silent then has its release finished (and repeated) by its backlog, and
+/// keeps the key until that lands or the TTL ends.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ReleaseOutcome {
-    /// The lease is gone from a majority, and was deleted from at least one master.
+    /// The lease was deleted from a majority: it held the lock, and no longer does.
     Released,
-    /// A majority said the lease does not hold the lock, and no master deleted it.
+    /// The lease does not hold the lock on a majority (expired, revoked, never granted);
+    /// whatever leftovers a minority had were deleted.
     NotFound,
+    /// Too few answers to tell.
     Unavailable,
 }
 
-pub fn decide_release(replies: &[NodeResult<super::node::Owned<()>>]) -> ReleaseOutcome {
+/// Decide a release from the answers so far (`None`: not answered yet); `None` while the
+/// missing answers could still change the outcome.
+pub fn decide_release(
+    replies: &[Option<NodeResult<super::node::Owned<()>>>],
+) -> Option<ReleaseOutcome> {
     use super::node::Owned;
     let q = majority(replies.len());
     let deleted = replies
         .iter()
-        .filter(|r| matches!(r, Ok(Owned::Yes(()))))
+        .filter(|r| matches!(r, Some(Ok(Owned::Yes(())))))
         .count();
-    let not_owner = replies
-        .iter()
-        .filter(|r| matches!(r, Ok(Owned::NotOwner)))
-        .count();
-    if deleted > 0 && deleted + not_owner >= q {
-        ReleaseOutcome::Released
-    } else if deleted == 0 && not_owner > replies.len() - q {
-        ReleaseOutcome::NotFound
+    let unknown = replies.iter().filter(|r| matches!(r, Some(Err(_)))).count();
+    let pending = replies.iter().filter(|r| r.is_none()).count();
+    if deleted >= q {
+        Some(ReleaseOutcome::Released)
+    } else if deleted + unknown + pending < q {
+        Some(ReleaseOutcome::NotFound)
+    } else if pending > 0 {
+        None
     } else {
-        ReleaseOutcome::Unavailable
+        Some(ReleaseOutcome::Unavailable)
     }
 }
 
@@ -240,6 +284,75 @@ pub fn decide_read(
     Some(ReadOutcome::Unavailable)
 }
 
+/// One merged page of held locks.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Merged {
+    /// The names a majority hold, with what they agree on, in name order.
+    pub held: Vec<(String, Agreed)>,
+    /// The name to continue after, when more may follow.
+    pub next: Option<String>,
+}
+
+/// Merge one page of held locks from every master: the names a majority hold, in name
+/// order, at most `limit`, and the cursor to continue after (`None` when nothing is left).
+/// `None` when fewer than a majority answered.
+///
+/// A master that stopped early has told us nothing past the last name it looked at, so the
+/// page ends there: a lock is never skipped because one master's page was shorter.
+pub fn merge_pages(pages: &[NodeResult<ListPage>], limit: usize) -> Option<Merged> {
+    let q = majority(pages.len());
+    if pages.iter().filter(|p| p.is_ok()).count() < q {
+        return None;
+    }
+    let bound: Option<&str> = pages
+        .iter()
+        .filter_map(|p| p.as_ref().ok())
+        .filter(|p| p.more)
+        .filter_map(|p| p.last.as_deref())
+        .min();
+    let blank: Vec<Option<NodeResult<Option<Holding>>>> = pages
+        .iter()
+        .map(|p| Some(p.as_ref().map(|_| None).map_err(Clone::clone)))
+        .collect();
+    let mut by_name = BTreeMap::<&str, Vec<_>>::new();
+    for (i, page) in pages.iter().enumerate() {
+        let Ok(page) = page else { continue };
+        for (name, holding) in &page.locks {
+            if bound.is_some_and(|b| name.as_str() > b) {
+                continue;
+            }
+            by_name.entry(name).or_insert_with(|| blank.clone())[i] =
+                Some(Ok(Some(holding.clone())));
+        }
+    }
+    let mut held: Vec<(String, Agreed)> = by_name
+        .into_iter()
+        .filter_map(|(name, replies)| match decide_read(&replies, None) {
+            Some(ReadOutcome::Held(agreed)) => Some((name.to_owned(), agreed)),
+            _ => None,
+        })
+        .collect();
+    let next = if held.len() > limit {
+        held.truncate(limit);
+        held.last().map(|(name, _)| name.clone())
+    } else {
+        bound.map(str::to_owned)
+    };
+    Some(Merged { held, next })
+}
+
+/// What a majority of `n` masters agree on, given the holdings of those that renewed a lease
+/// (the others count as not holding it).
+pub fn agree(holdings: &[Holding], n: usize) -> Option<Agreed> {
+    let mut replies: Vec<Option<NodeResult<Option<Holding>>>> =
+        holdings.iter().map(|h| Some(Ok(Some(h.clone())))).collect();
+    replies.resize_with(n.max(holdings.len()), || Some(Ok(None)));
+    match decide_read(&replies, None) {
+        Some(ReadOutcome::Held(agreed)) => Some(agreed),
+        _ => None,
+    }
+}
+
 /// The token that a majority of all masters report for a lease, if there is one. A grant
 /// is only answered once a majority hold its token, so a majority read finds it unless a
 /// master that missed the confirmation answers in place of one that had it.
@@ -277,7 +390,13 @@ mod tests {
         Some(Ok(Acquired::Granted { token: t }))
     }
     fn held(p: u64) -> Option<NodeResult<Acquired>> {
-        Some(Ok(Acquired::Held { pttl_ms: p }))
+        held_by("L", p)
+    }
+    fn held_by(lease: &str, p: u64) -> Option<NodeResult<Acquired>> {
+        Some(Ok(Acquired::Held {
+            pttl_ms: p,
+            lease: lease.into(),
+        }))
     }
     fn down<T>() -> Option<NodeResult<T>> {
         Some(Err(NodeError::Timeout))
@@ -344,6 +463,53 @@ mod tests {
     }
 
     #[test]
+    fn a_split_vote_is_not_a_holder() {
+        // Three contenders, one master each: nobody holds a majority, nobody waits for a TTL.
+        assert_eq!(
+            decide_grant(&[granted(4), held_by("B", 30_000), held_by("C", 30_000)]),
+            Some(GrantOutcome::Split)
+        );
+        // Five masters, two contenders with two each and this grant with one.
+        assert_eq!(
+            decide_grant(&[
+                granted(1),
+                held_by("B", 9_000),
+                held_by("B", 9_000),
+                held_by("C", 9_000),
+                held_by("C", 9_000),
+            ]),
+            Some(GrantOutcome::Split)
+        );
+        // The third answer may make B a majority holder: wait for it.
+        assert_eq!(
+            decide_grant(&[held_by("B", 500), held_by("C", 900), None]),
+            None
+        );
+        assert_eq!(
+            decide_grant(&[held_by("B", 500), held_by("C", 900), held_by("B", 700)]),
+            Some(GrantOutcome::Held {
+                retry_after: ms(500)
+            })
+        );
+        // A failed master may be B's second key: B may hold the lock.
+        assert_eq!(
+            decide_grant(&[held_by("B", 500), down(), granted(3)]),
+            Some(GrantOutcome::Held {
+                retry_after: ms(500)
+            })
+        );
+    }
+
+    #[test]
+    fn confirm_is_decided_by_a_majority() {
+        let ok = || Some(Ok(()));
+        assert_eq!(decide_confirm(&[ok(), ok(), None]), Some(true));
+        assert_eq!(decide_confirm(&[ok(), None, None]), None);
+        assert_eq!(decide_confirm(&[ok(), down(), None]), None);
+        assert_eq!(decide_confirm(&[ok(), down(), down()]), Some(false));
+    }
+
+    #[test]
     fn renew_needs_a_majority_of_owners() {
         let yes = |v: u64| Some(Ok(Owned::Yes(v)));
         let no = || Some(Ok(Owned::<u64>::NotOwner));
@@ -368,29 +534,27 @@ mod tests {
 
     #[test]
     fn release_outcomes() {
-        let yes = || Ok(Owned::Yes(()));
-        let no = || Ok(Owned::NotOwner);
-        let err = || Err(NodeError::Timeout);
-        assert_eq!(
-            decide_release(&[yes(), yes(), yes()]),
-            ReleaseOutcome::Released
-        );
-        assert_eq!(
-            decide_release(&[yes(), no(), err()]),
-            ReleaseOutcome::Released
-        );
-        assert_eq!(
-            decide_release(&[no(), no(), err()]),
-            ReleaseOutcome::NotFound
-        );
-        assert_eq!(
-            decide_release(&[yes(), err(), err()]),
-            ReleaseOutcome::Unavailable
-        );
-        assert_eq!(
-            decide_release(&[no(), err(), err()]),
-            ReleaseOutcome::Unavailable
-        );
+        let yes = || Some(Ok(Owned::Yes(())));
+        let no = || Some(Ok(Owned::NotOwner));
+        let err = || Some(Err(NodeError::Timeout));
+        let silent = || None;
+        let released = Some(ReleaseOutcome::Released);
+        let not_found = Some(ReleaseOutcome::NotFound);
+        let unavailable = Some(ReleaseOutcome::Unavailable);
+        assert_eq!(decide_release(&[yes(), yes(), yes()]), released);
+        assert_eq!(decide_release(&[yes(), yes(), err()]), released);
+        // A majority deleted it: the silent master's release is the backlog's business.
+        assert_eq!(decide_release(&[yes(), yes(), silent()]), released);
+        // A leftover on one master is deleted, but the lease held no majority: 404.
+        assert_eq!(decide_release(&[yes(), no(), no()]), not_found);
+        assert_eq!(decide_release(&[no(), no(), silent()]), not_found);
+        // The master that did not answer may make it a majority: cannot tell.
+        assert_eq!(decide_release(&[yes(), no(), err()]), unavailable);
+        assert_eq!(decide_release(&[yes(), no(), silent()]), None);
+        assert_eq!(decide_release(&[no(), no(), err()]), not_found);
+        assert_eq!(decide_release(&[yes(), err(), err()]), unavailable);
+        assert_eq!(decide_release(&[no(), err(), err()]), unavailable);
+        assert_eq!(decide_release(&[yes(), silent(), silent()]), None);
     }
 
     fn holding(lease: &str, token: u64, pttl: u64) -> Option<NodeResult<Option<Holding>>> {
@@ -441,6 +605,79 @@ mod tests {
         assert_eq!(
             decide_read(&[Some(Ok(None)), down(), Some(Ok(None))], None),
             Some(ReadOutcome::Free)
+        );
+    }
+
+    fn page(names: &[&str], more: bool) -> NodeResult<ListPage> {
+        let Some(Ok(Some(h))) = holding("a", 4, 900) else {
+            unreachable!()
+        };
+        Ok(ListPage {
+            locks: names.iter().map(|n| (n.to_string(), h.clone())).collect(),
+            more,
+            last: names.last().map(|n| n.to_string()),
+        })
+    }
+
+    fn names(merged: &Merged) -> Vec<&str> {
+        merged.held.iter().map(|(n, _)| n.as_str()).collect()
+    }
+
+    #[test]
+    fn pages_merge_by_majority_and_never_skip_a_name() {
+        // Every master listed everything: the majority's names, no cursor.
+        let merged = merge_pages(
+            &[
+                page(&["a", "b"], false),
+                page(&["a"], false),
+                page(&["b"], false),
+            ],
+            10,
+        )
+        .unwrap();
+        assert_eq!(
+            (names(&merged), merged.next.as_deref()),
+            (vec!["a", "b"], None)
+        );
+        // The second master stopped at "b": nothing past it is known yet, "c" waits for
+        // the next page even though two masters listed it.
+        let merged = merge_pages(
+            &[
+                page(&["a", "c"], false),
+                page(&["a", "b"], true),
+                page(&["a", "c"], false),
+            ],
+            10,
+        )
+        .unwrap();
+        assert_eq!(
+            (names(&merged), merged.next.as_deref()),
+            (vec!["a"], Some("b"))
+        );
+        // A full page continues after its last name.
+        let merged = merge_pages(
+            &[
+                page(&["a", "b", "c"], false),
+                page(&["a", "b", "c"], false),
+                Err(NodeError::Timeout),
+            ],
+            2,
+        )
+        .unwrap();
+        assert_eq!(
+            (names(&merged), merged.next.as_deref()),
+            (vec!["a", "b"], Some("b"))
+        );
+        assert_eq!(
+            merge_pages(
+                &[
+                    page(&["a"], false),
+                    Err(NodeError::Timeout),
+                    Err(NodeError::Timeout)
+                ],
+                2
+            ),
+            None
         );
     }
 

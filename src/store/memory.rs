@@ -15,7 +15,9 @@ use std::time::Duration;
 use async_trait::async_trait;
 use tokio::time::Instant;
 
-use crate::redlock::node::{Acquired, Holding, LockNode, NodeError, NodeResult, Owned, Probe};
+use crate::redlock::node::{
+    Acquired, Holding, ListPage, LockNode, NodeError, NodeResult, Owned, Probe,
+};
 
 /// How a memory node misbehaves.
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
@@ -32,7 +34,7 @@ pub enum Fault {
     LoseReply,
 }
 
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 struct Entry {
     lease: String,
     token: u64,
@@ -45,8 +47,11 @@ struct Entry {
 struct Data {
     locks: HashMap<String, Entry>,
     fence: u64,
-    marked: bool,
+    /// The marker's value (the node's identity), `None` once it lost its data.
+    marker: Option<String>,
+    watermarks: HashMap<String, u64>,
     run_id: u64,
+    started: Instant,
     /// How fast this node's clock runs: 2.0 expires keys in half the real time.
     clock_rate: f64,
     /// Steps since the last sweep of expired keys.
@@ -94,12 +99,22 @@ impl Data {
     }
 
     fn check_marker(&self) -> NodeResult<()> {
-        if self.marked {
+        if self.marker.is_some() {
             Ok(())
         } else {
             Err(NodeError::Amnesic)
         }
     }
+}
+
+/// A copy of a node's data at one moment: what a master restarted from an old RDB
+/// snapshot (or an `appendfsync everysec` tail) comes back with.
+#[derive(Debug, Clone)]
+pub struct Snapshot {
+    locks: HashMap<String, Entry>,
+    fence: u64,
+    marker: Option<String>,
+    watermarks: HashMap<String, u64>,
 }
 
 pub struct MemoryNode {
@@ -117,8 +132,10 @@ impl MemoryNode {
             data: Mutex::new(Data {
                 locks: HashMap::new(),
                 fence: 0,
-                marked: false,
+                marker: None,
+                watermarks: HashMap::new(),
                 run_id: 0,
+                started: Instant::now(),
                 clock_rate: 1.0,
                 since_sweep: 0,
             }),
@@ -142,14 +159,57 @@ impl MemoryNode {
         self.data().clock_rate = rate;
     }
 
+    /// The embedded store: one node that is its own deployment. It is marked from the
+    /// start, and its fencing counter starts from the wall clock in microseconds, so that
+    /// tokens keep rising across restarts of redlockd although nothing is persisted (it
+    /// would take more than a million grants a second to catch up with the clock).
+    pub fn embedded() -> Self {
+        let node = Self::new("embedded");
+        {
+            let mut data = node.data();
+            data.marker = Some("embedded".into());
+            data.fence = crate::redlock::health::clock_floor();
+        }
+        node
+    }
+
     /// Lose everything, as a master without persistence does when it restarts: locks,
     /// fencing counter and marker. The node gets a new run id.
     pub fn restart_empty(&self) {
+        self.restart_from(Snapshot {
+            locks: HashMap::new(),
+            fence: 0,
+            marker: None,
+            watermarks: HashMap::new(),
+        });
+    }
+
+    /// The node's data now, to restart from later.
+    pub fn snapshot(&self) -> Snapshot {
+        let data = self.data();
+        Snapshot {
+            locks: data.locks.clone(),
+            fence: data.fence,
+            marker: data.marker.clone(),
+            watermarks: data.watermarks.clone(),
+        }
+    }
+
+    /// Restart with `snapshot`'s data, as a master restarted from an old snapshot does:
+    /// whatever happened since is lost. The node gets a new run id.
+    pub fn restart_from(&self, snapshot: Snapshot) {
         let mut data = self.data();
-        data.locks.clear();
-        data.fence = 0;
-        data.marked = false;
+        data.locks = snapshot.locks;
+        data.fence = snapshot.fence;
+        data.marker = snapshot.marker;
+        data.watermarks = snapshot.watermarks;
         data.run_id = self.restarts.fetch_add(1, Ordering::Relaxed) + 1;
+        data.started = Instant::now();
+    }
+
+    /// Whether the node carries its marker (votes), for tests.
+    pub fn marked(&self) -> bool {
+        self.data().marker.is_some()
     }
 
     /// The node's fencing counter, for tests.
@@ -209,9 +269,13 @@ impl LockNode for MemoryNode {
     ) -> NodeResult<Acquired> {
         self.step(|data, now| {
             data.check_marker()?;
-            if data.live(name, now).is_some() {
-                let pttl_ms = data.locks.get(name).map_or(0, |e| data.pttl(e, now));
-                return Ok(Acquired::Held { pttl_ms });
+            if data.live(name, now).is_some()
+                && let Some(entry) = data.locks.get(name)
+            {
+                return Ok(Acquired::Held {
+                    pttl_ms: data.pttl(entry, now),
+                    lease: entry.lease.clone(),
+                });
             }
             data.fence += 1;
             let token = data.fence;
@@ -271,7 +335,7 @@ impl LockNode for MemoryNode {
         .await
     }
 
-    async fn release(&self, name: &str, lease: &str) -> NodeResult<Owned<()>> {
+    async fn release(&self, name: &str, lease: &str, _announce: bool) -> NodeResult<Owned<()>> {
         self.step(|data, now| {
             data.check_marker()?;
             if data.live(name, now).is_some_and(|e| e.lease == lease) {
@@ -295,37 +359,95 @@ impl LockNode for MemoryNode {
         .await
     }
 
-    async fn list(&self, prefix: &str, cap: usize) -> NodeResult<Vec<(String, Holding)>> {
+    async fn list(&self, prefix: &str, after: &str, limit: usize) -> NodeResult<ListPage> {
         self.step(|data, now| {
             data.check_marker()?;
-            Ok(data
+            let mut names: Vec<&String> = data
                 .locks
                 .iter()
-                .filter(|(name, e)| name.starts_with(prefix) && e.expires > now)
-                .take(cap)
-                .map(|(name, e)| (name.clone(), data.holding(e, now)))
-                .collect())
-        })
-        .await
-    }
-
-    async fn probe(&self) -> NodeResult<Probe> {
-        self.step(|data, _| {
-            Ok(Probe {
-                run_id: format!("{}#{}", self.address, data.run_id),
-                marked: data.marked,
-                fence: data.fence,
+                .filter(|(name, e)| {
+                    name.starts_with(prefix) && name.as_str() > after && e.expires > now
+                })
+                .map(|(name, _)| name)
+                .collect();
+            names.sort_unstable();
+            let more = names.len() > limit;
+            names.truncate(limit);
+            Ok(ListPage {
+                last: names.last().map(|n| n.to_string()),
+                locks: names
+                    .into_iter()
+                    .map(|name| (name.clone(), data.holding(&data.locks[name], now)))
+                    .collect(),
+                more,
             })
         })
         .await
     }
 
-    async fn restore(&self, fence: u64) -> NodeResult<()> {
+    async fn probe(&self) -> NodeResult<Probe> {
+        self.step(|data, now| {
+            Ok(Probe {
+                run_id: format!("{}#{}", self.address, data.run_id),
+                marker: data.marker.clone(),
+                fence: data.fence,
+                watermarks: data
+                    .watermarks
+                    .iter()
+                    .map(|(k, v)| (k.clone(), *v))
+                    .collect(),
+                uptime: now.saturating_duration_since(data.started),
+            })
+        })
+        .await
+    }
+
+    async fn restore(&self, fence: u64, identity: &str) -> NodeResult<()> {
         self.step(|data, _| {
             data.fence = data.fence.max(fence);
-            data.marked = true;
+            data.marker = Some(identity.to_owned());
             Ok(())
         })
         .await
+    }
+
+    async fn unmark(&self, identity: &str) -> NodeResult<()> {
+        self.step(|data, _| {
+            if data.marker.as_deref() == Some(identity) {
+                data.marker = None;
+            }
+            Ok(())
+        })
+        .await
+    }
+
+    async fn record_watermarks(&self, seen: &[(String, u64)]) -> NodeResult<()> {
+        self.step(|data, _| {
+            for (identity, fence) in seen {
+                let recorded = data.watermarks.entry(identity.clone()).or_insert(0);
+                *recorded = (*recorded).max(*fence);
+            }
+            Ok(())
+        })
+        .await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn the_embedded_store_keeps_tokens_rising_across_restarts_of_redlockd() {
+        let grant = async |node: &MemoryNode| match node.acquire("a", "L", 1000, None).await {
+            Ok(Acquired::Granted { token }) => token,
+            other => panic!("{other:?}"),
+        };
+        let before = grant(&MemoryNode::embedded()).await;
+        // A new process: nothing survives but the clock, which the floor counts in
+        // microseconds; step past one for certain.
+        std::thread::sleep(Duration::from_millis(2));
+        let after = grant(&MemoryNode::embedded()).await;
+        assert!(after > before, "{after} after {before}");
     }
 }

@@ -16,8 +16,9 @@ use redis::aio::ConnectionManager;
 use redis::{Script, Value};
 use tokio_util::sync::CancellationToken;
 
+use crate::config::MasterUrl;
 use crate::redlock::node::{
-    Acquired, Holding, LockNode, NodeError, NodeResult, Owned, Probe, ReleaseListener,
+    Acquired, Holding, ListPage, LockNode, NodeError, NodeResult, Owned, Probe, ReleaseListener,
 };
 
 macro_rules! script {
@@ -31,44 +32,36 @@ script!(CONFIRM, "confirm.lua");
 script!(RENEW, "renew.lua");
 script!(RELEASE, "release.lua");
 script!(READ, "read.lua");
+script!(LIST, "list.lua");
 script!(RESTORE, "restore.lua");
+script!(UNMARK, "unmark.lua");
+script!(WATERMARK, "watermark.lua");
 
 /// The keys redlockd writes, all under the configured prefix.
 #[derive(Debug, Clone)]
 struct Keys {
-    prefix: String,
     fence: String,
     marker: String,
+    watermarks: String,
+    names: String,
+    lock_prefix: String,
     channel: String,
 }
 
 impl Keys {
     fn new(prefix: &str) -> Self {
         Self {
-            prefix: prefix.to_owned(),
             fence: format!("{prefix}fence"),
             marker: format!("{prefix}marker"),
+            watermarks: format!("{prefix}watermarks"),
+            names: format!("{prefix}names"),
+            lock_prefix: format!("{prefix}lock:"),
             channel: format!("{prefix}released"),
         }
     }
 
     fn lock(&self, name: &str) -> String {
-        format!("{}lock:{name}", self.prefix)
-    }
-
-    /// A SCAN pattern for lock keys starting with `name_prefix`. Lock names cannot hold
-    /// glob characters, but the configured key prefix might.
-    fn lock_pattern(&self, name_prefix: &str) -> String {
-        let mut pattern = String::new();
-        for c in self.lock("").chars() {
-            if matches!(c, '*' | '?' | '[' | ']' | '\\') {
-                pattern.push('\\');
-            }
-            pattern.push(c);
-        }
-        pattern.push_str(name_prefix);
-        pattern.push('*');
-        pattern
+        format!("{}{name}", self.lock_prefix)
     }
 }
 
@@ -80,23 +73,15 @@ pub struct RedisNode {
     keys: Keys,
 }
 
-/// The URL as it may be shown: scheme, host, port and database, never user or password.
-pub fn redact(url: &str) -> String {
-    match url::Url::parse(url) {
-        Ok(parsed) => {
-            let host = parsed.host_str().unwrap_or("?");
-            let port = parsed.port().map(|p| format!(":{p}")).unwrap_or_default();
-            format!("{}://{host}{port}{}", parsed.scheme(), parsed.path())
-        }
-        Err(_) => "<unparsable url>".to_owned(),
-    }
-}
-
 impl RedisNode {
     /// Set up (lazily: nothing is dialled until the first step) a node for the master at
     /// `url`. `timeout` bounds each connection attempt and each reply.
-    pub fn new(url: &str, key_prefix: &str, timeout: Duration) -> Result<Self, redis::RedisError> {
-        let client = redis::Client::open(url)?;
+    pub fn new(
+        url: &MasterUrl,
+        key_prefix: &str,
+        timeout: Duration,
+    ) -> Result<Self, redis::RedisError> {
+        let client = redis::Client::open(url.expose())?;
         let config = redis::aio::ConnectionManagerConfig::new()
             .set_response_timeout(Some(timeout))
             .set_connection_timeout(Some(timeout.max(Duration::from_millis(250))))
@@ -106,7 +91,7 @@ impl RedisNode {
             .set_number_of_retries(usize::MAX);
         let conn = ConnectionManager::new_lazy_with_config(client.clone(), config)?;
         Ok(Self {
-            address: redact(url),
+            address: url.redacted().to_owned(),
             client,
             conn,
             keys: Keys::new(key_prefix),
@@ -114,17 +99,24 @@ impl RedisNode {
     }
 }
 
+/// Classify a client error by its kind, never by its message.
 fn classify(e: redis::RedisError) -> NodeError {
+    use redis::{ErrorKind, ServerErrorKind};
     if e.is_timeout() {
         NodeError::Timeout
     } else if e.is_io_error() || e.is_connection_dropped() || e.is_connection_refusal() {
         NodeError::Connection(e.to_string())
-    } else if e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::ResponseError)
-        || format!("{e}").contains("script")
-    {
-        NodeError::Script(e.to_string())
     } else {
-        NodeError::Other(e.to_string())
+        match e.kind() {
+            // Still loading its data after a restart: as good as not there yet.
+            ErrorKind::Server(ServerErrorKind::BusyLoading) => NodeError::Connection(e.to_string()),
+            ErrorKind::Server(
+                ServerErrorKind::ResponseError
+                | ServerErrorKind::ExecAbort
+                | ServerErrorKind::NoScript,
+            ) => NodeError::Script(e.to_string()),
+            _ => NodeError::Other(e.to_string()),
+        }
     }
 }
 
@@ -149,8 +141,13 @@ impl Reply {
         }
     }
 
+    /// A count or token: a negative one means the data on the master is corrupt, which is
+    /// an error, never a silent 0.
     fn uint(&self, i: usize) -> NodeResult<u64> {
-        Ok(u64::try_from(self.int(i)?).unwrap_or(0))
+        let v = self.int(i)?;
+        u64::try_from(v).map_err(|_| {
+            NodeError::Script(format!("expected a non-negative integer at {i}, got {v}"))
+        })
     }
 
     fn string(&self, i: usize) -> NodeResult<String> {
@@ -203,9 +200,12 @@ impl LockNode for RedisNode {
                     .key(self.keys.lock(name))
                     .key(&self.keys.fence)
                     .key(&self.keys.marker)
+                    .key(&self.keys.names)
                     .arg(lease)
                     .arg(ttl_ms)
-                    .arg(owner.unwrap_or("")),
+                    .arg(owner.unwrap_or(""))
+                    .arg(name)
+                    .arg(&self.keys.lock_prefix),
             )
             .await?;
         match reply.status()? {
@@ -214,6 +214,7 @@ impl LockNode for RedisNode {
             }),
             _ => Ok(Acquired::Held {
                 pttl_ms: reply.uint(1)?,
+                lease: reply.string(2)?,
             }),
         }
     }
@@ -260,15 +261,17 @@ impl LockNode for RedisNode {
         }))
     }
 
-    async fn release(&self, name: &str, lease: &str) -> NodeResult<Owned<()>> {
+    async fn release(&self, name: &str, lease: &str, announce: bool) -> NodeResult<Owned<()>> {
         let reply = self
             .run(
                 RELEASE
                     .key(self.keys.lock(name))
                     .key(&self.keys.marker)
+                    .key(&self.keys.names)
                     .arg(lease)
                     .arg(&self.keys.channel)
-                    .arg(name),
+                    .arg(name)
+                    .arg(if announce { "1" } else { "0" }),
             )
             .await?;
         Ok(match reply.status()? {
@@ -293,114 +296,103 @@ impl LockNode for RedisNode {
         }))
     }
 
-    async fn list(&self, prefix: &str, cap: usize) -> NodeResult<Vec<(String, Holding)>> {
-        let mut conn = self.conn.clone();
-        let marked: bool = redis::cmd("EXISTS")
-            .arg(&self.keys.marker)
-            .query_async(&mut conn)
-            .await
-            .map_err(classify)?;
-        if !marked {
-            return Err(NodeError::Amnesic);
-        }
-        let pattern = self.keys.lock_pattern(prefix);
-        let mut keys = Vec::new();
-        let mut cursor: u64 = 0;
-        loop {
-            let (next, batch): (u64, Vec<String>) = redis::cmd("SCAN")
-                .arg(cursor)
-                .arg("MATCH")
-                .arg(&pattern)
-                .arg("COUNT")
-                .arg(1000)
-                .query_async(&mut conn)
-                .await
-                .map_err(classify)?;
-            keys.extend(batch);
-            cursor = next;
-            if cursor == 0 || keys.len() >= cap {
-                break;
-            }
-        }
-        keys.truncate(cap);
-        if keys.is_empty() {
-            // An empty pipeline is an error to redis-rs, not an empty answer.
-            return Ok(Vec::new());
-        }
-        let mut pipe = redis::pipe();
-        for key in &keys {
-            pipe.cmd("HMGET")
-                .arg(key)
-                .arg(&["lease", "token", "ttl", "owner"][..]);
-            pipe.cmd("PTTL").arg(key);
-        }
-        let values: Vec<Value> = pipe.query_async(&mut conn).await.map_err(classify)?;
-        let lock_prefix = self.keys.lock("");
-        let mut out = Vec::with_capacity(keys.len());
-        for (key, pair) in keys.iter().zip(values.chunks(2)) {
-            let [Value::Array(fields), Value::Int(pttl)] = pair else {
-                continue;
-            };
-            let fields = Reply(fields.clone());
-            // A key that expired between SCAN and HMGET has no fields.
-            let (Ok(lease), Ok(token)) = (fields.string(0), fields.string(1)) else {
-                continue;
-            };
-            let Some(name) = key.strip_prefix(&lock_prefix) else {
-                continue;
-            };
-            out.push((
-                name.to_owned(),
+    async fn list(&self, prefix: &str, after: &str, limit: usize) -> NodeResult<ListPage> {
+        // Each name looked at costs the master a hash read: a few thousand keep one call to
+        // milliseconds, well inside the response timeout, however large the keyspace.
+        let budget = limit.saturating_mul(4).clamp(100, 4000);
+        let reply = self
+            .run(
+                LIST.key(&self.keys.names)
+                    .key(&self.keys.marker)
+                    .arg(&self.keys.lock_prefix)
+                    .arg(after)
+                    .arg(prefix)
+                    .arg(limit)
+                    .arg(budget),
+            )
+            .await?;
+        let more = reply.status()? == 1;
+        let last = Some(reply.string(1)?).filter(|l| !l.is_empty() && l != after);
+        let mut locks = Vec::new();
+        let mut at = 2;
+        while at < reply.0.len() {
+            locks.push((
+                reply.string(at)?,
                 Holding {
-                    lease,
-                    token: token.parse().unwrap_or(0),
-                    ttl_ms: fields
-                        .string(2)
-                        .ok()
-                        .and_then(|t| t.parse().ok())
-                        .unwrap_or(0),
-                    pttl_ms: u64::try_from(*pttl).unwrap_or(0),
-                    owner: fields.owner(3).ok().flatten(),
+                    lease: reply.string(at + 1)?,
+                    token: reply.uint(at + 2)?,
+                    ttl_ms: reply.uint(at + 3)?,
+                    pttl_ms: reply.uint(at + 4)?,
+                    owner: reply.owner(at + 5)?,
                 },
             ));
+            at += 6;
         }
-        Ok(out)
+        Ok(ListPage { locks, more, last })
     }
 
     async fn probe(&self) -> NodeResult<Probe> {
         let mut conn = self.conn.clone();
-        let (info, marked, fence): (String, bool, Option<u64>) = redis::pipe()
+        let (info, marker, fence, watermarks): (
+            String,
+            Option<String>,
+            Option<u64>,
+            Vec<(String, u64)>,
+        ) = redis::pipe()
             .cmd("INFO")
             .arg("server")
-            .cmd("EXISTS")
+            .cmd("GET")
             .arg(&self.keys.marker)
             .cmd("GET")
             .arg(&self.keys.fence)
+            .cmd("HGETALL")
+            .arg(&self.keys.watermarks)
             .query_async(&mut conn)
             .await
             .map_err(classify)?;
-        let run_id = info
-            .lines()
-            .find_map(|l| l.strip_prefix("run_id:"))
-            .unwrap_or_default()
-            .trim()
-            .to_owned();
+        let field = |name: &str| {
+            info.lines()
+                .find_map(|l| l.strip_prefix(name))
+                .unwrap_or_default()
+                .trim()
+                .to_owned()
+        };
         Ok(Probe {
-            run_id,
-            marked,
+            run_id: field("run_id:"),
+            marker,
             fence: fence.unwrap_or(0),
+            watermarks,
+            uptime: Duration::from_secs(field("uptime_in_seconds:").parse().unwrap_or(0)),
         })
     }
 
-    async fn restore(&self, fence: u64) -> NodeResult<()> {
+    async fn restore(&self, fence: u64, identity: &str) -> NodeResult<()> {
         self.run(
             RESTORE
                 .key(&self.keys.fence)
                 .key(&self.keys.marker)
-                .arg(fence),
+                .arg(fence)
+                .arg(identity),
         )
         .await
         .map(drop)
+    }
+
+    async fn unmark(&self, identity: &str) -> NodeResult<()> {
+        self.run(UNMARK.key(&self.keys.marker).arg(identity))
+            .await
+            .map(drop)
+    }
+
+    async fn record_watermarks(&self, seen: &[(String, u64)]) -> NodeResult<()> {
+        if seen.is_empty() {
+            return Ok(());
+        }
+        let mut invocation = WATERMARK.key(&self.keys.watermarks);
+        for (identity, fence) in seen {
+            invocation.arg(identity).arg(*fence);
+        }
+        self.run(&invocation).await.map(drop)
     }
 
     fn listen_for_releases(&self, listener: ReleaseListener, shutdown: CancellationToken) {
@@ -475,29 +467,5 @@ async fn subscribe_and_forward(
                     .map_err(|_| timed_out())??;
             }
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn redaction_drops_credentials() {
-        assert_eq!(
-            redact("redis://:s3cret@127.0.0.1:7000/0"),
-            "redis://127.0.0.1:7000/0"
-        );
-        assert_eq!(
-            redact("rediss://user:pw@cache.internal:6380"),
-            "rediss://cache.internal:6380"
-        );
-        assert!(!redact("redis://u:hunter2@h:1").contains("hunter2"));
-    }
-
-    #[test]
-    fn scan_pattern_escapes_the_key_prefix() {
-        let keys = Keys::new("app[1]*:");
-        assert_eq!(keys.lock_pattern("inv"), r"app\[1\]\*:lock:inv*");
     }
 }

@@ -198,6 +198,53 @@ impl RedisMaster {
         }
     }
 
+    /// Start a stopped master again with nothing on disk: it comes back empty.
+    pub fn start_wiped(&mut self) {
+        assert!(self.child.is_none(), "still running");
+        for entry in std::fs::read_dir(self.dir.path())
+            .expect("master dir")
+            .flatten()
+        {
+            if entry.file_name() != "redis.log" {
+                let path = entry.path();
+                let _ = std::fs::remove_dir_all(&path).or_else(|_| std::fs::remove_file(&path));
+            }
+        }
+        assert!(
+            self.spawn(),
+            "redis-server did not come back on port {}",
+            self.port
+        );
+    }
+
+    /// Write an RDB snapshot of the master's data now and keep a copy of it at `to`.
+    pub async fn snapshot(&self, to: &std::path::Path) {
+        let _: String = self.cmd(&["SAVE"]).await.expect("SAVE");
+        std::fs::copy(self.dir.path().join("dump.rdb"), to).expect("copy the snapshot");
+    }
+
+    /// Kill the master and start it from `snapshot` alone: whatever happened since the
+    /// snapshot is lost, as after a restart from an old RDB file. Persistence is turned back
+    /// on (from the loaded data) once it runs.
+    pub async fn restart_from(&mut self, snapshot: &std::path::Path) {
+        self.stop();
+        let _ = std::fs::remove_dir_all(self.dir.path().join("appendonlydir"));
+        std::fs::copy(snapshot, self.dir.path().join("dump.rdb")).expect("restore the snapshot");
+        self.extra
+            .extend(["--appendonly".to_owned(), "no".to_owned()]);
+        let spawned = self.spawn();
+        self.extra.truncate(self.extra.len() - 2);
+        assert!(
+            spawned,
+            "redis-server did not come back on port {}",
+            self.port
+        );
+        let _: String = self
+            .cmd(&["CONFIG", "SET", "appendonly", "yes"])
+            .await
+            .expect("persistence back on");
+    }
+
     /// A command on this master, with a short timeout.
     pub async fn cmd<T: redis::FromRedisValue>(&self, args: &[&str]) -> redis::RedisResult<T> {
         let mut conn = tokio::time::timeout(

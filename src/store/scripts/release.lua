@@ -1,14 +1,16 @@
--- release: delete a lock, but only for the lease that holds it (compare, then DEL), and
--- announce the release so that waiting grants in every redlockd replica wake at once.
+-- release: delete a lock, but only for the lease that holds it (compare, then DEL), and on
+-- a revoke announce the release so that waiting grants in every redlockd replica wake at
+-- once. The clean-up of a failed attempt does not announce: nothing was granted.
 --
--- KEYS[1] the lock hash, KEYS[2] the marker
--- ARGV[1] lease id, ARGV[2] the release channel, ARGV[3] the lock name (the message)
+-- KEYS[1] the lock hash, KEYS[2] the marker, KEYS[3] the index of names
+-- ARGV[1] lease id, ARGV[2] the release channel, ARGV[3] the lock name (the message),
+-- ARGV[4] '1' to announce, '0' not to
 --
--- Example: EVALSHA <sha> 2 redlockd:lock:a redlockd:marker Zm9v redlockd:released a
+-- Example: EVALSHA <sha> 3 redlockd:lock:a redlockd:marker redlockd:names Zm9v redlockd:released a 1
 -- Returns 1 when deleted, 0 when the lease does not hold the lock here, -1 when the
 -- marker is missing.
-if #KEYS ~= 2 or #ARGV ~= 3 then
-  return redis.error_reply('release expects 2 keys and 3 arguments')
+if #KEYS ~= 3 or #ARGV ~= 4 then
+  return redis.error_reply('release expects 3 keys and 4 arguments')
 end
 if redis.call('EXISTS', KEYS[2]) == 0 then
   return -1
@@ -17,5 +19,8 @@ if redis.call('HGET', KEYS[1], 'lease') ~= ARGV[1] then
   return 0
 end
 redis.call('DEL', KEYS[1])
-redis.call('PUBLISH', ARGV[2], ARGV[3])
+redis.call('ZREM', KEYS[3], ARGV[3])
+if ARGV[4] == '1' then
+  redis.call('PUBLISH', ARGV[2], ARGV[3])
+end
 return 1

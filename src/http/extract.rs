@@ -1,0 +1,62 @@
+//! Extractors whose rejection is the contract's error: a handler names the input it needs
+//! (`LockPath`, `LeasePath`, `Fields<T>`) and receives it parsed into domain types, or the
+//! client receives a 400 with the error body.
+
+use axum::extract::{FromRequest, FromRequestParts, Path, Request};
+use axum::http::request::Parts;
+use serde::de::DeserializeOwned;
+
+use super::error::ApiError;
+use super::types::parse_fields;
+use crate::lease::{LeaseId, LockName};
+
+/// The `{name}` of a lock route, parsed.
+pub struct LockPath(pub LockName);
+
+/// The `{name}` and `{lease_id}` of a lease route, parsed.
+pub struct LeasePath(pub LockName, pub LeaseId);
+
+/// A request's fields, from its JSON body or its query parameters (either, not both), with
+/// unknown fields refused. The body has already been read, within the client timeout and
+/// the size limit, by the `read_body` middleware.
+pub struct Fields<T>(pub T);
+
+impl<S: Send + Sync> FromRequestParts<S> for LockPath {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, ApiError> {
+        let Path(name) = Path::<String>::from_request_parts(parts, state)
+            .await
+            .map_err(|e| ApiError::Invalid(e.body_text()))?;
+        Ok(Self(LockName::parse(&name)?))
+    }
+}
+
+impl<S: Send + Sync> FromRequestParts<S> for LeasePath {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, ApiError> {
+        let Path((name, id)) = Path::<(String, String)>::from_request_parts(parts, state)
+            .await
+            .map_err(|e| ApiError::Invalid(e.body_text()))?;
+        Ok(Self(LockName::parse(&name)?, LeaseId::parse(&id)?))
+    }
+}
+
+impl<S: Send + Sync, T: DeserializeOwned> FromRequest<S> for Fields<T> {
+    type Rejection = ApiError;
+
+    async fn from_request(request: Request, state: &S) -> Result<Self, ApiError> {
+        let query = request.uri().query().map(str::to_owned);
+        let body = axum::body::Bytes::from_request(request, state)
+            .await
+            .map_err(|e| {
+                if e.status() == axum::http::StatusCode::PAYLOAD_TOO_LARGE {
+                    ApiError::TooLarge
+                } else {
+                    ApiError::Invalid(e.body_text())
+                }
+            })?;
+        Ok(Self(parse_fields(query.as_deref(), &body)?))
+    }
+}

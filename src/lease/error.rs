@@ -1,0 +1,40 @@
+//! What the lease service answers when it cannot do what was asked: the one error type the
+//! HTTP layer sees, with the engine's per-master picture kept for the 503 body.
+
+use std::time::Duration;
+
+use crate::redlock::EngineError;
+pub use crate::redlock::{MasterFailure, Unavailability};
+
+/// How long a grant that kept meeting split votes is told to wait: contenders release what
+/// they won at once, so the lock is about to be free.
+const AFTER_A_SPLIT: Duration = Duration::from_millis(10);
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum LeaseError {
+    /// Another lease holds the lock; it lapses in `retry_after` unless renewed.
+    #[error("the lock is held by another lease")]
+    Held { retry_after: Duration },
+    /// No such lease holds the lock on a majority: expired, revoked, or never granted.
+    #[error("no such lease holds this lock: it expired, was revoked, or never existed")]
+    NotFound,
+    /// Fewer than a majority of masters could take part; which failed, and how.
+    #[error("{}", .0.reason)]
+    Unavailable(Unavailability),
+    /// The process is stopping: waiting grants are answered at once.
+    #[error("redlockd is shutting down; retry the grant, on another replica if there is one")]
+    ShuttingDown,
+}
+
+impl From<EngineError> for LeaseError {
+    fn from(e: EngineError) -> Self {
+        match e {
+            EngineError::Held { retry_after } => LeaseError::Held { retry_after },
+            EngineError::Split => LeaseError::Held {
+                retry_after: AFTER_A_SPLIT,
+            },
+            EngineError::NotFound => LeaseError::NotFound,
+            EngineError::Unavailable(why) => LeaseError::Unavailable(why),
+        }
+    }
+}

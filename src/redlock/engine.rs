@@ -1,0 +1,724 @@
+//! The engine: each step fanned out to every master in the caller's task, each call bounded
+//! by the master timeout, decided by `quorum` as soon as the answers in hand decide it; what
+//! a master still owes afterwards goes to its backlog.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+use futures::StreamExt as _;
+use futures::future::BoxFuture;
+use futures::stream::FuturesUnordered;
+
+use super::backlog::{Backlog, Job};
+use super::health::Monitor;
+use super::node::{Acquired, LockNode, NodeError, NodeResult};
+use super::quorum::{self, GrantOutcome, OwnedOutcome, ReadOutcome, ReleaseOutcome};
+
+use crate::metrics::Metrics;
+
+/// The engine's knobs, all from the contract's configuration.
+#[derive(Debug, Clone)]
+pub struct EngineConfig {
+    /// How long one master may take to answer one step.
+    pub master_timeout: Duration,
+    /// The clock-drift allowance as a share of the TTL (plus 2 ms).
+    pub drift_factor: f64,
+    /// The largest TTL a lease may have: how long an amnesic master stays quarantined.
+    pub max_ttl: Duration,
+    /// UNSAFE, for the fault suite only: a master that lost its data votes again at once.
+    /// It exists so that the suite can show its checker catches the double grants this
+    /// causes; nothing else should ever set it.
+    pub unsafe_skip_quarantine: bool,
+}
+
+impl EngineConfig {
+    /// The engine's settings with the contract's defaults.
+    pub fn new(master_timeout: Duration, drift_factor: f64, max_ttl: Duration) -> Self {
+        Self {
+            master_timeout,
+            drift_factor,
+            max_ttl,
+            unsafe_skip_quarantine: false,
+        }
+    }
+}
+
+/// Why a step did not succeed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum EngineError {
+    #[error("the lock is held by another lease")]
+    Held { retry_after: Duration },
+    /// Simultaneous grants each won a minority and none a majority: nobody holds the lock,
+    /// and every contender has released what it won. Worth retrying at once (after a short
+    /// random pause), unlike `Held`.
+    #[error("the lock was contended by simultaneous grants and none won a majority")]
+    Split,
+    #[error("no such lease holds the lock")]
+    NotFound,
+    #[error("{}", .0.reason)]
+    Unavailable(Unavailability),
+}
+
+/// Why a step could not be done on a majority: in words, and what each master that did not
+/// take part said (classified, never collapsed), down to the 503 body.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Unavailability {
+    pub reason: String,
+    pub masters: Vec<MasterFailure>,
+}
+
+impl Unavailability {
+    fn of(reason: impl Into<String>, masters: Vec<MasterFailure>) -> EngineError {
+        EngineError::Unavailable(Self {
+            reason: reason.into(),
+            masters,
+        })
+    }
+
+    /// Unavailable for `reason`, with no master to blame (shutdown, a timeout of our own).
+    pub fn because(reason: impl Into<String>) -> Self {
+        Self {
+            reason: reason.into(),
+            masters: Vec::new(),
+        }
+    }
+}
+
+/// One master that failed a step, and how.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MasterFailure {
+    /// The master's address, without credentials.
+    pub address: String,
+    /// `timeout`, `connection`, `script`, `amnesic` (lost its data, not voting), `other`,
+    /// or `no_answer` (still pending when the step was decided).
+    pub kind: &'static str,
+}
+
+/// A lease as the masters agree on it at the end of a step.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Leased {
+    pub token: u64,
+    /// The TTL the lease was granted or last renewed with.
+    pub ttl: Duration,
+    /// How long the client may rely on the lease from `at`.
+    pub validity: Duration,
+    /// How long from `at` until the lease's keys expire on a majority, unless renewed.
+    pub remaining: Duration,
+    pub owner: Option<Arc<str>>,
+    /// When the step was decided: `validity` and `remaining` count from here, so that what
+    /// the client is told can be reduced by the time spent until the answer is written.
+    pub at: Instant,
+}
+
+/// A held lock as inspect and list show it (never with its lease id).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Holder {
+    pub name: String,
+    pub token: u64,
+    pub remaining: Duration,
+    pub owner: Option<String>,
+}
+
+/// Longest a list step may take on one master: it scans the keyspace, so it gets more
+/// than the per-step master timeout, but it is still bounded.
+const LIST_TIMEOUT_FLOOR: Duration = Duration::from_secs(1);
+
+pub struct Redlock {
+    nodes: Vec<Arc<dyn LockNode>>,
+    config: EngineConfig,
+    /// Liveness, latency and quarantine of each master, for `/readyz` and the monitor.
+    monitor: Arc<Monitor>,
+    /// What each master still owes after a request was answered.
+    backlog: Backlog,
+    /// Ends the backlog workers (and whatever else the engine started) with the engine.
+    stop: CancellationToken,
+}
+
+impl Drop for Redlock {
+    fn drop(&mut self) {
+        self.stop.cancel();
+    }
+}
+
+/// One master's call in a fan-out, carrying the master's index so that a call still in
+/// flight when the step is decided can be handed to that master's backlog.
+struct Call<T> {
+    master: usize,
+    reply: BoxFuture<'static, NodeResult<T>>,
+}
+
+impl<T> Future for Call<T> {
+    type Output = (usize, NodeResult<T>);
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let master = self.master;
+        self.reply.as_mut().poll(cx).map(|reply| (master, reply))
+    }
+}
+
+type Pending<T> = FuturesUnordered<Call<T>>;
+
+/// What a fan-out came to: the decision, the calls still in flight, and the masters that
+/// failed (or had not answered) when it was made.
+struct Round<T, D> {
+    outcome: Option<D>,
+    pending: Pending<T>,
+    failures: Vec<MasterFailure>,
+    /// The masters that answered with an error, by index.
+    errors: Vec<(usize, NodeError)>,
+}
+
+impl Redlock {
+    /// The engine over `nodes`. Starts one backlog worker per master (so it must be called
+    /// within a tokio runtime); they stop when the engine is dropped or `stop` is called.
+    pub fn new(nodes: Vec<Arc<dyn LockNode>>, config: EngineConfig, metrics: Arc<Metrics>) -> Self {
+        for node in &nodes {
+            metrics.register_master(node.address());
+        }
+        let stop = CancellationToken::new();
+        let monitor = Arc::new(Monitor::new(&nodes, config.clone(), metrics.clone()));
+        let backlog = Backlog::start(&nodes, config.master_timeout, metrics, stop.clone());
+        Self {
+            nodes,
+            config,
+            monitor,
+            backlog,
+            stop,
+        }
+    }
+
+    pub fn nodes(&self) -> &[Arc<dyn LockNode>] {
+        &self.nodes
+    }
+
+    pub fn monitor(&self) -> &Arc<Monitor> {
+        &self.monitor
+    }
+
+    /// Probe every master once (so that the first requests find the deployment judged),
+    /// then keep probing in the background until `shutdown` fires or the engine stops.
+    pub async fn start(&self, shutdown: CancellationToken) {
+        self.monitor.probe_round(&self.nodes).await;
+        let stop = self.stop.child_token();
+        self.monitor.spawn(self.nodes.clone(), stop.clone());
+        tokio::spawn(async move {
+            tokio::select! {
+                () = shutdown.cancelled() => stop.cancel(),
+                () = stop.cancelled() => {}
+            }
+        });
+    }
+
+    /// Stop the engine's background work (the backlog is abandoned: its keys expire at
+    /// their TTL).
+    pub fn stop(&self) {
+        self.stop.cancel();
+    }
+
+    /// How much work master `i` still owes (late acquires to settle, releases to repeat).
+    pub fn backlog(&self, i: usize) -> usize {
+        self.backlog.depth(i)
+    }
+
+    fn drift(&self, ttl: Duration) -> Duration {
+        quorum::drift(ttl, self.config.drift_factor)
+    }
+
+    /// Run `call` on every master at once, each bounded by `limit`, until `decide` returns
+    /// an outcome or every master has answered. Returns the outcome (`None` only if the
+    /// answers never decided it) with the calls still in flight, for the caller to hand to
+    /// the backlog or drop.
+    ///
+    /// The calls run in the caller's task, not one task each: a task per call lets a later
+    /// command for the same lease (a release) reach a master's connection before an earlier
+    /// one (its acquire). Here every call has been handed to its connection before the
+    /// caller can issue the next step.
+    async fn fan_out<T, D>(
+        &self,
+        limit: Duration,
+        call: impl Fn(usize, Arc<dyn LockNode>) -> BoxFuture<'static, NodeResult<T>>,
+        decide: impl Fn(&[Option<NodeResult<T>>]) -> Option<D>,
+    ) -> Round<T, D>
+    where
+        T: Send + 'static,
+    {
+        let calls = self.nodes.iter().enumerate().map(|(i, node)| {
+            // An unverified master (its connection broke: it may have restarted without its
+            // data) is not asked at all: even a discounted acquire would raise its counter
+            // and hide how far it went back.
+            let fut = if self.monitor.unverified(i) {
+                Box::pin(std::future::ready(Err(NodeError::Unverified)))
+            } else {
+                call(i, node.clone())
+            };
+            let monitor = self.monitor.clone();
+            Call {
+                master: i,
+                // Unconstrained by tokio's cooperative budget: a task that has used its
+                // budget gets Pending from the connection's queue even when there is room,
+                // and a call dropped before it was queued is a step that never reached the
+                // master (seen: a renew that skipped one master, which kept the old TTL).
+                reply: Box::pin(tokio::task::unconstrained(async move {
+                    let started = Instant::now();
+                    let reply = match tokio::time::timeout(limit, fut).await {
+                        Ok(reply) => reply,
+                        Err(_) => Err(NodeError::Timeout),
+                    };
+                    monitor.observe(i, &reply, started.elapsed());
+                    match reply {
+                        Ok(_) if monitor.unverified(i) => Err(NodeError::Unverified),
+                        reply => reply,
+                    }
+                })),
+            }
+        });
+        let mut replies: Vec<Option<NodeResult<T>>> = (0..self.nodes.len()).map(|_| None).collect();
+        // Poll every call once before deciding anything: that is what hands each command to
+        // its master's connection, in order, before a later step can follow it. (A set of
+        // futures polls one only until another is ready.)
+        let mut pending: Pending<T> = FuturesUnordered::new();
+        for mut call in calls {
+            match futures::poll!(&mut call) {
+                Poll::Ready((i, reply)) => replies[i] = Some(reply),
+                Poll::Pending => pending.push(call),
+            }
+        }
+        let mut outcome = decide(&replies);
+        while outcome.is_none()
+            && let Some((i, reply)) = pending.next().await
+        {
+            replies[i] = Some(reply);
+            outcome = decide(&replies);
+        }
+        let errors = replies
+            .iter()
+            .enumerate()
+            .filter_map(|(i, reply)| match reply {
+                Some(Err(e)) => Some((i, e.clone())),
+                _ => None,
+            })
+            .collect();
+        Round {
+            outcome,
+            pending,
+            failures: self.failures(&replies),
+            errors,
+        }
+    }
+
+    /// Hand the calls still in flight to their masters' backlogs to run to their end: a
+    /// renew or confirm decided without a master's answer still reaches that master.
+    fn finish<T: Send + 'static>(&self, pending: Pending<T>) {
+        for call in pending {
+            let master = call.master;
+            self.backlog.push(
+                master,
+                Job::Finish(Box::pin(async move {
+                    let _ = call.await;
+                })),
+            );
+        }
+    }
+
+    /// The masters whose reply is an error, or missing.
+    fn failures<T>(&self, replies: &[Option<NodeResult<T>>]) -> Vec<MasterFailure> {
+        replies
+            .iter()
+            .zip(&self.nodes)
+            .filter_map(|(reply, node)| {
+                let kind = match reply {
+                    None => "no_answer",
+                    Some(Err(e)) => e.kind(),
+                    Some(Ok(_)) => return None,
+                };
+                Some(MasterFailure {
+                    address: node.address().to_owned(),
+                    kind,
+                })
+            })
+            .collect()
+    }
+
+    /// Acquire `name` for `lease`: Redlock's grant, with a fencing token that is greater
+    /// than every earlier grant's.
+    pub async fn acquire(
+        &self,
+        name: &str,
+        lease: &str,
+        ttl: Duration,
+        owner: Option<Arc<str>>,
+    ) -> Result<Leased, EngineError> {
+        let started = Instant::now();
+        let ttl_ms = millis(ttl);
+        let (name, lease): (Arc<str>, Arc<str>) = (name.into(), lease.into());
+        let Round {
+            outcome,
+            pending: stragglers,
+            failures,
+            ..
+        } = self
+            .fan_out(
+                self.config.master_timeout,
+                |i, node| {
+                    let (name, lease, owner) = (name.clone(), lease.clone(), owner.clone());
+                    let monitor = self.monitor.clone();
+                    Box::pin(async move {
+                        let reply = node.acquire(&name, &lease, ttl_ms, owner.as_deref()).await;
+                        if let Ok(Acquired::Granted { token }) = &reply {
+                            monitor.saw_fence(i, *token);
+                        }
+                        reply
+                    })
+                },
+                quorum::decide_grant,
+            )
+            .await;
+        // A failed grant drops the calls still in flight: each has been handed to its
+        // connection already (and then runs before the release below), or never will be.
+        let (token, confirmed) = match outcome {
+            Some(GrantOutcome::Won { token, confirmed }) => (token, confirmed),
+            Some(GrantOutcome::Held { retry_after }) => {
+                drop(stragglers);
+                self.abandon(&name, &lease, ttl).await;
+                return Err(EngineError::Held { retry_after });
+            }
+            Some(GrantOutcome::Split) => {
+                drop(stragglers);
+                self.abandon(&name, &lease, ttl).await;
+                return Err(EngineError::Split);
+            }
+            Some(GrantOutcome::Unavailable) | None => {
+                drop(stragglers);
+                self.abandon(&name, &lease, ttl).await;
+                return Err(Unavailability::of(
+                    "fewer than a majority of masters granted the lock",
+                    failures,
+                ));
+            }
+        };
+        for call in stragglers {
+            self.backlog.push(
+                call.master,
+                Job::Settle {
+                    reply: Box::pin(call),
+                    name: name.clone(),
+                    lease: lease.clone(),
+                    token,
+                },
+            );
+        }
+
+        let q = quorum::majority(self.nodes.len());
+        if confirmed < q
+            && let Err(failures) = self.confirm(&name, &lease, token).await
+        {
+            self.abandon(&name, &lease, ttl).await;
+            return Err(Unavailability::of(
+                "could not record the fencing token on a majority of masters",
+                failures,
+            ));
+        }
+
+        let at = Instant::now();
+        let elapsed = at - started;
+        let Some(validity) = quorum::validity(ttl, elapsed, self.config.drift_factor) else {
+            self.abandon(&name, &lease, ttl).await;
+            return Err(Unavailability::of(
+                format!(
+                    "the masters took {} ms, leaving no validity of a {} ms TTL",
+                    elapsed.as_millis(),
+                    ttl_ms
+                ),
+                Vec::new(),
+            ));
+        };
+        Ok(Leased {
+            token,
+            ttl,
+            validity,
+            remaining: ttl.saturating_sub(elapsed),
+            owner,
+            at,
+        })
+    }
+
+    /// Write `token` back to every master, until a majority have it; or the masters that
+    /// failed, when too few could.
+    async fn confirm(
+        &self,
+        name: &Arc<str>,
+        lease: &Arc<str>,
+        token: u64,
+    ) -> Result<(), Vec<MasterFailure>> {
+        let round = self
+            .fan_out(
+                self.config.master_timeout,
+                |_, node| {
+                    let (name, lease) = (name.clone(), lease.clone());
+                    Box::pin(async move { node.confirm(&name, &lease, token).await })
+                },
+                quorum::decide_confirm,
+            )
+            .await;
+        self.finish(round.pending);
+        if round.outcome == Some(true) {
+            Ok(())
+        } else {
+            Err(round.failures)
+        }
+    }
+
+    /// Undo a failed grant: release it everywhere, quietly (nothing was granted, so no
+    /// waiter is woken), and keep releasing on the masters that did not answer.
+    async fn abandon(&self, name: &Arc<str>, lease: &Arc<str>, ttl: Duration) {
+        self.release_everywhere(name, lease, false, ttl).await;
+    }
+
+    /// Delete `lease` from every master, until a majority's answers decide the outcome (at
+    /// most one master timeout). A master that has not answered by then, or failed, gets
+    /// the release finished and repeated by its backlog until the lease's TTL: a revoke
+    /// with one master down answers at the others' pace, not at its timeout.
+    async fn release_everywhere(
+        &self,
+        name: &Arc<str>,
+        lease: &Arc<str>,
+        announce: bool,
+        ttl: Duration,
+    ) -> (Option<ReleaseOutcome>, Vec<MasterFailure>) {
+        let give_up = Instant::now() + ttl;
+        let Round {
+            outcome,
+            pending,
+            failures,
+            errors,
+        } = self
+            .fan_out(
+                self.config.master_timeout,
+                |_, node| {
+                    let (name, lease) = (name.clone(), lease.clone());
+                    Box::pin(async move { node.release(&name, &lease, announce).await })
+                },
+                quorum::decide_release,
+            )
+            .await;
+        let owed = |in_flight| Job::Release {
+            name: name.clone(),
+            lease: lease.clone(),
+            give_up,
+            in_flight,
+        };
+        for call in pending {
+            let master = call.master;
+            let answered: BoxFuture<'static, bool> = Box::pin(async move {
+                let (_, reply) = call.await;
+                reply.is_ok()
+            });
+            self.backlog.push(master, owed(Some(answered)));
+        }
+        for (master, error) in errors {
+            // An amnesic master has no keys to release.
+            if error != NodeError::Amnesic {
+                self.backlog.push(master, owed(None));
+            }
+        }
+        (outcome, failures)
+    }
+
+    /// Extend `lease` to `ttl` (its own TTL when `None`) on a majority of masters.
+    pub async fn renew(
+        &self,
+        name: &str,
+        lease: &str,
+        ttl: Option<Duration>,
+    ) -> Result<Leased, EngineError> {
+        let started = Instant::now();
+        let ttl_ms = ttl.map(millis);
+        let (name, lease): (Arc<str>, Arc<str>) = (name.into(), lease.into());
+        let Round {
+            outcome,
+            pending,
+            failures,
+            ..
+        } = self
+            .fan_out(
+                self.config.master_timeout,
+                |_, node| {
+                    let (name, lease) = (name.clone(), lease.clone());
+                    Box::pin(async move { node.renew(&name, &lease, ttl_ms).await })
+                },
+                quorum::decide_owned,
+            )
+            .await;
+        self.finish(pending);
+        let holdings = match outcome {
+            Some(OwnedOutcome::Done(holdings)) => holdings,
+            Some(OwnedOutcome::NotOwner) => {
+                // Whatever minority still holds the lease can only get in the way now.
+                let ttl = ttl.unwrap_or(self.config.max_ttl);
+                self.release_everywhere(&name, &lease, false, ttl).await;
+                return Err(EngineError::NotFound);
+            }
+            Some(OwnedOutcome::Unavailable) | None => {
+                return Err(Unavailability::of(
+                    "fewer than a majority of masters renewed the lease",
+                    failures,
+                ));
+            }
+        };
+        let Some(agreed) = quorum::agree(&holdings, self.nodes.len()) else {
+            return Err(Unavailability::of(
+                "the masters disagree about this lease's fencing token",
+                failures,
+            ));
+        };
+        let ttl = Duration::from_millis(agreed.ttl_ms);
+        let at = Instant::now();
+        let elapsed = at - started;
+        let validity = quorum::validity(ttl, elapsed, self.config.drift_factor)
+            .ok_or_else(|| Unavailability::of("renewal took longer than the TTL", failures))?;
+        Ok(Leased {
+            token: agreed.token,
+            ttl,
+            validity,
+            remaining: ttl.saturating_sub(elapsed),
+            owner: agreed.owner.map(Into::into),
+            at,
+        })
+    }
+
+    /// Delete `lease` from every master that has it (a revoke, or a grant whose client
+    /// left): waiting grants are woken. Masters that do not answer get the release repeated
+    /// from their backlog, so a key set by an acquire they had not yet answered is removed
+    /// too.
+    pub async fn release(&self, name: &str, lease: &str) -> Result<(), EngineError> {
+        let (outcome, failures) = self
+            .release_everywhere(&name.into(), &lease.into(), true, self.config.max_ttl)
+            .await;
+        match outcome {
+            Some(ReleaseOutcome::Released) => Ok(()),
+            Some(ReleaseOutcome::NotFound) => Err(EngineError::NotFound),
+            Some(ReleaseOutcome::Unavailable) | None => Err(Unavailability::of(
+                "could not confirm the release on a majority of masters",
+                failures,
+            )),
+        }
+    }
+
+    async fn read(
+        &self,
+        name: &str,
+        only: Option<&str>,
+    ) -> Result<(Option<quorum::Agreed>, Duration), EngineError> {
+        let started = Instant::now();
+        let name: Arc<str> = name.into();
+        let Round {
+            outcome, failures, ..
+        } = self
+            .fan_out(
+                self.config.master_timeout,
+                |_, node| {
+                    let name = name.clone();
+                    Box::pin(async move { node.read(&name).await })
+                },
+                |replies| quorum::decide_read(replies, only),
+            )
+            .await;
+        match outcome {
+            Some(ReadOutcome::Held(agreed)) => Ok((Some(agreed), started.elapsed())),
+            Some(ReadOutcome::Free) => Ok((None, started.elapsed())),
+            Some(ReadOutcome::Unavailable) | None => Err(Unavailability::of(
+                "fewer than a majority of masters answered, or they disagree",
+                failures,
+            )),
+        }
+    }
+
+    /// The lease as a majority of masters hold it now.
+    pub async fn check(&self, name: &str, lease: &str) -> Result<Leased, EngineError> {
+        let (agreed, elapsed) = self.read(name, Some(lease)).await?;
+        let agreed = agreed.ok_or(EngineError::NotFound)?;
+        let ttl = Duration::from_millis(agreed.ttl_ms);
+        let remaining = Duration::from_millis(agreed.pttl_ms).saturating_sub(elapsed);
+        let validity = remaining.saturating_sub(self.drift(ttl));
+        if validity.is_zero() {
+            return Err(EngineError::NotFound);
+        }
+        Ok(Leased {
+            token: agreed.token,
+            ttl,
+            validity,
+            remaining,
+            owner: agreed.owner.map(Into::into),
+            at: Instant::now(),
+        })
+    }
+
+    /// Who holds `name`, if a majority agree that someone does.
+    pub async fn inspect(&self, name: &str) -> Result<Option<Holder>, EngineError> {
+        let (agreed, elapsed) = self.read(name, None).await?;
+        Ok(agreed.map(|a| Holder {
+            name: name.to_owned(),
+            token: a.token,
+            remaining: Duration::from_millis(a.pttl_ms).saturating_sub(elapsed),
+            owner: a.owner,
+        }))
+    }
+
+    /// Held locks whose names start with `prefix` and sort after `after`, in name order,
+    /// at most `limit`, with the name to continue after when there may be more.
+    pub async fn list(
+        &self,
+        prefix: &str,
+        after: &str,
+        limit: usize,
+    ) -> Result<(Vec<Holder>, Option<String>), EngineError> {
+        let started = Instant::now();
+        let (prefix, after): (Arc<str>, Arc<str>) = (prefix.into(), after.into());
+        let Round {
+            outcome, failures, ..
+        } = self
+            .fan_out(
+                self.config.master_timeout.max(LIST_TIMEOUT_FLOOR),
+                |_, node| {
+                    let (prefix, after) = (prefix.clone(), after.clone());
+                    // One more than asked, so that a full page knows whether more follow.
+                    Box::pin(async move { node.list(&prefix, &after, limit + 1).await })
+                },
+                all_answers,
+            )
+            .await;
+        let pages = outcome.unwrap_or_default();
+        let quorum::Merged { held, next } =
+            quorum::merge_pages(&pages, limit).ok_or_else(|| {
+                Unavailability::of("fewer than a majority of masters answered", failures)
+            })?;
+        let elapsed = started.elapsed();
+        let holders = held
+            .into_iter()
+            .map(|(name, a)| Holder {
+                name,
+                token: a.token,
+                remaining: Duration::from_millis(a.pttl_ms).saturating_sub(elapsed),
+                owner: a.owner,
+            })
+            .collect();
+        Ok((holders, next))
+    }
+}
+
+/// A `decide` for steps that need every master's answer (or its timeout).
+fn all_answers<T: Clone>(replies: &[Option<NodeResult<T>>]) -> Option<Vec<NodeResult<T>>> {
+    replies.iter().map(Option::clone).collect()
+}
+
+/// A duration in whole milliseconds, as the contract and the masters count them
+/// (saturating): the one conversion every layer uses.
+pub fn millis(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
+}

@@ -1,0 +1,894 @@
+//! The fault suite: real redis-server masters and real redlockd replica processes, driven by
+//! workers that grant, renew, check and revoke while a seeded schedule injects the events a
+//! deployment meets in its first weeks: masters killed and restarted with and without their
+//! data or from an old snapshot, paused, cut off from one replica, their replies lost;
+//! replicas crashed and restarted, a new replica joining during a fault, a new deployment
+//! whose masters boot apart. The checker then reads the whole history (see `checker`).
+//!
+//! Each scenario runs in a network namespace of its own (see `net`), so firewall rules and
+//! ports vanish with it. A scenario prints its seed; `REDLOCKD_FAULT_SEED=<seed>` replays
+//! the random ones.
+
+#[path = "fault_suite/checker.rs"]
+mod checker;
+mod common;
+#[path = "fault_suite/net.rs"]
+mod net;
+
+use std::io::Read as _;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::{Duration, Instant};
+
+use checker::{Event, Kind, Outage};
+use common::{RedisMaster, wait_for};
+use net::{Cut, Firewall, replica_host};
+use rand::rngs::StdRng;
+use rand::{Rng as _, SeedableRng as _};
+use serde_json::{Value, json};
+
+const BIN: &str = env!("CARGO_BIN_EXE_redlockd");
+const MASTERS: usize = 3;
+/// Replicas 0 and 1 run throughout (bar crashes); 2 joins during a fault.
+const REPLICAS: usize = 3;
+/// The largest TTL, and so how long a master that lost its data is quarantined.
+const MAX_TTL: Duration = Duration::from_millis(3000);
+const NAMES: [&str; 3] = ["job:a", "job:b", "job:c"];
+
+/// A master that every replica can reach, each through an address of its own.
+fn start_master() -> RedisMaster {
+    let mut args = vec![
+        "--appendonly",
+        "yes",
+        "--appendfsync",
+        "always",
+        "--bind",
+        "127.0.0.1",
+    ];
+    let hosts: Vec<String> = (0..REPLICAS).map(replica_host).collect();
+    args.extend(hosts.iter().map(String::as_str));
+    RedisMaster::start_with(None, &args)
+}
+
+/// A redlockd process, killed on drop.
+struct Replica {
+    child: Child,
+    base: String,
+    log: PathBuf,
+}
+
+impl Replica {
+    async fn start(
+        index: usize,
+        masters: &[RedisMaster],
+        logs: &Path,
+        extra: &[(&str, &str)],
+    ) -> Self {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let urls: Vec<String> = masters
+            .iter()
+            .map(|m| format!("redis://{}:{}", replica_host(index), m.port))
+            .collect();
+        let log = logs.join(format!("replica-{index}-{port}.log"));
+        let child = Command::new(BIN)
+            .env_clear()
+            .env("REDLOCKD_LISTEN", format!("127.0.0.1:{port}"))
+            .env("REDLOCKD_REDIS_URLS", urls.join(","))
+            .env("REDLOCKD_MAX_TTL_MS", MAX_TTL.as_millis().to_string())
+            .env("REDLOCKD_DEFAULT_TTL_MS", "1000")
+            .env("REDLOCKD_MAX_WAIT_MS", "2000")
+            // A debug build on two shared cores: room for a busy moment, still small
+            // next to the TTLs.
+            .env("REDLOCKD_MASTER_TIMEOUT_MS", "200")
+            .env("REDLOCKD_LOG_FORMAT", "text")
+            .env("RUST_LOG", "warn")
+            .envs(extra.iter().copied())
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(&log).expect("log file"))
+            .spawn()
+            .expect("spawn redlockd");
+        let replica = Self {
+            child,
+            base: format!("http://127.0.0.1:{port}"),
+            log,
+        };
+        let http = reqwest::Client::new();
+        wait_for(
+            "the replica to serve",
+            Duration::from_secs(10),
+            async || {
+                http.get(format!("{}/healthz", replica.base))
+                    .send()
+                    .await
+                    .ok()
+                    .map(drop)
+            },
+        )
+        .await;
+        replica
+    }
+
+    fn crash(mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+
+    fn log_tail(&self) -> String {
+        let mut text = String::new();
+        if let Ok(mut f) = std::fs::File::open(&self.log) {
+            let _ = f.read_to_string(&mut text);
+        }
+        let lines: Vec<&str> = text.lines().collect();
+        lines[lines.len().saturating_sub(30)..].join("\n")
+    }
+}
+
+impl Drop for Replica {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Which masters each replica cannot reach now, and the stretches in which that was a
+/// majority: a grant answered 201 inside one would break promise 6.
+struct Reach {
+    started: Instant,
+    cut: [[u32; MASTERS]; REPLICAS],
+    open: [Option<Duration>; REPLICAS],
+    outages: Vec<Outage>,
+}
+
+impl Reach {
+    fn new(started: Instant) -> Self {
+        Self {
+            started,
+            cut: [[0; MASTERS]; REPLICAS],
+            open: [None; REPLICAS],
+            outages: Vec::new(),
+        }
+    }
+
+    fn change(&mut self, replicas: &[usize], master: usize, cut: bool) {
+        let now = self.started.elapsed();
+        let majority = MASTERS / 2 + 1;
+        for &r in replicas {
+            if cut {
+                self.cut[r][master] += 1;
+            } else {
+                self.cut[r][master] -= 1;
+            }
+            let unreachable = self.cut[r].iter().filter(|c| **c > 0).count();
+            match (unreachable >= majority, self.open[r]) {
+                (true, None) => self.open[r] = Some(now),
+                (false, Some(from)) => {
+                    self.open[r] = None;
+                    self.outages.push(Outage {
+                        replica: r,
+                        from,
+                        until: now,
+                    });
+                }
+                _ => {}
+            }
+        }
+    }
+
+    /// Cut (or restore) master `m` for every replica: killed, paused.
+    fn all(&mut self, m: usize, cut: bool) {
+        self.change(&(0..REPLICAS).collect::<Vec<_>>(), m, cut);
+    }
+}
+
+/// Where the workers send requests: the live replicas' base URLs, by replica index.
+type Bases = Arc<RwLock<Vec<Option<String>>>>;
+
+struct Recorder {
+    started: Instant,
+    events: Mutex<Vec<Event>>,
+    /// Lease ids already revoked, for workers that try to use someone else's.
+    stale: Mutex<Vec<(String, String)>>,
+}
+
+fn ms(v: &Value, field: &str) -> Option<Duration> {
+    v[field].as_u64().map(Duration::from_millis)
+}
+
+impl Recorder {
+    #[allow(clippy::too_many_arguments)]
+    async fn call(
+        &self,
+        http: &reqwest::Client,
+        replica: usize,
+        base: &str,
+        kind: Kind,
+        name: &str,
+        lease: Option<&str>,
+        body: Value,
+        ttl: Duration,
+    ) -> (u16, Value) {
+        let request = match (kind, lease) {
+            (Kind::Grant, _) => http.post(format!("{base}/locks/{name}")),
+            (Kind::Renew, Some(l)) => http.put(format!("{base}/locks/{name}/leases/{l}")),
+            (Kind::Revoke, Some(l)) => http.delete(format!("{base}/locks/{name}/leases/{l}")),
+            _ => unreachable!("renew and revoke name a lease"),
+        };
+        let invoked = self.started.elapsed();
+        let answer = request.json(&body).send().await;
+        let (status, value) = match answer {
+            Ok(resp) => {
+                let status = resp.status().as_u16();
+                let value = resp.json::<Value>().await.unwrap_or(Value::Null);
+                (status, value)
+            }
+            Err(_) => (0, Value::Null),
+        };
+        let answered = self.started.elapsed();
+        let granted = value["lease_id"].as_str().map(str::to_owned);
+        self.events.lock().unwrap().push(Event {
+            kind,
+            replica,
+            name: name.to_owned(),
+            lease: lease.map(str::to_owned).or(granted),
+            invoked,
+            answered,
+            status,
+            token: value["fencing_token"].as_u64(),
+            validity: ms(&value, "validity_ms"),
+            ttl: ms(&value, "ttl_ms").unwrap_or(ttl),
+            message: value["message"].as_str().map(str::to_owned),
+        });
+        (status, value)
+    }
+}
+
+/// One worker: grant a name, hold it for a while with renews, revoke it (or let it lapse);
+/// now and then try to renew or revoke a lease that is not its own.
+async fn worker(
+    seed: u64,
+    bases: Bases,
+    recorder: Arc<Recorder>,
+    stop: Arc<std::sync::atomic::AtomicBool>,
+) {
+    let mut rng = StdRng::seed_from_u64(seed);
+    let http = reqwest::Client::builder()
+        .timeout(Duration::from_secs(4))
+        .build()
+        .unwrap();
+    while !stop.load(std::sync::atomic::Ordering::Acquire) {
+        let live: Vec<(usize, String)> = bases
+            .read()
+            .unwrap()
+            .iter()
+            .enumerate()
+            .filter_map(|(i, b)| b.clone().map(|b| (i, b)))
+            .collect();
+        if live.is_empty() {
+            tokio::time::sleep(common::POLL).await;
+            continue;
+        }
+        let (replica, base) = live[rng.random_range(0..live.len())].clone();
+        let name = NAMES[rng.random_range(0..NAMES.len())];
+        if rng.random_ratio(1, 20) {
+            // Someone else's lease, revoked long ago, or one nobody was ever given.
+            let stolen = recorder.stale.lock().unwrap().last().cloned();
+            let (name, lease) =
+                stolen.unwrap_or_else(|| (name.to_owned(), "bm9ib2R5LWV2ZXItZ290LWl0".to_owned()));
+            let kind = if rng.random_bool(0.5) {
+                Kind::Renew
+            } else {
+                Kind::Revoke
+            };
+            recorder
+                .call(
+                    &http,
+                    replica,
+                    &base,
+                    kind,
+                    &name,
+                    Some(&lease),
+                    json!({}),
+                    Duration::ZERO,
+                )
+                .await;
+            continue;
+        }
+        let ttl = Duration::from_millis(rng.random_range(400..1500));
+        let wait = if rng.random_ratio(1, 3) { 300 } else { 0 };
+        let (status, lease) = recorder
+            .call(
+                &http,
+                replica,
+                &base,
+                Kind::Grant,
+                name,
+                None,
+                json!({"ttl_ms": ttl.as_millis() as u64, "wait_ms": wait}),
+                ttl,
+            )
+            .await;
+        if status != 201 {
+            tokio::time::sleep(Duration::from_millis(rng.random_range(5..40))).await;
+            continue;
+        }
+        let id = lease["lease_id"].as_str().unwrap_or_default().to_owned();
+        for _ in 0..rng.random_range(0..3) {
+            tokio::time::sleep(ttl / 3).await;
+            let (status, _) = recorder
+                .call(
+                    &http,
+                    replica,
+                    &base,
+                    Kind::Renew,
+                    name,
+                    Some(&id),
+                    json!({}),
+                    ttl,
+                )
+                .await;
+            if status != 200 {
+                break;
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(rng.random_range(0..100))).await;
+        if rng.random_ratio(4, 5) {
+            let (status, _) = recorder
+                .call(
+                    &http,
+                    replica,
+                    &base,
+                    Kind::Revoke,
+                    name,
+                    Some(&id),
+                    json!({}),
+                    ttl,
+                )
+                .await;
+            if status == 204 {
+                recorder.stale.lock().unwrap().push((name.to_owned(), id));
+            }
+        }
+    }
+}
+
+/// Masters, replicas, firewall and the record of what could reach what.
+struct Cluster {
+    masters: Vec<RedisMaster>,
+    replicas: Vec<Option<Replica>>,
+    bases: Bases,
+    firewall: Firewall,
+    reach: Reach,
+    logs: tempfile::TempDir,
+    snapshots: Vec<Option<PathBuf>>,
+}
+
+impl Cluster {
+    async fn start(started: Instant) -> Self {
+        let masters: Vec<RedisMaster> = (0..MASTERS).map(|_| start_master()).collect();
+        let mut cluster = Self {
+            masters,
+            replicas: (0..REPLICAS).map(|_| None).collect(),
+            bases: Arc::new(RwLock::new(vec![None; REPLICAS])),
+            firewall: Firewall::default(),
+            reach: Reach::new(started),
+            logs: tempfile::tempdir().unwrap(),
+            snapshots: vec![None; MASTERS],
+        };
+        cluster.firewall.clear();
+        for r in 0..2 {
+            cluster.start_replica(r, &[]).await;
+        }
+        cluster
+    }
+
+    async fn start_replica(&mut self, r: usize, extra: &[(&str, &str)]) {
+        let replica = Replica::start(r, &self.masters, self.logs.path(), extra).await;
+        self.bases.write().unwrap()[r] = Some(replica.base.clone());
+        self.replicas[r] = Some(replica);
+    }
+
+    fn crash_replica(&mut self, r: usize) {
+        self.bases.write().unwrap()[r] = None;
+        if let Some(replica) = self.replicas[r].take() {
+            replica.crash();
+        }
+    }
+
+    /// The readiness of the first live replica.
+    async fn readyz(&self) -> Option<Value> {
+        let base = self.replicas.iter().flatten().next()?.base.clone();
+        reqwest::get(format!("{base}/readyz"))
+            .await
+            .ok()?
+            .json()
+            .await
+            .ok()
+    }
+
+    /// Whether every master votes (none is quarantined), so that one more may lose its
+    /// data without a majority having lost theirs.
+    async fn all_voting(&self) -> bool {
+        self.readyz().await.is_some_and(|r| {
+            r["masters"]
+                .as_array()
+                .is_some_and(|ms| ms.iter().all(|m| m["voting"] == true))
+        })
+    }
+
+    fn logs(&self) -> String {
+        self.replicas
+            .iter()
+            .flatten()
+            .map(|r| format!("--- {}\n{}", r.log.display(), r.log_tail()))
+            .collect::<Vec<_>>()
+            .join("\n")
+    }
+}
+
+/// One fault, applied for a while and then healed.
+#[derive(Debug, Clone, Copy)]
+enum Fault {
+    Pause(usize),
+    KillWithData(usize),
+    KillEmpty(usize),
+    Rollback(usize),
+    Partition(usize, usize),
+    LoseReplies(usize, usize),
+    CrashReplica(usize),
+}
+
+impl Cluster {
+    async fn apply(&mut self, fault: Fault) {
+        match fault {
+            Fault::Pause(m) => {
+                self.masters[m].pause();
+                self.reach.all(m, true);
+            }
+            Fault::KillWithData(m) | Fault::KillEmpty(m) => {
+                self.masters[m].stop();
+                self.reach.all(m, true);
+            }
+            Fault::Rollback(m) => {
+                let snapshot = self.snapshots[m].clone().expect("a snapshot was taken");
+                self.reach.all(m, true);
+                self.masters[m].restart_from(&snapshot).await;
+                self.reach.all(m, false);
+            }
+            Fault::Partition(m, r) => {
+                self.firewall.add(Cut::Partition {
+                    replica: r,
+                    port: self.masters[m].port,
+                });
+                self.reach.change(&[r], m, true);
+            }
+            Fault::LoseReplies(m, r) => {
+                self.firewall.add(Cut::LoseReplies {
+                    replica: r,
+                    port: self.masters[m].port,
+                });
+                self.reach.change(&[r], m, true);
+            }
+            Fault::CrashReplica(r) => self.crash_replica(r),
+        }
+    }
+
+    async fn heal(&mut self, fault: Fault) {
+        match fault {
+            Fault::Pause(m) => {
+                self.reach.all(m, false);
+                self.masters[m].resume();
+            }
+            Fault::KillWithData(m) => {
+                self.masters[m].start_again();
+                self.reach.all(m, false);
+            }
+            Fault::KillEmpty(m) => {
+                self.masters[m].start_wiped();
+                self.reach.all(m, false);
+            }
+            Fault::Rollback(_) => {}
+            Fault::Partition(m, r) => {
+                self.reach.change(&[r], m, false);
+                self.firewall.remove(&Cut::Partition {
+                    replica: r,
+                    port: self.masters[m].port,
+                });
+            }
+            Fault::LoseReplies(m, r) => {
+                self.reach.change(&[r], m, false);
+                self.firewall.remove(&Cut::LoseReplies {
+                    replica: r,
+                    port: self.masters[m].port,
+                });
+            }
+            Fault::CrashReplica(r) => self.start_replica(r, &[]).await,
+        }
+    }
+}
+
+/// Grant every name once more after all faults healed: within TTL + quarantine + 1 s each
+/// must be granted, or a name was left blocked.
+async fn every_name_is_granted_again(cluster: &Cluster) -> Vec<String> {
+    let base = cluster.replicas[0]
+        .as_ref()
+        .expect("replica 0 runs")
+        .base
+        .clone();
+    let http = reqwest::Client::new();
+    let deadline = Duration::from_millis(1500) + MAX_TTL + Duration::from_secs(1);
+    let mut blocked = Vec::new();
+    for name in NAMES {
+        let started = Instant::now();
+        let mut last = Value::Null;
+        let mut granted = false;
+        while started.elapsed() < deadline {
+            let resp = http
+                .post(format!("{base}/locks/{name}"))
+                .json(&json!({"ttl_ms": 1000, "wait_ms": 500}))
+                .send()
+                .await;
+            if let Ok(resp) = resp {
+                let status = resp.status().as_u16();
+                last = resp.json().await.unwrap_or(Value::Null);
+                if status == 201 {
+                    granted = true;
+                    break;
+                }
+            }
+            tokio::time::sleep(common::POLL).await;
+        }
+        if !granted {
+            blocked.push(format!(
+                "{name} was not granted within {deadline:?} after every fault healed: {last}"
+            ));
+        }
+    }
+    blocked
+}
+
+fn seed(default: u64) -> u64 {
+    std::env::var("REDLOCKD_FAULT_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(default)
+}
+
+/// Workers against two (then three) replicas while a seeded schedule injects faults for
+/// `length`; then every fault heals, every name must be granted again, and the history
+/// must keep every promise.
+async fn random_faults(seed: u64, length: Duration) {
+    common::init_test_logging();
+    eprintln!("fault suite: seed {seed} (replay with REDLOCKD_FAULT_SEED={seed})");
+    let started = Instant::now();
+    let mut cluster = Cluster::start(started).await;
+    let recorder = Arc::new(Recorder {
+        started,
+        events: Mutex::new(Vec::new()),
+        stale: Mutex::new(Vec::new()),
+    });
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let workers: Vec<_> = (0..6)
+        .map(|w| {
+            tokio::spawn(worker(
+                seed * 100 + w,
+                cluster.bases.clone(),
+                recorder.clone(),
+                stop.clone(),
+            ))
+        })
+        .collect();
+
+    let mut rng = StdRng::seed_from_u64(seed);
+    let mut applied = Vec::new();
+    let mut last_data_loss: Option<Instant> = None;
+    let mut joined = false;
+    while started.elapsed() < length {
+        let m = rng.random_range(0..MASTERS);
+        if rng.random_ratio(1, 4) {
+            cluster.masters[m]
+                .snapshot(&cluster.logs.path().join(format!("snap-{m}.rdb")))
+                .await;
+            cluster.snapshots[m] = Some(cluster.logs.path().join(format!("snap-{m}.rdb")));
+        }
+        let r = rng.random_range(0..2);
+        let data_ok = last_data_loss.is_none_or(|t| t.elapsed() > MAX_TTL + Duration::from_secs(1))
+            && cluster.all_voting().await;
+        let fault = match rng.random_range(0..8) {
+            0 => Fault::Pause(m),
+            1 => Fault::KillWithData(m),
+            2 if data_ok => Fault::KillEmpty(m),
+            3 if data_ok && cluster.snapshots[m].is_some() => Fault::Rollback(m),
+            4 => Fault::Partition(m, r),
+            5 => Fault::LoseReplies(m, r),
+            6 => Fault::CrashReplica(r),
+            _ => Fault::Partition(m, 1 - r),
+        };
+        if matches!(fault, Fault::KillEmpty(_) | Fault::Rollback(_)) {
+            last_data_loss = Some(Instant::now());
+        }
+        // Now and then a second master is paused too: a majority is out of reach.
+        let second = rng
+            .random_ratio(1, 4)
+            .then(|| Fault::Pause((m + 1) % MASTERS));
+        let hold = Duration::from_millis(rng.random_range(300..2000));
+        cluster.apply(fault).await;
+        if let Some(second) = second {
+            cluster.apply(second).await;
+        }
+        applied.push((started.elapsed(), fault, second));
+        if !joined && started.elapsed() > length / 2 {
+            // A new replica joins while a fault is in force.
+            cluster.start_replica(2, &[]).await;
+            joined = true;
+        }
+        tokio::time::sleep(hold).await;
+        if let Some(second) = second {
+            cluster.heal(second).await;
+        }
+        cluster.heal(fault).await;
+        tokio::time::sleep(Duration::from_millis(rng.random_range(100..800))).await;
+    }
+    cluster.firewall.clear();
+    stop.store(true, std::sync::atomic::Ordering::Release);
+    for w in workers {
+        w.await.expect("worker");
+    }
+    let blocked = every_name_is_granted_again(&cluster).await;
+
+    let history = recorder.events.lock().unwrap().clone();
+    let mut counts = std::collections::BTreeMap::new();
+    let mut messages = std::collections::BTreeMap::new();
+    for e in &history {
+        *counts
+            .entry((format!("{:?}", e.kind), e.status))
+            .or_insert(0) += 1;
+        if let Some(m) = &e.message {
+            *messages.entry(m.clone()).or_insert(0) += 1;
+        }
+    }
+    eprintln!("fault suite: error messages {messages:#?}");
+    eprintln!(
+        "fault suite: seed {seed}: {} operations in {:?}, {} faults, {} majority outages; outcomes {counts:?}",
+        history.len(),
+        started.elapsed(),
+        applied.len(),
+        cluster.reach.outages.len()
+    );
+    for (at, fault, second) in &applied {
+        eprintln!("  {at:?}: {fault:?} {second:?}");
+    }
+    let mut violations = checker::check(&history, &cluster.reach.outages);
+    violations.extend(blocked);
+    assert!(
+        history
+            .iter()
+            .filter(|e| e.kind == Kind::Grant && e.status == 201)
+            .count()
+            > 50,
+        "too few grants to judge anything; replica logs:\n{}",
+        cluster.logs()
+    );
+    assert!(
+        violations.is_empty(),
+        "seed {seed}: {} violations:\n{}\n\nreplica logs:\n{}",
+        violations.len(),
+        violations.join("\n"),
+        cluster.logs()
+    );
+}
+
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap()
+}
+
+#[test]
+fn random_faults_seed_1() {
+    if net::enter("random_faults_seed_1") {
+        runtime().block_on(random_faults(seed(1), Duration::from_secs(40)));
+    }
+}
+
+#[test]
+fn random_faults_seed_2() {
+    if net::enter("random_faults_seed_2") {
+        runtime().block_on(random_faults(seed(2), Duration::from_secs(40)));
+    }
+}
+
+/// L1 is held on two masters of three; one of them restarts empty; a second grant then
+/// finds the other free and the empty one voting. The run keeps the history of both grants
+/// and hands it to the checker.
+async fn restart_empty_under_a_live_lease(unsafe_switch: bool) -> Vec<String> {
+    let started = Instant::now();
+    let mut cluster = Cluster::start(started).await;
+    if unsafe_switch {
+        for r in 0..2 {
+            cluster.crash_replica(r);
+            cluster
+                .start_replica(r, &[("REDLOCKD_UNSAFE_SKIP_QUARANTINE", "true")])
+                .await;
+        }
+    }
+    let recorder = Recorder {
+        started,
+        events: Mutex::new(Vec::new()),
+        stale: Mutex::new(Vec::new()),
+    };
+    let http = reqwest::Client::new();
+    let bases: Vec<String> = (0..2)
+        .map(|r| cluster.replicas[r].as_ref().unwrap().base.clone())
+        .collect();
+    let base = |r: usize| bases[r].clone();
+    // Master 0 is held by a short-lived other lease for a moment: L1 lands on masters 1 and
+    // 2 only.
+    let key = "redlockd:lock:x";
+    let _: i64 = cluster.masters[0]
+        .cmd(&[
+            "HSET", key, "lease", "other", "token", "0", "ttl", "300", "owner", "",
+        ])
+        .await
+        .unwrap();
+    let _: i64 = cluster.masters[0]
+        .cmd(&["PEXPIRE", key, "300"])
+        .await
+        .unwrap();
+    let ttl = MAX_TTL;
+    let l1_invoked = started.elapsed();
+    let (status, l1) = recorder
+        .call(
+            &http,
+            0,
+            &base(0),
+            Kind::Grant,
+            "x",
+            None,
+            json!({"ttl_ms": MAX_TTL.as_millis() as u64}),
+            ttl,
+        )
+        .await;
+    assert_eq!(status, 201, "{l1}");
+    wait_for(
+        "the other lease to expire on master 0",
+        Duration::from_secs(2),
+        async || {
+            let held: i64 = cluster.masters[0].cmd(&["EXISTS", key]).await.ok()?;
+            (held == 0).then_some(())
+        },
+    )
+    .await;
+    cluster.apply(Fault::KillEmpty(2)).await;
+    cluster.heal(Fault::KillEmpty(2)).await;
+    // Replica 1 tries for the lock for as long as L1 is valid: safely it is refused
+    // throughout (the empty master is quarantined for longer than any TTL); with the
+    // switch, the empty master votes again within a probe or two and it gets it.
+    let valid_until = l1_invoked + Duration::from_millis(l1["validity_ms"].as_u64().unwrap_or(0));
+    let mut second = (0, Value::Null);
+    while started.elapsed() < valid_until && second.0 != 201 {
+        second = recorder
+            .call(
+                &http,
+                1,
+                &base(1),
+                Kind::Grant,
+                "x",
+                None,
+                json!({"ttl_ms": 2500}),
+                ttl,
+            )
+            .await;
+        tokio::time::sleep(common::POLL).await;
+    }
+    eprintln!(
+        "last grant while the first was valid: {} {}",
+        second.0, second.1
+    );
+    let history = recorder.events.lock().unwrap().clone();
+    checker::check(&history, &cluster.reach.outages)
+}
+
+#[test]
+fn the_checker_catches_the_double_grant_that_skipping_quarantine_causes() {
+    if net::enter("the_checker_catches_the_double_grant_that_skipping_quarantine_causes") {
+        runtime().block_on(async {
+            let unsafe_run = restart_empty_under_a_live_lease(true).await;
+            assert!(
+                unsafe_run
+                    .iter()
+                    .any(|v| v.contains("two leases held at once")),
+                "with quarantine skipped the checker must flag a double grant: {unsafe_run:?}"
+            );
+            let safe_run = restart_empty_under_a_live_lease(false).await;
+            assert!(safe_run.is_empty(), "{safe_run:?}");
+        });
+    }
+}
+
+#[test]
+fn a_new_deployment_whose_masters_boot_apart_is_ready_within_seconds() {
+    if !net::enter("a_new_deployment_whose_masters_boot_apart_is_ready_within_seconds") {
+        return;
+    }
+    runtime().block_on(async {
+        let mut masters: Vec<RedisMaster> = (0..MASTERS).map(|_| start_master()).collect();
+        // Masters 1 and 2 are not up yet when the replicas start.
+        masters[1].stop();
+        masters[2].stop();
+        let logs = tempfile::tempdir().unwrap();
+        let a = Replica::start(0, &masters, logs.path(), &[]).await;
+        let b = Replica::start(1, &masters, logs.path(), &[]).await;
+        let ready = async |r: &Replica| -> Value {
+            reqwest::get(format!("{}/readyz", r.base))
+                .await
+                .unwrap()
+                .json()
+                .await
+                .unwrap()
+        };
+        let before = ready(&a).await;
+        assert_eq!(before["ready"], false);
+        assert!(
+            before["problem"]
+                .as_str()
+                .is_some_and(|p| p.contains("every configured master")),
+            "{before}"
+        );
+        masters[1].start_again();
+        // The replicas see the second master before the third boots.
+        let address = format!("redis://{}:{}", replica_host(0), masters[1].port);
+        wait_for(
+            "the second master to be seen",
+            Duration::from_secs(5),
+            async || {
+                let r = ready(&a).await;
+                let seen = r["masters"]
+                    .as_array()?
+                    .iter()
+                    .any(|m| m["address"] == address.as_str() && m["up"] == true);
+                seen.then_some(())
+            },
+        )
+        .await;
+        assert_eq!(
+            ready(&a).await["ready"],
+            false,
+            "two of three unmarked masters are no deployment yet"
+        );
+        masters[2].start_again();
+        let up = Instant::now();
+        for r in [&a, &b] {
+            wait_for(
+                "ready after the last master booted",
+                Duration::from_secs(5),
+                async || (ready(r).await["ready"] == true).then_some(()),
+            )
+            .await;
+        }
+        eprintln!("ready {:?} after the last master booted", up.elapsed());
+        let after = ready(&a).await;
+        assert!(
+            after["masters"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .all(|m| m["voting"] == true),
+            "no master of a new deployment is quarantined: {after}"
+        );
+        let resp = reqwest::Client::new()
+            .post(format!("{}/locks/first", b.base))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(resp.status(), 201);
+        let lease: Value = resp.json().await.unwrap();
+        assert_eq!(lease["fencing_token"], 1, "tokens start at 1");
+    });
+}

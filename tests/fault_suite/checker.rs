@@ -1,0 +1,372 @@
+//! The fault suite's checker: reads a whole recorded history of lock operations and the
+//! faults injected meanwhile, and lists every way the contract's promises were broken.
+//!
+//! Windows are taken conservatively, so that a reported violation is a real one: a lease is
+//! relied on from the moment its grant (or renew) response arrived until its invocation
+//! time plus the validity the server gave, and no later than the moment its holder asked to
+//! revoke it. Two leases of one name whose windows overlap broke mutual exclusion.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::time::Duration;
+
+/// What a worker asked for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    Grant,
+    Renew,
+    Revoke,
+}
+
+/// One operation as a client saw it. Times are since the start of the run.
+#[derive(Debug, Clone)]
+pub struct Event {
+    pub kind: Kind,
+    pub replica: usize,
+    pub name: String,
+    /// The lease operated on (renew, revoke) or granted (grant, on success).
+    pub lease: Option<String>,
+    pub invoked: Duration,
+    pub answered: Duration,
+    /// The HTTP status, or 0 when no answer came (the outcome is unknown).
+    pub status: u16,
+    pub token: Option<u64>,
+    pub validity: Option<Duration>,
+    pub ttl: Duration,
+    /// The error body's message, for the run's summary.
+    pub message: Option<String>,
+}
+
+/// A stretch of time during which replica `replica` could reach fewer than a majority of
+/// masters (from the fault schedule: killed, paused, partitioned, replies dropped).
+#[derive(Debug, Clone)]
+pub struct Outage {
+    pub replica: usize,
+    pub from: Duration,
+    pub until: Duration,
+}
+
+/// Slack for the last step of a lease's keys: a renew may land at any moment before its
+/// answer, and master clocks round expiries to the millisecond.
+const EXPIRY_SLACK: Duration = Duration::from_millis(50);
+
+/// Every violation in `history`, in words (empty when the run kept every promise).
+pub fn check(history: &[Event], outages: &[Outage]) -> Vec<String> {
+    let mut violations = Vec::new();
+    let grants: Vec<&Event> = history
+        .iter()
+        .filter(|e| e.kind == Kind::Grant && e.status == 201)
+        .collect();
+    tokens_are_unique(&grants, &mut violations);
+    tokens_rise(&grants, &mut violations);
+    windows_never_overlap(history, &mut violations);
+    only_the_holder(history, &mut violations);
+    no_grant_without_a_majority(&grants, outages, &mut violations);
+    violations
+}
+
+fn tokens_are_unique(grants: &[&Event], violations: &mut Vec<String>) {
+    let mut seen = HashSet::new();
+    for g in grants {
+        if let Some(token) = g.token
+            && !seen.insert((g.name.as_str(), token))
+        {
+            violations.push(format!(
+                "token {token} of {} was granted twice (again at {:?})",
+                g.name, g.answered
+            ));
+        }
+    }
+}
+
+/// A grant that began after another grant of the same name was answered must carry a
+/// greater token.
+fn tokens_rise(grants: &[&Event], violations: &mut Vec<String>) {
+    let mut by_name: BTreeMap<&str, Vec<&Event>> = BTreeMap::new();
+    for g in grants {
+        by_name.entry(&g.name).or_default().push(g);
+    }
+    for (name, mut gs) in by_name {
+        let mut by_answer = gs.clone();
+        by_answer.sort_by_key(|g| g.answered);
+        gs.sort_by_key(|g| g.invoked);
+        let mut done = 0;
+        let mut highest: Option<&Event> = None;
+        for g in gs {
+            while done < by_answer.len() && by_answer[done].answered < g.invoked {
+                let candidate = by_answer[done];
+                if highest.is_none_or(|h| candidate.token > h.token) {
+                    highest = Some(candidate);
+                }
+                done += 1;
+            }
+            if let Some(h) = highest
+                && g.token <= h.token
+            {
+                violations.push(format!(
+                    "{name}: token {:?} granted at {:?} is not above token {:?} granted at {:?} before it began",
+                    g.token, g.answered, h.token, h.answered
+                ));
+            }
+        }
+    }
+}
+
+/// Per lease, the stretches its holder may rely on it.
+fn windows(history: &[Event]) -> HashMap<(&str, &str), Vec<(Duration, Duration)>> {
+    let mut out: HashMap<(&str, &str), Vec<(Duration, Duration)>> = HashMap::new();
+    let mut revoked: HashMap<(&str, &str), Duration> = HashMap::new();
+    for e in history {
+        let Some(lease) = e.lease.as_deref() else {
+            continue;
+        };
+        if e.kind == Kind::Revoke {
+            let at = revoked.entry((&e.name, lease)).or_insert(e.invoked);
+            *at = (*at).min(e.invoked);
+        }
+    }
+    for e in history {
+        let ok = matches!((e.kind, e.status), (Kind::Grant, 201) | (Kind::Renew, 200));
+        let (Some(lease), Some(validity), true) = (e.lease.as_deref(), e.validity, ok) else {
+            continue;
+        };
+        let mut end = e.invoked + validity;
+        if let Some(revoke) = revoked.get(&(e.name.as_str(), lease)) {
+            end = end.min(*revoke);
+        }
+        if end > e.answered {
+            out.entry((&e.name, lease))
+                .or_default()
+                .push((e.answered, end));
+        }
+    }
+    out
+}
+
+fn windows_never_overlap(history: &[Event], violations: &mut Vec<String>) {
+    let mut by_name: BTreeMap<&str, Vec<(Duration, Duration, &str)>> = BTreeMap::new();
+    for ((name, lease), ws) in windows(history) {
+        for (from, until) in ws {
+            by_name.entry(name).or_default().push((from, until, lease));
+        }
+    }
+    for (name, mut ws) in by_name {
+        ws.sort();
+        // Sweep in start order, remembering the window reaching furthest so far.
+        let mut reach: Option<(Duration, &str, Duration)> = None;
+        for (from, until, lease) in ws {
+            if let Some((end, other, other_from)) = reach
+                && other != lease
+                && from < end
+            {
+                violations.push(format!(
+                    "{name}: two leases held at once: one relied on from {other_from:?} to {end:?}, another from {from:?} to {until:?}"
+                ));
+            }
+            if reach.is_none_or(|(end, _, _)| until > end) {
+                reach = Some((until, lease, from));
+            }
+        }
+    }
+}
+
+/// A renew or revoke succeeds only for the lease that holds the lock: never for a lease id
+/// nobody was granted, never after the lease was revoked, never once its keys have expired.
+fn only_the_holder(history: &[Event], violations: &mut Vec<String>) {
+    let mut granted: HashSet<(&str, &str)> = HashSet::new();
+    let mut steps_of: HashMap<(&str, &str), Vec<&Event>> = HashMap::new();
+    let mut revoked_at: HashMap<(&str, &str), Duration> = HashMap::new();
+    for e in history {
+        let Some(lease) = e.lease.as_deref() else {
+            continue;
+        };
+        match (e.kind, e.status) {
+            (Kind::Grant, 201) => {
+                granted.insert((&e.name, lease));
+                steps_of.entry((&e.name, lease)).or_default().push(e)
+            }
+            (Kind::Renew, 200) => steps_of.entry((&e.name, lease)).or_default().push(e),
+            (Kind::Revoke, 204) => {
+                let at = revoked_at.entry((&e.name, lease)).or_insert(e.answered);
+                *at = (*at).min(e.answered);
+            }
+            _ => {}
+        }
+    }
+    for e in history {
+        let succeeded = matches!((e.kind, e.status), (Kind::Renew, 200) | (Kind::Revoke, 204));
+        let Some(lease) = e.lease.as_deref().filter(|_| succeeded) else {
+            continue;
+        };
+        let key = (e.name.as_str(), lease);
+        let (true, Some(steps)) = (granted.contains(&key), steps_of.get(&key)) else {
+            violations.push(format!(
+                "{}: a {:?} succeeded at {:?} for a lease id that was never granted",
+                e.name, e.kind, e.answered
+            ));
+            continue;
+        };
+        if let Some(at) = revoked_at.get(&key)
+            && *at < e.invoked
+            && e.kind == Kind::Renew
+        {
+            violations.push(format!(
+                "{}: a renew succeeded at {:?} for a lease revoked at {at:?}",
+                e.name, e.answered
+            ));
+        }
+        // Once a lease's keys have surely expired on a majority, it holds nothing to renew
+        // or revoke. A step that succeeded was applied by a majority before its answer, so
+        // its keys expire a TTL after that at the latest (a straggler that applied it later
+        // is a minority). A renew whose outcome is unknown (no answer, 5xx) may have been
+        // applied at any time since, even after the client gave up (a partition's packets
+        // are retransmitted once it heals): then nothing can be said.
+        let unknown = history.iter().any(|r| {
+            r.kind == Kind::Renew
+                && r.name == e.name
+                && r.lease.as_deref() == Some(lease)
+                && r.invoked < e.invoked
+                && !matches!(r.status, 200 | 404)
+        });
+        let alive_until = steps
+            .iter()
+            .filter(|s| s.answered < e.invoked)
+            .map(|s| s.answered + s.ttl)
+            .max();
+        if let Some(until) = alive_until
+            && !unknown
+            && e.invoked > until + EXPIRY_SLACK
+            && !steps
+                .iter()
+                .any(|s| s.invoked < e.invoked && s.answered >= e.invoked)
+        {
+            violations.push(format!(
+                "{}: a {:?} invoked at {:?} succeeded for a lease whose keys had expired at {until:?}",
+                e.name, e.kind, e.invoked
+            ));
+        }
+    }
+}
+
+fn no_grant_without_a_majority(
+    grants: &[&Event],
+    outages: &[Outage],
+    violations: &mut Vec<String>,
+) {
+    for g in grants {
+        if let Some(o) = outages
+            .iter()
+            .find(|o| o.replica == g.replica && o.from <= g.invoked && g.answered <= o.until)
+        {
+            violations.push(format!(
+                "{}: granted by replica {} at {:?} while it reached fewer than a majority of masters ({:?} to {:?})",
+                g.name, g.replica, g.answered, o.from, o.until
+            ));
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ms(v: u64) -> Duration {
+        Duration::from_millis(v)
+    }
+
+    fn grant(lease: &str, token: u64, invoked: u64, answered: u64, validity: u64) -> Event {
+        Event {
+            kind: Kind::Grant,
+            replica: 0,
+            name: "x".into(),
+            lease: Some(lease.into()),
+            invoked: ms(invoked),
+            answered: ms(answered),
+            status: 201,
+            token: Some(token),
+            validity: Some(ms(validity)),
+            ttl: ms(validity + 20),
+            message: None,
+        }
+    }
+
+    fn step(kind: Kind, lease: &str, invoked: u64, answered: u64, status: u16) -> Event {
+        Event {
+            kind,
+            replica: 0,
+            name: "x".into(),
+            lease: Some(lease.into()),
+            invoked: ms(invoked),
+            answered: ms(answered),
+            status,
+            token: None,
+            validity: (kind == Kind::Renew).then(|| ms(1000)),
+            ttl: ms(1020),
+            message: None,
+        }
+    }
+
+    #[test]
+    fn a_clean_history_passes() {
+        let history = [
+            grant("A", 1, 0, 5, 1000),
+            step(Kind::Renew, "A", 400, 405, 200),
+            step(Kind::Revoke, "A", 900, 905, 204),
+            grant("B", 2, 906, 910, 1000),
+        ];
+        assert_eq!(check(&history, &[]), Vec::<String>::new());
+    }
+
+    #[test]
+    fn overlapping_leases_are_caught() {
+        let history = [grant("A", 1, 0, 5, 1000), grant("B", 2, 500, 505, 1000)];
+        let found = check(&history, &[]);
+        assert!(found.iter().any(|v| v.contains("two leases")), "{found:?}");
+    }
+
+    #[test]
+    fn falling_and_repeated_tokens_are_caught() {
+        let history = [
+            grant("A", 5, 0, 5, 10),
+            grant("B", 5, 100, 105, 10),
+            grant("C", 3, 200, 205, 10),
+        ];
+        let found = check(&history, &[]);
+        assert!(found.iter().any(|v| v.contains("twice")), "{found:?}");
+        assert!(found.iter().any(|v| v.contains("not above")), "{found:?}");
+    }
+
+    #[test]
+    fn a_renew_of_a_revoked_expired_or_unknown_lease_is_caught() {
+        let history = [
+            grant("A", 1, 0, 5, 100),
+            step(Kind::Revoke, "A", 50, 55, 204),
+            step(Kind::Renew, "A", 60, 65, 200),
+            step(Kind::Renew, "nobody", 70, 75, 200),
+            grant("B", 2, 100, 105, 100),
+            step(Kind::Renew, "B", 900, 905, 200),
+        ];
+        let found = check(&history, &[]);
+        assert!(found.iter().any(|v| v.contains("revoked")), "{found:?}");
+        assert!(
+            found.iter().any(|v| v.contains("never granted")),
+            "{found:?}"
+        );
+        assert!(found.iter().any(|v| v.contains("expired")), "{found:?}");
+    }
+
+    #[test]
+    fn a_grant_during_an_outage_is_caught() {
+        let history = [grant("A", 1, 100, 105, 1000)];
+        let outage = Outage {
+            replica: 0,
+            from: ms(50),
+            until: ms(200),
+        };
+        assert_eq!(check(&history, std::slice::from_ref(&outage)).len(), 1);
+        let other = Outage {
+            replica: 1,
+            ..outage
+        };
+        assert!(check(&history, &[other]).is_empty());
+    }
+}

@@ -1,0 +1,156 @@
+//! The lease service over in-process masters under `tokio::time::pause()`: the waiting
+//! grant's control flow (first come first served, woken by a revoke or by the holder's
+//! expiry, giving up at its deadline with the holder's remaining time, shutdown)
+//! deterministically, without real masters or the wall clock.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use redlockd::lease::{
+    Lease, LeaseError, LeasePolicy, LeaseService, LockName, Ttl, WaitTime, Waiters,
+};
+use redlockd::metrics::Metrics;
+use redlockd::redlock::node::LockNode;
+use redlockd::redlock::{EngineConfig, Redlock};
+use redlockd::store::memory::MemoryNode;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+const MAX: Duration = Duration::from_secs(60);
+
+struct Bed {
+    service: Arc<LeaseService>,
+    policy: LeasePolicy,
+    shutdown: CancellationToken,
+}
+
+async fn bed() -> Bed {
+    let nodes: Vec<Arc<dyn LockNode>> = (0..3)
+        .map(|i| Arc::new(MemoryNode::new(format!("m{i}"))) as Arc<dyn LockNode>)
+        .collect();
+    let engine = Arc::new(Redlock::new(
+        nodes.clone(),
+        EngineConfig::new(Duration::from_millis(50), 0.01, MAX),
+        Arc::new(Metrics::new()),
+    ));
+    engine.monitor().probe_round(&nodes).await;
+    let shutdown = CancellationToken::new();
+    let service = LeaseService::new(
+        engine,
+        Waiters::new(),
+        Arc::new(Metrics::new()),
+        shutdown.clone(),
+    );
+    Bed {
+        service,
+        policy: LeasePolicy::new(Duration::from_secs(30), MAX, MAX),
+        shutdown,
+    }
+}
+
+impl Bed {
+    fn ttl(&self, ms: u64) -> Ttl {
+        self.policy.ttl(Some(ms)).unwrap()
+    }
+
+    fn wait(&self, ms: u64) -> WaitTime {
+        self.policy.wait(Some(ms)).unwrap()
+    }
+
+    async fn grant(&self, name: &str, ttl_ms: u64, wait_ms: u64) -> Result<Lease, LeaseError> {
+        self.service
+            .grant(
+                LockName::parse(name).unwrap(),
+                self.ttl(ttl_ms),
+                self.wait(wait_ms),
+                None,
+            )
+            .await
+    }
+
+    /// A waiting grant in the background, started now (and so queued behind earlier ones).
+    async fn waiter(
+        &self,
+        name: &str,
+        wait_ms: u64,
+    ) -> tokio::task::JoinHandle<(Result<Lease, LeaseError>, Instant)> {
+        let (service, name) = (self.service.clone(), LockName::parse(name).unwrap());
+        let (ttl, wait) = (self.ttl(30_000), self.wait(wait_ms));
+        let handle = tokio::spawn(async move {
+            let result = service.grant(name, ttl, wait, None).await;
+            (result, Instant::now())
+        });
+        // Let it try once and join the queue before the next one starts.
+        tokio::task::yield_now().await;
+        tokio::time::advance(Duration::from_millis(1)).await;
+        handle
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn waiters_are_served_first_come_first_served_on_each_revoke() {
+    let bed = bed().await;
+    let mut holder = bed.grant("q", 30_000, 0).await.expect("granted");
+    let waiters = [
+        bed.waiter("q", 10_000).await,
+        bed.waiter("q", 10_000).await,
+        bed.waiter("q", 10_000).await,
+    ];
+    let mut tokens = Vec::new();
+    for waiter in waiters {
+        bed.service
+            .revoke(holder.name.clone(), holder.id.clone())
+            .await
+            .expect("revoked");
+        let (result, _) = waiter.await.unwrap();
+        holder = result.expect("the next in line got it");
+        tokens.push(holder.token.0);
+    }
+    assert!(tokens.windows(2).all(|w| w[0] < w[1]), "{tokens:?}");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_waiter_gives_up_at_its_deadline_with_the_holders_remaining_time() {
+    let bed = bed().await;
+    bed.grant("d", 30_000, 0).await.expect("granted");
+    let started = Instant::now();
+    match bed.grant("d", 30_000, 2_000).await {
+        Err(LeaseError::Held { retry_after }) => {
+            assert_eq!(started.elapsed(), Duration::from_secs(2));
+            assert!(
+                (Duration::from_secs(27)..=Duration::from_secs(28)).contains(&retry_after),
+                "{retry_after:?}"
+            );
+        }
+        other => panic!("expected held, got {other:?}"),
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_waiter_is_woken_when_the_holder_expires() {
+    let bed = bed().await;
+    bed.grant("e", 1_000, 0).await.expect("granted");
+    let started = Instant::now();
+    let lease = bed
+        .grant("e", 30_000, 5_000)
+        .await
+        .expect("granted at expiry");
+    let took = started.elapsed();
+    assert!(
+        (Duration::from_millis(990)..Duration::from_millis(1_100)).contains(&took),
+        "woken after {took:?}"
+    );
+    assert!(lease.token.0 > 1);
+}
+
+#[tokio::test(start_paused = true)]
+async fn shutdown_answers_waiting_grants_at_once() {
+    let bed = bed().await;
+    bed.grant("s", 30_000, 0).await.expect("granted");
+    let waiter = bed.waiter("s", 30_000).await;
+    let stopped_at = Instant::now();
+    bed.shutdown.cancel();
+    let (result, answered) = waiter.await.unwrap();
+    assert_eq!(result.unwrap_err(), LeaseError::ShuttingDown);
+    assert_eq!(answered, stopped_at, "answered without waiting");
+}
