@@ -10,7 +10,8 @@
 //! - `store`: the masters behind the `LockNode` seam: Redis (Lua scripts) or the
 //!   in-process memory node (the embedded store and the fault-injection target).
 //!
-//! `config` is the one typed configuration, `app` builds and runs it all, and `metrics`
+//! `wire` holds the contract's bodies, shared by the server and Rust clients. `config` is
+//! the one typed configuration, `app` builds and runs it all, and `metrics`
 //! owns the Prometheus registry.
 
 pub mod app;
@@ -20,3 +21,4 @@ pub mod lease;
 pub mod metrics;
 pub mod redlock;
 pub mod store;
+pub mod wire;

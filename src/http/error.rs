@@ -6,42 +6,15 @@ use std::time::Duration;
 use axum::Json;
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use serde::Serialize;
-use utoipa::ToSchema;
 
 use crate::lease::{InvalidInput, LeaseError, MasterFailure};
-
-/// Every error body: `{"error": "<code>", "message": "<text for a person>"}`.
-#[derive(Debug, Serialize, ToSchema)]
-#[schema(example = json!({"error": "lock_held", "message": "the lock is held by another lease", "retry_after_ms": 12000}))]
-pub struct ErrorBody {
-    /// A stable code: `invalid_request`, `request_timeout`, `lock_held`, `lease_not_found`,
-    /// `quorum_unavailable`, `not_found`, `method_not_allowed`, `internal`.
-    pub error: &'static str,
-    pub message: String,
-    /// With `lock_held`: the holder's remaining TTL, best estimate.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub retry_after_ms: Option<u64>,
-    /// With `quorum_unavailable`: the masters that failed the step, and how.
-    #[serde(skip_serializing_if = "Vec::is_empty")]
-    pub masters: Vec<MasterError>,
-}
-
-/// One master that failed a step.
-#[derive(Debug, Serialize, ToSchema)]
-pub struct MasterError {
-    /// The master's address, without credentials.
-    pub address: String,
-    /// `timeout`, `connection`, `script`, `amnesic` (lost its data, not voting), `other`,
-    /// or `no_answer`.
-    pub error: &'static str,
-}
+pub use crate::wire::{ErrorBody, MasterError};
 
 impl From<&MasterFailure> for MasterError {
     fn from(f: &MasterFailure) -> Self {
         Self {
             address: f.address.clone(),
-            error: f.kind,
+            error: f.kind.to_owned(),
         }
     }
 }
@@ -154,7 +127,7 @@ impl IntoResponse for ApiError {
             _ => Vec::new(),
         };
         let body = ErrorBody {
-            error: self.code(),
+            error: self.code().to_owned(),
             message: self.to_string(),
             retry_after_ms: retry_after.map(crate::lease::millis),
             masters,

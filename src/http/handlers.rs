@@ -184,7 +184,9 @@ pub async fn list(
 #[utoipa::path(get, path = "/healthz", tag = "operations",
     responses((status = 200, description = "Serving", body = Health)))]
 pub async fn healthz() -> Json<Health> {
-    Json(Health { status: "ok" })
+    Json(Health {
+        status: "ok".to_owned(),
+    })
 }
 
 /// Readiness: 200 while a majority of masters answer and vote, else 503.
@@ -202,7 +204,7 @@ pub async fn readyz(State(state): State<AppState>) -> Response {
     };
     let body = Readiness {
         ready: readiness.ready,
-        backend: state.settings.backend.kind(),
+        backend: state.settings.backend.kind().to_owned(),
         problem: readiness.problem,
         masters: readiness.masters.into_iter().map(Into::into).collect(),
     };

@@ -1,123 +1,22 @@
-//! The request and response bodies of the contract, with their OpenAPI schemas, and the
+//! From the service's models to the contract's bodies (defined in `crate::wire`), and the
 //! parsing that turns a body plus query parameters into one typed request.
 
 use std::time::SystemTime;
 
 use chrono::{DateTime, SecondsFormat, Utc};
 use serde::de::DeserializeOwned;
-use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
-use utoipa::ToSchema;
 
 use super::error::ApiError;
 use crate::lease::{Lease, LockHolder, MasterStatus, millis as ms_of};
-
-/// A non-negative integer field given as a JSON number or, from a query string, as text.
-fn millis<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<u64>, D::Error> {
-    struct Millis;
-    impl serde::de::Visitor<'_> for Millis {
-        type Value = Option<u64>;
-        fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
-            f.write_str("a non-negative integer")
-        }
-        fn visit_u64<E: serde::de::Error>(self, v: u64) -> Result<Self::Value, E> {
-            Ok(Some(v))
-        }
-        fn visit_i64<E: serde::de::Error>(self, v: i64) -> Result<Self::Value, E> {
-            u64::try_from(v)
-                .map(Some)
-                .map_err(|_| E::invalid_value(serde::de::Unexpected::Signed(v), &self))
-        }
-        fn visit_f64<E: serde::de::Error>(self, v: f64) -> Result<Self::Value, E> {
-            Err(E::invalid_value(serde::de::Unexpected::Float(v), &self))
-        }
-        fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<Self::Value, E> {
-            v.parse()
-                .map(Some)
-                .map_err(|_| E::invalid_value(serde::de::Unexpected::Str(v), &self))
-        }
-        fn visit_unit<E: serde::de::Error>(self) -> Result<Self::Value, E> {
-            Ok(None)
-        }
-    }
-    d.deserialize_any(Millis)
-}
-
-/// Fields of a grant; each may also be given as a query parameter of the same name.
-#[derive(Debug, Default, Deserialize, ToSchema)]
-#[serde(deny_unknown_fields)]
-#[schema(example = json!({"ttl_ms": 60000, "wait_ms": 5000, "owner": "report-worker-3"}))]
-pub struct GrantRequest {
-    /// Lease TTL in ms: from 100 to the configured maximum (default 3600000). Default 30000.
-    #[schema(minimum = 100)]
-    #[serde(default, deserialize_with = "millis")]
-    pub ttl_ms: Option<u64>,
-    /// How long to wait while another lease holds the lock, in ms (default 0: do not wait).
-    #[serde(default, deserialize_with = "millis")]
-    pub wait_ms: Option<u64>,
-    /// Free text naming the holder (at most 256 bytes), shown by inspect and list.
-    #[schema(max_length = 256)]
-    pub owner: Option<String>,
-}
-
-/// Fields of a renew; `ttl_ms` may also be a query parameter.
-#[derive(Debug, Default, Deserialize, ToSchema)]
-#[serde(deny_unknown_fields)]
-#[schema(example = json!({"ttl_ms": 60000}))]
-pub struct RenewRequest {
-    /// The new TTL in ms (default: the lease's own).
-    #[schema(minimum = 100)]
-    #[serde(default, deserialize_with = "millis")]
-    pub ttl_ms: Option<u64>,
-}
-
-/// Calls that take no fields still refuse unknown ones, so typos do not pass silently.
-#[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct NoFields {}
-
-/// Query of the list call.
-#[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct ListQuery {
-    pub prefix: Option<String>,
-    pub after: Option<String>,
-    #[serde(default, deserialize_with = "millis")]
-    pub limit: Option<u64>,
-}
+pub use crate::wire::{
+    GrantRequest, Health, LeaseBody, ListQuery, LockEntry, LockList, LockStatus, MasterReport,
+    NoFields, Readiness, RenewRequest,
+};
 
 /// An RFC 3339 time in UTC with milliseconds.
 pub fn rfc3339(t: SystemTime) -> String {
     DateTime::<Utc>::from(t).to_rfc3339_opts(SecondsFormat::Millis, true)
-}
-
-/// A lease: what grant, renew and check answer.
-#[derive(Debug, Serialize, ToSchema)]
-#[schema(example = json!({
-    "name": "nightly-report", "lease_id": "q3JtZ0kPq6Nw2b1xVf8u4A", "fencing_token": 42,
-    "ttl_ms": 30000, "validity_ms": 29697, "expires_at": "2026-11-22T03:00:30.000Z",
-    "owner": "report-worker-3"
-}))]
-pub struct LeaseBody {
-    pub name: String,
-    /// Opaque; whoever knows it can renew and revoke the lease. Keep it secret.
-    pub lease_id: String,
-    /// Greater than the token of every earlier grant of this name. Pass it to the resource
-    /// you protect, and have it refuse tokens lower than the highest it has seen.
-    pub fencing_token: u64,
-    /// The TTL the lease was granted or last renewed with.
-    pub ttl_ms: u64,
-    /// How long you may rely on the lock from the moment this response was written: the
-    /// TTL less the time the quorum took and less the clock-drift allowance.
-    pub validity_ms: u64,
-    /// When the lease lapses unless renewed (the masters may free it up to the drift
-    /// allowance earlier).
-    pub expires_at: String,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub owner: Option<String>,
-    /// With check: what is left of the lease on a majority of masters.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub ttl_remaining_ms: Option<u64>,
 }
 
 impl LeaseBody {
@@ -133,20 +32,6 @@ impl LeaseBody {
             ttl_remaining_ms: with_remaining.then(|| ms_of(lease.remaining_now())),
         }
     }
-}
-
-/// A lock as inspect shows it; never with its lease id.
-#[derive(Debug, Serialize, ToSchema)]
-#[schema(example = json!({"name": "nightly-report", "held": true, "fencing_token": 42, "ttl_remaining_ms": 17250, "owner": "report-worker-3"}))]
-pub struct LockStatus {
-    pub name: String,
-    pub held: bool,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub fencing_token: Option<u64>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub ttl_remaining_ms: Option<u64>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub owner: Option<String>,
 }
 
 impl LockStatus {
@@ -170,26 +55,6 @@ impl LockStatus {
     }
 }
 
-/// A held lock in a list.
-#[derive(Debug, Serialize, ToSchema)]
-pub struct LockEntry {
-    pub name: String,
-    pub fencing_token: u64,
-    pub ttl_remaining_ms: u64,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub owner: Option<String>,
-}
-
-/// Held locks, sorted by name.
-#[derive(Debug, Serialize, ToSchema)]
-#[schema(example = json!({"locks": [{"name": "invoice:42", "fencing_token": 7, "ttl_remaining_ms": 2900}], "next": "invoice:42"}))]
-pub struct LockList {
-    pub locks: Vec<LockEntry>,
-    /// Present when more locks may follow: pass it as `after` for the next page.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub next: Option<String>,
-}
-
 impl From<LockHolder> for LockEntry {
     fn from(h: LockHolder) -> Self {
         Self {
@@ -199,29 +64,6 @@ impl From<LockHolder> for LockEntry {
             owner: h.owner,
         }
     }
-}
-
-/// `/healthz`.
-#[derive(Debug, Serialize, ToSchema)]
-#[schema(example = json!({"status": "ok"}))]
-pub struct Health {
-    pub status: &'static str,
-}
-
-/// One master in `/readyz`.
-#[derive(Debug, Serialize, ToSchema)]
-pub struct MasterReport {
-    /// The master's URL without credentials.
-    pub address: String,
-    pub up: bool,
-    /// How long its last answer took.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub latency_ms: Option<f64>,
-    /// Whether its answers count towards a majority.
-    pub voting: bool,
-    /// Set while the master is quarantined after losing its data: when it votes again.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub quarantined_until: Option<String>,
 }
 
 impl From<MasterStatus> for MasterReport {
@@ -234,22 +76,6 @@ impl From<MasterStatus> for MasterReport {
             quarantined_until: m.quarantined_until.map(rfc3339),
         }
     }
-}
-
-/// `/readyz`: ready while a majority of masters answer and vote.
-#[derive(Debug, Serialize, ToSchema)]
-#[schema(example = json!({"ready": true, "backend": "redis", "masters": [
-    {"address": "redis://10.0.0.5:6379", "up": true, "latency_ms": 0.21, "voting": true}
-]}))]
-pub struct Readiness {
-    pub ready: bool,
-    /// `redis`, or `embedded` for the in-process store (one process, not distributed).
-    pub backend: &'static str,
-    /// When not ready for a reason beyond masters being down (a new deployment waiting for
-    /// every master, a majority that lost its data): what is wrong and what to do, in words.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub problem: Option<String>,
-    pub masters: Vec<MasterReport>,
 }
 
 /// Parse a request from its JSON body (which may be empty) and its query parameters. A

@@ -1,0 +1,305 @@
+//! The contract's request and response bodies, as data: one definition that the server
+//! serialises and parses and that a Rust client (the `redlockd lock` command) uses in the
+//! other direction, so that the two cannot drift. Each carries its OpenAPI schema. No
+//! behaviour lives here: the server's conversions from its models are in `http::types`.
+
+use serde::{Deserialize, Serialize};
+use utoipa::ToSchema;
+
+/// A non-negative integer field given as a JSON number or, from a query string, as text.
+fn millis<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<u64>, D::Error> {
+    struct Millis;
+    impl serde::de::Visitor<'_> for Millis {
+        type Value = Option<u64>;
+        fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+            f.write_str("a non-negative integer")
+        }
+        fn visit_u64<E: serde::de::Error>(self, v: u64) -> Result<Self::Value, E> {
+            Ok(Some(v))
+        }
+        fn visit_i64<E: serde::de::Error>(self, v: i64) -> Result<Self::Value, E> {
+            u64::try_from(v)
+                .map(Some)
+                .map_err(|_| E::invalid_value(serde::de::Unexpected::Signed(v), &self))
+        }
+        fn visit_f64<E: serde::de::Error>(self, v: f64) -> Result<Self::Value, E> {
+            Err(E::invalid_value(serde::de::Unexpected::Float(v), &self))
+        }
+        fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<Self::Value, E> {
+            v.parse()
+                .map(Some)
+                .map_err(|_| E::invalid_value(serde::de::Unexpected::Str(v), &self))
+        }
+        fn visit_unit<E: serde::de::Error>(self) -> Result<Self::Value, E> {
+            Ok(None)
+        }
+    }
+    d.deserialize_any(Millis)
+}
+
+/// Fields of a grant; each may also be given as a query parameter of the same name.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+#[schema(example = json!({"ttl_ms": 60000, "wait_ms": 5000, "owner": "report-worker-3"}))]
+pub struct GrantRequest {
+    /// Lease TTL in ms: from 100 to the configured maximum (default 3600000). Default 30000.
+    #[schema(minimum = 100)]
+    #[serde(
+        default,
+        deserialize_with = "millis",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub ttl_ms: Option<u64>,
+    /// How long to wait while another lease holds the lock, in ms (default 0: do not wait).
+    #[serde(
+        default,
+        deserialize_with = "millis",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub wait_ms: Option<u64>,
+    /// Free text naming the holder (at most 256 bytes), shown by inspect and list.
+    #[schema(max_length = 256)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub owner: Option<String>,
+}
+
+/// Fields of a renew; `ttl_ms` may also be a query parameter.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+#[schema(example = json!({"ttl_ms": 60000}))]
+pub struct RenewRequest {
+    /// The new TTL in ms (default: the lease's own).
+    #[schema(minimum = 100)]
+    #[serde(
+        default,
+        deserialize_with = "millis",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub ttl_ms: Option<u64>,
+}
+
+/// Calls that take no fields still refuse unknown ones, so typos do not pass silently.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct NoFields {}
+
+/// Query of the list call.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ListQuery {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prefix: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub after: Option<String>,
+    #[serde(
+        default,
+        deserialize_with = "millis",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub limit: Option<u64>,
+}
+
+/// A lease: what grant, renew and check answer.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+#[schema(example = json!({
+    "name": "nightly-report", "lease_id": "q3JtZ0kPq6Nw2b1xVf8u4A", "fencing_token": 42,
+    "ttl_ms": 30000, "validity_ms": 29697, "expires_at": "2026-11-22T03:00:30.000Z",
+    "owner": "report-worker-3"
+}))]
+pub struct LeaseBody {
+    pub name: String,
+    /// Opaque; whoever knows it can renew and revoke the lease. Keep it secret.
+    pub lease_id: String,
+    /// Greater than the token of every earlier grant of this name. Pass it to the resource
+    /// you protect, and have it refuse tokens lower than the highest it has seen.
+    pub fencing_token: u64,
+    /// The TTL the lease was granted or last renewed with.
+    pub ttl_ms: u64,
+    /// How long you may rely on the lock from the moment this response was written: the
+    /// TTL less the time the quorum took and less the clock-drift allowance.
+    pub validity_ms: u64,
+    /// When the lease lapses unless renewed (the masters may free it up to the drift
+    /// allowance earlier).
+    pub expires_at: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub owner: Option<String>,
+    /// With check: what is left of the lease on a majority of masters.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ttl_remaining_ms: Option<u64>,
+}
+
+/// A lock as inspect shows it; never with its lease id.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+#[schema(example = json!({"name": "nightly-report", "held": true, "fencing_token": 42, "ttl_remaining_ms": 17250, "owner": "report-worker-3"}))]
+pub struct LockStatus {
+    pub name: String,
+    pub held: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub fencing_token: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ttl_remaining_ms: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub owner: Option<String>,
+}
+
+/// A held lock in a list.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct LockEntry {
+    pub name: String,
+    pub fencing_token: u64,
+    pub ttl_remaining_ms: u64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub owner: Option<String>,
+}
+
+/// Held locks, sorted by name.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+#[schema(example = json!({"locks": [{"name": "invoice:42", "fencing_token": 7, "ttl_remaining_ms": 2900}], "next": "invoice:42"}))]
+pub struct LockList {
+    pub locks: Vec<LockEntry>,
+    /// Present when more locks may follow: pass it as `after` for the next page.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub next: Option<String>,
+}
+
+/// `/healthz`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+#[schema(example = json!({"status": "ok"}))]
+pub struct Health {
+    pub status: String,
+}
+
+/// One master in `/readyz`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct MasterReport {
+    /// The master's URL without credentials.
+    pub address: String,
+    pub up: bool,
+    /// How long its last answer took.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub latency_ms: Option<f64>,
+    /// Whether its answers count towards a majority.
+    pub voting: bool,
+    /// Set while the master is quarantined after losing its data: when it votes again.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub quarantined_until: Option<String>,
+}
+
+/// `/readyz`: ready while a majority of masters answer and vote.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+#[schema(example = json!({"ready": true, "backend": "redis", "masters": [
+    {"address": "redis://10.0.0.5:6379", "up": true, "latency_ms": 0.21, "voting": true}
+]}))]
+pub struct Readiness {
+    pub ready: bool,
+    /// `redis`, or `embedded` for the in-process store (one process, not distributed).
+    pub backend: String,
+    /// When not ready for a reason beyond masters being down (a new deployment waiting for
+    /// every master, a majority that lost its data): what is wrong and what to do, in words.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub problem: Option<String>,
+    pub masters: Vec<MasterReport>,
+}
+
+/// Every error body: `{"error": "<code>", "message": "<text for a person>"}`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+#[schema(example = json!({"error": "lock_held", "message": "the lock is held by another lease", "retry_after_ms": 12000}))]
+pub struct ErrorBody {
+    /// A stable code: `invalid_request`, `request_timeout`, `lock_held`, `lease_not_found`,
+    /// `quorum_unavailable`, `not_found`, `method_not_allowed`, `internal`.
+    pub error: String,
+    pub message: String,
+    /// With `lock_held`: the holder's remaining TTL, best estimate.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub retry_after_ms: Option<u64>,
+    /// With `quorum_unavailable`: the masters that failed the step, and how.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub masters: Vec<MasterError>,
+}
+
+/// One master that failed a step.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct MasterError {
+    /// The master's address, without credentials.
+    pub address: String,
+    /// `timeout`, `connection`, `script`, `amnesic` (lost its data, not voting), `other`,
+    /// or `no_answer`.
+    pub error: String,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde::de::DeserializeOwned;
+
+    fn round_trip<T: Serialize + DeserializeOwned + PartialEq + std::fmt::Debug>(value: T) {
+        let text = serde_json::to_string(&value).unwrap();
+        assert_eq!(serde_json::from_str::<T>(&text).unwrap(), value, "{text}");
+    }
+
+    #[test]
+    fn every_body_reads_back_what_it_writes() {
+        round_trip(GrantRequest {
+            ttl_ms: Some(5000),
+            wait_ms: None,
+            owner: Some("me".into()),
+        });
+        round_trip(GrantRequest::default());
+        round_trip(RenewRequest { ttl_ms: Some(100) });
+        round_trip(ListQuery {
+            prefix: Some("a:".into()),
+            after: None,
+            limit: Some(10),
+        });
+        round_trip(LeaseBody {
+            name: "a".into(),
+            lease_id: "q3JtZ0kPq6Nw2b1xVf8u4A".into(),
+            fencing_token: 42,
+            ttl_ms: 30000,
+            validity_ms: 29697,
+            expires_at: "2026-11-22T03:00:30.000Z".into(),
+            owner: None,
+            ttl_remaining_ms: Some(1),
+        });
+        round_trip(LockList {
+            locks: vec![LockEntry {
+                name: "a".into(),
+                fencing_token: 7,
+                ttl_remaining_ms: 2900,
+                owner: Some("w".into()),
+            }],
+            next: Some("a".into()),
+        });
+        round_trip(Readiness {
+            ready: false,
+            backend: "redis".into(),
+            problem: Some("why".into()),
+            masters: vec![MasterReport {
+                address: "redis://h:1".into(),
+                up: true,
+                latency_ms: Some(0.21),
+                voting: false,
+                quarantined_until: Some("2026-11-22T03:00:30.000Z".into()),
+            }],
+        });
+        round_trip(ErrorBody {
+            error: "quorum_unavailable".into(),
+            message: "m".into(),
+            retry_after_ms: None,
+            masters: vec![MasterError {
+                address: "redis://h:1".into(),
+                error: "timeout".into(),
+            }],
+        });
+    }
+
+    #[test]
+    fn a_request_sends_only_the_fields_it_sets() {
+        let text = serde_json::to_string(&GrantRequest {
+            ttl_ms: Some(5000),
+            ..GrantRequest::default()
+        })
+        .unwrap();
+        assert_eq!(text, r#"{"ttl_ms":5000}"#);
+    }
+}
