@@ -118,7 +118,8 @@ impl App {
         signal: impl Future<Output = ()> + Send + 'static,
     ) -> anyhow::Result<()> {
         let shutdown = self.state.shutdown.clone();
-        let engine = self.state.service.engine().clone();
+        let service = self.state.service.clone();
+        let engine = service.engine().clone();
         let grace = self.state.settings.shutdown_grace;
         let limits = http::serve::Limits {
             header_timeout: self.state.settings.client_timeout,
@@ -126,8 +127,11 @@ impl App {
         };
         let router = http::router(self.state);
         let stopping = shutdown.clone();
+        let stopped_at = Arc::new(std::sync::OnceLock::new());
+        let signalled = stopped_at.clone();
         let serve = http::serve::serve(self.listener, router, limits, async move {
             signal.await;
+            let _ = signalled.set(tokio::time::Instant::now());
             tracing::info!(
                 grace_ms = grace.as_millis() as u64,
                 "shutting down: finishing requests in flight"
@@ -141,6 +145,17 @@ impl App {
         tokio::select! {
             () = serve => {}
             () = overdue => tracing::warn!("grace period over; stopping with requests still in flight"),
+        }
+        // Grants whose clients left are still finishing; what they won is released now
+        // rather than left held until its TTL. They share what is left of the grace.
+        let signalled = stopped_at
+            .get()
+            .copied()
+            .unwrap_or_else(tokio::time::Instant::now);
+        if !service.drain(signalled + grace).await {
+            tracing::warn!(
+                "grace period over; abandoning grants whose clients left (their keys expire at their TTL)"
+            );
         }
         shutdown.cancel();
         engine.stop();

@@ -12,21 +12,26 @@ use redlockd::lease::{
 use redlockd::metrics::Metrics;
 use redlockd::redlock::node::LockNode;
 use redlockd::redlock::{EngineConfig, Redlock};
-use redlockd::store::memory::MemoryNode;
+use redlockd::store::memory::{Fault, MemoryNode};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 const MAX: Duration = Duration::from_secs(60);
 
 struct Bed {
+    nodes: Vec<Arc<MemoryNode>>,
     service: Arc<LeaseService>,
     policy: LeasePolicy,
     shutdown: CancellationToken,
 }
 
 async fn bed() -> Bed {
-    let nodes: Vec<Arc<dyn LockNode>> = (0..3)
-        .map(|i| Arc::new(MemoryNode::new(format!("m{i}"))) as Arc<dyn LockNode>)
+    let memory: Vec<Arc<MemoryNode>> = (0..3)
+        .map(|i| Arc::new(MemoryNode::new(format!("m{i}"))))
+        .collect();
+    let nodes: Vec<Arc<dyn LockNode>> = memory
+        .iter()
+        .map(|n| n.clone() as Arc<dyn LockNode>)
         .collect();
     let engine = Arc::new(Redlock::new(
         nodes.clone(),
@@ -42,6 +47,7 @@ async fn bed() -> Bed {
         shutdown.clone(),
     );
     Bed {
+        nodes: memory,
         service,
         policy: LeasePolicy::new(Duration::from_secs(30), MAX, MAX),
         shutdown,
@@ -153,4 +159,40 @@ async fn shutdown_answers_waiting_grants_at_once() {
     let (result, answered) = waiter.await.unwrap();
     assert_eq!(result.unwrap_err(), LeaseError::ShuttingDown);
     assert_eq!(answered, stopped_at, "answered without waiting");
+}
+
+#[tokio::test(start_paused = true)]
+async fn shutdown_releases_what_a_departed_client_won_before_it_returns() {
+    let bed = bed().await;
+    for node in &bed.nodes {
+        node.set_fault(Fault::Slow(Duration::from_millis(20)));
+    }
+    let (service, name) = (bed.service.clone(), LockName::parse("gone").unwrap());
+    let (ttl, wait) = (bed.ttl(30_000), bed.wait(0));
+    let client = tokio::spawn(async move { service.grant(name, ttl, wait, None).await });
+    tokio::time::sleep(Duration::from_millis(5)).await;
+    // The client leaves while its grant is on its way to the masters.
+    client.abort();
+    assert!(client.await.unwrap_err().is_cancelled());
+    bed.shutdown.cancel();
+    assert!(
+        bed.service
+            .drain(Instant::now() + Duration::from_secs(1))
+            .await,
+        "the attempt finished within the grace"
+    );
+
+    // The process is gone: nothing it would still send reaches a master.
+    for node in &bed.nodes {
+        node.set_fault(Fault::Hang);
+    }
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    for node in &bed.nodes {
+        node.set_fault(Fault::None);
+        assert_eq!(
+            node.read("gone").await.expect("read"),
+            None,
+            "the departed client's lease was released before drain returned"
+        );
+    }
 }

@@ -7,6 +7,7 @@ use std::time::{Duration, Instant};
 
 use tokio::sync::oneshot;
 use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
 
 use super::LeaseError;
 use super::{FencingToken, LeaseId, LockName, NamePrefix, Owner, Ttl, WaitTime, Waiters};
@@ -102,6 +103,9 @@ pub struct LeaseService {
     active: Mutex<HashMap<LeaseId, Instant>>,
     /// Fires when the process begins to shut down: waiting grants stop waiting.
     shutdown: CancellationToken,
+    /// Grant attempts run in tasks of their own (see `attempt_once`); shutdown drains them
+    /// so that a lease won for a client that left is released before the process goes.
+    attempts: TaskTracker,
 }
 
 impl LeaseService {
@@ -117,7 +121,19 @@ impl LeaseService {
             metrics,
             active: Mutex::new(HashMap::new()),
             shutdown,
+            attempts: TaskTracker::new(),
         })
+    }
+
+    /// Wait, at most until `deadline`, for the grant attempts still running (each bounded
+    /// by the master timeout) to finish and release what their departed clients won;
+    /// whatever is left then is abandoned, and its keys expire at their TTL. For shutdown,
+    /// after the requests in flight were answered.
+    pub async fn drain(&self, deadline: tokio::time::Instant) -> bool {
+        self.attempts.close();
+        tokio::time::timeout_at(deadline, self.attempts.wait())
+            .await
+            .is_ok()
     }
 
     pub fn engine(&self) -> &Arc<Redlock> {
@@ -267,7 +283,7 @@ impl LeaseService {
         let engine = self.engine.clone();
         let waiters = self.waiters.clone();
         let name = name.clone();
-        tokio::spawn(async move {
+        self.attempts.spawn(async move {
             let id = LeaseId::generate();
             let result = engine
                 .acquire(name.as_str(), id.as_str(), ttl, owner)
