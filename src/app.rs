@@ -12,9 +12,10 @@ use tokio_util::sync::CancellationToken;
 
 use crate::config::{Backend, Config, Settings};
 use crate::http::{self, AppState};
-use crate::lease::{LeaseService, Waiters};
+use crate::lease::{Events, LeaseService, LockEvent};
 use crate::metrics::Metrics;
 use crate::redlock::node::LockNode;
+use crate::redlock::node::{Announcement, Listener};
 use crate::redlock::{EngineConfig, Redlock};
 use crate::store::memory::MemoryNode;
 use crate::store::redis::RedisNode;
@@ -79,16 +80,22 @@ impl App {
         ));
         let shutdown = CancellationToken::new();
         engine.start(shutdown.child_token()).await;
-        let waiters = Waiters::new();
+        let events = Events::new();
         for node in &nodes {
-            let waiters = waiters.clone();
-            let listener = Arc::new(move |name: Option<&str>| match name {
-                Some(name) => waiters.released(name),
-                None => waiters.released_any(),
+            let events = events.clone();
+            let listener: Listener = Arc::new(move |announced| match announced {
+                Announcement::Freed(name) => events.wake(name),
+                Announcement::Released(name, token) => {
+                    events.publish(name, LockEvent::Released { token })
+                }
+                Announcement::Acquired(name, token) => {
+                    events.publish(name, LockEvent::Acquired { token })
+                }
+                Announcement::Missed => events.resync(),
             });
-            node.listen_for_releases(listener, shutdown.child_token());
+            node.listen(listener, shutdown.child_token());
         }
-        let service = LeaseService::new(engine, waiters, metrics.clone(), shutdown.clone());
+        let service = LeaseService::new(engine, events, metrics.clone(), shutdown.clone());
 
         let listener = TcpListener::bind(&settings.listen)
             .await
@@ -102,6 +109,11 @@ impl App {
                 shutdown,
             },
         })
+    }
+
+    /// The per-name event bus, for code that embeds redlockd and observes locks.
+    pub fn events(&self) -> Arc<Events> {
+        self.state.service.events().clone()
     }
 
     pub fn local_addr(&self) -> std::io::Result<SocketAddr> {

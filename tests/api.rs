@@ -358,6 +358,53 @@ async fn waiters_in_another_replica_are_woken_through_redis() {
 }
 
 #[tokio::test]
+async fn observers_in_another_replica_see_grants_releases_and_losses() {
+    use redlockd::lease::LockEvent;
+    use redlockd::lease::events::Observed;
+    let ms = masters(3);
+    let refs: Vec<&RedisMaster> = ms.iter().collect();
+    let a = TestApp::spawn(config(&refs)).await;
+    let b = TestApp::spawn(config(&refs)).await;
+    let mut on_b = b.events.subscribe("watched");
+    let mut on_a = a.events.subscribe("watched");
+    let next = async |sub: &mut redlockd::lease::events::Subscription| {
+        tokio::time::timeout(Duration::from_secs(5), sub.next())
+            .await
+            .expect("an event within 5 s")
+            .expect("the bus is open")
+    };
+
+    let (id, token) = a.must_grant("watched", json!({"ttl_ms": 30000})).await;
+    let acquired = Observed::Event(LockEvent::Acquired { token });
+    assert_eq!(next(&mut on_a).await, acquired, "where it was granted");
+    assert_eq!(
+        next(&mut on_b).await,
+        acquired,
+        "in the other replica, once"
+    );
+    assert_eq!(a.revoke("watched", &id).await.0, 204);
+    let released = Observed::Event(LockEvent::Released { token });
+    assert_eq!(next(&mut on_a).await, released);
+    assert_eq!(next(&mut on_b).await, released, "once, from three masters");
+
+    // Granted through b this time, with a short TTL.
+    let (id, token) = b.must_grant("watched", json!({"ttl_ms": 200})).await;
+    let acquired = Observed::Event(LockEvent::Acquired { token });
+    assert_eq!(next(&mut on_a).await, acquired);
+    assert_eq!(next(&mut on_b).await, acquired);
+    // The lease lapses; its holder learns it when it renews.
+    wait_for("the lease to lapse", Duration::from_secs(5), async || {
+        (b.inspect("watched").await.1["held"] == false).then_some(())
+    })
+    .await;
+    assert_eq!(b.renew("watched", &id, json!({})).await.0, 404);
+    assert_eq!(
+        next(&mut on_b).await,
+        Observed::Event(LockEvent::Lost { token })
+    );
+}
+
+#[tokio::test]
 async fn waiters_are_served_first_come_first_served() {
     let (_ms, app) = app3().await;
     let (mut holder, _) = app.must_grant("fifo", json!({"ttl_ms": 30000})).await;

@@ -668,14 +668,14 @@ async fn simultaneous_minorities_are_a_split_not_a_holder() {
 
 #[tokio::test(start_paused = true)]
 async fn a_split_is_retried_and_never_answered_with_a_contenders_ttl() {
-    use redlockd::lease::{LeasePolicy, LeaseService, LockName, WaitTime, Waiters};
+    use redlockd::lease::{Events, LeasePolicy, LeaseService, LockName, WaitTime};
     let policy = LeasePolicy::new(TTL, TTL, TTL);
     let ttl = policy.ttl(None).unwrap();
     let bed = bed(3).await;
     let nodes = bed.engine.nodes().to_vec();
     let service = LeaseService::new(
         Arc::new(replica(&bed, Duration::from_secs(60))),
-        Waiters::new(),
+        Events::new(),
         Arc::new(Metrics::new()),
         tokio_util::sync::CancellationToken::new(),
     );

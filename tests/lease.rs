@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use redlockd::lease::{
-    Lease, LeaseError, LeasePolicy, LeaseService, LockName, Ttl, WaitTime, Waiters,
+    Events, Lease, LeaseError, LeasePolicy, LeaseService, LockName, Ttl, WaitTime,
 };
 use redlockd::metrics::Metrics;
 use redlockd::redlock::node::LockNode;
@@ -42,7 +42,7 @@ async fn bed() -> Bed {
     let shutdown = CancellationToken::new();
     let service = LeaseService::new(
         engine,
-        Waiters::new(),
+        Events::new(),
         Arc::new(Metrics::new()),
         shutdown.clone(),
     );

@@ -7,7 +7,7 @@ use axum::body::Body;
 use axum::http::{Request, StatusCode};
 use redlockd::config::Config;
 use redlockd::http::{AppState, router};
-use redlockd::lease::{LeaseService, Waiters};
+use redlockd::lease::{Events, LeaseService};
 use redlockd::metrics::Metrics;
 use redlockd::redlock::node::LockNode;
 use redlockd::redlock::{EngineConfig, Redlock};
@@ -31,7 +31,7 @@ async fn app() -> (axum::Router, Arc<Metrics>) {
     ));
     engine.monitor().probe_round(&nodes).await;
     let shutdown = CancellationToken::new();
-    let service = LeaseService::new(engine, Waiters::new(), metrics.clone(), shutdown.clone());
+    let service = LeaseService::new(engine, Events::new(), metrics.clone(), shutdown.clone());
     let state = AppState {
         service,
         metrics: metrics.clone(),

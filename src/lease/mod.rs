@@ -6,13 +6,13 @@
 //! name, a `LeaseId` always looks like one we could have minted, and so on.
 
 mod error;
+pub mod events;
 mod service;
-mod waiters;
 
 pub use crate::redlock::MasterStatus;
 pub use error::{LeaseError, MasterFailure, Unavailability};
+pub use events::{Events, LockEvent};
 pub use service::{Lease, LeaseService, LockHolder, Readiness};
-pub use waiters::Waiters;
 
 use std::fmt;
 use std::sync::Arc;

@@ -10,7 +10,8 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use super::LeaseError;
-use super::{FencingToken, LeaseId, LockName, NamePrefix, Owner, Ttl, WaitTime, Waiters};
+use super::events::{Events, LockEvent};
+use super::{FencingToken, LeaseId, LockName, NamePrefix, Owner, Ttl, WaitTime};
 use crate::metrics::Metrics;
 use crate::redlock::{EngineError, Holder, Leased, MasterStatus, Redlock, Unavailability};
 
@@ -94,13 +95,19 @@ fn split_pause(attempt: u32) -> Duration {
     Duration::from_micros(rand::random_range(100..=ceiling))
 }
 
+/// A lease this process granted.
+struct Tracked {
+    lapses: Instant,
+    token: FencingToken,
+}
+
 pub struct LeaseService {
     engine: Arc<Redlock>,
-    waiters: Arc<Waiters>,
+    events: Arc<Events>,
     metrics: Arc<Metrics>,
-    /// Leases this process granted, with when each lapses unless renewed: the source of
-    /// `redlockd_leases_active`.
-    active: Mutex<HashMap<LeaseId, Instant>>,
+    /// Leases this process granted, with when each lapses unless renewed and its token:
+    /// the source of `redlockd_leases_active`, and of `Lost` events.
+    active: Mutex<HashMap<LeaseId, Tracked>>,
     /// Fires when the process begins to shut down: waiting grants stop waiting.
     shutdown: CancellationToken,
     /// Grant attempts run in tasks of their own (see `attempt_once`); shutdown drains them
@@ -111,13 +118,13 @@ pub struct LeaseService {
 impl LeaseService {
     pub fn new(
         engine: Arc<Redlock>,
-        waiters: Arc<Waiters>,
+        events: Arc<Events>,
         metrics: Arc<Metrics>,
         shutdown: CancellationToken,
     ) -> Arc<Self> {
         Arc::new(Self {
             engine,
-            waiters,
+            events,
             metrics,
             active: Mutex::new(HashMap::new()),
             shutdown,
@@ -140,7 +147,7 @@ impl LeaseService {
         &self.engine
     }
 
-    fn active(&self) -> std::sync::MutexGuard<'_, HashMap<LeaseId, Instant>> {
+    fn active(&self) -> std::sync::MutexGuard<'_, HashMap<LeaseId, Tracked>> {
         // Plain map of deadlines: nothing a panic elsewhere could leave half-done.
         self.active.lock().unwrap_or_else(|e| e.into_inner())
     }
@@ -151,17 +158,28 @@ impl LeaseService {
         // Leases that lapse without a word from their client are dropped here, so the map
         // stays as large as the live leases, amortised over grants.
         if active.len() >= 1024 && active.len().is_power_of_two() {
-            active.retain(|_, lapses| *lapses > now);
+            active.retain(|_, t| t.lapses > now);
         }
-        active.insert(lease.id.clone(), now + lease.remaining_now());
+        active.insert(
+            lease.id.clone(),
+            Tracked {
+                lapses: now + lease.remaining_now(),
+                token: lease.token,
+            },
+        );
     }
 
     /// Leases granted here that are neither revoked nor lapsed.
     pub fn active_leases(&self) -> usize {
         let now = Instant::now();
         let mut active = self.active();
-        active.retain(|_, lapses| *lapses > now);
+        active.retain(|_, t| t.lapses > now);
         active.len()
+    }
+
+    /// The per-name event bus: waiting grants queue on it, observers subscribe to it.
+    pub fn events(&self) -> &Arc<Events> {
+        &self.events
     }
 
     /// Grant `name`, waiting up to `wait` while another lease holds it.
@@ -183,7 +201,7 @@ impl LeaseService {
         let started = Instant::now();
         let deadline = tokio::time::Instant::now() + wait.get();
         let mut contended = false;
-        let mut ticket = self.waiters.join(name.as_str());
+        let mut ticket = self.events.join(name.as_str());
         // Queued behind another waiter, this grant has found its lock contended already.
         if !ticket.is_first() {
             contended = true;
@@ -220,7 +238,7 @@ impl LeaseService {
                 }
             }
             tokio::select! {
-                () = ticket.event() => {}
+                () = ticket.woken() => {}
                 () = tokio::time::sleep_until(wake_at) => {}
                 () = self.shutdown.cancelled() => return Err(LeaseError::ShuttingDown),
             }
@@ -235,7 +253,13 @@ impl LeaseService {
         already_contended: bool,
     ) {
         match result {
-            Ok(lease) => self.track(lease),
+            Ok(lease) => {
+                self.track(lease);
+                let token = lease.token.0;
+                self.events
+                    .publish(name.as_str(), LockEvent::Acquired { token });
+                self.engine.announce_acquired(name.as_str(), token);
+            }
             Err(LeaseError::Held { .. }) if !already_contended => {
                 self.metrics.contended(name.class())
             }
@@ -281,7 +305,7 @@ impl LeaseService {
     ) -> Result<Lease, EngineError> {
         let (tx, rx) = oneshot::channel();
         let engine = self.engine.clone();
-        let waiters = self.waiters.clone();
+        let events = self.events.clone();
         let name = name.clone();
         self.attempts.spawn(async move {
             let id = LeaseId::generate();
@@ -289,10 +313,15 @@ impl LeaseService {
                 .acquire(name.as_str(), id.as_str(), ttl, owner)
                 .await
                 .map(|leased| Lease::new(name.clone(), id.clone(), leased));
-            if let Err(Ok(_unwanted)) = tx.send(result) {
+            if let Err(Ok(unwanted)) = tx.send(result) {
                 tracing::info!(lock = %name, "client left before its grant completed; releasing it");
                 let _ = engine.release(name.as_str(), id.as_str()).await;
-                waiters.released(name.as_str());
+                events.publish(
+                    name.as_str(),
+                    LockEvent::Released {
+                        token: unwanted.token.0,
+                    },
+                );
             }
         });
         rx.await.unwrap_or_else(|_| {
@@ -308,10 +337,22 @@ impl LeaseService {
         id: LeaseId,
         ttl: Option<Ttl>,
     ) -> Result<Lease, LeaseError> {
-        let leased = self
+        let leased = match self
             .engine
             .renew(name.as_str(), id.as_str(), ttl.map(Ttl::get))
-            .await?;
+            .await
+        {
+            Ok(leased) => leased,
+            Err(EngineError::NotFound) => {
+                if let Some(lost) = self.active().remove(&id) {
+                    let token = lost.token.0;
+                    self.events
+                        .publish(name.as_str(), LockEvent::Lost { token });
+                }
+                return Err(LeaseError::NotFound);
+            }
+            Err(e) => return Err(e.into()),
+        };
         let lease = Lease::new(name, id, leased);
         self.track(&lease);
         Ok(lease)
@@ -324,10 +365,17 @@ impl LeaseService {
             .await
             .map_err(LeaseError::from);
         if result.is_ok() {
-            self.active().remove(&id);
             // Redis announces it to every replica; this covers this process at once, and
             // the embedded store, which has no pub/sub.
-            self.waiters.released(name.as_str());
+            match self.active().remove(&id) {
+                Some(revoked) => {
+                    let token = revoked.token.0;
+                    self.events
+                        .publish(name.as_str(), LockEvent::Released { token });
+                }
+                // Granted through another replica: the masters' announcement carries it.
+                None => self.events.wake(name.as_str()),
+            }
         }
         result
     }

@@ -138,6 +138,8 @@ pub struct Redlock {
     backlog: Backlog,
     /// Ends the backlog workers (and whatever else the engine started) with the engine.
     stop: CancellationToken,
+    /// Which master announces the next grant.
+    announcer: std::sync::atomic::AtomicUsize,
 }
 
 impl Drop for Redlock {
@@ -190,6 +192,7 @@ impl Redlock {
             monitor,
             backlog,
             stop,
+            announcer: std::sync::atomic::AtomicUsize::new(0),
         }
     }
 
@@ -343,6 +346,30 @@ impl Redlock {
                 })
             })
             .collect()
+    }
+
+    /// Tell the other replicas that a grant of `name` was decided with `token`, through
+    /// one master (every replica listens to all of them), without waiting: the master's
+    /// backlog sends it, bounded like the rest of its work. The masters take turns.
+    pub fn announce_acquired(&self, name: &str, token: u64) {
+        let n = self.nodes.len();
+        let start = self
+            .announcer
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let Some(i) = (0..n)
+            .map(|k| (start + k) % n)
+            .find(|&i| !self.monitor.unverified(i))
+        else {
+            return;
+        };
+        let node = self.nodes[i].clone();
+        let (name, limit) = (name.to_owned(), self.config.master_timeout);
+        self.backlog.push(
+            i,
+            Job::Finish(Box::pin(async move {
+                let _ = tokio::time::timeout(limit, node.announce_acquired(&name, token)).await;
+            })),
+        );
     }
 
     /// Acquire `name` for `lease`: Redlock's grant, with a fencing token that is greater

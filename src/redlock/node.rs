@@ -123,11 +123,24 @@ impl NodeError {
 
 pub type NodeResult<T> = Result<T, NodeError>;
 
-/// Called with a lock name whenever a master announces that the lock was released, so
-/// that waiting grants in every redlockd replica wake at once; called with `None` when
-/// announcements may have been missed (the subscription was re-established), so that
-/// every waiter looks again.
-pub type ReleaseListener = Arc<dyn Fn(Option<&str>) + Send + Sync>;
+/// What a master relays from the redlockd replicas that use it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Announcement<'a> {
+    /// `name` was released by a revoke, in the form every version of redlockd announces:
+    /// enough to wake its waiting grants.
+    Freed(&'a str),
+    /// The lease of `name` with this token was released by a revoke.
+    Released(&'a str, u64),
+    /// A grant of `name` was decided on a majority with this token.
+    Acquired(&'a str, u64),
+    /// Announcements may have been missed (the subscription was re-established): whatever
+    /// waits for one should look again.
+    Missed,
+}
+
+/// Called with every announcement a master relays, so that waiting grants and observers
+/// in every redlockd replica learn of releases and grants at once.
+pub type Listener = Arc<dyn Fn(Announcement<'_>) + Send + Sync>;
 
 /// One independent master. Each method is a single atomic step on that master; the engine
 /// bounds every call with the master timeout, so implementations need not.
@@ -185,12 +198,14 @@ pub trait LockNode: Send + Sync + 'static {
     /// keeping the larger of the recorded and the given value.
     async fn record_watermarks(&self, seen: &[(String, u64)]) -> NodeResult<()>;
 
-    /// Start delivering release announcements from this master to `listener` until
-    /// `shutdown` fires. Nodes that share the process with the engine need not.
-    fn listen_for_releases(
-        &self,
-        _listener: ReleaseListener,
-        _shutdown: tokio_util::sync::CancellationToken,
-    ) {
+    /// Tell the other replicas, through this master, that a grant of `name` was decided
+    /// with `token`. Best effort: a lost announcement costs an observer elsewhere the
+    /// news, never a lock. Nodes that share the process with the engine need not.
+    async fn announce_acquired(&self, _name: &str, _token: u64) -> NodeResult<()> {
+        Ok(())
     }
+
+    /// Start delivering this master's announcements to `listener` until `shutdown` fires.
+    /// Nodes that share the process with the engine need not.
+    fn listen(&self, _listener: Listener, _shutdown: tokio_util::sync::CancellationToken) {}
 }

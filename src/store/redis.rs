@@ -18,7 +18,8 @@ use tokio_util::sync::CancellationToken;
 
 use crate::config::MasterUrl;
 use crate::redlock::node::{
-    Acquired, Holding, ListPage, LockNode, NodeError, NodeResult, Owned, Probe, ReleaseListener,
+    Acquired, Announcement, Holding, ListPage, Listener, LockNode, NodeError, NodeResult, Owned,
+    Probe,
 };
 
 macro_rules! script {
@@ -46,6 +47,7 @@ struct Keys {
     names: String,
     lock_prefix: String,
     channel: String,
+    events: String,
 }
 
 impl Keys {
@@ -57,6 +59,7 @@ impl Keys {
             names: format!("{prefix}names"),
             lock_prefix: format!("{prefix}lock:"),
             channel: format!("{prefix}released"),
+            events: format!("{prefix}events"),
         }
     }
 
@@ -271,7 +274,8 @@ impl LockNode for RedisNode {
                     .arg(lease)
                     .arg(&self.keys.channel)
                     .arg(name)
-                    .arg(if announce { "1" } else { "0" }),
+                    .arg(if announce { "1" } else { "0" })
+                    .arg(&self.keys.events),
             )
             .await?;
         Ok(match reply.status()? {
@@ -395,21 +399,37 @@ impl LockNode for RedisNode {
         self.run(&invocation).await.map(drop)
     }
 
-    fn listen_for_releases(&self, listener: ReleaseListener, shutdown: CancellationToken) {
+    async fn announce_acquired(&self, name: &str, token: u64) -> NodeResult<()> {
+        let mut publish = redis::cmd("PUBLISH");
+        publish
+            .arg(&self.keys.events)
+            .arg(format!("acquired {token} {name}"));
+        let mut conn = self.conn.clone();
+        publish
+            .query_async::<i64>(&mut conn)
+            .await
+            .map(drop)
+            .map_err(classify)
+    }
+
+    fn listen(&self, listener: Listener, shutdown: CancellationToken) {
         let client = self.client.clone();
-        let channel = self.keys.channel.clone();
+        let channels = Channels {
+            released: self.keys.channel.clone(),
+            events: self.keys.events.clone(),
+        };
         let address = self.address.clone();
         tokio::spawn(async move {
             let mut backoff = Duration::from_millis(100);
             let mut first = true;
             loop {
-                let session = subscribe_and_forward(&client, &channel, &listener, first);
+                let session = subscribe_and_forward(&client, &channels, &listener, first);
                 tokio::select! {
                     _ = shutdown.cancelled() => return,
                     subscribed = session => {
                         match subscribed {
                             Ok(()) => backoff = Duration::from_millis(100),
-                            Err(e) => tracing::debug!(master = %address, error = %e, "release subscription lost; reconnecting"),
+                            Err(e) => tracing::debug!(master = %address, error = %e, "announcement subscription lost; reconnecting"),
                         }
                         first = false;
                     }
@@ -424,30 +444,54 @@ impl LockNode for RedisNode {
     }
 }
 
-/// How often the release subscription is pinged. A subscription whose connection the
+/// How often the announcement subscription is pinged. A subscription whose connection the
 /// server closed does not end on its own; a failed ping is how it is noticed.
 const SUBSCRIPTION_PING: Duration = Duration::from_secs(1);
 
-/// Subscribe to the release channel and hand every message to `listener` until the
-/// connection fails. After a re-subscription, releases may have been missed meanwhile:
-/// every waiter is told to look again.
+/// An announcement from the events channel; `None` for one this version does not know.
+fn parse_event(payload: &str) -> Option<Announcement<'_>> {
+    let mut parts = payload.splitn(3, ' ');
+    let (kind, token, name) = (parts.next()?, parts.next()?.parse().ok()?, parts.next()?);
+    match kind {
+        "acquired" => Some(Announcement::Acquired(name, token)),
+        "released" => Some(Announcement::Released(name, token)),
+        _ => None,
+    }
+}
+
+/// The pub/sub channels the replicas announce on.
+struct Channels {
+    /// A revoke's release: the message is the lock name. (Its name and format predate the
+    /// events channel and stay, so that replicas of different versions still wake each
+    /// other's waiters.)
+    released: String,
+    /// `acquired <token> <name>` (a grant decided on a majority) and `released <token>
+    /// <name>` (a revoke).
+    events: String,
+}
+
+/// Subscribe to the announcement channels and hand every message to `listener` until the
+/// connection fails. After a re-subscription, announcements may have been missed
+/// meanwhile: the listener is told so.
 async fn subscribe_and_forward(
     client: &redis::Client,
-    channel: &str,
-    listener: &ReleaseListener,
+    channels: &Channels,
+    listener: &Listener,
     first: bool,
 ) -> Result<(), redis::RedisError> {
-    let timed_out =
-        || redis::RedisError::from((redis::ErrorKind::Io, "release subscription timed out"));
+    let timed_out = || redis::RedisError::from((redis::ErrorKind::Io, "subscription timed out"));
     let pubsub = tokio::time::timeout(Duration::from_secs(2), client.get_async_pubsub())
         .await
         .map_err(|_| timed_out())??;
     let (mut sink, mut messages) = pubsub.split();
-    tokio::time::timeout(Duration::from_secs(2), sink.subscribe(channel))
-        .await
-        .map_err(|_| timed_out())??;
+    tokio::time::timeout(
+        Duration::from_secs(2),
+        sink.subscribe(&[&channels.released, &channels.events]),
+    )
+    .await
+    .map_err(|_| timed_out())??;
     if !first {
-        listener(None);
+        listener(Announcement::Missed);
     }
     let mut ping = tokio::time::interval(SUBSCRIPTION_PING);
     ping.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -455,8 +499,11 @@ async fn subscribe_and_forward(
         tokio::select! {
             msg = messages.next() => match msg {
                 Some(msg) => {
-                    if let Ok(name) = msg.get_payload::<String>() {
-                        listener(Some(&name));
+                    let Ok(payload) = msg.get_payload::<String>() else { continue };
+                    if msg.get_channel_name() == channels.released {
+                        listener(Announcement::Freed(&payload));
+                    } else if let Some(announced) = parse_event(&payload) {
+                        listener(announced);
                     }
                 }
                 None => return Ok(()),

@@ -286,6 +286,8 @@ pub fn config(masters: &[&RedisMaster]) -> Config {
 pub struct TestApp {
     pub base: String,
     pub http: reqwest::Client,
+    /// The app's event bus, to observe locks as an embedding program would.
+    pub events: std::sync::Arc<redlockd::lease::Events>,
     stop: Option<oneshot::Sender<()>>,
     task: Option<tokio::task::JoinHandle<anyhow::Result<()>>>,
 }
@@ -304,6 +306,7 @@ impl TestApp {
         init_test_logging();
         let app = App::build(config).await.expect("app builds");
         let addr = app.local_addr().expect("bound");
+        let events = app.events();
         let (stop, stopped) = oneshot::channel::<()>();
         let task = tokio::spawn(app.run_until_stopped(async move {
             let _ = stopped.await;
@@ -316,6 +319,7 @@ impl TestApp {
                 .expect("http client"),
             stop: Some(stop),
             task: Some(task),
+            events,
         }
     }
 

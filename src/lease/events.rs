@@ -1,0 +1,369 @@
+//! One event bus per lock name: what happens to a lock, for whoever in this process cares.
+//!
+//! Events (`LockEvent`) come from the lease service (a grant it decided, a revoke, a lease
+//! it found lost) and from the other replicas through the masters' pub/sub (releases, and
+//! grants decided elsewhere). Two kinds of subscriber listen:
+//!
+//! - **Waiting grants**, in a first-come-first-served queue per name. Only the waiter at
+//!   the head of the queue tries the lock, and only it is woken by a release: one release
+//!   can hand the lock to one grant, so waking the others would only make them look and go
+//!   back to sleep (with thousands waiting, seconds of CPU a release). Leaving the queue
+//!   wakes the next in line. Expiry of the holder's lease is the waiter's own timer.
+//! - **Observers** (streams, elections, watchers): every event of the name, in order, from
+//!   a bounded channel; one that falls behind is told how many it missed.
+//!
+//! Each event carries the fencing token of the lease it is about, which orders them: an
+//! observer is told each grant and each release once (several masters announce each, and a
+//! replica hears its own), never news older than what it was told. Waiting grants are also
+//! woken by the tokenless release announcement that every version of redlockd sends.
+//! Entries exist only while someone listens: the last to leave removes the name, so
+//! nothing accumulates as names come and go.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+use tokio::sync::{broadcast, watch};
+
+/// How many events an observer may fall behind before it is told it missed some.
+const OBSERVER_BACKLOG: usize = 64;
+
+/// Something that happened to a lock.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum LockEvent {
+    /// A lease was granted with this fencing token (by this replica or another).
+    Acquired { token: u64 },
+    /// The holder of the lease with this token revoked it: the lock is free unless
+    /// granted again since (a later `Acquired` says so).
+    Released { token: u64 },
+    /// A lease granted through this replica was found lost when renewed: it expired, or
+    /// a majority no longer holds it. Only the replica that renews it knows.
+    Lost { token: u64 },
+}
+
+#[derive(Default)]
+pub struct Events {
+    /// A std mutex: it is held only for map updates, never across an await.
+    names: Mutex<HashMap<String, Topic>>,
+    next_ticket: AtomicU64,
+}
+
+/// One name's listeners.
+#[derive(Default)]
+struct Topic {
+    /// Waiting grants in arrival order, each with its own wake-up channel.
+    order: VecDeque<(u64, watch::Sender<u64>)>,
+    /// Observers, created with the first one.
+    observers: Option<broadcast::Sender<LockEvent>>,
+    /// The highest token announced (granted or released), so that a grant announced by
+    /// several masters (and by this replica itself) reaches observers once, and news older
+    /// than what they were told does not.
+    last_token: u64,
+    /// The highest token whose release observers were told of.
+    last_released: u64,
+}
+
+impl Topic {
+    /// Wake the waiter at the head of the line.
+    fn wake_first(&self) {
+        if let Some((_, wake)) = self.order.front() {
+            wake.send_modify(|v| *v = v.wrapping_add(1));
+        }
+    }
+
+    fn is_idle(&self) -> bool {
+        self.order.is_empty()
+            && self
+                .observers
+                .as_ref()
+                .is_none_or(|o| o.receiver_count() == 0)
+    }
+}
+
+/// A place in a name's queue of waiting grants. Dropping it (the grant finished, timed
+/// out, or its client went away) leaves the queue and wakes the next waiter.
+pub struct Ticket {
+    events: Arc<Events>,
+    name: String,
+    id: u64,
+    wake: watch::Receiver<u64>,
+}
+
+/// An observer of one name's events. Dropping it unsubscribes.
+pub struct Subscription {
+    events: Arc<Events>,
+    name: String,
+    rx: Option<broadcast::Receiver<LockEvent>>,
+}
+
+impl Events {
+    pub fn new() -> Arc<Self> {
+        Arc::new(Self::default())
+    }
+
+    fn names(&self) -> std::sync::MutexGuard<'_, HashMap<String, Topic>> {
+        // Only plain collections are behind it; a panic elsewhere cannot corrupt them.
+        self.names.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Join the end of `name`'s queue of waiting grants.
+    pub fn join(self: &Arc<Self>, name: &str) -> Ticket {
+        let id = self.next_ticket.fetch_add(1, Ordering::Relaxed);
+        let (wake, rx) = watch::channel(0);
+        self.names()
+            .entry(name.to_owned())
+            .or_default()
+            .order
+            .push_back((id, wake));
+        Ticket {
+            events: self.clone(),
+            name: name.to_owned(),
+            id,
+            wake: rx,
+        }
+    }
+
+    /// Observe every event of `name` from now on.
+    pub fn subscribe(self: &Arc<Self>, name: &str) -> Subscription {
+        let mut names = self.names();
+        let topic = names.entry(name.to_owned()).or_default();
+        let rx = topic
+            .observers
+            .get_or_insert_with(|| broadcast::channel(OBSERVER_BACKLOG).0)
+            .subscribe();
+        Subscription {
+            events: self.clone(),
+            name: name.to_owned(),
+            rx: Some(rx),
+        }
+    }
+
+    /// Tell `name`'s listeners what happened. Cheap when nobody listens.
+    pub fn publish(&self, name: &str, event: LockEvent) {
+        let mut names = self.names();
+        let Some(topic) = names.get_mut(name) else {
+            return;
+        };
+        let news = match event {
+            LockEvent::Acquired { token } => token > topic.last_token,
+            LockEvent::Released { token } => {
+                topic.wake_first();
+                // A release of an older lease than the newest grant seen is old news, and
+                // one heard before its grant's announcement makes that announcement so.
+                let news = token > topic.last_released && token >= topic.last_token;
+                topic.last_released = topic.last_released.max(token);
+                news
+            }
+            LockEvent::Lost { .. } => true,
+        };
+        if let LockEvent::Acquired { token } | LockEvent::Released { token } = event {
+            topic.last_token = topic.last_token.max(token);
+        }
+        if news && let Some(observers) = &topic.observers {
+            // No receiver left is not an error: the last one is about to remove the name.
+            let _ = observers.send(event);
+        }
+    }
+
+    /// `name` may have been released (an announcement without a token, from any version
+    /// of redlockd): wake its first waiter to look.
+    pub fn wake(&self, name: &str) {
+        if let Some(topic) = self.names().get(name) {
+            topic.wake_first();
+        }
+    }
+
+    /// Releases may have been missed (a master's announcements were cut off): wake the
+    /// first waiter of every name to look again.
+    pub fn resync(&self) {
+        for topic in self.names().values() {
+            topic.wake_first();
+        }
+    }
+
+    /// How many names have listeners: zero when everyone has left.
+    pub fn names_listened_to(&self) -> usize {
+        self.names().len()
+    }
+}
+
+impl Ticket {
+    /// Whether this waiter is first in line and may try the lock.
+    pub fn is_first(&self) -> bool {
+        self.events
+            .names()
+            .get(&self.name)
+            .and_then(|t| t.order.front())
+            .is_some_and(|(id, _)| *id == self.id)
+    }
+
+    /// Forget the wake-ups seen so far; `woken` then waits for a newer one.
+    pub fn mark_seen(&mut self) {
+        self.wake.borrow_and_update();
+    }
+
+    /// Wait for this waiter's next wake-up since `mark_seen`.
+    pub async fn woken(&mut self) {
+        // The sender lives in the topic as long as this ticket does.
+        let _ = self.wake.changed().await;
+    }
+}
+
+impl Drop for Ticket {
+    fn drop(&mut self) {
+        let mut names = self.events.names();
+        let Some(topic) = names.get_mut(&self.name) else {
+            return;
+        };
+        let was_first = topic.order.front().is_some_and(|(id, _)| *id == self.id);
+        topic.order.retain(|(id, _)| *id != self.id);
+        if topic.is_idle() {
+            names.remove(&self.name);
+        } else if was_first {
+            // The next waiter is now first: let it look.
+            topic.wake_first();
+        }
+    }
+}
+
+/// What an observer receives.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Observed {
+    Event(LockEvent),
+    /// The observer fell this many events behind and they were dropped: whatever it
+    /// derives from events (who holds the lock) must be read again.
+    Missed(u64),
+}
+
+impl Subscription {
+    /// The next event, or `None` once the bus is gone.
+    pub async fn next(&mut self) -> Option<Observed> {
+        let rx = self.rx.as_mut()?;
+        match rx.recv().await {
+            Ok(event) => Some(Observed::Event(event)),
+            Err(broadcast::error::RecvError::Lagged(n)) => Some(Observed::Missed(n)),
+            Err(broadcast::error::RecvError::Closed) => None,
+        }
+    }
+}
+
+impl Drop for Subscription {
+    fn drop(&mut self) {
+        // Drop the receiver first, so that the count below no longer includes it.
+        self.rx.take();
+        let mut names = self.events.names();
+        if names.get(&self.name).is_some_and(Topic::is_idle) {
+            names.remove(&self.name);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn first_come_first_served_and_nothing_left_behind() {
+        let events = Events::new();
+        let first = events.join("a");
+        let mut second = events.join("a");
+        assert!(first.is_first());
+        assert!(!second.is_first());
+        second.mark_seen();
+        drop(first);
+        // Leaving wakes the next in line.
+        tokio::time::timeout(std::time::Duration::from_secs(1), second.woken())
+            .await
+            .expect("woken when the first waiter left");
+        assert!(second.is_first());
+        drop(second);
+        assert_eq!(events.names_listened_to(), 0);
+    }
+
+    #[tokio::test]
+    async fn a_release_wakes_only_the_first_waiter() {
+        let events = Events::new();
+        let mut first = events.join("a");
+        let mut second = events.join("a");
+        first.mark_seen();
+        second.mark_seen();
+        events.wake("a");
+        assert!(first.wake.has_changed().unwrap_or(false), "first woken");
+        assert!(
+            !second.wake.has_changed().unwrap_or(true),
+            "second must not be woken by a release it cannot win"
+        );
+        drop(first);
+        assert!(
+            second.wake.has_changed().unwrap_or(false),
+            "second woken when first left"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_release_wakes_the_waiters_of_that_name_only() {
+        let events = Events::new();
+        let mut a = events.join("a");
+        let mut b = events.join("b");
+        a.mark_seen();
+        b.mark_seen();
+        events.wake("a");
+        events.wake("nobody-waits");
+        tokio::time::timeout(std::time::Duration::from_secs(1), a.woken())
+            .await
+            .expect("a woken");
+        assert!(!b.wake.has_changed().unwrap_or(true), "b must not be woken");
+    }
+
+    #[tokio::test]
+    async fn observers_see_every_event_once_in_order_and_leave_nothing_behind() {
+        let events = Events::new();
+        let mut watch = events.subscribe("a");
+        let waiter = events.join("a");
+        events.publish("a", LockEvent::Acquired { token: 7 });
+        // The same grant announced again (by another master, or echoed back): once.
+        events.publish("a", LockEvent::Acquired { token: 7 });
+        events.publish("a", LockEvent::Released { token: 7 });
+        events.publish("a", LockEvent::Released { token: 7 });
+        events.publish("b", LockEvent::Released { token: 1 });
+        // A release heard before its grant's announcement: the late grant is old news.
+        events.publish("a", LockEvent::Released { token: 8 });
+        events.publish("a", LockEvent::Acquired { token: 8 });
+        events.publish("a", LockEvent::Acquired { token: 9 });
+        // A late release of an older lease does not say the lock is free.
+        events.publish("a", LockEvent::Released { token: 7 });
+        events.publish("a", LockEvent::Lost { token: 9 });
+        let mut seen = Vec::new();
+        for _ in 0..5 {
+            seen.push(watch.next().await.expect("event"));
+        }
+        assert_eq!(
+            seen,
+            [
+                Observed::Event(LockEvent::Acquired { token: 7 }),
+                Observed::Event(LockEvent::Released { token: 7 }),
+                Observed::Event(LockEvent::Released { token: 8 }),
+                Observed::Event(LockEvent::Acquired { token: 9 }),
+                Observed::Event(LockEvent::Lost { token: 9 }),
+            ]
+        );
+        drop(waiter);
+        assert_eq!(events.names_listened_to(), 1, "the observer still listens");
+        drop(watch);
+        assert_eq!(events.names_listened_to(), 0);
+    }
+
+    #[tokio::test]
+    async fn an_observer_that_falls_behind_is_told_how_much_it_missed() {
+        let events = Events::new();
+        let mut watch = events.subscribe("a");
+        for token in 1..=(OBSERVER_BACKLOG as u64 + 10) {
+            events.publish("a", LockEvent::Acquired { token });
+        }
+        assert_eq!(watch.next().await, Some(Observed::Missed(10)));
+        assert_eq!(
+            watch.next().await,
+            Some(Observed::Event(LockEvent::Acquired { token: 11 }))
+        );
+    }
+}
