@@ -130,7 +130,7 @@ async fn engine_grants(engine: &Arc<Redlock>, clients: usize, per_client: usize)
         move |c, i| {
             let engine = engine.clone();
             async move {
-                let name = format!("engine:{c}:{i}");
+                let name = redlockd::redlock::node::LockKey::mutex(format!("engine:{c}:{i}"));
                 let t = Instant::now();
                 engine
                     .acquire(&name, "lease", Duration::from_secs(10), None)

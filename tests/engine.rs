@@ -6,12 +6,17 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use redlockd::metrics::Metrics;
-use redlockd::redlock::node::LockNode;
+use redlockd::redlock::node::{Kind, LockKey, LockNode};
 use redlockd::redlock::{EngineConfig, EngineError, Redlock};
 use redlockd::store::memory::{Fault, MemoryNode};
 use tokio::time::Instant;
 
 const TIMEOUT: Duration = Duration::from_millis(50);
+
+/// The mutex `name`: what the contract's `/locks/{name}` holds.
+fn key(name: &str) -> LockKey {
+    LockKey::mutex(name)
+}
 const TTL: Duration = Duration::from_secs(10);
 
 struct Bed {
@@ -58,7 +63,7 @@ impl Bed {
 
     async fn grant(&self, name: &str, lease: &str) -> Result<u64, EngineError> {
         self.engine
-            .acquire(name, lease, TTL, None)
+            .acquire(&key(name), lease, TTL, None)
             .await
             .map(|l| l.token)
     }
@@ -71,7 +76,7 @@ async fn a_healthy_majority_never_waits_for_a_hung_master() {
     let started = Instant::now();
     let leased = bed
         .engine
-        .acquire("a", "L1", TTL, Some("me".into()))
+        .acquire(&key("a"), "L1", TTL, Some("me".into()))
         .await
         .expect("granted");
     assert_eq!(
@@ -158,18 +163,18 @@ async fn a_grant_without_validity_left_fails_and_is_released() {
     let engine = &bed.engine;
     // 100 ms TTL: 40 ms elapsed + 3 ms drift leaves 57 ms.
     let ok = engine
-        .acquire("a", "L1", Duration::from_millis(100), None)
+        .acquire(&key("a"), "L1", Duration::from_millis(100), None)
         .await
         .expect("granted");
     assert_eq!(ok.validity, Duration::from_millis(57));
-    engine.release("a", "L1").await.expect("released");
+    engine.release(&key("a"), "L1").await.expect("released");
 
     // 45 ms elapsed on a 47 ms TTL leaves nothing after the drift allowance.
     for node in &bed.nodes {
         node.set_fault(Fault::Slow(Duration::from_millis(45)));
     }
     let err = engine
-        .acquire("b", "L2", Duration::from_millis(47), None)
+        .acquire(&key("b"), "L2", Duration::from_millis(47), None)
         .await
         .unwrap_err();
     assert!(matches!(err, EngineError::Unavailable(_)), "{err:?}");
@@ -192,7 +197,10 @@ async fn tokens_rise_when_the_counters_diverge() {
         let token = bed.grant("x", &lease).await.expect("granted on A, B");
         assert!(token > last);
         last = token;
-        bed.engine.release("x", &lease).await.expect("released");
+        bed.engine
+            .release(&key("x"), &lease)
+            .await
+            .expect("released");
     }
     assert_eq!((a.fence(), b.fence(), c.fence()), (10, 10, 0));
 
@@ -202,7 +210,7 @@ async fn tokens_rise_when_the_counters_diverge() {
     let token = bed.grant("x", "ac").await.expect("granted on A, C");
     assert_eq!(token, 11);
     assert_eq!(c.fence(), 11, "the chosen token was written back to C");
-    bed.engine.release("x", "ac").await.expect("released");
+    bed.engine.release(&key("x"), "ac").await.expect("released");
 
     b.set_fault(Fault::None);
     bed.reverify(&[&bed.engine]).await;
@@ -216,7 +224,7 @@ async fn a_straggler_that_granted_late_gets_the_chosen_token() {
     let bed = bed(3).await;
     // C's counter is ahead; it answers after the timeout, so the grant is decided without it.
     bed.nodes[2]
-        .confirm("none", "none", 40)
+        .confirm(&key("none"), "none", 40)
         .await
         .expect("raised");
     bed.nodes[2].set_fault(Fault::Slow(Duration::from_millis(30)));
@@ -229,10 +237,11 @@ async fn a_straggler_that_granted_late_gets_the_chosen_token() {
     for _ in 0..100 {
         tokio::time::advance(Duration::from_millis(1)).await;
         settled = bed.nodes[2]
-            .read("s")
+            .read(&key("s"))
             .await
             .expect("read")
-            .filter(|h| h.token == 1);
+            .into_iter()
+            .find(|h| h.token == 1);
         if settled.is_some() {
             break;
         }
@@ -241,7 +250,11 @@ async fn a_straggler_that_granted_late_gets_the_chosen_token() {
         settled.is_some(),
         "C's own token 41 was replaced by the chosen one"
     );
-    let checked = bed.engine.check("s", "L1").await.expect("check agrees");
+    let checked = bed
+        .engine
+        .check(&key("s"), "L1")
+        .await
+        .expect("check agrees");
     assert_eq!(checked.token, 1);
 }
 
@@ -250,17 +263,17 @@ async fn only_the_holder_renews_or_releases_and_renewing_keeps_the_token() {
     let bed = bed(3).await;
     let token = bed.grant("r", "L1").await.expect("granted");
     assert_eq!(
-        bed.engine.renew("r", "other", None).await,
+        bed.engine.renew(&key("r"), "other", None).await,
         Err(EngineError::NotFound)
     );
     assert_eq!(
-        bed.engine.release("r", "other").await,
+        bed.engine.release(&key("r"), "other").await,
         Err(EngineError::NotFound)
     );
     tokio::time::advance(Duration::from_secs(8)).await;
     let renewed = bed
         .engine
-        .renew("r", "L1", Some(Duration::from_secs(20)))
+        .renew(&key("r"), "L1", Some(Duration::from_secs(20)))
         .await
         .expect("renewed");
     assert_eq!(renewed.token, token);
@@ -268,15 +281,19 @@ async fn only_the_holder_renews_or_releases_and_renewing_keeps_the_token() {
     // Past the original TTL, the renewed lease still holds.
     tokio::time::advance(Duration::from_secs(5)).await;
     assert_eq!(
-        bed.engine.check("r", "L1").await.expect("held").token,
+        bed.engine.check(&key("r"), "L1").await.expect("held").token,
         token
     );
     // A renew without a TTL reuses the lease's own (20 s).
-    let again = bed.engine.renew("r", "L1", None).await.expect("renewed");
+    let again = bed
+        .engine
+        .renew(&key("r"), "L1", None)
+        .await
+        .expect("renewed");
     assert_eq!(again.ttl, Duration::from_secs(20));
     tokio::time::advance(Duration::from_secs(21)).await;
     assert_eq!(
-        bed.engine.renew("r", "L1", None).await,
+        bed.engine.renew(&key("r"), "L1", None).await,
         Err(EngineError::NotFound)
     );
     assert!(bed.grant("r", "L2").await.expect("free after expiry") > token);
@@ -312,7 +329,7 @@ async fn a_master_that_restarts_empty_is_quarantined_then_restored() {
 
     // While quarantined, C does not vote: one more failure and grants stop.
     bed.engine
-        .release("q", "L1")
+        .release(&key("q"), "L1")
         .await
         .expect("released on A, B");
     bed.nodes[1].set_fault(Fault::Down);
@@ -348,16 +365,21 @@ async fn a_master_that_restarts_empty_is_quarantined_then_restored() {
 async fn reads_need_a_majority() {
     let bed = bed(3).await;
     let token = bed.grant("i", "L1").await.expect("granted");
-    let holder = bed.engine.inspect("i").await.expect("read").expect("held");
+    let holder = bed
+        .engine
+        .inspect(&key("i"))
+        .await
+        .expect("read")
+        .expect("held");
     assert_eq!(holder.token, token);
-    assert_eq!(bed.engine.inspect("free").await.expect("read"), None);
+    assert_eq!(bed.engine.inspect(&key("free")).await.expect("read"), None);
     bed.nodes[0].set_fault(Fault::Hang);
     bed.nodes[1].set_fault(Fault::Down);
     assert!(matches!(
-        bed.engine.inspect("i").await,
+        bed.engine.inspect(&key("i")).await,
         Err(EngineError::Unavailable(_))
     ));
-    let listed = bed.engine.list("", "", 10).await;
+    let listed = bed.engine.list(Kind::Mutex, "", "", 10).await;
     assert!(matches!(listed, Err(EngineError::Unavailable(_))));
 }
 
@@ -371,12 +393,12 @@ async fn list_merges_what_a_majority_hold() {
     }
     // Held on one master only: not a lock.
     bed.nodes[0]
-        .acquire("inv:3", "stray", 10_000, None)
+        .acquire(&key("inv:3"), "stray", 10_000, None)
         .await
         .expect("set");
     let names: Vec<String> = bed
         .engine
-        .list("inv", "", 10)
+        .list(Kind::Mutex, "inv", "", 10)
         .await
         .expect("list")
         .0
@@ -386,7 +408,7 @@ async fn list_merges_what_a_majority_hold() {
     assert_eq!(names, ["inv:1", "inv:2"]);
     let first: Vec<String> = bed
         .engine
-        .list("", "", 1)
+        .list(Kind::Mutex, "", "", 1)
         .await
         .expect("list")
         .0
@@ -457,7 +479,7 @@ async fn a_new_replica_never_initialises_a_master_it_alone_sees() {
 
     // A and the empty C would make a majority: a second lease while L1 is valid.
     for engine in [&bed.engine, &newcomer] {
-        let second = engine.acquire("x", "L2", TTL, None).await;
+        let second = engine.acquire(&key("x"), "L2", TTL, None).await;
         assert!(
             matches!(second, Err(EngineError::Held { .. })),
             "granted a second lease: {second:?}"
@@ -540,7 +562,7 @@ async fn a_master_restarted_from_an_old_snapshot_stops_voting() {
     bed.probe().await;
     assert!(bed.engine.monitor().status()[2].quarantined_until.is_some());
     for engine in [&bed.engine, &newcomer] {
-        let second = engine.acquire("x", "L2", TTL, None).await;
+        let second = engine.acquire(&key("x"), "L2", TTL, None).await;
         assert!(
             matches!(second, Err(EngineError::Held { .. })),
             "granted a second lease: {second:?}"
@@ -583,10 +605,10 @@ async fn a_revoke_of_a_lease_a_majority_no_longer_hold_is_not_found_and_removes_
     let bed = bed(3).await;
     bed.grant("r", "L1").await.expect("granted");
     for node in &bed.nodes[1..] {
-        node.release("r", "L1", false).await.expect("removed");
+        node.release(&key("r"), "L1", false).await.expect("removed");
     }
     assert_eq!(
-        bed.engine.release("r", "L1").await,
+        bed.engine.release(&key("r"), "L1").await,
         Err(EngineError::NotFound)
     );
     assert!(!bed.nodes[0].holds("r", "L1"), "the leftover was removed");
@@ -598,7 +620,7 @@ async fn a_revoke_reaches_a_master_that_answers_late() {
     bed.nodes[2].set_fault(Fault::Hang);
     bed.grant("r", "L1").await.expect("granted on A, B");
     let started = Instant::now();
-    bed.engine.release("r", "L1").await.expect("revoked");
+    bed.engine.release(&key("r"), "L1").await.expect("revoked");
     assert_eq!(
         started.elapsed(),
         Duration::ZERO,
@@ -608,7 +630,7 @@ async fn a_revoke_reaches_a_master_that_answers_late() {
     // C comes back holding the key (its acquire ran late).
     bed.nodes[2].set_fault(Fault::None);
     bed.nodes[2]
-        .acquire("r", "L1", 10_000, None)
+        .acquire(&key("r"), "L1", 10_000, None)
         .await
         .expect("late acquire");
     for _ in 0..50 {
@@ -628,11 +650,11 @@ async fn a_revoke_reaches_a_master_that_answers_late() {
 async fn the_backlog_of_a_dead_master_is_bounded() {
     let bed = bed(3).await;
     bed.nodes[0]
-        .acquire("h", "holder", 3_600_000, None)
+        .acquire(&key("h"), "holder", 3_600_000, None)
         .await
         .expect("set");
     bed.nodes[1]
-        .acquire("h", "holder", 3_600_000, None)
+        .acquire(&key("h"), "holder", 3_600_000, None)
         .await
         .expect("set");
     bed.nodes[2].set_fault(Fault::Down);
@@ -640,7 +662,7 @@ async fn the_backlog_of_a_dead_master_is_bounded() {
     for i in 0..cap + 10 {
         assert!(matches!(
             bed.engine
-                .acquire("h", &format!("L{i}"), Duration::from_secs(60), None)
+                .acquire(&key("h"), &format!("L{i}"), Duration::from_secs(60), None)
                 .await,
             Err(EngineError::Held { .. })
         ));
@@ -652,15 +674,15 @@ async fn the_backlog_of_a_dead_master_is_bounded() {
 async fn simultaneous_minorities_are_a_split_not_a_holder() {
     let bed = bed(3).await;
     bed.nodes[1]
-        .acquire("s", "B", 30_000, None)
+        .acquire(&key("s"), "B", 30_000, None)
         .await
         .expect("set");
     bed.nodes[2]
-        .acquire("s", "C", 30_000, None)
+        .acquire(&key("s"), "C", 30_000, None)
         .await
         .expect("set");
     assert_eq!(
-        bed.engine.acquire("s", "A", TTL, None).await,
+        bed.engine.acquire(&key("s"), "A", TTL, None).await,
         Err(EngineError::Split)
     );
     assert!(!bed.nodes[0].holds("s", "A"), "the minority was released");
@@ -680,8 +702,14 @@ async fn a_split_is_retried_and_never_answered_with_a_contenders_ttl() {
         tokio_util::sync::CancellationToken::new(),
     );
     // Two stale minorities that no contender releases: the split persists.
-    nodes[1].acquire("s", "B", 30_000, None).await.expect("set");
-    nodes[2].acquire("s", "C", 30_000, None).await.expect("set");
+    nodes[1]
+        .acquire(&key("s"), "B", 30_000, None)
+        .await
+        .expect("set");
+    nodes[2]
+        .acquire(&key("s"), "C", 30_000, None)
+        .await
+        .expect("set");
     let name = LockName::parse("s").unwrap();
     match service.grant(name.clone(), ttl, WaitTime::NONE, None).await {
         Err(redlockd::lease::LeaseError::Held { retry_after }) => assert!(
@@ -695,7 +723,7 @@ async fn a_split_is_retried_and_never_answered_with_a_contenders_ttl() {
     let node = nodes[2].clone();
     let contender = tokio::spawn(async move {
         tokio::time::sleep(Duration::from_millis(1)).await;
-        node.release("s", "C", false).await
+        node.release(&key("s"), "C", false).await
     });
     let lease = service
         .grant(name, ttl, WaitTime::NONE, None)
@@ -743,7 +771,7 @@ async fn a_master_that_comes_back_from_a_snapshot_moments_old_never_votes_for_a_
     let bed = bed(3).await;
     // C is held by another lease for a moment: L1 lands on A and B only.
     bed.nodes[2]
-        .acquire("x", "other", 100, None)
+        .acquire(&key("x"), "other", 100, None)
         .await
         .expect("set");
     let snapshot = bed.nodes[0].snapshot();
@@ -756,7 +784,7 @@ async fn a_master_that_comes_back_from_a_snapshot_moments_old_never_votes_for_a_
     bed.nodes[0].restart_from(snapshot);
     bed.nodes[0].set_fault(Fault::None);
     assert!(bed.nodes[0].marked());
-    let second = bed.engine.acquire("x", "L2", TTL, None).await;
+    let second = bed.engine.acquire(&key("x"), "L2", TTL, None).await;
     assert!(
         matches!(second, Err(EngineError::Held { .. })),
         "A voted for a second lease before it was verified: {second:?}"

@@ -10,6 +10,7 @@ pub mod events;
 mod service;
 
 pub use crate::redlock::MasterStatus;
+use crate::redlock::node::LockKey;
 pub use error::{LeaseError, MasterFailure, Unavailability};
 pub use events::{Events, LockEvent};
 pub use service::{Lease, LeaseService, LockHolder, Readiness};
@@ -50,6 +51,11 @@ impl LockName {
         }
         check_alphabet(raw, "lock name")?;
         Ok(Self(raw.to_owned()))
+    }
+
+    /// The masters' key of this name: the contract's locks are mutexes.
+    pub fn key(&self) -> LockKey {
+        LockKey::mutex(self.0.as_str())
     }
 
     pub fn as_str(&self) -> &str {

@@ -13,6 +13,7 @@ use super::LeaseError;
 use super::events::{Events, LockEvent};
 use super::{FencingToken, LeaseId, LockName, NamePrefix, Owner, Ttl, WaitTime};
 use crate::metrics::Metrics;
+use crate::redlock::node::Kind;
 use crate::redlock::{EngineError, Holder, Leased, MasterStatus, Redlock, Unavailability};
 
 /// A lease as the service hands it to the HTTP layer.
@@ -258,7 +259,7 @@ impl LeaseService {
                 let token = lease.token.0;
                 self.events
                     .publish(name.as_str(), LockEvent::Acquired { token });
-                self.engine.announce_acquired(name.as_str(), token);
+                self.engine.announce_acquired(&name.key(), token);
             }
             Err(LeaseError::Held { .. }) if !already_contended => {
                 self.metrics.contended(name.class())
@@ -310,12 +311,12 @@ impl LeaseService {
         self.attempts.spawn(async move {
             let id = LeaseId::generate();
             let result = engine
-                .acquire(name.as_str(), id.as_str(), ttl, owner)
+                .acquire(&name.key(), id.as_str(), ttl, owner)
                 .await
                 .map(|leased| Lease::new(name.clone(), id.clone(), leased));
             if let Err(Ok(unwanted)) = tx.send(result) {
                 tracing::info!(lock = %name, "client left before its grant completed; releasing it");
-                let _ = engine.release(name.as_str(), id.as_str()).await;
+                let _ = engine.release(&name.key(), id.as_str()).await;
                 events.publish(
                     name.as_str(),
                     LockEvent::Released {
@@ -339,7 +340,7 @@ impl LeaseService {
     ) -> Result<Lease, LeaseError> {
         let leased = match self
             .engine
-            .renew(name.as_str(), id.as_str(), ttl.map(Ttl::get))
+            .renew(&name.key(), id.as_str(), ttl.map(Ttl::get))
             .await
         {
             Ok(leased) => leased,
@@ -361,7 +362,7 @@ impl LeaseService {
     pub async fn revoke(&self, name: LockName, id: LeaseId) -> Result<(), LeaseError> {
         let result = self
             .engine
-            .release(name.as_str(), id.as_str())
+            .release(&name.key(), id.as_str())
             .await
             .map_err(LeaseError::from);
         if result.is_ok() {
@@ -381,7 +382,7 @@ impl LeaseService {
     }
 
     pub async fn check(&self, name: LockName, id: LeaseId) -> Result<Lease, LeaseError> {
-        let leased = self.engine.check(name.as_str(), id.as_str()).await?;
+        let leased = self.engine.check(&name.key(), id.as_str()).await?;
         Ok(Lease::new(name, id, leased))
     }
 
@@ -389,7 +390,7 @@ impl LeaseService {
     pub async fn inspect(&self, name: &LockName) -> Result<Option<LockHolder>, LeaseError> {
         Ok(self
             .engine
-            .inspect(name.as_str())
+            .inspect(&name.key())
             .await?
             .map(LockHolder::from))
     }
@@ -403,7 +404,7 @@ impl LeaseService {
     ) -> Result<(Vec<LockHolder>, Option<String>), LeaseError> {
         let (holders, next) = self
             .engine
-            .list(prefix.as_str(), after.as_str(), limit)
+            .list(Kind::Mutex, prefix.as_str(), after.as_str(), limit)
             .await?;
         Ok((holders.into_iter().map(LockHolder::from).collect(), next))
     }

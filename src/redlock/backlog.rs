@@ -23,7 +23,7 @@ use tokio::sync::mpsc;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use super::node::{Acquired, LockNode, NodeError, NodeResult};
+use super::node::{Acquired, LockKey, LockNode, NodeError, NodeResult};
 use crate::metrics::Metrics;
 
 /// How much work one master's backlog may hold; past it new work is refused (counted in
@@ -39,7 +39,7 @@ pub(super) enum Job {
     /// gets the chosen token if it set the key with another one (or its reply was lost).
     Settle {
         reply: BoxFuture<'static, (usize, NodeResult<Acquired>)>,
-        name: Arc<str>,
+        key: LockKey,
         lease: Arc<str>,
         token: u64,
     },
@@ -51,7 +51,7 @@ pub(super) enum Job {
     /// that (when any backlog on an old connection has run), and never past `give_up`, when
     /// the key has expired by itself anyway.
     Release {
-        name: Arc<str>,
+        key: LockKey,
         lease: Arc<str>,
         give_up: Instant,
         /// The request's own release call, if it was still in flight when the request was
@@ -152,7 +152,7 @@ impl Worker {
                 Job::Finish(call) => call.await,
                 Job::Settle {
                     reply,
-                    name,
+                    key,
                     lease,
                     token,
                 } => {
@@ -164,11 +164,11 @@ impl Worker {
                     };
                     if needs {
                         let _ =
-                            tokio::time::timeout(limit, node.confirm(&name, &lease, token)).await;
+                            tokio::time::timeout(limit, node.confirm(&key, &lease, token)).await;
                     }
                 }
                 Job::Release {
-                    name,
+                    key,
                     lease,
                     give_up,
                     in_flight,
@@ -185,7 +185,7 @@ impl Worker {
                     while Instant::now() + backoff < give_up {
                         tokio::time::sleep(backoff).await;
                         let reply =
-                            tokio::time::timeout(limit, node.release(&name, &lease, false)).await;
+                            tokio::time::timeout(limit, node.release(&key, &lease, false)).await;
                         if let Ok(Ok(_)) = reply {
                             if answered {
                                 return;

@@ -17,7 +17,7 @@ use futures::stream::FuturesUnordered;
 
 use super::backlog::{Backlog, Job};
 use super::health::Monitor;
-use super::node::{Acquired, LockNode, NodeError, NodeResult};
+use super::node::{Acquired, Kind, LockKey, LockNode, NodeError, NodeResult};
 use super::quorum::{self, GrantOutcome, OwnedOutcome, ReadOutcome, ReleaseOutcome};
 
 use crate::metrics::Metrics;
@@ -351,7 +351,7 @@ impl Redlock {
     /// Tell the other replicas that a grant of `name` was decided with `token`, through
     /// one master (every replica listens to all of them), without waiting: the master's
     /// backlog sends it, bounded like the rest of its work. The masters take turns.
-    pub fn announce_acquired(&self, name: &str, token: u64) {
+    pub fn announce_acquired(&self, key: &LockKey, token: u64) {
         let n = self.nodes.len();
         let start = self
             .announcer
@@ -363,27 +363,27 @@ impl Redlock {
             return;
         };
         let node = self.nodes[i].clone();
-        let (name, limit) = (name.to_owned(), self.config.master_timeout);
+        let (key, limit) = (key.clone(), self.config.master_timeout);
         self.backlog.push(
             i,
             Job::Finish(Box::pin(async move {
-                let _ = tokio::time::timeout(limit, node.announce_acquired(&name, token)).await;
+                let _ = tokio::time::timeout(limit, node.announce_acquired(&key, token)).await;
             })),
         );
     }
 
-    /// Acquire `name` for `lease`: Redlock's grant, with a fencing token that is greater
+    /// Acquire `key` for `lease`: Redlock's grant, with a fencing token that is greater
     /// than every earlier grant's.
     pub async fn acquire(
         &self,
-        name: &str,
+        key: &LockKey,
         lease: &str,
         ttl: Duration,
         owner: Option<Arc<str>>,
     ) -> Result<Leased, EngineError> {
         let started = Instant::now();
         let ttl_ms = millis(ttl);
-        let (name, lease): (Arc<str>, Arc<str>) = (name.into(), lease.into());
+        let (key, lease): (LockKey, Arc<str>) = (key.clone(), lease.into());
         let Round {
             outcome,
             pending: stragglers,
@@ -393,10 +393,10 @@ impl Redlock {
             .fan_out(
                 self.config.master_timeout,
                 |i, node| {
-                    let (name, lease, owner) = (name.clone(), lease.clone(), owner.clone());
+                    let (key, lease, owner) = (key.clone(), lease.clone(), owner.clone());
                     let monitor = self.monitor.clone();
                     Box::pin(async move {
-                        let reply = node.acquire(&name, &lease, ttl_ms, owner.as_deref()).await;
+                        let reply = node.acquire(&key, &lease, ttl_ms, owner.as_deref()).await;
                         if let Ok(Acquired::Granted { token }) = &reply {
                             monitor.saw_fence(i, *token);
                         }
@@ -412,17 +412,17 @@ impl Redlock {
             Some(GrantOutcome::Won { token, confirmed }) => (token, confirmed),
             Some(GrantOutcome::Held { retry_after }) => {
                 drop(stragglers);
-                self.abandon(&name, &lease, ttl).await;
+                self.abandon(&key, &lease, ttl).await;
                 return Err(EngineError::Held { retry_after });
             }
             Some(GrantOutcome::Split) => {
                 drop(stragglers);
-                self.abandon(&name, &lease, ttl).await;
+                self.abandon(&key, &lease, ttl).await;
                 return Err(EngineError::Split);
             }
             Some(GrantOutcome::Unavailable) | None => {
                 drop(stragglers);
-                self.abandon(&name, &lease, ttl).await;
+                self.abandon(&key, &lease, ttl).await;
                 return Err(Unavailability::of(
                     "fewer than a majority of masters granted the lock",
                     failures,
@@ -434,7 +434,7 @@ impl Redlock {
                 call.master,
                 Job::Settle {
                     reply: Box::pin(call),
-                    name: name.clone(),
+                    key: key.clone(),
                     lease: lease.clone(),
                     token,
                 },
@@ -443,9 +443,9 @@ impl Redlock {
 
         let q = quorum::majority(self.nodes.len());
         if confirmed < q
-            && let Err(failures) = self.confirm(&name, &lease, token).await
+            && let Err(failures) = self.confirm(&key, &lease, token).await
         {
-            self.abandon(&name, &lease, ttl).await;
+            self.abandon(&key, &lease, ttl).await;
             return Err(Unavailability::of(
                 "could not record the fencing token on a majority of masters",
                 failures,
@@ -455,7 +455,7 @@ impl Redlock {
         let at = Instant::now();
         let elapsed = at - started;
         let Some(validity) = quorum::validity(ttl, elapsed, self.config.drift_factor) else {
-            self.abandon(&name, &lease, ttl).await;
+            self.abandon(&key, &lease, ttl).await;
             return Err(Unavailability::of(
                 format!(
                     "the masters took {} ms, leaving no validity of a {} ms TTL",
@@ -479,7 +479,7 @@ impl Redlock {
     /// failed, when too few could.
     async fn confirm(
         &self,
-        name: &Arc<str>,
+        key: &LockKey,
         lease: &Arc<str>,
         token: u64,
     ) -> Result<(), Vec<MasterFailure>> {
@@ -487,8 +487,8 @@ impl Redlock {
             .fan_out(
                 self.config.master_timeout,
                 |_, node| {
-                    let (name, lease) = (name.clone(), lease.clone());
-                    Box::pin(async move { node.confirm(&name, &lease, token).await })
+                    let (key, lease) = (key.clone(), lease.clone());
+                    Box::pin(async move { node.confirm(&key, &lease, token).await })
                 },
                 quorum::decide_confirm,
             )
@@ -503,8 +503,8 @@ impl Redlock {
 
     /// Undo a failed grant: release it everywhere, quietly (nothing was granted, so no
     /// waiter is woken), and keep releasing on the masters that did not answer.
-    async fn abandon(&self, name: &Arc<str>, lease: &Arc<str>, ttl: Duration) {
-        self.release_everywhere(name, lease, false, ttl).await;
+    async fn abandon(&self, key: &LockKey, lease: &Arc<str>, ttl: Duration) {
+        self.release_everywhere(key, lease, false, ttl).await;
     }
 
     /// Delete `lease` from every master, until a majority's answers decide the outcome (at
@@ -513,7 +513,7 @@ impl Redlock {
     /// with one master down answers at the others' pace, not at its timeout.
     async fn release_everywhere(
         &self,
-        name: &Arc<str>,
+        key: &LockKey,
         lease: &Arc<str>,
         announce: bool,
         ttl: Duration,
@@ -528,14 +528,14 @@ impl Redlock {
             .fan_out(
                 self.config.master_timeout,
                 |_, node| {
-                    let (name, lease) = (name.clone(), lease.clone());
-                    Box::pin(async move { node.release(&name, &lease, announce).await })
+                    let (key, lease) = (key.clone(), lease.clone());
+                    Box::pin(async move { node.release(&key, &lease, announce).await })
                 },
                 quorum::decide_release,
             )
             .await;
         let owed = |in_flight| Job::Release {
-            name: name.clone(),
+            key: key.clone(),
             lease: lease.clone(),
             give_up,
             in_flight,
@@ -560,13 +560,13 @@ impl Redlock {
     /// Extend `lease` to `ttl` (its own TTL when `None`) on a majority of masters.
     pub async fn renew(
         &self,
-        name: &str,
+        key: &LockKey,
         lease: &str,
         ttl: Option<Duration>,
     ) -> Result<Leased, EngineError> {
         let started = Instant::now();
         let ttl_ms = ttl.map(millis);
-        let (name, lease): (Arc<str>, Arc<str>) = (name.into(), lease.into());
+        let (key, lease): (LockKey, Arc<str>) = (key.clone(), lease.into());
         let Round {
             outcome,
             pending,
@@ -576,8 +576,8 @@ impl Redlock {
             .fan_out(
                 self.config.master_timeout,
                 |_, node| {
-                    let (name, lease) = (name.clone(), lease.clone());
-                    Box::pin(async move { node.renew(&name, &lease, ttl_ms).await })
+                    let (key, lease) = (key.clone(), lease.clone());
+                    Box::pin(async move { node.renew(&key, &lease, ttl_ms).await })
                 },
                 quorum::decide_owned,
             )
@@ -588,7 +588,7 @@ impl Redlock {
             Some(OwnedOutcome::NotOwner) => {
                 // Whatever minority still holds the lease can only get in the way now.
                 let ttl = ttl.unwrap_or(self.config.max_ttl);
-                self.release_everywhere(&name, &lease, false, ttl).await;
+                self.release_everywhere(&key, &lease, false, ttl).await;
                 return Err(EngineError::NotFound);
             }
             Some(OwnedOutcome::Unavailable) | None => {
@@ -623,9 +623,9 @@ impl Redlock {
     /// left): waiting grants are woken. Masters that do not answer get the release repeated
     /// from their backlog, so a key set by an acquire they had not yet answered is removed
     /// too.
-    pub async fn release(&self, name: &str, lease: &str) -> Result<(), EngineError> {
+    pub async fn release(&self, key: &LockKey, lease: &str) -> Result<(), EngineError> {
         let (outcome, failures) = self
-            .release_everywhere(&name.into(), &lease.into(), true, self.config.max_ttl)
+            .release_everywhere(key, &lease.into(), true, self.config.max_ttl)
             .await;
         match outcome {
             Some(ReleaseOutcome::Released) => Ok(()),
@@ -639,19 +639,19 @@ impl Redlock {
 
     async fn read(
         &self,
-        name: &str,
+        key: &LockKey,
         only: Option<&str>,
     ) -> Result<(Option<quorum::Agreed>, Duration), EngineError> {
         let started = Instant::now();
-        let name: Arc<str> = name.into();
         let Round {
             outcome, failures, ..
         } = self
             .fan_out(
                 self.config.master_timeout,
                 |_, node| {
-                    let name = name.clone();
-                    Box::pin(async move { node.read(&name).await })
+                    let key = key.clone();
+                    // A mutex has at most one holder on each master.
+                    Box::pin(async move { node.read(&key).await.map(|h| h.into_iter().next()) })
                 },
                 |replies| quorum::decide_read(replies, only),
             )
@@ -667,8 +667,8 @@ impl Redlock {
     }
 
     /// The lease as a majority of masters hold it now.
-    pub async fn check(&self, name: &str, lease: &str) -> Result<Leased, EngineError> {
-        let (agreed, elapsed) = self.read(name, Some(lease)).await?;
+    pub async fn check(&self, key: &LockKey, lease: &str) -> Result<Leased, EngineError> {
+        let (agreed, elapsed) = self.read(key, Some(lease)).await?;
         let agreed = agreed.ok_or(EngineError::NotFound)?;
         let ttl = Duration::from_millis(agreed.ttl_ms);
         let remaining = Duration::from_millis(agreed.pttl_ms).saturating_sub(elapsed);
@@ -686,21 +686,22 @@ impl Redlock {
         })
     }
 
-    /// Who holds `name`, if a majority agree that someone does.
-    pub async fn inspect(&self, name: &str) -> Result<Option<Holder>, EngineError> {
-        let (agreed, elapsed) = self.read(name, None).await?;
+    /// Who holds `key`, if a majority agree that someone does.
+    pub async fn inspect(&self, key: &LockKey) -> Result<Option<Holder>, EngineError> {
+        let (agreed, elapsed) = self.read(key, None).await?;
         Ok(agreed.map(|a| Holder {
-            name: name.to_owned(),
+            name: key.name.to_string(),
             token: a.token,
             remaining: Duration::from_millis(a.pttl_ms).saturating_sub(elapsed),
             owner: a.owner,
         }))
     }
 
-    /// Held locks whose names start with `prefix` and sort after `after`, in name order,
-    /// at most `limit`, with the name to continue after when there may be more.
+    /// Held locks of `kind` whose names start with `prefix` and sort after `after`, in name
+    /// order, at most `limit`, with the name to continue after when there may be more.
     pub async fn list(
         &self,
+        kind: Kind,
         prefix: &str,
         after: &str,
         limit: usize,
@@ -715,7 +716,7 @@ impl Redlock {
                 |_, node| {
                     let (prefix, after) = (prefix.clone(), after.clone());
                     // One more than asked, so that a full page knows whether more follow.
-                    Box::pin(async move { node.list(&prefix, &after, limit + 1).await })
+                    Box::pin(async move { node.list(kind, &prefix, &after, limit + 1).await })
                 },
                 all_answers,
             )

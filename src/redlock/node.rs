@@ -9,7 +9,59 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 
-/// What one master holds for one lock.
+/// The kinds of lock the masters hold. Each kind has a key space of its own on every
+/// master, so that no primitive can ever collide with a user's lock of the same name, and
+/// a node operation always says which kind it acts on. The mutex (one holder at a time:
+/// the contract's locks) is the first; semaphore slots, read/write locks and elections
+/// are to get a variant each, with their own segment.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[non_exhaustive]
+pub enum Kind {
+    Mutex,
+}
+
+impl Kind {
+    /// This kind's segment of the key space, after the configured prefix. The mutex's is
+    /// `lock:`, as every version of redlockd has written it, so that upgrades find the
+    /// locks held before them.
+    pub fn segment(self) -> &'static str {
+        match self {
+            Kind::Mutex => "lock:",
+        }
+    }
+
+    /// The name of this kind's index of held names (for listing), after the prefix.
+    pub fn index(self) -> &'static str {
+        match self {
+            Kind::Mutex => "names",
+        }
+    }
+}
+
+/// What a node operation acts on: a name in one kind's key space.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct LockKey {
+    pub kind: Kind,
+    pub name: Arc<str>,
+}
+
+impl LockKey {
+    /// A mutex: the lock of the contract's `/locks/{name}`.
+    pub fn mutex(name: impl Into<Arc<str>>) -> Self {
+        Self {
+            kind: Kind::Mutex,
+            name: name.into(),
+        }
+    }
+}
+
+impl std::fmt::Display for LockKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.name)
+    }
+}
+
+/// What one master holds for one lock, for one of its holders.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Holding {
     pub lease: String,
@@ -149,40 +201,46 @@ pub trait LockNode: Send + Sync + 'static {
     /// Where the master is, without credentials: safe for logs, metrics and `/readyz`.
     fn address(&self) -> &str;
 
-    /// Set the lock to `lease` for `ttl_ms` if it is free, taking a fencing token from this
-    /// master's counter.
+    /// Make `lease` a holder of `key` for `ttl_ms` if the kind's rule allows it (for a
+    /// mutex: the lock is free), taking a fencing token from this master's counter.
     async fn acquire(
         &self,
-        name: &str,
+        key: &LockKey,
         lease: &str,
         ttl_ms: u64,
         owner: Option<&str>,
     ) -> NodeResult<Acquired>;
 
-    /// Raise this master's counter to at least `token` and, if `lease` holds the lock here,
+    /// Raise this master's counter to at least `token` and, if `lease` holds `key` here,
     /// record `token` as its fencing token. Makes a chosen token known to a majority.
-    async fn confirm(&self, name: &str, lease: &str, token: u64) -> NodeResult<()>;
+    async fn confirm(&self, key: &LockKey, lease: &str, token: u64) -> NodeResult<()>;
 
-    /// Extend the lock to `ttl_ms` (the lease's own TTL when `None`) if `lease` holds it.
+    /// Extend `lease`'s hold on `key` to `ttl_ms` (its own TTL when `None`), if it holds it.
     async fn renew(
         &self,
-        name: &str,
+        key: &LockKey,
         lease: &str,
         ttl_ms: Option<u64>,
     ) -> NodeResult<Owned<Holding>>;
 
-    /// Delete the lock if `lease` holds it, and announce the release when `announce` is set
-    /// (a revoke). Clean-up of a failed attempt does not announce: the lock was never
-    /// granted, and waking waiters for it would only make them spin.
-    async fn release(&self, name: &str, lease: &str, announce: bool) -> NodeResult<Owned<()>>;
+    /// End `lease`'s hold on `key`, if it holds it, and announce the release when
+    /// `announce` is set (a revoke). Clean-up of a failed attempt does not announce: the
+    /// lock was never granted, and waking waiters for it would only make them spin.
+    async fn release(&self, key: &LockKey, lease: &str, announce: bool) -> NodeResult<Owned<()>>;
 
-    /// The lock's current holding here, if any.
-    async fn read(&self, name: &str) -> NodeResult<Option<Holding>>;
+    /// Every holder of `key` here (for a mutex, none or one).
+    async fn read(&self, key: &LockKey) -> NodeResult<Vec<Holding>>;
 
-    /// Up to `limit` held locks whose names start with `prefix` and sort after `after`
-    /// (from the start when empty), in name order. A master may stop early to keep one call
-    /// short; `ListPage::more` says so.
-    async fn list(&self, prefix: &str, after: &str, limit: usize) -> NodeResult<ListPage>;
+    /// Up to `limit` held locks of `kind` whose names start with `prefix` and sort after
+    /// `after` (from the start when empty), in name order. A master may stop early to keep
+    /// one call short; `ListPage::more` says so.
+    async fn list(
+        &self,
+        kind: Kind,
+        prefix: &str,
+        after: &str,
+        limit: usize,
+    ) -> NodeResult<ListPage>;
 
     async fn probe(&self) -> NodeResult<Probe>;
 
@@ -198,10 +256,10 @@ pub trait LockNode: Send + Sync + 'static {
     /// keeping the larger of the recorded and the given value.
     async fn record_watermarks(&self, seen: &[(String, u64)]) -> NodeResult<()>;
 
-    /// Tell the other replicas, through this master, that a grant of `name` was decided
+    /// Tell the other replicas, through this master, that a grant of `key` was decided
     /// with `token`. Best effort: a lost announcement costs an observer elsewhere the
     /// news, never a lock. Nodes that share the process with the engine need not.
-    async fn announce_acquired(&self, _name: &str, _token: u64) -> NodeResult<()> {
+    async fn announce_acquired(&self, _key: &LockKey, _token: u64) -> NodeResult<()> {
         Ok(())
     }
 

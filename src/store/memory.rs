@@ -16,7 +16,7 @@ use async_trait::async_trait;
 use tokio::time::Instant;
 
 use crate::redlock::node::{
-    Acquired, Holding, ListPage, LockNode, NodeError, NodeResult, Owned, Probe,
+    Acquired, Holding, Kind, ListPage, LockKey, LockNode, NodeError, NodeResult, Owned, Probe,
 };
 
 /// How a memory node misbehaves.
@@ -45,7 +45,7 @@ struct Entry {
 
 #[derive(Debug)]
 struct Data {
-    locks: HashMap<String, Entry>,
+    locks: HashMap<LockKey, Entry>,
     fence: u64,
     /// The marker's value (the node's identity), `None` once it lost its data.
     marker: Option<String>,
@@ -59,11 +59,11 @@ struct Data {
 }
 
 impl Data {
-    fn live(&mut self, name: &str, now: Instant) -> Option<&mut Entry> {
-        if self.locks.get(name).is_some_and(|e| e.expires <= now) {
-            self.locks.remove(name);
+    fn live(&mut self, key: &LockKey, now: Instant) -> Option<&mut Entry> {
+        if self.locks.get(key).is_some_and(|e| e.expires <= now) {
+            self.locks.remove(key);
         }
-        self.locks.get_mut(name)
+        self.locks.get_mut(key)
     }
 
     /// Expired keys nobody asks about again would pile up; sweep them now and then so the
@@ -111,7 +111,7 @@ impl Data {
 /// snapshot (or an `appendfsync everysec` tail) comes back with.
 #[derive(Debug, Clone)]
 pub struct Snapshot {
-    locks: HashMap<String, Entry>,
+    locks: HashMap<LockKey, Entry>,
     fence: u64,
     marker: Option<String>,
     watermarks: HashMap<String, u64>,
@@ -217,10 +217,10 @@ impl MemoryNode {
         self.data().fence
     }
 
-    /// Whether the node holds `name` for `lease` now, for tests.
+    /// Whether the node holds the mutex `name` for `lease` now, for tests.
     pub fn holds(&self, name: &str, lease: &str) -> bool {
         self.data()
-            .live(name, Instant::now())
+            .live(&LockKey::mutex(name), Instant::now())
             .is_some_and(|e| e.lease == lease)
     }
 
@@ -262,15 +262,15 @@ impl LockNode for MemoryNode {
 
     async fn acquire(
         &self,
-        name: &str,
+        key: &LockKey,
         lease: &str,
         ttl_ms: u64,
         owner: Option<&str>,
     ) -> NodeResult<Acquired> {
         self.step(|data, now| {
             data.check_marker()?;
-            if data.live(name, now).is_some()
-                && let Some(entry) = data.locks.get(name)
+            if data.live(key, now).is_some()
+                && let Some(entry) = data.locks.get(key)
             {
                 return Ok(Acquired::Held {
                     pttl_ms: data.pttl(entry, now),
@@ -281,7 +281,7 @@ impl LockNode for MemoryNode {
             let token = data.fence;
             let expires = data.expiry(now, ttl_ms);
             data.locks.insert(
-                name.to_owned(),
+                key.clone(),
                 Entry {
                     lease: lease.to_owned(),
                     token,
@@ -295,11 +295,11 @@ impl LockNode for MemoryNode {
         .await
     }
 
-    async fn confirm(&self, name: &str, lease: &str, token: u64) -> NodeResult<()> {
+    async fn confirm(&self, key: &LockKey, lease: &str, token: u64) -> NodeResult<()> {
         self.step(|data, now| {
             data.check_marker()?;
             data.fence = data.fence.max(token);
-            if let Some(entry) = data.live(name, now).filter(|e| e.lease == lease) {
+            if let Some(entry) = data.live(key, now).filter(|e| e.lease == lease) {
                 entry.token = token;
             }
             Ok(())
@@ -309,14 +309,14 @@ impl LockNode for MemoryNode {
 
     async fn renew(
         &self,
-        name: &str,
+        key: &LockKey,
         lease: &str,
         ttl_ms: Option<u64>,
     ) -> NodeResult<Owned<Holding>> {
         self.step(|data, now| {
             data.check_marker()?;
             let rate = data.clock_rate;
-            let Some(entry) = data.live(name, now).filter(|e| e.lease == lease) else {
+            let Some(entry) = data.live(key, now).filter(|e| e.lease == lease) else {
                 return Ok(Owned::NotOwner);
             };
             let ttl_ms = ttl_ms.unwrap_or(entry.ttl_ms);
@@ -335,11 +335,11 @@ impl LockNode for MemoryNode {
         .await
     }
 
-    async fn release(&self, name: &str, lease: &str, _announce: bool) -> NodeResult<Owned<()>> {
+    async fn release(&self, key: &LockKey, lease: &str, _announce: bool) -> NodeResult<Owned<()>> {
         self.step(|data, now| {
             data.check_marker()?;
-            if data.live(name, now).is_some_and(|e| e.lease == lease) {
-                data.locks.remove(name);
+            if data.live(key, now).is_some_and(|e| e.lease == lease) {
+                data.locks.remove(key);
                 Ok(Owned::Yes(()))
             } else {
                 Ok(Owned::NotOwner)
@@ -348,36 +348,50 @@ impl LockNode for MemoryNode {
         .await
     }
 
-    async fn read(&self, name: &str) -> NodeResult<Option<Holding>> {
+    async fn read(&self, key: &LockKey) -> NodeResult<Vec<Holding>> {
         self.step(|data, now| {
             data.check_marker()?;
-            if data.live(name, now).is_none() {
-                return Ok(None);
+            if data.live(key, now).is_none() {
+                return Ok(Vec::new());
             }
-            Ok(data.locks.get(name).map(|e| data.holding(e, now)))
+            Ok(data
+                .locks
+                .get(key)
+                .map(|e| data.holding(e, now))
+                .into_iter()
+                .collect())
         })
         .await
     }
 
-    async fn list(&self, prefix: &str, after: &str, limit: usize) -> NodeResult<ListPage> {
+    async fn list(
+        &self,
+        kind: Kind,
+        prefix: &str,
+        after: &str,
+        limit: usize,
+    ) -> NodeResult<ListPage> {
         self.step(|data, now| {
             data.check_marker()?;
-            let mut names: Vec<&String> = data
+            let mut keys: Vec<&LockKey> = data
                 .locks
                 .iter()
-                .filter(|(name, e)| {
-                    name.starts_with(prefix) && name.as_str() > after && e.expires > now
+                .filter(|(key, e)| {
+                    key.kind == kind
+                        && key.name.starts_with(prefix)
+                        && &*key.name > after
+                        && e.expires > now
                 })
-                .map(|(name, _)| name)
+                .map(|(key, _)| key)
                 .collect();
-            names.sort_unstable();
-            let more = names.len() > limit;
-            names.truncate(limit);
+            keys.sort_unstable();
+            let more = keys.len() > limit;
+            keys.truncate(limit);
             Ok(ListPage {
-                last: names.last().map(|n| n.to_string()),
-                locks: names
+                last: keys.last().map(|k| k.name.to_string()),
+                locks: keys
                     .into_iter()
-                    .map(|name| (name.clone(), data.holding(&data.locks[name], now)))
+                    .map(|key| (key.name.to_string(), data.holding(&data.locks[key], now)))
                     .collect(),
                 more,
             })
@@ -439,7 +453,10 @@ mod tests {
 
     #[tokio::test]
     async fn the_embedded_store_keeps_tokens_rising_across_restarts_of_redlockd() {
-        let grant = async |node: &MemoryNode| match node.acquire("a", "L", 1000, None).await {
+        let grant = async |node: &MemoryNode| match node
+            .acquire(&LockKey::mutex("a"), "L", 1000, None)
+            .await
+        {
             Ok(Acquired::Granted { token }) => token,
             other => panic!("{other:?}"),
         };

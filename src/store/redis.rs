@@ -18,8 +18,8 @@ use tokio_util::sync::CancellationToken;
 
 use crate::config::MasterUrl;
 use crate::redlock::node::{
-    Acquired, Announcement, Holding, ListPage, Listener, LockNode, NodeError, NodeResult, Owned,
-    Probe,
+    Acquired, Announcement, Holding, Kind, ListPage, Listener, LockKey, LockNode, NodeError,
+    NodeResult, Owned, Probe,
 };
 
 macro_rules! script {
@@ -56,15 +56,30 @@ impl Keys {
             fence: format!("{prefix}fence"),
             marker: format!("{prefix}marker"),
             watermarks: format!("{prefix}watermarks"),
-            names: format!("{prefix}names"),
-            lock_prefix: format!("{prefix}lock:"),
+            names: format!("{prefix}{}", Kind::Mutex.index()),
+            lock_prefix: format!("{prefix}{}", Kind::Mutex.segment()),
             channel: format!("{prefix}released"),
             events: format!("{prefix}events"),
         }
     }
 
-    fn lock(&self, name: &str) -> String {
-        format!("{}{name}", self.lock_prefix)
+    /// The key of `key` on the masters: prefix, kind segment, name.
+    fn lock(&self, key: &LockKey) -> String {
+        format!("{}{}", self.segment(key.kind), key.name)
+    }
+
+    /// The prefix of every key of `kind`.
+    fn segment(&self, kind: Kind) -> &str {
+        match kind {
+            Kind::Mutex => &self.lock_prefix,
+        }
+    }
+
+    /// The index of `kind`'s held names.
+    fn index(&self, kind: Kind) -> &str {
+        match kind {
+            Kind::Mutex => &self.names,
+        }
     }
 }
 
@@ -192,7 +207,7 @@ impl LockNode for RedisNode {
 
     async fn acquire(
         &self,
-        name: &str,
+        key: &LockKey,
         lease: &str,
         ttl_ms: u64,
         owner: Option<&str>,
@@ -200,15 +215,15 @@ impl LockNode for RedisNode {
         let reply = self
             .run(
                 ACQUIRE
-                    .key(self.keys.lock(name))
+                    .key(self.keys.lock(key))
                     .key(&self.keys.fence)
                     .key(&self.keys.marker)
-                    .key(&self.keys.names)
+                    .key(self.keys.index(key.kind))
                     .arg(lease)
                     .arg(ttl_ms)
                     .arg(owner.unwrap_or(""))
-                    .arg(name)
-                    .arg(&self.keys.lock_prefix),
+                    .arg(&*key.name)
+                    .arg(self.keys.segment(key.kind)),
             )
             .await?;
         match reply.status()? {
@@ -222,11 +237,11 @@ impl LockNode for RedisNode {
         }
     }
 
-    async fn confirm(&self, name: &str, lease: &str, token: u64) -> NodeResult<()> {
+    async fn confirm(&self, key: &LockKey, lease: &str, token: u64) -> NodeResult<()> {
         let reply = self
             .run(
                 CONFIRM
-                    .key(self.keys.lock(name))
+                    .key(self.keys.lock(key))
                     .key(&self.keys.fence)
                     .key(&self.keys.marker)
                     .arg(lease)
@@ -238,7 +253,7 @@ impl LockNode for RedisNode {
 
     async fn renew(
         &self,
-        name: &str,
+        key: &LockKey,
         lease: &str,
         ttl_ms: Option<u64>,
     ) -> NodeResult<Owned<Holding>> {
@@ -246,7 +261,7 @@ impl LockNode for RedisNode {
         let reply = self
             .run(
                 RENEW
-                    .key(self.keys.lock(name))
+                    .key(self.keys.lock(key))
                     .key(&self.keys.marker)
                     .arg(lease)
                     .arg(ttl),
@@ -264,16 +279,16 @@ impl LockNode for RedisNode {
         }))
     }
 
-    async fn release(&self, name: &str, lease: &str, announce: bool) -> NodeResult<Owned<()>> {
+    async fn release(&self, key: &LockKey, lease: &str, announce: bool) -> NodeResult<Owned<()>> {
         let reply = self
             .run(
                 RELEASE
-                    .key(self.keys.lock(name))
+                    .key(self.keys.lock(key))
                     .key(&self.keys.marker)
-                    .key(&self.keys.names)
+                    .key(self.keys.index(key.kind))
                     .arg(lease)
                     .arg(&self.keys.channel)
-                    .arg(name)
+                    .arg(&*key.name)
                     .arg(if announce { "1" } else { "0" })
                     .arg(&self.keys.events),
             )
@@ -284,31 +299,37 @@ impl LockNode for RedisNode {
         })
     }
 
-    async fn read(&self, name: &str) -> NodeResult<Option<Holding>> {
+    async fn read(&self, key: &LockKey) -> NodeResult<Vec<Holding>> {
         let reply = self
-            .run(READ.key(self.keys.lock(name)).key(&self.keys.marker))
+            .run(READ.key(self.keys.lock(key)).key(&self.keys.marker))
             .await?;
         if reply.status()? == 0 {
-            return Ok(None);
+            return Ok(Vec::new());
         }
-        Ok(Some(Holding {
+        Ok(vec![Holding {
             lease: reply.string(1)?,
             token: reply.uint(2)?,
             ttl_ms: reply.uint(3)?,
             pttl_ms: reply.uint(4)?,
             owner: reply.owner(5)?,
-        }))
+        }])
     }
 
-    async fn list(&self, prefix: &str, after: &str, limit: usize) -> NodeResult<ListPage> {
+    async fn list(
+        &self,
+        kind: Kind,
+        prefix: &str,
+        after: &str,
+        limit: usize,
+    ) -> NodeResult<ListPage> {
         // Each name looked at costs the master a hash read: a few thousand keep one call to
         // milliseconds, well inside the response timeout, however large the keyspace.
         let budget = limit.saturating_mul(4).clamp(100, 4000);
         let reply = self
             .run(
-                LIST.key(&self.keys.names)
+                LIST.key(self.keys.index(kind))
                     .key(&self.keys.marker)
-                    .arg(&self.keys.lock_prefix)
+                    .arg(self.keys.segment(kind))
                     .arg(after)
                     .arg(prefix)
                     .arg(limit)
@@ -399,11 +420,12 @@ impl LockNode for RedisNode {
         self.run(&invocation).await.map(drop)
     }
 
-    async fn announce_acquired(&self, name: &str, token: u64) -> NodeResult<()> {
+    async fn announce_acquired(&self, key: &LockKey, token: u64) -> NodeResult<()> {
+        // The events' format names no kind: only mutexes are announced so far.
         let mut publish = redis::cmd("PUBLISH");
         publish
             .arg(&self.keys.events)
-            .arg(format!("acquired {token} {name}"));
+            .arg(format!("acquired {token} {}", key.name));
         let mut conn = self.conn.clone();
         publish
             .query_async::<i64>(&mut conn)
