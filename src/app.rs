@@ -45,7 +45,7 @@ fn engine_config(settings: &Settings) -> EngineConfig {
         ..EngineConfig::new(
             settings.master_timeout,
             settings.drift_factor,
-            settings.policy.max_ttl(),
+            settings.leases.max_ttl,
         )
     }
 }

@@ -9,8 +9,6 @@ use std::time::Duration;
 
 use clap::{Args, CommandFactory, Parser, Subcommand, ValueEnum};
 
-use crate::lease::LeasePolicy;
-
 /// Not `Debug`: it holds the configuration as given, passwords included.
 #[derive(Parser)]
 #[command(
@@ -186,7 +184,8 @@ pub enum LogFormat {
     Json,
 }
 
-use crate::lease::MIN_TTL_MS;
+/// The smallest TTL the contract accepts, in ms.
+pub const MIN_TTL_MS: u64 = 100;
 
 /// A configuration error: which variable, and what is wrong with it.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
@@ -275,11 +274,11 @@ impl Config {
             } else {
                 Backend::Redis(masters)
             },
-            policy: LeasePolicy::new(
-                ms(self.default_ttl_ms),
-                ms(self.max_ttl_ms),
-                ms(self.max_wait_ms),
-            ),
+            leases: LeaseBounds {
+                default_ttl: ms(self.default_ttl_ms),
+                max_ttl: ms(self.max_ttl_ms),
+                max_wait: ms(self.max_wait_ms),
+            },
             drift_factor: self.drift_factor,
             master_timeout: ms(self.master_timeout_ms),
             key_prefix: self.key_prefix.clone(),
@@ -301,7 +300,7 @@ pub struct Settings {
     pub listen: String,
     pub backend: Backend,
     /// The TTL and wait bounds every grant is held to.
-    pub policy: LeasePolicy,
+    pub leases: LeaseBounds,
     pub drift_factor: f64,
     pub master_timeout: Duration,
     pub key_prefix: String,
@@ -309,6 +308,14 @@ pub struct Settings {
     pub client_timeout: Duration,
     pub max_connections: usize,
     pub unsafe_skip_quarantine: bool,
+}
+
+/// The configured bounds of every lease (checked: `MIN_TTL_MS <= default_ttl <= max_ttl`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LeaseBounds {
+    pub default_ttl: Duration,
+    pub max_ttl: Duration,
+    pub max_wait: Duration,
 }
 
 /// Where locks live.

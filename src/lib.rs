@@ -2,17 +2,19 @@
 //!
 //! A request flows down through four layers:
 //! - `http`: routes, handlers, request and response types, the OpenAPI document;
-//! - `lease`: the domain (names, lease ids, tokens parsed at the edge), waiting grants,
-//!   and the lease service the handlers call;
+//! - `lease`: the domain (names, lease ids, tokens parsed at the edge), the per-name
+//!   event bus (waiting grants, observers), and the lease service the handlers call;
 //! - `redlock`: the quorum engine: fan-out to every master, majority, validity, fencing
 //!   tokens confirmed on a majority, and the health monitor that quarantines masters that
 //!   lost their data;
-//! - `store`: the masters behind the `LockNode` seam: Redis (Lua scripts) or the
-//!   in-process memory node (the embedded store and the fault-injection target).
+//! - `store`: the masters' contract (`LockNode`, keys with a kind) and its two
+//!   implementations: Redis (Lua scripts) and the in-process memory node (the embedded
+//!   store and the fault-injection target).
 //!
-//! `wire` holds the contract's bodies, shared by the server and Rust clients. `config` is
-//! the one typed configuration, `app` builds and runs it all, and `metrics`
-//! owns the Prometheus registry.
+//! Each layer names only the ones below it (`tests/layers.rs` holds them to it). `wire`
+//! holds the contract's bodies, shared by the server and Rust clients; `config` is the one
+//! typed configuration; `metrics` owns the Prometheus registry; `app` builds and runs it
+//! all.
 
 pub mod app;
 pub mod config;

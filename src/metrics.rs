@@ -225,8 +225,8 @@ impl Metrics {
 
     /// Create every per-master series at its starting value, so that dashboards and
     /// `rate()` see a master's series before its first error.
-    pub fn register_master(&self, master: &str) {
-        for kind in crate::redlock::node::NodeError::KINDS {
+    pub fn register_master(&self, master: &str, error_kinds: &[&str]) {
+        for kind in error_kinds {
             self.master_errors.with_label_values(&[master, kind]);
         }
         self.master_backlog.with_label_values(&[master]).set(0);

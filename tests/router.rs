@@ -25,7 +25,7 @@ async fn app() -> (axum::Router, Arc<Metrics>) {
         EngineConfig::new(
             settings.master_timeout,
             settings.drift_factor,
-            settings.policy.max_ttl(),
+            settings.leases.max_ttl,
         ),
         metrics.clone(),
     ));

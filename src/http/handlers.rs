@@ -13,7 +13,7 @@ use super::types::{
     GrantRequest, Health, LeaseBody, ListQuery, LockEntry, LockList, LockStatus, NoFields,
     Readiness, RenewRequest,
 };
-use crate::lease::{NamePrefix, Owner};
+use crate::lease::{LeasePolicy, NamePrefix, Owner};
 
 /// Largest `limit` of a list call, and the default.
 pub const MAX_LIST_LIMIT: u64 = 1000;
@@ -44,7 +44,7 @@ pub async fn grant(
     LockPath(name): LockPath,
     Fields(req): Fields<GrantRequest>,
 ) -> Result<impl IntoResponse, ApiError> {
-    let policy = &state.settings.policy;
+    let policy = LeasePolicy::from(state.settings.leases);
     let ttl = policy.ttl(req.ttl_ms)?;
     let wait = policy.wait(req.wait_ms)?;
     let owner = req.owner.as_deref().map(Owner::parse).transpose()?;
@@ -82,7 +82,7 @@ pub async fn renew(
     LeasePath(name, id): LeasePath,
     Fields(req): Fields<RenewRequest>,
 ) -> Result<Json<LeaseBody>, ApiError> {
-    let ttl = state.settings.policy.renew_ttl(req.ttl_ms)?;
+    let ttl = LeasePolicy::from(state.settings.leases).renew_ttl(req.ttl_ms)?;
     let lease = state.service.renew(name, id, ttl).await?;
     Ok(Json(LeaseBody::new(&lease, false)))
 }

@@ -161,7 +161,7 @@ const REQUEST_TIMEOUT_MARGIN: Duration = Duration::from_secs(10);
 pub fn router(state: AppState) -> Router {
     let (routes, doc) = routes();
     let doc_json: Arc<str> = render(&doc).into();
-    let request_timeout = state.settings.policy.max_wait() + REQUEST_TIMEOUT_MARGIN;
+    let request_timeout = state.settings.leases.max_wait + REQUEST_TIMEOUT_MARGIN;
     // The UI reads the document from `/openapi.json`, which serves the committed bytes;
     // every asset of the UI is in the binary (the `vendored` feature), none from the web.
     // The validator badge would fetch from validator.swagger.io: off.

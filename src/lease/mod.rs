@@ -9,6 +9,7 @@ mod error;
 pub mod events;
 mod service;
 
+use crate::config::LeaseBounds;
 pub use crate::redlock::MasterStatus;
 use crate::redlock::node::LockKey;
 pub use error::{LeaseError, MasterFailure, Unavailability};
@@ -188,8 +189,7 @@ impl Owner {
     }
 }
 
-/// The smallest TTL the contract accepts, in ms.
-pub const MIN_TTL_MS: u64 = 100;
+pub use crate::config::MIN_TTL_MS;
 
 /// A lease's TTL, within the configured bounds: only `LeasePolicy` makes one.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -221,6 +221,12 @@ pub struct LeasePolicy {
     default_ttl: Duration,
     max_ttl: Duration,
     max_wait: Duration,
+}
+
+impl From<LeaseBounds> for LeasePolicy {
+    fn from(b: LeaseBounds) -> Self {
+        Self::new(b.default_ttl, b.max_ttl, b.max_wait)
+    }
 }
 
 impl LeasePolicy {

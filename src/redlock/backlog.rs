@@ -23,8 +23,8 @@ use tokio::sync::mpsc;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use super::node::{Acquired, LockKey, LockNode, NodeError, NodeResult};
 use crate::metrics::Metrics;
+use crate::store::node::{Acquired, LockKey, LockNode, NodeError, NodeResult};
 
 /// How much work one master's backlog may hold; past it new work is refused (counted in
 /// `redlockd_master_backlog_dropped_total`) and the keys concerned expire at their TTL.

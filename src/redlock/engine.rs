@@ -17,8 +17,8 @@ use futures::stream::FuturesUnordered;
 
 use super::backlog::{Backlog, Job};
 use super::health::Monitor;
-use super::node::{Acquired, Kind, LockKey, LockNode, NodeError, NodeResult};
 use super::quorum::{self, GrantOutcome, OwnedOutcome, ReadOutcome, ReleaseOutcome};
+use crate::store::node::{Acquired, Kind, LockKey, LockNode, NodeError, NodeResult};
 
 use crate::metrics::Metrics;
 
@@ -181,7 +181,7 @@ impl Redlock {
     /// within a tokio runtime); they stop when the engine is dropped or `stop` is called.
     pub fn new(nodes: Vec<Arc<dyn LockNode>>, config: EngineConfig, metrics: Arc<Metrics>) -> Self {
         for node in &nodes {
-            metrics.register_master(node.address());
+            metrics.register_master(node.address(), &NodeError::KINDS);
         }
         let stop = CancellationToken::new();
         let monitor = Arc::new(Monitor::new(&nodes, config.clone(), metrics.clone()));

@@ -30,9 +30,10 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use super::EngineConfig;
-use super::node::{LockNode, NodeError, NodeResult, Probe};
 use super::quorum;
 use crate::metrics::Metrics;
+use crate::store::clock_floor;
+use crate::store::node::{LockNode, NodeError, NodeResult, Probe};
 
 /// How often every master is probed when nothing else prompts it.
 pub const PROBE_INTERVAL: Duration = Duration::from_secs(1);
@@ -111,13 +112,6 @@ pub struct Monitor {
 /// A fresh random identity for a master's marker.
 fn new_identity() -> String {
     format!("{:032x}", rand::random::<u128>())
-}
-
-/// Microseconds since the Unix epoch: a fencing floor that only rises with time.
-pub fn clock_floor() -> u64 {
-    SystemTime::now()
-        .duration_since(SystemTime::UNIX_EPOCH)
-        .map_or(0, |d| u64::try_from(d.as_micros()).unwrap_or(u64::MAX))
 }
 
 impl Monitor {

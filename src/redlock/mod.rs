@@ -11,9 +11,10 @@
 pub mod backlog;
 mod engine;
 pub mod health;
-pub mod node;
 pub mod quorum;
 
+/// The masters' contract, which the engine fans out over (defined with the masters).
+pub use crate::store::node;
 pub use engine::{
     EngineConfig, EngineError, Holder, Leased, MasterFailure, Redlock, Unavailability, millis,
 };

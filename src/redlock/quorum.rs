@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use std::collections::BTreeMap;
 
-use super::node::{Acquired, Holding, ListPage, NodeResult};
+use crate::store::node::{Acquired, Holding, ListPage, NodeResult};
 
 /// How many masters make a majority of `n`.
 pub fn majority(n: usize) -> usize {
@@ -132,9 +132,9 @@ pub enum OwnedOutcome<T> {
 
 /// Decide a renew round: it needs a majority of masters to extend the lease.
 pub fn decide_owned<T: Clone>(
-    replies: &[Option<NodeResult<super::node::Owned<T>>>],
+    replies: &[Option<NodeResult<crate::store::node::Owned<T>>>],
 ) -> Option<OwnedOutcome<T>> {
-    use super::node::Owned;
+    use crate::store::node::Owned;
     let n = replies.len();
     let q = majority(n);
     let mut done = Vec::new();
@@ -178,9 +178,9 @@ pub enum ReleaseOutcome {
 /// Decide a release from the answers so far (`None`: not answered yet); `None` while the
 /// missing answers could still change the outcome.
 pub fn decide_release(
-    replies: &[Option<NodeResult<super::node::Owned<()>>>],
+    replies: &[Option<NodeResult<crate::store::node::Owned<()>>>],
 ) -> Option<ReleaseOutcome> {
-    use super::node::Owned;
+    use crate::store::node::Owned;
     let q = majority(replies.len());
     let deleted = replies
         .iter()

@@ -15,7 +15,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use tokio::time::Instant;
 
-use crate::redlock::node::{
+use super::node::{
     Acquired, Holding, Kind, ListPage, LockKey, LockNode, NodeError, NodeResult, Owned, Probe,
 };
 
@@ -168,7 +168,7 @@ impl MemoryNode {
         {
             let mut data = node.data();
             data.marker = Some("embedded".into());
-            data.fence = crate::redlock::health::clock_floor();
+            data.fence = super::clock_floor();
         }
         node
     }

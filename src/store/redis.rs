@@ -16,11 +16,11 @@ use redis::aio::ConnectionManager;
 use redis::{Script, Value};
 use tokio_util::sync::CancellationToken;
 
-use crate::config::MasterUrl;
-use crate::redlock::node::{
+use super::node::{
     Acquired, Announcement, Holding, Kind, ListPage, Listener, LockKey, LockNode, NodeError,
     NodeResult, Owned, Probe,
 };
+use crate::config::MasterUrl;
 
 macro_rules! script {
     ($name:ident, $file:literal) => {
