@@ -1,186 +1,909 @@
-//! Grant latency and throughput over HTTP with three local redis-server masters.
+//! The side-by-side benchmark: in one run, on one machine, with one load generator, the
+//! raw-Redis limit, the engine alone and redlockd over HTTP, and the ratios between them.
 //!
-//! `cargo bench --bench grant` starts three masters on free loopback ports and redlockd in
-//! process, then for each concurrency level runs a fixed number of grant + revoke pairs on
-//! distinct names and prints throughput and grant latency percentiles. It also measures
-//! contended grants (one name, many clients) and the engine alone, without HTTP.
-//! Bounded in count: every request goes to 127.0.0.1.
+//! `cargo bench --bench grant` (or `scripts/bench`) starts three redis-server masters on
+//! free loopback ports and the redlockd binary as a process of its own, then runs each row
+//! for a fixed time:
+//!
+//! - **limit**: the project's own Lua scripts called from Rust through one multiplexed
+//!   connection per master (`RedisNode`), every master at once, a majority required; no
+//!   health checks, no backlog, no HTTP. Nothing that keeps the contract's promises can be
+//!   faster on these masters.
+//! - **engine**: the Redlock engine in this process, without HTTP.
+//! - **http**: redlockd over HTTP/1.1 keep-alive.
+//!
+//! Workloads: uncontended grant → release cycles at 1, 16 and 64 clients (each its own
+//! name); 16 clients on one name waiting for it (hand-off time, re-grants to the previous
+//! holder, timeouts); renew-heavy (each grant renewed ten times). CPU comes from `/proc`
+//! (redlockd's process and the masters', separately). Then scale: 5 and 7 masters, a
+//! million names held (Redis memory per lease), 10⁵ leases held through redlockd (its
+//! memory per lease), and 10⁴ grants waiting on one name (CPU per hand-off against 100
+//! waiting). Figures are printed, never asserted: the cores are shared and noisy.
+//!
+//! `REDLOCKD_BENCH_SMOKE=1` runs every row for a moment at small sizes: the test command
+//! runs it that way (in the test profile) so that the benchmark keeps working.
 
 #[path = "../tests/common/mod.rs"]
 mod common;
 
+use std::future::Future;
+use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use common::{TestApp, config, masters};
+use common::RedisMaster;
+use futures::future::join_all;
+use redlockd::lease::{Events, LeasePolicy, LeaseService, LockName};
 use redlockd::metrics::Metrics;
-use redlockd::redlock::node::LockNode;
+use redlockd::redlock::node::{Acquired, LockKey, LockNode, Owned};
 use redlockd::redlock::{EngineConfig, Redlock};
 use redlockd::store::redis::RedisNode;
+use serde_json::{Value, json};
+use tokio::sync::Mutex;
+use tokio_util::sync::CancellationToken;
 
-fn percentile(sorted: &[Duration], p: f64) -> Duration {
+const BIN: &str = env!("CARGO_BIN_EXE_redlockd");
+const TIMEOUT: Duration = Duration::from_millis(500);
+
+/// How long and how large: a full run, or a smoke run that only proves every row works.
+#[derive(Clone, Copy)]
+struct Plan {
+    row: Duration,
+    names_held_redis: usize,
+    names_held_http: usize,
+    waiters: usize,
+    handoffs: usize,
+}
+
+impl Plan {
+    fn from_env() -> Self {
+        if std::env::var_os("REDLOCKD_BENCH_SMOKE").is_some() {
+            Self {
+                row: Duration::from_millis(300),
+                names_held_redis: 2_000,
+                names_held_http: 500,
+                waiters: 200,
+                handoffs: 20,
+            }
+        } else {
+            Self {
+                row: Duration::from_secs(5),
+                names_held_redis: 1_000_000,
+                names_held_http: 100_000,
+                waiters: 10_000,
+                handoffs: 1_000,
+            }
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// CPU and memory from /proc
+
+/// User + system CPU time of a process, from `/proc/<pid>/stat` (in clock ticks of 10 ms:
+/// USER_HZ is 100 on Linux).
+fn cpu_of(pid: u32) -> Duration {
+    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+        return Duration::ZERO;
+    };
+    // The command name may hold spaces; the fields after it do not.
+    let after = stat.rsplit_once(')').map_or("", |(_, rest)| rest);
+    let fields: Vec<&str> = after.split_whitespace().collect();
+    let ticks = |i: usize| {
+        fields
+            .get(i)
+            .and_then(|f| f.parse::<u64>().ok())
+            .unwrap_or(0)
+    };
+    // utime and stime are fields 14 and 15 of stat, 12 and 13 after the name and state.
+    Duration::from_millis((ticks(11) + ticks(12)) * 10)
+}
+
+/// Resident memory of a process in bytes, from `/proc/<pid>/status`.
+fn rss_of(pid: u32) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("VmRSS:"))
+                .and_then(|l| l.split_whitespace().nth(1)?.parse::<u64>().ok())
+        })
+        .map_or(0, |kb| kb * 1024)
+}
+
+/// CPU of a set of processes, read before and after a row.
+struct CpuMeter {
+    pids: Vec<u32>,
+    start: Duration,
+}
+
+impl CpuMeter {
+    fn start(pids: &[u32]) -> Self {
+        Self {
+            pids: pids.to_vec(),
+            start: pids.iter().map(|p| cpu_of(*p)).sum(),
+        }
+    }
+
+    fn used(&self) -> Duration {
+        let now: Duration = self.pids.iter().map(|p| cpu_of(*p)).sum();
+        now.saturating_sub(self.start)
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// Results
+
+#[derive(Default)]
+struct Tally {
+    cycles: usize,
+    grants: Vec<Duration>,
+    handoffs: Vec<Duration>,
+    regrants: usize,
+    timeouts: usize,
+    errors: usize,
+}
+
+impl Tally {
+    fn merge(&mut self, other: Tally) {
+        self.cycles += other.cycles;
+        self.grants.extend(other.grants);
+        self.handoffs.extend(other.handoffs);
+        self.regrants += other.regrants;
+        self.timeouts += other.timeouts;
+        self.errors += other.errors;
+    }
+}
+
+struct Row {
+    system: &'static str,
+    workload: String,
+    tally: Tally,
+    took: Duration,
+    /// CPU of the service (redlockd's process; this process for the limit and the engine).
+    service_cpu: Duration,
+    masters_cpu: Duration,
+}
+
+impl Row {
+    fn rate(&self) -> f64 {
+        self.tally.cycles as f64 / self.took.as_secs_f64()
+    }
+}
+
+fn ms(d: Duration) -> f64 {
+    d.as_secs_f64() * 1e3
+}
+
+fn pct(sorted: &[Duration], p: f64) -> Duration {
+    if sorted.is_empty() {
+        return Duration::ZERO;
+    }
     sorted[((sorted.len() as f64 * p) as usize).min(sorted.len() - 1)]
 }
 
-fn report(label: &str, mut latencies: Vec<Duration>, took: Duration, ops: usize) {
-    latencies.sort_unstable();
+fn print_header() {
     println!(
-        "{label:<44} {:>9.0} ops/s   grant p50 {:>7.3} ms  p99 {:>7.3} ms  max {:>7.3} ms",
-        ops as f64 / took.as_secs_f64(),
-        percentile(&latencies, 0.50).as_secs_f64() * 1e3,
-        percentile(&latencies, 0.99).as_secs_f64() * 1e3,
-        latencies.last().copied().unwrap_or_default().as_secs_f64() * 1e3,
+        "| system | workload | cycles/s | × limit | grant p50 / p99 / max ms | hand-off p50 / p99 ms | to previous holder | timeouts / errors | CPU ms per 1000 cycles: service / masters |"
+    );
+    println!("|---|---|---|---|---|---|---|---|---|");
+}
+
+fn print_row(row: &mut Row, limit: Option<f64>) {
+    row.tally.grants.sort_unstable();
+    row.tally.handoffs.sort_unstable();
+    let t = &row.tally;
+    let per_k = |cpu: Duration| {
+        if t.cycles == 0 {
+            0.0
+        } else {
+            ms(cpu) * 1000.0 / t.cycles as f64
+        }
+    };
+    let ratio = limit.map_or("—".to_owned(), |l| format!("{:.2}", row.rate() / l));
+    let handoff = if t.handoffs.is_empty() {
+        "—".to_owned()
+    } else {
+        format!(
+            "{:.2} / {:.2}",
+            ms(pct(&t.handoffs, 0.5)),
+            ms(pct(&t.handoffs, 0.99))
+        )
+    };
+    let previous = if t.handoffs.is_empty() {
+        "—".to_owned()
+    } else {
+        format!("{}/{}", t.regrants, t.handoffs.len() + t.regrants)
+    };
+    println!(
+        "| {} | {} | {:.0} | {ratio} | {:.2} / {:.2} / {:.2} | {handoff} | {previous} | {} / {} | {:.0} / {:.0} |",
+        row.system,
+        row.workload,
+        row.rate(),
+        ms(pct(&t.grants, 0.5)),
+        ms(pct(&t.grants, 0.99)),
+        ms(t.grants.last().copied().unwrap_or_default()),
+        t.timeouts,
+        t.errors,
+        per_k(row.service_cpu),
+        per_k(row.masters_cpu),
     );
 }
 
-/// Run `clients` concurrent tasks, each `per_client` times calling `step(client, i)`, which
-/// returns the grant latency it measured; `requests_per_step` counts the requests behind
-/// one step for the throughput figure.
-async fn measure<F, Fut>(
-    label: String,
+/// Run `clients` loops of `cycle(client)` until `length` has passed, with the CPU of
+/// `service` and `masters` measured around them.
+async fn run<F, Fut>(
+    system: &'static str,
+    workload: String,
     clients: usize,
-    per_client: usize,
-    requests_per_step: usize,
-    step: F,
-) where
-    F: Fn(usize, usize) -> Fut + Clone + Send + 'static,
-    Fut: std::future::Future<Output = Duration> + Send,
+    length: Duration,
+    service: &[u32],
+    masters: &[u32],
+    cycle: F,
+) -> Row
+where
+    F: Fn(usize) -> Fut + Clone + Send + Sync + 'static,
+    Fut: Future<Output = Tally> + Send,
 {
+    let service_cpu = CpuMeter::start(service);
+    let masters_cpu = CpuMeter::start(masters);
     let started = Instant::now();
+    let deadline = started + length;
     let tasks: Vec<_> = (0..clients)
         .map(|c| {
-            let step = step.clone();
+            let cycle = cycle.clone();
             tokio::spawn(async move {
-                let mut latencies = Vec::with_capacity(per_client);
-                for i in 0..per_client {
-                    latencies.push(step(c, i).await);
+                let mut tally = Tally::default();
+                while Instant::now() < deadline {
+                    tally.merge(cycle(c).await);
                 }
-                latencies
+                tally
             })
         })
         .collect();
-    let mut latencies = Vec::new();
+    let mut tally = Tally::default();
     for t in tasks {
-        latencies.extend(t.await.expect("client"));
+        tally.merge(t.await.expect("client"));
     }
-    report(
-        &label,
-        latencies,
-        started.elapsed(),
-        clients * per_client * requests_per_step,
+    Row {
+        system,
+        workload,
+        tally,
+        took: started.elapsed(),
+        service_cpu: service_cpu.used(),
+        masters_cpu: masters_cpu.used(),
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// The three systems
+
+/// The limit: the project's scripts on every master at once, a majority required.
+struct Limit {
+    nodes: Vec<Arc<RedisNode>>,
+}
+
+impl Limit {
+    fn new(masters: &[RedisMaster]) -> Arc<Self> {
+        Arc::new(Self {
+            nodes: masters.iter().map(|m| Arc::new(node(m))).collect(),
+        })
+    }
+
+    fn majority(&self) -> usize {
+        self.nodes.len() / 2 + 1
+    }
+
+    async fn acquire(&self, key: &LockKey, lease: &str, ttl_ms: u64) -> bool {
+        let replies = join_all(
+            self.nodes
+                .iter()
+                .map(|n| n.acquire(key, lease, ttl_ms, None)),
+        )
+        .await;
+        let won = replies
+            .iter()
+            .filter(|r| matches!(r, Ok(Acquired::Granted { .. })))
+            .count();
+        won >= self.majority()
+    }
+
+    async fn renew(&self, key: &LockKey, lease: &str) -> bool {
+        let replies = join_all(self.nodes.iter().map(|n| n.renew(key, lease, None))).await;
+        replies
+            .iter()
+            .filter(|r| matches!(r, Ok(Owned::Yes(_))))
+            .count()
+            >= self.majority()
+    }
+
+    async fn release(&self, key: &LockKey, lease: &str) {
+        join_all(self.nodes.iter().map(|n| n.release(key, lease, true))).await;
+    }
+}
+
+fn node(m: &RedisMaster) -> RedisNode {
+    RedisNode::new(
+        &redlockd::config::MasterUrl::parse(&m.url()).expect("url"),
+        "redlockd:",
+        TIMEOUT,
+    )
+    .expect("node")
+}
+
+fn engine(masters: &[RedisMaster]) -> Arc<Redlock> {
+    let nodes: Vec<Arc<dyn LockNode>> = masters
+        .iter()
+        .map(|m| Arc::new(node(m)) as Arc<dyn LockNode>)
+        .collect();
+    Arc::new(Redlock::new(
+        nodes,
+        EngineConfig::new(TIMEOUT, 0.01, Duration::from_secs(3600)),
+        Arc::new(Metrics::new()),
+    ))
+}
+
+/// redlockd as a process of its own, so that its CPU and memory can be read apart from the
+/// load generator's.
+struct Server {
+    child: Child,
+    base: String,
+    http: reqwest::Client,
+    _dir: tempfile::TempDir,
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Server {
+    async fn start(masters: &[RedisMaster]) -> Self {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .expect("free port")
+            .port();
+        let dir = tempfile::tempdir().expect("temp dir");
+        let urls: Vec<String> = masters.iter().map(RedisMaster::url).collect();
+        let log = std::fs::File::create(dir.path().join("redlockd.log")).expect("log file");
+        let child = Command::new(BIN)
+            .env("REDLOCKD_LISTEN", format!("127.0.0.1:{port}"))
+            .env("REDLOCKD_REDIS_URLS", urls.join(","))
+            .env(
+                "REDLOCKD_MASTER_TIMEOUT_MS",
+                TIMEOUT.as_millis().to_string(),
+            )
+            .env("REDLOCKD_MAX_CONNECTIONS", "4096")
+            .env("RUST_LOG", "info")
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .expect("start redlockd");
+        let server = Self {
+            child,
+            base: format!("http://127.0.0.1:{port}"),
+            http: reqwest::Client::builder()
+                .pool_max_idle_per_host(1024)
+                .timeout(Duration::from_secs(60))
+                .build()
+                .expect("client"),
+            _dir: dir,
+        };
+        let ready = Instant::now();
+        loop {
+            if let Ok(r) = server
+                .http
+                .get(format!("{}/readyz", server.base))
+                .send()
+                .await
+                && r.status() == 200
+            {
+                break;
+            }
+            assert!(
+                ready.elapsed() < Duration::from_secs(20),
+                "redlockd did not become ready"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        server
+    }
+
+    fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    async fn grant(&self, name: &str, body: Value) -> Result<(String, u64), u16> {
+        let resp = self
+            .http
+            .post(format!("{}/locks/{name}", self.base))
+            .json(&body)
+            .send()
+            .await
+            .map_err(|_| 0u16)?;
+        let status = resp.status().as_u16();
+        if status != 201 {
+            return Err(status);
+        }
+        let lease: Value = resp.json().await.map_err(|_| 0u16)?;
+        Ok((
+            lease["lease_id"].as_str().unwrap_or_default().to_owned(),
+            lease["fencing_token"].as_u64().unwrap_or_default(),
+        ))
+    }
+
+    async fn renew(&self, name: &str, id: &str) -> bool {
+        self.http
+            .put(format!("{}/locks/{name}/leases/{id}", self.base))
+            .send()
+            .await
+            .is_ok_and(|r| r.status() == 200)
+    }
+
+    async fn revoke(&self, name: &str, id: &str) -> bool {
+        self.http
+            .delete(format!("{}/locks/{name}/leases/{id}", self.base))
+            .send()
+            .await
+            .is_ok_and(|r| r.status() == 204)
+    }
+}
+
+fn lease_id(c: usize, i: usize) -> String {
+    format!("bench-lease-{c}-{i}")
+}
+
+// ---------------------------------------------------------------------------------------
+// Workloads
+
+/// One uncontended grant → release cycle, timed at the grant.
+async fn limit_cycle(limit: Arc<Limit>, c: usize, renews: usize) -> Tally {
+    static N: AtomicUsize = AtomicUsize::new(0);
+    let key = LockKey::mutex(format!("limit:{c}"));
+    let lease = lease_id(c, N.fetch_add(1, Ordering::Relaxed));
+    let t = Instant::now();
+    if !limit.acquire(&key, &lease, 10_000).await {
+        limit.release(&key, &lease).await;
+        return Tally {
+            errors: 1,
+            ..Tally::default()
+        };
+    }
+    let took = t.elapsed();
+    let mut errors = 0;
+    for _ in 0..renews {
+        if !limit.renew(&key, &lease).await {
+            errors += 1;
+        }
+    }
+    limit.release(&key, &lease).await;
+    Tally {
+        cycles: 1,
+        grants: vec![took],
+        errors,
+        ..Tally::default()
+    }
+}
+
+async fn engine_cycle(engine: Arc<Redlock>, c: usize) -> Tally {
+    static N: AtomicUsize = AtomicUsize::new(0);
+    let key = LockKey::mutex(format!("engine:{c}"));
+    let lease = lease_id(c, N.fetch_add(1, Ordering::Relaxed));
+    let t = Instant::now();
+    if engine
+        .acquire(&key, &lease, Duration::from_secs(10), None)
+        .await
+        .is_err()
+    {
+        return Tally {
+            errors: 1,
+            ..Tally::default()
+        };
+    }
+    let took = t.elapsed();
+    let _ = engine.release(&key, &lease).await;
+    Tally {
+        cycles: 1,
+        grants: vec![took],
+        ..Tally::default()
+    }
+}
+
+async fn http_cycle(server: Arc<Server>, c: usize, renews: usize) -> Tally {
+    let name = format!("http:{c}");
+    let t = Instant::now();
+    let Ok((id, _)) = server.grant(&name, json!({"ttl_ms": 10000})).await else {
+        return Tally {
+            errors: 1,
+            ..Tally::default()
+        };
+    };
+    let took = t.elapsed();
+    let mut errors = 0;
+    for _ in 0..renews {
+        if !server.renew(&name, &id).await {
+            errors += 1;
+        }
+    }
+    if !server.revoke(&name, &id).await {
+        errors += 1;
+    }
+    Tally {
+        cycles: 1,
+        grants: vec![took],
+        errors,
+        ..Tally::default()
+    }
+}
+
+/// Who released the contended lock last, and when (the hand-off starts there).
+#[derive(Default)]
+struct LastRelease {
+    by: Option<usize>,
+    at: Option<Instant>,
+}
+
+/// One contended cycle: wait for the shared name, hold it for a moment, release it.
+async fn contended_cycle(server: Arc<Server>, last: Arc<Mutex<LastRelease>>, c: usize) -> Tally {
+    let t = Instant::now();
+    let granted = server
+        .grant("hot", json!({"ttl_ms": 10000, "wait_ms": 5000}))
+        .await;
+    let got = Instant::now();
+    let (id, _) = match granted {
+        Ok(lease) => lease,
+        Err(409) => {
+            return Tally {
+                timeouts: 1,
+                ..Tally::default()
+            };
+        }
+        Err(_) => {
+            return Tally {
+                errors: 1,
+                ..Tally::default()
+            };
+        }
+    };
+    let mut tally = Tally {
+        cycles: 1,
+        grants: vec![got - t],
+        ..Tally::default()
+    };
+    {
+        let last = last.lock().await;
+        if let Some(at) = last.at {
+            if last.by == Some(c) {
+                tally.regrants = 1;
+            } else {
+                tally.handoffs.push(got.saturating_duration_since(at));
+            }
+        }
+    }
+    {
+        // Mark the release before it is sent: the hand-off is the time from the holder's
+        // decision to let go until the next holder has its lease.
+        let mut last = last.lock().await;
+        last.by = Some(c);
+        last.at = Some(Instant::now());
+    }
+    if !server.revoke("hot", &id).await {
+        tally.errors += 1;
+    }
+    tally
+}
+
+// ---------------------------------------------------------------------------------------
+// Scale
+
+/// Hold `count` distinct names through the limit path and report Redis memory per lease.
+async fn redis_memory_per_lease(masters: &[RedisMaster], count: usize) {
+    let limit = Limit::new(masters);
+    let used = async |m: &RedisMaster| -> u64 {
+        let info: String = m.cmd(&["INFO", "memory"]).await.expect("INFO");
+        info.lines()
+            .find_map(|l| l.strip_prefix("used_memory:")?.trim().parse().ok())
+            .unwrap_or(0)
+    };
+    let before = used(&masters[0]).await;
+    let next = Arc::new(AtomicUsize::new(0));
+    let workers: Vec<_> = (0..64)
+        .map(|w| {
+            let (limit, next) = (limit.clone(), next.clone());
+            tokio::spawn(async move {
+                loop {
+                    let i = next.fetch_add(1, Ordering::Relaxed);
+                    if i >= count {
+                        return;
+                    }
+                    let key = LockKey::mutex(format!("held:{i:07}"));
+                    limit.acquire(&key, &lease_id(w, i), 600_000).await;
+                }
+            })
+        })
+        .collect();
+    let started = Instant::now();
+    for w in workers {
+        w.await.expect("worker");
+    }
+    let after = used(&masters[0]).await;
+    println!(
+        "- {count} names held (grants through the limit path in {:.1} s): Redis memory {:.0} bytes per lease per master ({:.1} MiB per master in all)",
+        started.elapsed().as_secs_f64(),
+        after.saturating_sub(before) as f64 / count as f64,
+        after.saturating_sub(before) as f64 / (1 << 20) as f64,
     );
 }
 
-/// Grant then revoke distinct names: two requests per step.
-async fn http_grants(app: &Arc<TestApp>, clients: usize, per_client: usize) {
-    let app = app.clone();
-    measure(
-        format!("HTTP grant+revoke, {clients} clients"),
-        clients,
-        per_client,
-        2,
-        move |c, i| {
-            let app = app.clone();
-            async move {
-                let name = format!("bench:{c}:{i}");
-                let t = Instant::now();
-                let (id, _) = app
-                    .must_grant(&name, serde_json::json!({"ttl_ms": 10000}))
-                    .await;
-                let took = t.elapsed();
-                assert_eq!(app.revoke(&name, &id).await.0, 204);
-                took
-            }
+/// Hold `count` leases through redlockd and report its memory per lease.
+async fn redlockd_memory_per_lease(masters: &[RedisMaster], count: usize) {
+    let server = Arc::new(Server::start(masters).await);
+    let before = rss_of(server.pid());
+    let next = Arc::new(AtomicUsize::new(0));
+    let failed = Arc::new(AtomicBool::new(false));
+    let workers: Vec<_> = (0..64)
+        .map(|_| {
+            let (server, next, failed) = (server.clone(), next.clone(), failed.clone());
+            tokio::spawn(async move {
+                loop {
+                    let i = next.fetch_add(1, Ordering::Relaxed);
+                    if i >= count {
+                        return;
+                    }
+                    let name = format!("kept:{i:07}");
+                    if server
+                        .grant(&name, json!({"ttl_ms": 600000}))
+                        .await
+                        .is_err()
+                    {
+                        failed.store(true, Ordering::Relaxed);
+                    }
+                }
+            })
+        })
+        .collect();
+    let started = Instant::now();
+    for w in workers {
+        w.await.expect("worker");
+    }
+    let after = rss_of(server.pid());
+    println!(
+        "- {count} leases held through redlockd (granted in {:.1} s{}): redlockd memory {:.0} bytes per lease ({:.1} MiB resident in all)",
+        started.elapsed().as_secs_f64(),
+        if failed.load(Ordering::Relaxed) {
+            ", some grants failed"
+        } else {
+            ""
         },
-    )
-    .await;
+        after.saturating_sub(before) as f64 / count as f64,
+        after as f64 / (1 << 20) as f64,
+    );
 }
 
-/// Every client waits for the same lock; throughput counts grants.
-async fn contended(app: &Arc<TestApp>, clients: usize, per_client: usize) {
-    let app = app.clone();
-    measure(
-        format!("HTTP one hot lock, {clients} waiting clients"),
-        clients,
-        per_client,
-        1,
-        move |_, _| {
-            let app = app.clone();
-            async move {
-                let t = Instant::now();
-                let body = serde_json::json!({"ttl_ms": 10000, "wait_ms": 30000});
-                let (id, _) = app.must_grant("bench:hot", body).await;
-                let took = t.elapsed();
-                app.revoke("bench:hot", &id).await;
-                took
+/// Queue `waiters` grants on one name in a lease service over the masters, then measure
+/// the CPU of `handoffs` hand-offs (each new holder releases at once).
+async fn waiters_on_one_name(masters: &[RedisMaster], waiters: usize, handoffs: usize) {
+    let redlock = engine(masters);
+    let nodes = redlock.nodes().to_vec();
+    redlock.monitor().probe_round(&nodes).await;
+    let shutdown = CancellationToken::new();
+    let service = LeaseService::new(
+        redlock,
+        Events::new(),
+        Arc::new(Metrics::new()),
+        shutdown.clone(),
+    );
+    let policy = LeasePolicy::new(
+        Duration::from_secs(60),
+        Duration::from_secs(3600),
+        Duration::from_secs(600),
+    );
+    let name = LockName::parse(&format!("queue-{waiters}")).expect("name");
+    let me = std::process::id();
+    let rss_before = rss_of(me);
+    let holder = service
+        .grant(
+            name.clone(),
+            policy.ttl(Some(60_000)).expect("ttl"),
+            policy.wait(Some(0)).expect("wait"),
+            None,
+        )
+        .await
+        .expect("first holder");
+    let done = Arc::new(AtomicUsize::new(0));
+    let mut tasks = Vec::with_capacity(waiters);
+    for _ in 0..waiters {
+        let (service, name, done) = (service.clone(), name.clone(), done.clone());
+        let (ttl, wait) = (
+            policy.ttl(Some(60_000)).expect("ttl"),
+            policy.wait(Some(600_000)).expect("wait"),
+        );
+        tasks.push(tokio::spawn(async move {
+            if let Ok(lease) = service.grant(name, ttl, wait, None).await {
+                done.fetch_add(1, Ordering::Relaxed);
+                let _ = service.revoke(lease.name, lease.id).await;
             }
-        },
-    )
-    .await;
+        }));
+    }
+    // Every waiter has tried once and joined the queue when the queue stops growing.
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let rss_queued = rss_of(me);
+    let cpu = CpuMeter::start(&[me]);
+    let started = Instant::now();
+    service
+        .revoke(holder.name, holder.id)
+        .await
+        .expect("first revoke");
+    while done.load(Ordering::Relaxed) < handoffs && started.elapsed() < Duration::from_secs(120) {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let took = started.elapsed();
+    let used = cpu.used();
+    let n = done.load(Ordering::Relaxed).max(1);
+    shutdown.cancel();
+    for t in tasks {
+        let _ = t.await;
+    }
+    println!(
+        "- {waiters} grants waiting on one name: {:.0} bytes per waiter; {n} hand-offs in {:.2} s, {:.0} µs of CPU per hand-off (this process, service and load together)",
+        rss_queued.saturating_sub(rss_before) as f64 / waiters as f64,
+        took.as_secs_f64(),
+        used.as_secs_f64() * 1e6 / n as f64,
+    );
 }
 
-/// The engine alone, without HTTP: acquire then release.
-async fn engine_grants(engine: &Arc<Redlock>, clients: usize, per_client: usize) {
-    let engine = engine.clone();
-    measure(
-        format!("engine acquire+release, {clients} tasks"),
-        clients,
-        per_client,
-        2,
-        move |c, i| {
-            let engine = engine.clone();
-            async move {
-                let name = redlockd::redlock::node::LockKey::mutex(format!("engine:{c}:{i}"));
-                let t = Instant::now();
-                engine
-                    .acquire(&name, "lease", Duration::from_secs(10), None)
-                    .await
-                    .expect("granted");
-                let took = t.elapsed();
-                engine.release(&name, "lease").await.expect("released");
-                took
-            }
-        },
-    )
-    .await;
+// ---------------------------------------------------------------------------------------
+
+fn pids(masters: &[RedisMaster]) -> Vec<u32> {
+    masters.iter().map(RedisMaster::pid).collect()
+}
+
+fn start_masters(n: usize) -> Vec<RedisMaster> {
+    (0..n).map(|_| RedisMaster::start()).collect()
+}
+
+/// The uncontended rows of one master set: limit, engine and HTTP at each client count.
+async fn uncontended(masters: &[RedisMaster], clients: &[usize], plan: Plan, tag: &str) {
+    let limit = Limit::new(masters);
+    let redlock = engine(masters);
+    let nodes = redlock.nodes().to_vec();
+    redlock.monitor().probe_round(&nodes).await;
+    let server = Arc::new(Server::start(masters).await);
+    let me = [std::process::id()];
+    let redis = pids(masters);
+    for &c in clients {
+        let l = limit.clone();
+        let mut row = run(
+            "limit",
+            format!("uncontended, {c} clients{tag}"),
+            c,
+            plan.row,
+            &me,
+            &redis,
+            move |i| limit_cycle(l.clone(), i, 0),
+        )
+        .await;
+        let base = row.rate();
+        print_row(&mut row, None);
+        let e = redlock.clone();
+        let mut row = run(
+            "engine",
+            format!("uncontended, {c} clients{tag}"),
+            c,
+            plan.row,
+            &me,
+            &redis,
+            move |i| engine_cycle(e.clone(), i),
+        )
+        .await;
+        print_row(&mut row, Some(base));
+        let s = server.clone();
+        let mut row = run(
+            "redlockd",
+            format!("uncontended, {c} clients{tag}"),
+            c,
+            plan.row,
+            &[server.pid()],
+            &redis,
+            move |i| http_cycle(s.clone(), i, 0),
+        )
+        .await;
+        print_row(&mut row, Some(base));
+    }
 }
 
 #[tokio::main]
 async fn main() {
-    let ms = masters(3);
-    let refs: Vec<_> = ms.iter().collect();
-    let app = Arc::new(TestApp::spawn(config(&refs)).await);
+    let plan = Plan::from_env();
     println!(
-        "three redis-server masters on loopback, redlockd in process, {} cores",
-        std::thread::available_parallelism().map_or(0, |n| n.get())
+        "# redlockd side-by-side benchmark: {} cores, redis-server masters on loopback, {} s a row\n",
+        std::thread::available_parallelism().map_or(0, |n| n.get()),
+        plan.row.as_secs_f64()
     );
-    // Warm up connections and scripts.
-    http_grants(&app, 4, 50).await;
-    for clients in [1, 16, 64] {
-        http_grants(&app, clients, 2000 / clients.min(20)).await;
-    }
-    contended(&app, 8, 50).await;
+    let masters = start_masters(3);
+    let redis = pids(&masters);
+    print_header();
+    uncontended(&masters, &[1, 16, 64], plan, "").await;
 
-    let nodes: Vec<Arc<dyn LockNode>> = ms
-        .iter()
-        .map(|m| {
-            Arc::new(
-                RedisNode::new(
-                    &redlockd::config::MasterUrl::parse(&m.url()).expect("url"),
-                    "redlockd:",
-                    Duration::from_millis(50),
-                )
-                .expect("node"),
-            ) as Arc<dyn LockNode>
-        })
-        .collect();
-    let engine = Arc::new(Redlock::new(
-        nodes.clone(),
-        EngineConfig::new(Duration::from_millis(50), 0.01, Duration::from_secs(3600)),
-        Arc::new(Metrics::new()),
-    ));
-    engine.monitor().probe_round(&nodes).await;
-    for clients in [1, 64] {
-        engine_grants(&engine, clients, 4000 / clients.min(20)).await;
+    // 16 clients on one name, each waiting for it.
+    let server = Arc::new(Server::start(&masters).await);
+    let last = Arc::new(Mutex::new(LastRelease::default()));
+    let s = server.clone();
+    let mut row = run(
+        "redlockd",
+        "one name, 16 waiting clients".into(),
+        16,
+        plan.row,
+        &[server.pid()],
+        &redis,
+        move |c| contended_cycle(s.clone(), last.clone(), c),
+    )
+    .await;
+    let handoff_p50 = {
+        let mut h = row.tally.handoffs.clone();
+        h.sort_unstable();
+        pct(&h, 0.5)
+    };
+    print_row(&mut row, None);
+    let contended_rate = row.rate();
+
+    // Renew-heavy: each grant renewed ten times.
+    let limit = Limit::new(&masters);
+    let l = limit.clone();
+    let me = [std::process::id()];
+    let mut row = run(
+        "limit",
+        "grant, 10 renews, release; 16 clients".into(),
+        16,
+        plan.row,
+        &me,
+        &redis,
+        move |c| limit_cycle(l.clone(), c, 10),
+    )
+    .await;
+    let base = row.rate();
+    print_row(&mut row, None);
+    let s = server.clone();
+    let mut row = run(
+        "redlockd",
+        "grant, 10 renews, release; 16 clients".into(),
+        16,
+        plan.row,
+        &[server.pid()],
+        &redis,
+        move |c| http_cycle(s.clone(), c, 10),
+    )
+    .await;
+    print_row(&mut row, Some(base));
+    drop(server);
+
+    println!();
+    if !handoff_p50.is_zero() {
+        println!(
+            "Contended: {contended_rate:.0} cycles/s against 1 / hand-off p50 = {:.0}/s ({:.0} %).",
+            1.0 / handoff_p50.as_secs_f64(),
+            100.0 * contended_rate * handoff_p50.as_secs_f64()
+        );
     }
+
+    println!("\n## Scale\n");
+    print_header();
+    for n in [5, 7] {
+        let set = start_masters(n);
+        uncontended(&set, &[16], plan, &format!(", {n} masters")).await;
+    }
+    println!();
+    {
+        let set = start_masters(3);
+        redis_memory_per_lease(&set, plan.names_held_redis).await;
+    }
+    {
+        let set = start_masters(3);
+        redlockd_memory_per_lease(&set, plan.names_held_http).await;
+    }
+    waiters_on_one_name(&masters, 100, 100.min(plan.handoffs)).await;
+    waiters_on_one_name(&masters, plan.waiters, plan.handoffs).await;
 }
