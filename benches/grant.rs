@@ -22,6 +22,8 @@
 //!
 //! `REDLOCKD_BENCH_SMOKE=1` runs every row for a moment at small sizes: the test command
 //! runs it that way (in the test profile) so that the benchmark keeps working.
+//! `REDLOCKD_BENCH_ONLY=uncontended` stops after the uncontended rows, for quick
+//! before/after comparisons while optimising.
 
 #[path = "../tests/common/mod.rs"]
 mod common;
@@ -601,7 +603,13 @@ async fn contended_cycle(server: Arc<Server>, last: Arc<Mutex<LastRelease>>, c: 
 
 /// Hold `count` distinct names through the limit path and report Redis memory per lease.
 async fn redis_memory_per_lease(masters: &[RedisMaster], count: usize) {
+    // New masters carry no marker until a redlockd has judged them new; every script
+    // refuses to act without it.
+    let redlock = engine(masters);
+    let nodes = redlock.nodes().to_vec();
+    redlock.monitor().probe_round(&nodes).await;
     let limit = Limit::new(masters);
+    let refused = Arc::new(AtomicUsize::new(0));
     let used = async |m: &RedisMaster| -> u64 {
         let info: String = m.cmd(&["INFO", "memory"]).await.expect("INFO");
         info.lines()
@@ -612,7 +620,7 @@ async fn redis_memory_per_lease(masters: &[RedisMaster], count: usize) {
     let next = Arc::new(AtomicUsize::new(0));
     let workers: Vec<_> = (0..64)
         .map(|w| {
-            let (limit, next) = (limit.clone(), next.clone());
+            let (limit, next, refused) = (limit.clone(), next.clone(), refused.clone());
             tokio::spawn(async move {
                 loop {
                     let i = next.fetch_add(1, Ordering::Relaxed);
@@ -620,7 +628,9 @@ async fn redis_memory_per_lease(masters: &[RedisMaster], count: usize) {
                         return;
                     }
                     let key = LockKey::mutex(format!("held:{i:07}"));
-                    limit.acquire(&key, &lease_id(w, i), 600_000).await;
+                    if !limit.acquire(&key, &lease_id(w, i), 600_000).await {
+                        refused.fetch_add(1, Ordering::Relaxed);
+                    }
                 }
             })
         })
@@ -631,7 +641,8 @@ async fn redis_memory_per_lease(masters: &[RedisMaster], count: usize) {
     }
     let after = used(&masters[0]).await;
     println!(
-        "- {count} names held (grants through the limit path in {:.1} s): Redis memory {:.0} bytes per lease per master ({:.1} MiB per master in all)",
+        "- {count} names held ({} refused; granted through the limit path in {:.1} s): Redis memory {:.0} bytes per lease per master ({:.1} MiB per master in all)",
+        refused.load(Ordering::Relaxed),
         started.elapsed().as_secs_f64(),
         after.saturating_sub(before) as f64 / count as f64,
         after.saturating_sub(before) as f64 / (1 << 20) as f64,
@@ -827,6 +838,9 @@ async fn main() {
     let redis = pids(&masters);
     print_header();
     uncontended(&masters, &[1, 16, 64], plan, "").await;
+    if std::env::var("REDLOCKD_BENCH_ONLY").is_ok_and(|v| v == "uncontended") {
+        return;
+    }
 
     // 16 clients on one name, each waiting for it.
     let server = Arc::new(Server::start(&masters).await);

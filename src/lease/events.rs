@@ -108,13 +108,16 @@ impl Events {
 
     /// Join the end of `name`'s queue of waiting grants.
     pub fn join(self: &Arc<Self>, name: &str) -> Ticket {
-        let id = self.next_ticket.fetch_add(1, Ordering::Relaxed);
         let (wake, rx) = watch::channel(0);
-        self.names()
+        let mut names = self.names();
+        // Numbered under the lock, so that numbers rise along every queue.
+        let id = self.next_ticket.fetch_add(1, Ordering::Relaxed);
+        names
             .entry(name.to_owned())
             .or_default()
             .order
             .push_back((id, wake));
+        drop(names);
         Ticket {
             events: self.clone(),
             name: name.to_owned(),
@@ -216,7 +219,13 @@ impl Drop for Ticket {
             return;
         };
         let was_first = topic.order.front().is_some_and(|(id, _)| *id == self.id);
-        topic.order.retain(|(id, _)| *id != self.id);
+        // The head leaves in O(1) (every hand-off); a waiter that gives up mid-queue is
+        // found by its ticket number, which rises along the queue.
+        if was_first {
+            topic.order.pop_front();
+        } else if let Ok(at) = topic.order.binary_search_by_key(&self.id, |(id, _)| *id) {
+            topic.order.remove(at);
+        }
         if topic.is_idle() {
             names.remove(&self.name);
         } else if was_first {
@@ -277,6 +286,26 @@ mod tests {
             .expect("woken when the first waiter left");
         assert!(second.is_first());
         drop(second);
+        assert_eq!(events.names_listened_to(), 0);
+    }
+
+    #[tokio::test]
+    async fn a_waiter_that_leaves_mid_queue_keeps_the_others_in_order() {
+        let events = Events::new();
+        let tickets: Vec<Ticket> = (0..5).map(|_| events.join("a")).collect();
+        let mut tickets: Vec<Option<Ticket>> = tickets.into_iter().map(Some).collect();
+        tickets[2] = None;
+        tickets[0] = None;
+        let order: Vec<bool> = tickets.iter().flatten().map(Ticket::is_first).collect();
+        assert_eq!(
+            order,
+            [true, false, false],
+            "the second in line is now first"
+        );
+        tickets[1] = None;
+        tickets[4] = None;
+        assert!(tickets[3].as_ref().unwrap().is_first());
+        tickets[3] = None;
         assert_eq!(events.names_listened_to(), 0);
     }
 

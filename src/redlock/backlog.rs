@@ -55,7 +55,7 @@ pub(super) enum Job {
         lease: Arc<str>,
         give_up: Instant,
         /// The request's own release call, if it was still in flight when the request was
-        /// answered: it is awaited first (it says whether the master answered).
+        /// answered: it is awaited first, and if the master answers it nothing more is owed.
         in_flight: Option<BoxFuture<'static, bool>>,
     },
 }
@@ -173,15 +173,17 @@ impl Worker {
                     give_up,
                     in_flight,
                 } => {
-                    let mut answered = match in_flight {
-                        Some(call) => call.await,
-                        None => false,
-                    };
-                    let mut backoff = if answered {
-                        FIRST_RETRY * 2
-                    } else {
-                        FIRST_RETRY
-                    };
+                    // The request's own call, answered late, is as good as an answer in
+                    // time: it reached the master in order after the acquire it undoes.
+                    // Only a release that failed is repeated (and once more after it
+                    // lands, for an acquire left on a connection that broke meanwhile).
+                    if let Some(call) = in_flight
+                        && call.await
+                    {
+                        return;
+                    }
+                    let mut answered = false;
+                    let mut backoff = FIRST_RETRY;
                     while Instant::now() + backoff < give_up {
                         tokio::time::sleep(backoff).await;
                         let reply =
