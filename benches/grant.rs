@@ -23,7 +23,10 @@
 //! `REDLOCKD_BENCH_SMOKE=1` runs every row for a moment at small sizes: the test command
 //! runs it that way (in the test profile) so that the benchmark keeps working.
 //! `REDLOCKD_BENCH_ONLY=uncontended` stops after the uncontended rows, for quick
-//! before/after comparisons while optimising.
+//! before/after comparisons while optimising; `REDLOCKD_BENCH_SERVER_ENV="K=V ..."` sets
+//! variables for the redlockd process only (e.g. `RUST_LOG=warn`); and
+//! `REDLOCKD_BENCH_AB="K=V ..."` compares redlockd with and without them, row against row
+//! in one run.
 
 #[path = "../tests/common/mod.rs"]
 mod common;
@@ -364,6 +367,12 @@ impl Drop for Server {
 
 impl Server {
     async fn start(masters: &[RedisMaster]) -> Self {
+        let extra = std::env::var("REDLOCKD_BENCH_SERVER_ENV").unwrap_or_default();
+        Self::start_with(masters, &extra).await
+    }
+
+    /// redlockd with `extra` ("K=V K=V") set in its environment.
+    async fn start_with(masters: &[RedisMaster], extra: &str) -> Self {
         let port = std::net::TcpListener::bind("127.0.0.1:0")
             .and_then(|l| l.local_addr())
             .expect("free port")
@@ -371,15 +380,21 @@ impl Server {
         let dir = tempfile::tempdir().expect("temp dir");
         let urls: Vec<String> = masters.iter().map(RedisMaster::url).collect();
         let log = std::fs::File::create(dir.path().join("redlockd.log")).expect("log file");
-        let child = Command::new(BIN)
-            .env("REDLOCKD_LISTEN", format!("127.0.0.1:{port}"))
+        let mut cmd = Command::new(BIN);
+        cmd.env("REDLOCKD_LISTEN", format!("127.0.0.1:{port}"))
             .env("REDLOCKD_REDIS_URLS", urls.join(","))
             .env(
                 "REDLOCKD_MASTER_TIMEOUT_MS",
                 TIMEOUT.as_millis().to_string(),
             )
             .env("REDLOCKD_MAX_CONNECTIONS", "4096")
-            .env("RUST_LOG", "info")
+            .env("RUST_LOG", "info");
+        for pair in extra.split_whitespace() {
+            if let Some((k, v)) = pair.split_once('=') {
+                cmd.env(k, v);
+            }
+        }
+        let child = cmd
             .stdout(Stdio::null())
             .stderr(log)
             .spawn()
@@ -826,9 +841,44 @@ async fn uncontended(masters: &[RedisMaster], clients: &[usize], plan: Plan, tag
     }
 }
 
+/// `REDLOCKD_BENCH_AB="K=V ..."`: the 16-client HTTP row on two redlockd processes over the
+/// same masters, one as configured and one with these variables, alternating three times,
+/// so that a change is compared within one run rather than across noisy runs.
+async fn ab(masters: &[RedisMaster], b_env: &str, plan: Plan) {
+    let a = Arc::new(Server::start_with(masters, "").await);
+    let b = Arc::new(Server::start_with(masters, b_env).await);
+    let redis = pids(masters);
+    print_header();
+    for _ in 0..3 {
+        for (server, label) in [(&a, "A: as configured"), (&b, "B: with the variables")] {
+            let s = server.clone();
+            let mut row = run(
+                "redlockd",
+                format!("uncontended, 16 clients, {label}"),
+                16,
+                plan.row,
+                &[server.pid()],
+                &redis,
+                move |i| http_cycle(s.clone(), i, 0),
+            )
+            .await;
+            print_row(&mut row, None);
+        }
+    }
+}
+
 #[tokio::main]
 async fn main() {
     let plan = Plan::from_env();
+    if let Ok(b_env) = std::env::var("REDLOCKD_BENCH_AB") {
+        let masters = start_masters(3);
+        let redlock = engine(&masters);
+        let nodes = redlock.nodes().to_vec();
+        redlock.monitor().probe_round(&nodes).await;
+        println!("# A/B: B runs with {b_env}\n");
+        ab(&masters, &b_env, plan).await;
+        return;
+    }
     println!(
         "# redlockd side-by-side benchmark: {} cores, redis-server masters on loopback, {} s a row\n",
         std::thread::available_parallelism().map_or(0, |n| n.get()),

@@ -13,13 +13,14 @@
 //!
 //! Each layer names only the ones below it (`tests/layers.rs` holds them to it). `wire`
 //! holds the contract's bodies, shared by the server and Rust clients; `config` is the one
-//! typed configuration; `metrics` owns the Prometheus registry; `app` builds and runs it
-//! all.
+//! typed configuration; `metrics` owns the Prometheus registry; `logging` writes the JSON
+//! log line; `app` builds and runs it all.
 
 pub mod app;
 pub mod config;
 pub mod http;
 pub mod lease;
+pub mod logging;
 pub mod metrics;
 pub mod redlock;
 pub mod store;

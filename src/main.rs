@@ -20,7 +20,7 @@ fn init_logging(format: Option<LogFormat>) {
         LogFormat::Json
     }) {
         LogFormat::Text => builder.with_ansi(terminal).init(),
-        LogFormat::Json => builder.json().flatten_event(true).init(),
+        LogFormat::Json => builder.event_format(redlockd::logging::JsonLines).init(),
     }
 }
 

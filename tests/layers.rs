@@ -14,6 +14,7 @@ const ALLOWED: &[(&str, &[&str])] = &[
     ("wire", &[]),
     ("config", &[]),
     ("metrics", &[]),
+    ("logging", &[]),
 ];
 
 fn sources(dir: &Path, out: &mut Vec<PathBuf>) {
