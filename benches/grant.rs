@@ -236,25 +236,32 @@ fn print_row(row: &mut Row, limit: Option<f64>) {
     );
 }
 
-/// Run `clients` loops of `cycle(client)` until `length` has passed, with the CPU of
-/// `service` and `masters` measured around them.
-async fn run<F, Fut>(
+/// Where a row runs: for how long, and whose CPU counts as the service's and the masters'.
+struct Setup<'a> {
+    length: Duration,
+    service: &'a [u32],
+    masters: &'a [u32],
+}
+
+/// Run `clients` loops of `cycle(client)` for the setup's length, with the CPU of the
+/// service and the masters measured around them; print the row (with its ratio to
+/// `limit`'s cycles/s, if given) and return it.
+async fn measure<F, Fut>(
     system: &'static str,
     workload: String,
     clients: usize,
-    length: Duration,
-    service: &[u32],
-    masters: &[u32],
+    at: &Setup<'_>,
+    limit: Option<f64>,
     cycle: F,
 ) -> Row
 where
     F: Fn(usize) -> Fut + Clone + Send + Sync + 'static,
     Fut: Future<Output = Tally> + Send,
 {
-    let service_cpu = CpuMeter::start(service);
-    let masters_cpu = CpuMeter::start(masters);
+    let service_cpu = CpuMeter::start(at.service);
+    let masters_cpu = CpuMeter::start(at.masters);
     let started = Instant::now();
-    let deadline = started + length;
+    let deadline = started + at.length;
     let tasks: Vec<_> = (0..clients)
         .map(|c| {
             let cycle = cycle.clone();
@@ -271,14 +278,16 @@ where
     for t in tasks {
         tally.merge(t.await.expect("client"));
     }
-    Row {
+    let mut row = Row {
         system,
         workload,
         tally,
         took: started.elapsed(),
         service_cpu: service_cpu.used(),
         masters_cpu: masters_cpu.used(),
-    }
+    };
+    print_row(&mut row, limit);
+    row
 }
 
 // ---------------------------------------------------------------------------------------
@@ -710,7 +719,7 @@ async fn redlockd_memory_per_lease(masters: &[RedisMaster], count: usize) {
 }
 
 /// Queue `waiters` grants on one name in a lease service over the masters, then measure
-/// the CPU of `handoffs` hand-offs (each new holder releases at once).
+/// the CPU of `handoffs` hand-offs (each new holder releases at once and queues again).
 async fn waiters_on_one_name(masters: &[RedisMaster], waiters: usize, handoffs: usize) {
     let redlock = engine(masters);
     let nodes = redlock.nodes().to_vec();
@@ -747,10 +756,15 @@ async fn waiters_on_one_name(masters: &[RedisMaster], waiters: usize, handoffs: 
             policy.ttl(Some(60_000)).expect("ttl"),
             policy.wait(Some(600_000)).expect("wait"),
         );
+        // Each waiter that gets the lock releases it and queues again, until enough
+        // hand-offs were measured: the queue stays as long as it started.
         tasks.push(tokio::spawn(async move {
-            if let Ok(lease) = service.grant(name, ttl, wait, None).await {
-                done.fetch_add(1, Ordering::Relaxed);
+            while let Ok(lease) = service.grant(name.clone(), ttl, wait, None).await {
+                let n = done.fetch_add(1, Ordering::Relaxed) + 1;
                 let _ = service.revoke(lease.name, lease.id).await;
+                if n >= handoffs {
+                    return;
+                }
             }
         }));
     }
@@ -798,46 +812,34 @@ async fn uncontended(masters: &[RedisMaster], clients: &[usize], plan: Plan, tag
     let nodes = redlock.nodes().to_vec();
     redlock.monitor().probe_round(&nodes).await;
     let server = Arc::new(Server::start(masters).await);
-    let me = [std::process::id()];
-    let redis = pids(masters);
+    let (me, redis) = ([std::process::id()], pids(masters));
+    let mine = Setup {
+        length: plan.row,
+        service: &me,
+        masters: &redis,
+    };
+    let theirs = Setup {
+        service: &[server.pid()],
+        ..mine
+    };
     for &c in clients {
+        let workload = format!("uncontended, {c} clients{tag}");
         let l = limit.clone();
-        let mut row = run(
-            "limit",
-            format!("uncontended, {c} clients{tag}"),
-            c,
-            plan.row,
-            &me,
-            &redis,
-            move |i| limit_cycle(l.clone(), i, 0),
-        )
-        .await;
-        let base = row.rate();
-        print_row(&mut row, None);
+        let base = measure("limit", workload.clone(), c, &mine, None, move |i| {
+            limit_cycle(l.clone(), i, 0)
+        })
+        .await
+        .rate();
         let e = redlock.clone();
-        let mut row = run(
-            "engine",
-            format!("uncontended, {c} clients{tag}"),
-            c,
-            plan.row,
-            &me,
-            &redis,
-            move |i| engine_cycle(e.clone(), i),
-        )
+        measure("engine", workload.clone(), c, &mine, Some(base), move |i| {
+            engine_cycle(e.clone(), i)
+        })
         .await;
-        print_row(&mut row, Some(base));
         let s = server.clone();
-        let mut row = run(
-            "redlockd",
-            format!("uncontended, {c} clients{tag}"),
-            c,
-            plan.row,
-            &[server.pid()],
-            &redis,
-            move |i| http_cycle(s.clone(), i, 0),
-        )
+        measure("redlockd", workload, c, &theirs, Some(base), move |i| {
+            http_cycle(s.clone(), i, 0)
+        })
         .await;
-        print_row(&mut row, Some(base));
     }
 }
 
@@ -851,18 +853,17 @@ async fn ab(masters: &[RedisMaster], b_env: &str, plan: Plan) {
     print_header();
     for _ in 0..3 {
         for (server, label) in [(&a, "A: as configured"), (&b, "B: with the variables")] {
+            let at = Setup {
+                length: plan.row,
+                service: &[server.pid()],
+                masters: &redis,
+            };
             let s = server.clone();
-            let mut row = run(
-                "redlockd",
-                format!("uncontended, 16 clients, {label}"),
-                16,
-                plan.row,
-                &[server.pid()],
-                &redis,
-                move |i| http_cycle(s.clone(), i, 0),
-            )
+            let workload = format!("uncontended, 16 clients, {label}");
+            measure("redlockd", workload, 16, &at, None, move |i| {
+                http_cycle(s.clone(), i, 0)
+            })
             .await;
-            print_row(&mut row, None);
         }
     }
 }
@@ -892,56 +893,52 @@ async fn main() {
         return;
     }
 
-    // 16 clients on one name, each waiting for it.
     let server = Arc::new(Server::start(&masters).await);
+    let me = [std::process::id()];
+    let mine = Setup {
+        length: plan.row,
+        service: &me,
+        masters: &redis,
+    };
+    let theirs = Setup {
+        service: &[server.pid()],
+        ..mine
+    };
+
+    // 16 clients on one name, each waiting for it.
     let last = Arc::new(Mutex::new(LastRelease::default()));
     let s = server.clone();
-    let mut row = run(
+    let mut contended = measure(
         "redlockd",
         "one name, 16 waiting clients".into(),
         16,
-        plan.row,
-        &[server.pid()],
-        &redis,
+        &theirs,
+        None,
         move |c| contended_cycle(s.clone(), last.clone(), c),
     )
     .await;
-    let handoff_p50 = {
-        let mut h = row.tally.handoffs.clone();
-        h.sort_unstable();
-        pct(&h, 0.5)
-    };
-    print_row(&mut row, None);
-    let contended_rate = row.rate();
+    contended.tally.handoffs.sort_unstable();
+    let handoff_p50 = pct(&contended.tally.handoffs, 0.5);
+    let contended_rate = contended.rate();
 
     // Renew-heavy: each grant renewed ten times.
+    let workload = "grant, 10 renews, release; 16 clients";
     let limit = Limit::new(&masters);
-    let l = limit.clone();
-    let me = [std::process::id()];
-    let mut row = run(
-        "limit",
-        "grant, 10 renews, release; 16 clients".into(),
-        16,
-        plan.row,
-        &me,
-        &redis,
-        move |c| limit_cycle(l.clone(), c, 10),
-    )
-    .await;
-    let base = row.rate();
-    print_row(&mut row, None);
+    let base = measure("limit", workload.into(), 16, &mine, None, move |c| {
+        limit_cycle(limit.clone(), c, 10)
+    })
+    .await
+    .rate();
     let s = server.clone();
-    let mut row = run(
+    measure(
         "redlockd",
-        "grant, 10 renews, release; 16 clients".into(),
+        workload.into(),
         16,
-        plan.row,
-        &[server.pid()],
-        &redis,
+        &theirs,
+        Some(base),
         move |c| http_cycle(s.clone(), c, 10),
     )
     .await;
-    print_row(&mut row, Some(base));
     drop(server);
 
     println!();
@@ -968,6 +965,6 @@ async fn main() {
         let set = start_masters(3);
         redlockd_memory_per_lease(&set, plan.names_held_http).await;
     }
-    waiters_on_one_name(&masters, 100, 100.min(plan.handoffs)).await;
+    waiters_on_one_name(&masters, 100, plan.handoffs).await;
     waiters_on_one_name(&masters, plan.waiters, plan.handoffs).await;
 }
