@@ -22,8 +22,8 @@
 //!
 //! `REDLOCKD_BENCH_SMOKE=1` runs every row for a moment at small sizes: the test command
 //! runs it that way (in the test profile) so that the benchmark keeps working.
-//! `REDLOCKD_BENCH_ONLY=uncontended` stops after the uncontended rows, for quick
-//! before/after comparisons while optimising; `REDLOCKD_BENCH_SERVER_ENV="K=V ..."` sets
+//! `REDLOCKD_BENCH_ONLY=uncontended` (or `contended`: the waiting and renew-heavy rows)
+//! runs only those rows, for quick comparisons while optimising; `REDLOCKD_BENCH_SERVER_ENV="K=V ..."` sets
 //! variables for the redlockd process only (e.g. `RUST_LOG=warn`); and
 //! `REDLOCKD_BENCH_AB="K=V ..."` compares redlockd with and without them, row against row
 //! in one run.
@@ -462,20 +462,41 @@ impl Server {
     }
 
     async fn renew(&self, name: &str, id: &str) -> bool {
-        self.http
+        let sent = self
+            .http
             .put(format!("{}/locks/{name}/leases/{id}", self.base))
             .send()
-            .await
-            .is_ok_and(|r| r.status() == 200)
+            .await;
+        expect_status("renew", sent, 200).await
     }
 
     async fn revoke(&self, name: &str, id: &str) -> bool {
-        self.http
+        let sent = self
+            .http
             .delete(format!("{}/locks/{name}/leases/{id}", self.base))
             .send()
-            .await
-            .is_ok_and(|r| r.status() == 204)
+            .await;
+        expect_status("revoke", sent, 204).await
     }
+}
+
+/// Whether the answer has the expected status; the first few that do not are shown on
+/// stderr, so that a row's errors can be told apart.
+async fn expect_status(
+    what: &str,
+    sent: reqwest::Result<reqwest::Response>,
+    expected: u16,
+) -> bool {
+    static SHOWN: AtomicUsize = AtomicUsize::new(0);
+    let unexpected = match sent {
+        Ok(r) if r.status().as_u16() == expected => return true,
+        Ok(r) => format!("{} {}", r.status(), r.text().await.unwrap_or_default()),
+        Err(e) => e.to_string(),
+    };
+    if SHOWN.fetch_add(1, Ordering::Relaxed) < 5 {
+        eprintln!("bench: {what} answered {unexpected}");
+    }
+    false
 }
 
 fn lease_id(c: usize, i: usize) -> String {
@@ -888,8 +909,11 @@ async fn main() {
     let masters = start_masters(3);
     let redis = pids(&masters);
     print_header();
-    uncontended(&masters, &[1, 16, 64], plan, "").await;
-    if std::env::var("REDLOCKD_BENCH_ONLY").is_ok_and(|v| v == "uncontended") {
+    let only = std::env::var("REDLOCKD_BENCH_ONLY").unwrap_or_default();
+    if only != "contended" {
+        uncontended(&masters, &[1, 16, 64], plan, "").await;
+    }
+    if only == "uncontended" {
         return;
     }
 
@@ -940,6 +964,9 @@ async fn main() {
     )
     .await;
     drop(server);
+    if only == "contended" {
+        return;
+    }
 
     println!();
     if !handoff_p50.is_zero() {
