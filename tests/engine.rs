@@ -17,6 +17,13 @@ const TIMEOUT: Duration = Duration::from_millis(50);
 fn key(name: &str) -> LockKey {
     LockKey::mutex(name)
 }
+
+/// Set `name` for `lease` on one master directly, as a grant elsewhere would have.
+async fn hold(node: &(impl LockNode + ?Sized), name: &str, lease: &str, ttl_ms: u64) {
+    node.acquire(&key(name), lease, ttl_ms, None)
+        .await
+        .expect("set");
+}
 const TTL: Duration = Duration::from_secs(10);
 
 struct Bed {
@@ -649,14 +656,8 @@ async fn a_revoke_reaches_a_master_that_answers_late() {
 #[tokio::test(start_paused = true)]
 async fn the_backlog_of_a_dead_master_is_bounded() {
     let bed = bed(3).await;
-    bed.nodes[0]
-        .acquire(&key("h"), "holder", 3_600_000, None)
-        .await
-        .expect("set");
-    bed.nodes[1]
-        .acquire(&key("h"), "holder", 3_600_000, None)
-        .await
-        .expect("set");
+    hold(&*bed.nodes[0], "h", "holder", 3_600_000).await;
+    hold(&*bed.nodes[1], "h", "holder", 3_600_000).await;
     bed.nodes[2].set_fault(Fault::Down);
     let cap = redlockd::redlock::backlog::MAX_BACKLOG;
     for i in 0..cap + 10 {
@@ -673,14 +674,8 @@ async fn the_backlog_of_a_dead_master_is_bounded() {
 #[tokio::test(start_paused = true)]
 async fn simultaneous_minorities_are_a_split_not_a_holder() {
     let bed = bed(3).await;
-    bed.nodes[1]
-        .acquire(&key("s"), "B", 30_000, None)
-        .await
-        .expect("set");
-    bed.nodes[2]
-        .acquire(&key("s"), "C", 30_000, None)
-        .await
-        .expect("set");
+    hold(&*bed.nodes[1], "s", "B", 30_000).await;
+    hold(&*bed.nodes[2], "s", "C", 30_000).await;
     assert_eq!(
         bed.engine.acquire(&key("s"), "A", TTL, None).await,
         Err(EngineError::Split)
@@ -702,14 +697,8 @@ async fn a_split_is_retried_and_never_answered_with_a_contenders_ttl() {
         tokio_util::sync::CancellationToken::new(),
     );
     // Two stale minorities that no contender releases: the split persists.
-    nodes[1]
-        .acquire(&key("s"), "B", 30_000, None)
-        .await
-        .expect("set");
-    nodes[2]
-        .acquire(&key("s"), "C", 30_000, None)
-        .await
-        .expect("set");
+    hold(&*nodes[1], "s", "B", 30_000).await;
+    hold(&*nodes[2], "s", "C", 30_000).await;
     let name = LockName::parse("s").unwrap();
     match service.grant(name.clone(), ttl, WaitTime::NONE, None).await {
         Err(redlockd::lease::LeaseError::Held { retry_after }) => assert!(
@@ -770,10 +759,7 @@ async fn an_operator_recovers_a_majority_that_lost_its_data_with_tokens_still_ri
 async fn a_master_that_comes_back_from_a_snapshot_moments_old_never_votes_for_a_second_lease() {
     let bed = bed(3).await;
     // C is held by another lease for a moment: L1 lands on A and B only.
-    bed.nodes[2]
-        .acquire(&key("x"), "other", 100, None)
-        .await
-        .expect("set");
+    hold(&*bed.nodes[2], "x", "other", 100).await;
     let snapshot = bed.nodes[0].snapshot();
     bed.grant("x", "L1").await.expect("granted on A, B");
     tokio::time::advance(Duration::from_millis(200)).await;
