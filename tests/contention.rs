@@ -134,8 +134,8 @@ async fn simultaneous_grants_of_a_free_lock_never_all_lose() {
     // The cron-once pattern: eight instances fire at each tick, none waits.
     let ms = masters(3);
     let apps = [
-        TestApp::spawn(config(&ms.iter().collect::<Vec<_>>())).await,
-        TestApp::spawn(config(&ms.iter().collect::<Vec<_>>())).await,
+        TestApp::spawn(patient(&ms)).await,
+        TestApp::spawn(patient(&ms)).await,
     ];
     for tick in 0..60 {
         let name = format!("tick:{tick}");
