@@ -873,13 +873,28 @@ fn a_new_deployment_whose_masters_boot_apart_is_ready_within_seconds() {
             .await;
         }
         eprintln!("ready {:?} after the last master booted", up.elapsed());
+        // Ready means a majority votes; a master whose connection broke while it was down
+        // votes again once a probe has verified it (a few hundred ms). No master of a new
+        // deployment is quarantined: every one votes in both replicas well before a
+        // quarantine (MAX_TTL) could have ended.
+        for r in [&a, &b] {
+            wait_for("every master to vote", MAX_TTL / 2, async || {
+                let now = ready(r).await;
+                now["masters"]
+                    .as_array()?
+                    .iter()
+                    .all(|m| m["voting"] == true)
+                    .then_some(())
+            })
+            .await;
+        }
         let after = ready(&a).await;
         assert!(
             after["masters"]
                 .as_array()
                 .unwrap()
                 .iter()
-                .all(|m| m["voting"] == true),
+                .all(|m| m["quarantined_until"].is_null()),
             "no master of a new deployment is quarantined: {after}"
         );
         let resp = reqwest::Client::new()
@@ -887,8 +902,15 @@ fn a_new_deployment_whose_masters_boot_apart_is_ready_within_seconds() {
             .send()
             .await
             .unwrap();
-        assert_eq!(resp.status(), 201);
+        let status = resp.status();
         let lease: Value = resp.json().await.unwrap();
+        assert_eq!(
+            status,
+            201,
+            "{lease}; replica b: {}; its log:\n{}",
+            ready(&b).await,
+            b.log_tail()
+        );
         assert_eq!(lease["fencing_token"], 1, "tokens start at 1");
     });
 }
