@@ -151,6 +151,24 @@ struct Tally {
 }
 
 impl Tally {
+    /// One cycle that failed.
+    fn error() -> Self {
+        Self {
+            errors: 1,
+            ..Self::default()
+        }
+    }
+
+    /// One cycle whose grant took `took`, with `errors` failed calls after it.
+    fn cycle(took: Duration, errors: usize) -> Self {
+        Self {
+            cycles: 1,
+            grants: vec![took],
+            errors,
+            ..Self::default()
+        }
+    }
+
     fn merge(&mut self, other: Tally) {
         self.cycles += other.cycles;
         self.grants.extend(other.grants);
@@ -514,10 +532,7 @@ async fn limit_cycle(limit: Arc<Limit>, c: usize, renews: usize) -> Tally {
     let t = Instant::now();
     if !limit.acquire(&key, &lease, 10_000).await {
         limit.release(&key, &lease).await;
-        return Tally {
-            errors: 1,
-            ..Tally::default()
-        };
+        return Tally::error();
     }
     let took = t.elapsed();
     let mut errors = 0;
@@ -527,12 +542,7 @@ async fn limit_cycle(limit: Arc<Limit>, c: usize, renews: usize) -> Tally {
         }
     }
     limit.release(&key, &lease).await;
-    Tally {
-        cycles: 1,
-        grants: vec![took],
-        errors,
-        ..Tally::default()
-    }
+    Tally::cycle(took, errors)
 }
 
 async fn engine_cycle(engine: Arc<Redlock>, c: usize) -> Tally {
@@ -545,28 +555,18 @@ async fn engine_cycle(engine: Arc<Redlock>, c: usize) -> Tally {
         .await
         .is_err()
     {
-        return Tally {
-            errors: 1,
-            ..Tally::default()
-        };
+        return Tally::error();
     }
     let took = t.elapsed();
     let _ = engine.release(&key, &lease).await;
-    Tally {
-        cycles: 1,
-        grants: vec![took],
-        ..Tally::default()
-    }
+    Tally::cycle(took, 0)
 }
 
 async fn http_cycle(server: Arc<Server>, c: usize, renews: usize) -> Tally {
     let name = format!("http:{c}");
     let t = Instant::now();
     let Ok((id, _)) = server.grant(&name, json!({"ttl_ms": 10000})).await else {
-        return Tally {
-            errors: 1,
-            ..Tally::default()
-        };
+        return Tally::error();
     };
     let took = t.elapsed();
     let mut errors = 0;
@@ -578,12 +578,7 @@ async fn http_cycle(server: Arc<Server>, c: usize, renews: usize) -> Tally {
     if !server.revoke(&name, &id).await {
         errors += 1;
     }
-    Tally {
-        cycles: 1,
-        grants: vec![took],
-        errors,
-        ..Tally::default()
-    }
+    Tally::cycle(took, errors)
 }
 
 /// Who released the contended lock last, and when (the hand-off starts there).
@@ -608,18 +603,9 @@ async fn contended_cycle(server: Arc<Server>, last: Arc<Mutex<LastRelease>>, c: 
                 ..Tally::default()
             };
         }
-        Err(_) => {
-            return Tally {
-                errors: 1,
-                ..Tally::default()
-            };
-        }
+        Err(_) => return Tally::error(),
     };
-    let mut tally = Tally {
-        cycles: 1,
-        grants: vec![got - t],
-        ..Tally::default()
-    };
+    let mut tally = Tally::cycle(got - t, 0);
     {
         let last = last.lock().await;
         if let Some(at) = last.at {

@@ -199,16 +199,9 @@ pub fn decide_release(
     }
 }
 
-/// What a majority of masters agree a lock's holder is.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Agreed {
-    pub lease: String,
-    pub token: u64,
-    pub ttl_ms: u64,
-    /// When the holding stops being on a majority: the majority-th longest remaining TTL.
-    pub pttl_ms: u64,
-    pub owner: Option<String>,
-}
+/// What a majority of masters agree a lock's holder is: a holding whose `pttl_ms` is when
+/// it stops being on a majority (the majority-th longest remaining TTL).
+pub type Agreed = Holding;
 
 /// The outcome of reading a lock from every master.
 #[derive(Debug, Clone, PartialEq, Eq)]
