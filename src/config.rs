@@ -46,6 +46,85 @@ pub enum Command {
         #[arg(long)]
         force: bool,
     },
+    /// Run a command while holding a lock: grant NAME, run CMD with the lease in its
+    /// environment, renew the lease while CMD runs, end CMD if the lease is lost, release
+    /// the lock when CMD exits. Exit status: CMD's own; 64 bad usage; 69 no server or no
+    /// quorum; 75 lock held past --wait (or --held-exit-code); 76 lease lost while CMD ran;
+    /// 126/127 CMD could not be started.
+    Lock(LockArgs),
+    /// Show who holds a lock (a client verb: asks the server at --server).
+    Inspect(InspectArgs),
+    /// List held locks, by name (a client verb: asks the server at --server).
+    List(ListArgs),
+}
+
+/// Where the client verbs find redlockd.
+#[derive(Debug, Clone, Args)]
+pub struct ServerArgs {
+    /// A redlockd replica to ask; repeat for several (tried in order, the next on failure).
+    #[arg(
+        long = "server",
+        env = "REDLOCKD_SERVER",
+        value_delimiter = ',',
+        default_value = "http://127.0.0.1:8080"
+    )]
+    pub servers: Vec<String>,
+}
+
+/// `redlockd lock`.
+#[derive(Debug, Clone, Args)]
+pub struct LockArgs {
+    #[command(flatten)]
+    pub server: ServerArgs,
+    /// Lease TTL (renewed at about a third of it while CMD runs), e.g. `30s`, `500ms`.
+    #[arg(long, default_value = "30s", value_parser = humantime::parse_duration)]
+    pub ttl: Duration,
+    /// How long to wait while another holds the lock (default: do not wait).
+    #[arg(long, default_value = "0s", value_parser = humantime::parse_duration)]
+    pub wait: Duration,
+    /// Shown by inspect and list (default: host name, pid and command).
+    #[arg(long)]
+    pub owner: Option<String>,
+    /// Keep the lock at least this long after the grant, even when CMD finishes sooner, so
+    /// that other instances whose schedule fires a little later skip this tick.
+    #[arg(long, value_parser = humantime::parse_duration)]
+    pub hold_at_least: Option<Duration>,
+    /// After the lease is lost: how long CMD has between SIGTERM and SIGKILL.
+    #[arg(long, default_value = "10s", value_parser = humantime::parse_duration)]
+    pub grace: Duration,
+    /// Exit status when another holds the lock past --wait (default 75); 0 lets cron treat
+    /// "another instance has it" as success.
+    #[arg(long, default_value_t = 75)]
+    pub held_exit_code: u8,
+    /// The lock's name.
+    pub name: String,
+    /// The command and its arguments, after `--`.
+    #[arg(last = true, required = true, num_args = 1..)]
+    pub command: Vec<String>,
+}
+
+/// `redlockd inspect`.
+#[derive(Debug, Clone, Args)]
+pub struct InspectArgs {
+    #[command(flatten)]
+    pub server: ServerArgs,
+    /// Print the server's JSON instead of a table.
+    #[arg(long)]
+    pub json: bool,
+    pub name: String,
+}
+
+/// `redlockd list`.
+#[derive(Debug, Clone, Args)]
+pub struct ListArgs {
+    #[command(flatten)]
+    pub server: ServerArgs,
+    /// Print JSON (`{"locks": [...]}`, every page) instead of a table.
+    #[arg(long)]
+    pub json: bool,
+    /// Only names that start with this.
+    #[arg(default_value = "")]
+    pub prefix: String,
 }
 
 /// The configuration as given: raw values from flags and the environment. `settings()`

@@ -45,6 +45,15 @@ async fn shutdown_signal() {
     }
 }
 
+/// Whether the command line asks for a client verb, whose bad usage exits 64 (as
+/// documented for `redlockd lock`) rather than clap's 2.
+fn client_verb() -> bool {
+    std::env::args()
+        .skip(1)
+        .take_while(|a| a != "--")
+        .any(|a| matches!(a.as_str(), "lock" | "inspect" | "list"))
+}
+
 #[tokio::main]
 async fn main() -> std::process::ExitCode {
     let cli = match Cli::try_parse() {
@@ -52,6 +61,10 @@ async fn main() -> std::process::ExitCode {
         Err(err) => {
             if let Some(explained) = explain_parse_error(&err) {
                 eprintln!("redlockd: {explained}");
+            }
+            if err.use_stderr() && client_verb() {
+                let _ = err.print();
+                return std::process::ExitCode::from(redlockd::client::lock::exit::USAGE);
             }
             err.exit();
         }
@@ -84,6 +97,15 @@ async fn main() -> std::process::ExitCode {
                     std::process::ExitCode::FAILURE
                 }
             };
+        }
+        Command::Lock(args) => {
+            return std::process::ExitCode::from(redlockd::client::lock::run(args).await);
+        }
+        Command::Inspect(args) => {
+            return std::process::ExitCode::from(redlockd::client::show::inspect(args).await);
+        }
+        Command::List(args) => {
+            return std::process::ExitCode::from(redlockd::client::show::list(args).await);
         }
         Command::Serve => {
             let result = async {

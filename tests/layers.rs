@@ -11,6 +11,7 @@ const ALLOWED: &[(&str, &[&str])] = &[
     ("lease", &["redlock", "config", "metrics"]),
     ("redlock", &["store", "metrics"]),
     ("store", &["config"]),
+    ("client", &["wire", "config"]),
     ("wire", &[]),
     ("config", &[]),
     ("metrics", &[]),

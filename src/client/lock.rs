@@ -1,0 +1,377 @@
+//! `redlockd lock NAME -- CMD`: run a command while holding a lock.
+//!
+//! The lock is granted first (waiting up to `--wait`), then the command runs in a process
+//! group of its own with the lease in its environment. A background task renews the lease
+//! at about a third of its TTL, failing over between the servers; when a renew says the
+//! lease is gone, or the lease's validity runs out before a renew succeeds, the command's
+//! process group gets SIGTERM, then SIGKILL after `--grace`. When the command exits, the
+//! lock is released, or with `--hold-at-least` kept until that long after the grant.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use nix::sys::signal::{Signal, killpg};
+use nix::unistd::Pid;
+use reqwest::Method;
+use tokio::signal::unix::{SignalKind, signal};
+use tokio::time::{Instant, sleep_until, timeout_at};
+
+use super::{Failure, Repeat, Servers, lock_path};
+use crate::config::{LockArgs, MIN_TTL_MS};
+use crate::wire::{GrantRequest, LeaseBody, RenewRequest};
+
+/// The exit statuses of `redlockd lock` other than the command's own.
+pub mod exit {
+    /// The command line, or a value the server refused as malformed.
+    pub const USAGE: u8 = 64;
+    /// No server answered, or none could reach a majority of masters.
+    pub const UNAVAILABLE: u8 = 69;
+    /// Another lease held the lock for the whole of `--wait` (unless `--held-exit-code`).
+    pub const HELD: u8 = 75;
+    /// The lease was lost while the command ran; the command was stopped.
+    pub const LOST: u8 = 76;
+    /// The command exists but could not be executed (as a shell answers).
+    pub const CANNOT_EXECUTE: u8 = 126;
+    /// The command was not found (as a shell answers).
+    pub const NOT_FOUND: u8 = 127;
+}
+
+/// The shortest pause between renews that failed to get an answer.
+const MIN_RETRY: Duration = Duration::from_millis(20);
+/// The longest pause between renews that failed to get an answer.
+const MAX_RETRY: Duration = Duration::from_secs(1);
+
+/// How often a stopping command's process group is looked at.
+const GROUP_POLL: Duration = Duration::from_millis(20);
+
+fn say(what: impl std::fmt::Display) {
+    eprintln!("redlockd lock: {what}");
+}
+
+fn millis(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
+}
+
+/// Run `args.command` under the lock; the process's exit status.
+pub async fn run(args: LockArgs) -> u8 {
+    let servers = match Servers::new(&args.server.servers) {
+        Ok(servers) => Arc::new(servers),
+        Err(e) => {
+            say(e);
+            return exit::USAGE;
+        }
+    };
+    let name = args.name.clone();
+    let grant = GrantRequest {
+        ttl_ms: Some(millis(args.ttl)),
+        wait_ms: Some(millis(args.wait)),
+        owner: Some(
+            args.owner
+                .clone()
+                .unwrap_or_else(|| default_owner(&args.command)),
+        ),
+    };
+    let asked = Instant::now();
+    let lease: LeaseBody = match servers
+        .call(
+            Method::POST,
+            &lock_path(&name),
+            Some(&grant),
+            args.wait,
+            Repeat::OnlyUnsent,
+        )
+        .await
+    {
+        Ok(lease) => lease,
+        Err(Failure::Held { retry_after, .. }) => {
+            say(format_args!(
+                "{name} is held by another lease (free in about {} ms at the latest, unless renewed)",
+                millis(retry_after)
+            ));
+            return args.held_exit_code;
+        }
+        Err(Failure::Invalid(m)) => {
+            say(m);
+            return exit::USAGE;
+        }
+        Err(Failure::NotFound(m) | Failure::Unavailable(m)) => {
+            say(format_args!("cannot lock {name}: {m}"));
+            return exit::UNAVAILABLE;
+        }
+    };
+    let granted = Instant::now();
+    // Validity counts from the server's answer; counting from the request errs safe.
+    let valid_until = asked + Duration::from_millis(lease.validity_ms);
+    let lease_path = format!("{}/leases/{}", lock_path(&name), lease.lease_id);
+
+    // Listening before the command starts, so that no signal meant for it is missed.
+    let signals = match Signals::listen() {
+        Ok(signals) => signals,
+        Err(e) => {
+            say(format_args!("cannot listen for signals: {e}"));
+            release(&servers, &lease_path).await;
+            return exit::UNAVAILABLE;
+        }
+    };
+    let mut child = match tokio::process::Command::new(&args.command[0])
+        .args(&args.command[1..])
+        .env("REDLOCKD_LOCK_NAME", &name)
+        .env("REDLOCKD_LEASE_ID", &lease.lease_id)
+        .env("REDLOCKD_FENCING_TOKEN", lease.fencing_token.to_string())
+        // Its own group, so that a lost lease stops every process the command started.
+        .process_group(0)
+        .spawn()
+    {
+        Ok(child) => child,
+        Err(e) => {
+            say(format_args!("cannot run {}: {e}", args.command[0]));
+            release(&servers, &lease_path).await;
+            return match e.kind() {
+                std::io::ErrorKind::NotFound => exit::NOT_FOUND,
+                _ => exit::CANNOT_EXECUTE,
+            };
+        }
+    };
+    let group = child
+        .id()
+        .and_then(|id| i32::try_from(id).ok())
+        .map(Pid::from_raw);
+
+    let keeper = tokio::spawn(keep(
+        servers.clone(),
+        lease_path.clone(),
+        args.ttl,
+        valid_until,
+    ));
+    let lost = run_child(&mut child, group, keeper, signals).await;
+    match lost {
+        Ok(status) => {
+            finish(&servers, &lease_path, granted, args.hold_at_least).await;
+            status_code(status)
+        }
+        Err(reason) => {
+            say(format_args!(
+                "lost the lock on {name}: {reason}; stopping the command"
+            ));
+            stop(&mut child, group, args.grace).await;
+            exit::LOST
+        }
+    }
+}
+
+/// Wait for the command to exit, forwarding signals to it; `Err` with the reason when the
+/// lease is lost first.
+async fn run_child(
+    child: &mut tokio::process::Child,
+    group: Option<Pid>,
+    mut keeper: tokio::task::JoinHandle<String>,
+    signals: Signals,
+) -> Result<std::process::ExitStatus, String> {
+    let Signals {
+        mut int,
+        mut term,
+        mut hup,
+    } = signals;
+    let forward = |sig: Signal| {
+        if let Some(group) = group {
+            let _ = killpg(group, sig);
+        }
+    };
+    let result = loop {
+        tokio::select! {
+            status = child.wait() => {
+                break status.map_err(|e| format!("cannot wait for the command: {e}"));
+            }
+            reason = &mut keeper => {
+                break Err(reason.unwrap_or_else(|e| format!("the renew task failed: {e}")));
+            }
+            _ = int.recv() => forward(Signal::SIGINT),
+            _ = term.recv() => forward(Signal::SIGTERM),
+            _ = hup.recv() => forward(Signal::SIGHUP),
+        }
+    };
+    keeper.abort();
+    result
+}
+
+/// The signals forwarded to the command.
+struct Signals {
+    int: tokio::signal::unix::Signal,
+    term: tokio::signal::unix::Signal,
+    hup: tokio::signal::unix::Signal,
+}
+
+impl Signals {
+    fn listen() -> std::io::Result<Self> {
+        Ok(Self {
+            int: signal(SignalKind::interrupt())?,
+            term: signal(SignalKind::terminate())?,
+            hup: signal(SignalKind::hangup())?,
+        })
+    }
+}
+
+/// Renew the lease at about a third of its TTL until it is lost; the reason it was.
+async fn keep(
+    servers: Arc<Servers>,
+    path: String,
+    ttl: Duration,
+    mut valid_until: Instant,
+) -> String {
+    let every = ttl / 3;
+    let retry = (every / 4).clamp(MIN_RETRY, MAX_RETRY);
+    let mut next = Instant::now() + every;
+    let mut last_error = None;
+    let keep_ttl = RenewRequest::default();
+    loop {
+        sleep_until(next.min(valid_until)).await;
+        let sent = Instant::now();
+        if sent >= valid_until {
+            return ran_out(last_error);
+        }
+        let call = servers.call::<_, LeaseBody>(
+            Method::PUT,
+            &path,
+            Some(&keep_ttl),
+            Duration::ZERO,
+            Repeat::Safe,
+        );
+        match timeout_at(valid_until, call).await {
+            Err(_) => return ran_out(last_error),
+            Ok(Ok(lease)) => {
+                valid_until = sent + Duration::from_millis(lease.validity_ms);
+                next = sent + every;
+                last_error = None;
+            }
+            Ok(Err(Failure::NotFound(m))) => {
+                return format!("the masters no longer hold the lease ({m})");
+            }
+            Ok(Err(e)) => {
+                say(format_args!("renew failed, trying again: {e}"));
+                last_error = Some(e.to_string());
+                next = Instant::now() + retry;
+            }
+        }
+    }
+}
+
+fn ran_out(last_error: Option<String>) -> String {
+    match last_error {
+        Some(e) => format!("its validity ran out before a renew succeeded (last error: {e})"),
+        None => "its validity ran out before a renew succeeded".into(),
+    }
+}
+
+/// After the command exited: release the lock, or keep it until `hold_at_least` after the
+/// grant by making the rest of that time the lease's TTL.
+async fn finish(servers: &Servers, path: &str, granted: Instant, hold_at_least: Option<Duration>) {
+    let held = granted.elapsed();
+    if let Some(rest) = hold_at_least.and_then(|h| h.checked_sub(held)) {
+        let ttl_ms = millis(rest).max(MIN_TTL_MS);
+        let shortened = servers
+            .call::<_, LeaseBody>(
+                Method::PUT,
+                path,
+                Some(&RenewRequest {
+                    ttl_ms: Some(ttl_ms),
+                }),
+                Duration::ZERO,
+                Repeat::Safe,
+            )
+            .await;
+        match shortened {
+            Ok(_) => return,
+            // Gone already: nothing to keep, nothing to release.
+            Err(Failure::NotFound(_)) => return,
+            Err(e) => say(format_args!(
+                "cannot keep the lock for --hold-at-least ({e}); releasing it"
+            )),
+        }
+    }
+    release(servers, path).await;
+}
+
+async fn release(servers: &Servers, path: &str) {
+    let result = servers
+        .call::<(), serde_json::Value>(Method::DELETE, path, None, Duration::ZERO, Repeat::Safe)
+        .await;
+    match result {
+        // NotFound: it lapsed, or an earlier attempt whose answer was lost released it.
+        Ok(_) | Err(Failure::NotFound(_)) => {}
+        Err(e) => say(format_args!(
+            "cannot release the lock ({e}); it stays held until its TTL"
+        )),
+    }
+}
+
+/// Stop the command's process group: SIGTERM, then SIGKILL to whatever of the group is
+/// left after `grace` (the command may exit at once and leave children that ignore it).
+async fn stop(child: &mut tokio::process::Child, group: Option<Pid>, grace: Duration) {
+    let Some(group) = group else { return };
+    let _ = killpg(group, Signal::SIGTERM);
+    let deadline = Instant::now() + grace;
+    loop {
+        // Reaped, the command no longer counts as a member of its group.
+        let _ = child.try_wait();
+        if killpg(group, None).is_err() {
+            return;
+        }
+        if Instant::now() >= deadline {
+            break;
+        }
+        tokio::time::sleep(GROUP_POLL).await;
+    }
+    say("the command did not stop within --grace; killing it");
+    let _ = killpg(group, Signal::SIGKILL);
+    let _ = child.wait().await;
+}
+
+/// The command's exit status as a shell reports it: its code, or 128 + the signal.
+fn status_code(status: std::process::ExitStatus) -> u8 {
+    use std::os::unix::process::ExitStatusExt as _;
+    match (status.code(), status.signal()) {
+        (Some(code), _) => u8::try_from(code & 0xff).unwrap_or(1),
+        (None, Some(sig)) => u8::try_from(128 + (sig & 0x7f)).unwrap_or(1),
+        (None, None) => 1,
+    }
+}
+
+/// `host pid 123: cmd args`, at most the contract's 256 bytes, no control characters.
+fn default_owner(command: &[String]) -> String {
+    let host = nix::unistd::gethostname()
+        .ok()
+        .and_then(|h| h.into_string().ok())
+        .unwrap_or_else(|| "unknown-host".into());
+    let text = format!("{host} pid {}: {}", std::process::id(), command.join(" "));
+    let mut owner: String = text.chars().filter(|c| !c.is_control()).collect();
+    if owner.len() > 256 {
+        let mut end = 256;
+        while !owner.is_char_boundary(end) {
+            end -= 1;
+        }
+        owner.truncate(end);
+    }
+    owner
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::process::ExitStatusExt as _;
+
+    #[test]
+    fn exit_status_is_reported_as_a_shell_does() {
+        assert_eq!(status_code(std::process::ExitStatus::from_raw(3 << 8)), 3);
+        // Killed by SIGKILL (9).
+        assert_eq!(status_code(std::process::ExitStatus::from_raw(9)), 137);
+    }
+
+    #[test]
+    fn the_default_owner_fits_the_contract() {
+        let long = vec!["é".repeat(400)];
+        let owner = default_owner(&long);
+        assert!(owner.len() <= 256);
+        assert!(owner.contains("pid"));
+        assert!(!default_owner(&["a\nb".into()]).contains('\n'));
+    }
+}

@@ -1,0 +1,242 @@
+//! The client side of the contract, for the binary's client verbs (`redlockd lock`,
+//! `inspect`, `list`): calls to one or more redlockd replicas, failing over between them,
+//! with the answers turned into typed outcomes.
+//!
+//! Failing over is safe only for calls that are safe to repeat. Renew, revoke, check,
+//! inspect and list are; a grant is not (a grant whose answer was lost leaves a lock that
+//! nobody holds until its TTL), so a grant moves to the next replica only when the previous
+//! one could not even be connected to.
+
+pub mod lock;
+pub mod show;
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use reqwest::{Method, StatusCode};
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+
+use crate::wire::ErrorBody;
+
+/// How long connecting to one replica may take before the next is tried.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
+/// How long a call other than a waiting grant may take at one replica.
+const CALL_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Why a call did not succeed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Failure {
+    /// Another lease holds the lock; it lapses in about `retry_after` unless renewed.
+    #[error("{message}")]
+    Held {
+        retry_after: Duration,
+        message: String,
+    },
+    /// The lease (or the route) does not exist: the masters no longer hold it.
+    #[error("{0}")]
+    NotFound(String),
+    /// The server refused the request as malformed.
+    #[error("{0}")]
+    Invalid(String),
+    /// No replica answered, or the one that did cannot reach a majority of masters.
+    #[error("{0}")]
+    Unavailable(String),
+}
+
+/// Whether a call may be sent again to another replica.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Repeat {
+    /// Safe to repeat: on any failure to get an answer, or a 503, try the next replica.
+    Safe,
+    /// Not safe to repeat (a grant): only a replica that could not be connected to is
+    /// skipped.
+    OnlyUnsent,
+}
+
+/// The replicas to ask, in order; the one that answered last is asked first next time.
+pub struct Servers {
+    urls: Vec<String>,
+    http: reqwest::Client,
+    preferred: AtomicUsize,
+}
+
+impl Servers {
+    pub fn new(urls: &[String]) -> Result<Self, Failure> {
+        let urls: Vec<String> = urls
+            .iter()
+            .map(|u| u.trim().trim_end_matches('/').to_owned())
+            .filter(|u| !u.is_empty())
+            .collect();
+        if urls.is_empty() {
+            return Err(Failure::Invalid("no --server given".into()));
+        }
+        for url in &urls {
+            let parsed = url::Url::parse(url)
+                .map_err(|e| Failure::Invalid(format!("--server {url}: {e}")))?;
+            if !matches!(parsed.scheme(), "http" | "https") {
+                return Err(Failure::Invalid(format!(
+                    "--server {url}: must be an http:// or https:// URL"
+                )));
+            }
+        }
+        let http = reqwest::Client::builder()
+            .connect_timeout(CONNECT_TIMEOUT)
+            .build()
+            .map_err(|e| Failure::Unavailable(format!("cannot start an HTTP client: {e}")))?;
+        Ok(Self {
+            urls,
+            http,
+            preferred: AtomicUsize::new(0),
+        })
+    }
+
+    /// Send one call, to each replica in turn as `repeat` allows, and read its answer.
+    /// `wait` is added to the time one replica may take (a waiting grant).
+    pub async fn call<B: Serialize, T: DeserializeOwned>(
+        &self,
+        method: Method,
+        path: &str,
+        body: Option<&B>,
+        wait: Duration,
+        repeat: Repeat,
+    ) -> Result<T, Failure> {
+        let first = self.preferred.load(Ordering::Relaxed);
+        let mut last = Failure::Unavailable("no server was asked".into());
+        for i in 0..self.urls.len() {
+            let at = (first + i) % self.urls.len();
+            let base = &self.urls[at];
+            let mut request = self
+                .http
+                .request(method.clone(), format!("{base}{path}"))
+                .timeout(CALL_TIMEOUT + wait);
+            if let Some(body) = body {
+                request = request.json(body);
+            }
+            let response = match request.send().await {
+                Ok(response) => response,
+                Err(e) => {
+                    last = Failure::Unavailable(format!("{base}: {}", describe(&e)));
+                    if repeat == Repeat::Safe || e.is_connect() {
+                        continue;
+                    }
+                    return Err(last);
+                }
+            };
+            let status = response.status();
+            let bytes = match response.bytes().await {
+                Ok(bytes) => bytes,
+                Err(e) => {
+                    last = Failure::Unavailable(format!("{base}: {}", describe(&e)));
+                    if repeat == Repeat::Safe {
+                        continue;
+                    }
+                    return Err(last);
+                }
+            };
+            if status.is_success() {
+                self.preferred.store(at, Ordering::Relaxed);
+                let bytes: &[u8] = if bytes.is_empty() { b"null" } else { &bytes };
+                return serde_json::from_slice(bytes)
+                    .map_err(|e| Failure::Unavailable(format!("{base}: unexpected answer ({e})")));
+            }
+            let failure = failure(status, &bytes, base);
+            match failure {
+                Failure::Unavailable(_) if repeat == Repeat::Safe => last = failure,
+                failure => {
+                    self.preferred.store(at, Ordering::Relaxed);
+                    return Err(failure);
+                }
+            }
+        }
+        Err(last)
+    }
+}
+
+/// The failure an error status and body stand for.
+fn failure(status: StatusCode, body: &[u8], base: &str) -> Failure {
+    let parsed: Option<ErrorBody> = serde_json::from_slice(body).ok();
+    let message = parsed.as_ref().map_or_else(
+        || format!("{base} answered {status}"),
+        |b| b.message.clone(),
+    );
+    match status {
+        StatusCode::CONFLICT => Failure::Held {
+            retry_after: Duration::from_millis(
+                parsed.and_then(|b| b.retry_after_ms).unwrap_or(1000),
+            ),
+            message,
+        },
+        StatusCode::NOT_FOUND => Failure::NotFound(message),
+        s if s.is_client_error() && s != StatusCode::REQUEST_TIMEOUT => Failure::Invalid(message),
+        _ => Failure::Unavailable(format!("{base}: {message}")),
+    }
+}
+
+/// A transport error in a few words (reqwest's own text repeats the URL).
+fn describe(e: &reqwest::Error) -> String {
+    let what = if e.is_connect() {
+        "cannot connect"
+    } else if e.is_timeout() {
+        "no answer in time"
+    } else {
+        "connection failed"
+    };
+    let mut cause = std::error::Error::source(e);
+    let mut deepest = None;
+    while let Some(c) = cause {
+        deepest = Some(c.to_string());
+        cause = c.source();
+    }
+    match deepest {
+        Some(d) => format!("{what} ({d})"),
+        None => what.to_owned(),
+    }
+}
+
+/// Escape nothing: lock names are URL-safe by the contract's alphabet, and a name outside
+/// it is refused by the server with a clear 400. Lease ids are URL-safe by construction.
+pub fn lock_path(name: &str) -> String {
+    format!("/locks/{name}")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn error_statuses_become_typed_failures() {
+        let held = br#"{"error":"lock_held","message":"held","retry_after_ms":1500}"#;
+        assert_eq!(
+            failure(StatusCode::CONFLICT, held, "s"),
+            Failure::Held {
+                retry_after: Duration::from_millis(1500),
+                message: "held".into()
+            }
+        );
+        let gone = br#"{"error":"lease_not_found","message":"gone"}"#;
+        assert_eq!(
+            failure(StatusCode::NOT_FOUND, gone, "s"),
+            Failure::NotFound("gone".into())
+        );
+        assert!(matches!(
+            failure(StatusCode::BAD_REQUEST, b"{}", "s"),
+            Failure::Invalid(_)
+        ));
+        assert!(matches!(
+            failure(StatusCode::SERVICE_UNAVAILABLE, b"not json", "s"),
+            Failure::Unavailable(m) if m.contains("503")
+        ));
+        assert!(matches!(
+            failure(StatusCode::REQUEST_TIMEOUT, b"", "s"),
+            Failure::Unavailable(_)
+        ));
+    }
+
+    #[test]
+    fn only_http_servers_are_accepted() {
+        assert!(Servers::new(&["http://127.0.0.1:1/".into()]).is_ok());
+        assert!(Servers::new(&["redis://127.0.0.1:1".into()]).is_err());
+        assert!(Servers::new(&[]).is_err());
+    }
+}

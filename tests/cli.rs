@@ -1,0 +1,381 @@
+//! `redlockd lock -- cmd`, `inspect` and `list`, as cron and an operator run them: the
+//! binary in client mode against two replicas on three real masters.
+
+mod common;
+
+use std::path::Path;
+use std::process::{Output, Stdio};
+use std::time::{Duration, Instant};
+
+use common::{RedisMaster, TestApp, config, masters, wait_for};
+use serde_json::json;
+use tokio::process::{Child, Command};
+
+const BIN: &str = env!("CARGO_BIN_EXE_redlockd");
+
+/// Exit statuses of `redlockd lock` (README, "Run a command under a lock").
+const USAGE: i32 = 64;
+const HELD: i32 = 75;
+const LOST: i32 = 76;
+
+struct Bed {
+    masters: Vec<RedisMaster>,
+    replicas: Vec<TestApp>,
+    dir: tempfile::TempDir,
+}
+
+impl Bed {
+    async fn start() -> Self {
+        let masters = masters(3);
+        let refs: Vec<&RedisMaster> = masters.iter().collect();
+        let mut cfg = config(&refs);
+        // Pausing masters must make renews fail fast, not hang.
+        cfg.master_timeout_ms = 100;
+        let mut replicas = Vec::new();
+        for _ in 0..2 {
+            replicas.push(TestApp::spawn(cfg.clone()).await);
+        }
+        Self {
+            masters,
+            replicas,
+            dir: tempfile::tempdir().expect("tempdir"),
+        }
+    }
+
+    /// `redlockd <args>` with both replicas as servers, a dead address first so that every
+    /// call fails over at least once.
+    fn cli(&self, args: &[&str]) -> Command {
+        let mut cmd = Command::new(BIN);
+        cmd.env_clear()
+            .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+            .env(
+                "REDLOCKD_SERVER",
+                format!(
+                    "http://127.0.0.1:{},{},{}",
+                    closed_port(),
+                    self.replicas[0].base,
+                    self.replicas[1].base
+                ),
+            )
+            .current_dir(self.dir.path())
+            .args(args)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .kill_on_drop(true);
+        cmd
+    }
+
+    async fn run(&self, args: &[&str]) -> Output {
+        tokio::time::timeout(Duration::from_secs(30), self.cli(args).output())
+            .await
+            .expect("redlockd exits")
+            .expect("run redlockd")
+    }
+
+    fn path(&self, file: &str) -> std::path::PathBuf {
+        self.dir.path().join(file)
+    }
+
+    async fn appears(&self, file: &str) {
+        let path = self.path(file);
+        wait_for(
+            &format!("{file} to appear"),
+            Duration::from_secs(10),
+            async || path.exists().then_some(()),
+        )
+        .await;
+    }
+
+    /// Whether a majority says the lock is held, asked of the second replica.
+    async fn held(&self, name: &str) -> bool {
+        let (status, body) = self.replicas[1].inspect(name).await;
+        assert_eq!(status, 200, "{body}");
+        body["held"] == json!(true)
+    }
+}
+
+fn closed_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+fn code(out: &Output) -> i32 {
+    out.status.code().expect("exited, not signalled")
+}
+
+fn stderr(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+fn signal(child: &Child, sig: &str) {
+    let ok = std::process::Command::new("kill")
+        .args([sig, &child.id().expect("running").to_string()])
+        .status()
+        .unwrap()
+        .success();
+    assert!(ok);
+}
+
+fn alive(pid: &str) -> bool {
+    Path::new(&format!("/proc/{}", pid.trim())).exists()
+        && !std::fs::read_to_string(format!("/proc/{}/stat", pid.trim()))
+            .unwrap_or_default()
+            .contains(") Z ")
+}
+
+#[tokio::test]
+async fn the_command_runs_with_the_lease_in_its_environment_and_its_exit_releases_the_lock() {
+    let bed = Bed::start().await;
+    let out = bed
+        .run(&[
+            "lock",
+            "--ttl",
+            "2s",
+            "jobs:a",
+            "--",
+            "sh",
+            "-c",
+            r#"echo "$REDLOCKD_LOCK_NAME $REDLOCKD_FENCING_TOKEN $REDLOCKD_LEASE_ID"; exit 7"#,
+        ])
+        .await;
+    assert_eq!(code(&out), 7, "the command's own status: {}", stderr(&out));
+    let seen = String::from_utf8(out.stdout).unwrap();
+    let fields: Vec<&str> = seen.split_whitespace().collect();
+    assert_eq!(fields.len(), 3, "{seen}");
+    assert_eq!(fields[0], "jobs:a");
+    let token: u64 = fields[1].parse().expect("a token");
+    assert!(token > 0);
+    assert_eq!(fields[2].len(), 22, "a lease id");
+    assert!(
+        !bed.held("jobs:a").await,
+        "released when the command exited"
+    );
+
+    // The next run gets a greater token.
+    let out = bed
+        .run(&[
+            "lock",
+            "jobs:a",
+            "--",
+            "sh",
+            "-c",
+            "echo $REDLOCKD_FENCING_TOKEN",
+        ])
+        .await;
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    let next: u64 = String::from_utf8(out.stdout)
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    assert!(next > token);
+    assert!(!bed.held("jobs:a").await);
+}
+
+#[tokio::test]
+async fn a_held_lock_exits_held_or_waits_and_signals_reach_the_command() {
+    let bed = Bed::start().await;
+    // The first holder leaves on SIGTERM, which reaches it through redlockd lock.
+    let mut first = bed
+        .cli(&[
+            "lock",
+            "--ttl",
+            "1s",
+            "jobs:b",
+            "--",
+            "sh",
+            "-c",
+            r#"trap 'echo term > got-term; exit 0' TERM; touch started; while :; do sleep 0.05; done"#,
+        ])
+        .spawn()
+        .unwrap();
+    bed.appears("started").await;
+
+    let out = bed.run(&["lock", "jobs:b", "--", "touch", "ran"]).await;
+    assert_eq!(code(&out), HELD, "{}", stderr(&out));
+    assert!(stderr(&out).contains("held by another lease"));
+    let out = bed
+        .run(&[
+            "lock",
+            "--held-exit-code",
+            "0",
+            "jobs:b",
+            "--",
+            "touch",
+            "ran",
+        ])
+        .await;
+    assert_eq!(code(&out), 0, "cron may treat held as success");
+    assert!(
+        !bed.path("ran").exists(),
+        "the command ran without the lock"
+    );
+
+    // Held across several renews (a third of the 1 s TTL), then handed over on exit.
+    let waiter = bed
+        .cli(&["lock", "--wait", "20s", "jobs:b", "--", "touch", "ran"])
+        .spawn()
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    assert!(
+        !bed.path("ran").exists(),
+        "the waiter ran while the first held the lock"
+    );
+    signal(&first, "-TERM");
+    let status = tokio::time::timeout(Duration::from_secs(10), first.wait())
+        .await
+        .expect("first exits")
+        .unwrap();
+    assert_eq!(
+        status.code(),
+        Some(0),
+        "the command's own status after its trap"
+    );
+    assert!(bed.path("got-term").exists(), "SIGTERM was forwarded");
+    let out = tokio::time::timeout(Duration::from_secs(10), waiter.wait_with_output())
+        .await
+        .expect("the waiter exits")
+        .unwrap();
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    assert!(bed.path("ran").exists());
+    assert!(!bed.held("jobs:b").await, "no lease left after any exit");
+}
+
+#[tokio::test]
+async fn a_lease_lost_when_a_majority_of_masters_stop_ends_the_command_within_the_ttl() {
+    let bed = Bed::start().await;
+    let ttl = Duration::from_secs(1);
+    let child = bed
+        .cli(&[
+            "lock",
+            "--ttl",
+            "1s",
+            "--grace",
+            "500ms",
+            "jobs:c",
+            "--",
+            "sh",
+            "-c",
+            // A grandchild that ignores SIGTERM: the group must get SIGKILL after --grace.
+            r#"sh -c 'trap "" TERM; while :; do sleep 0.05; done' & echo $! > grandchild; wait"#,
+        ])
+        .spawn()
+        .unwrap();
+    bed.appears("grandchild").await;
+    let grandchild = std::fs::read_to_string(bed.path("grandchild")).unwrap();
+    assert!(alive(&grandchild));
+    bed.masters[0].pause();
+    bed.masters[1].pause();
+    let paused = Instant::now();
+    let out = match tokio::time::timeout(Duration::from_secs(10), child.wait_with_output()).await {
+        Ok(out) => out.unwrap(),
+        Err(_) => {
+            let ps = std::process::Command::new("ps")
+                .args(["-eo", "pid,pgid,stat,args"])
+                .output()
+                .unwrap();
+            panic!(
+                "redlockd lock did not exit:\n{}",
+                String::from_utf8_lossy(&ps.stdout)
+            );
+        }
+    };
+    let took = paused.elapsed();
+    bed.masters[0].resume();
+    bed.masters[1].resume();
+    assert_eq!(code(&out), LOST, "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("lost the lock on jobs:c"),
+        "{}",
+        stderr(&out)
+    );
+    // The lease's validity ends within one TTL of the last renew; then SIGTERM, and SIGKILL
+    // after the grace.
+    assert!(
+        took < ttl + Duration::from_millis(500) + Duration::from_secs(1),
+        "{took:?}"
+    );
+    wait_for(
+        "the grandchild to die",
+        Duration::from_secs(5),
+        async || (!alive(&grandchild)).then_some(()),
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn hold_at_least_makes_a_second_run_within_the_window_skip() {
+    let bed = Bed::start().await;
+    let out = bed
+        .run(&["lock", "--hold-at-least", "3s", "cron:tick", "--", "true"])
+        .await;
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    let out = bed.run(&["lock", "cron:tick", "--", "touch", "ran"]).await;
+    assert_eq!(code(&out), HELD, "a second instance skips the tick");
+    assert!(!bed.path("ran").exists());
+    let (_, body) = bed.replicas[0].inspect("cron:tick").await;
+    assert!(body["ttl_remaining_ms"].as_u64().unwrap() <= 3000, "{body}");
+    wait_for("the window to end", Duration::from_secs(6), async || {
+        (!bed.held("cron:tick").await).then_some(())
+    })
+    .await;
+    let out = bed.run(&["lock", "cron:tick", "--", "touch", "ran"]).await;
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    assert!(bed.path("ran").exists());
+}
+
+#[tokio::test]
+async fn bad_usage_exits_64_and_a_missing_command_releases_the_lock() {
+    let bed = Bed::start().await;
+    for args in [
+        &["lock", "jobs:d"][..],
+        &["lock", "--ttl", "soon", "jobs:d", "--", "true"],
+        &["lock", "bad name", "--", "true"],
+        &["lock", "--ttl", "10ms", "jobs:d", "--", "true"],
+    ] {
+        let out = bed.run(args).await;
+        assert_eq!(code(&out), USAGE, "{args:?}: {}", stderr(&out));
+    }
+    let out = bed.run(&["lock", "jobs:d", "--", "/no/such/command"]).await;
+    assert_eq!(code(&out), 127, "{}", stderr(&out));
+    assert!(
+        !bed.held("jobs:d").await,
+        "released after the command failed to start"
+    );
+}
+
+#[tokio::test]
+async fn inspect_and_list_print_a_table_or_json() {
+    let bed = Bed::start().await;
+    bed.replicas[0]
+        .must_grant("report:1", json!({"ttl_ms": 60000, "owner": "worker-1"}))
+        .await;
+    bed.replicas[0]
+        .must_grant("report:2", json!({"ttl_ms": 60000}))
+        .await;
+    let out = bed.run(&["inspect", "report:1"]).await;
+    let text = String::from_utf8(out.stdout).unwrap();
+    assert!(text.starts_with("NAME"), "{text}");
+    assert!(
+        text.contains("report:1") && text.contains("worker-1"),
+        "{text}"
+    );
+    let out = bed.run(&["inspect", "report:3"]).await;
+    assert_eq!(String::from_utf8(out.stdout).unwrap(), "report:3 is free\n");
+
+    let out = bed.run(&["list", "report:", "--json"]).await;
+    let all: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    let names: Vec<&str> = all["locks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|l| l["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["report:1", "report:2"]);
+    let out = bed.run(&["list"]).await;
+    let text = String::from_utf8(out.stdout).unwrap();
+    assert_eq!(text.lines().count(), 3, "{text}");
+}
