@@ -41,6 +41,35 @@ impl Op {
     }
 }
 
+/// The kinds of `redlockd_streams_active{kind}`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StreamKind {
+    Hold,
+    Campaign,
+    Observe,
+}
+
+impl StreamKind {
+    const ALL: [StreamKind; 3] = [StreamKind::Hold, StreamKind::Campaign, StreamKind::Observe];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            StreamKind::Hold => "hold",
+            StreamKind::Campaign => "campaign",
+            StreamKind::Observe => "observe",
+        }
+    }
+}
+
+/// An open stream, counted in `redlockd_streams_active` until dropped.
+pub struct StreamGuard(IntGauge);
+
+impl Drop for StreamGuard {
+    fn drop(&mut self) {
+        self.0.dec();
+    }
+}
+
 pub struct Metrics {
     registry: Registry,
     requests: IntCounterVec,
@@ -53,6 +82,7 @@ pub struct Metrics {
     leases_active: IntGauge,
     master_backlog: IntGaugeVec,
     master_backlog_dropped: IntCounterVec,
+    streams_active: IntGaugeVec,
     /// The lock classes seen so far, to keep `lock_class` bounded.
     classes: Mutex<HashSet<String>>,
 }
@@ -156,6 +186,18 @@ impl Metrics {
         )
         .expect("static metric definition");
 
+        let streams_active = IntGaugeVec::new(
+            Opts::new(
+                "redlockd_streams_active",
+                "Event streams open: held leases (hold), election campaigns (campaign), observers (observe)",
+            ),
+            &["kind"],
+        )
+        .expect("static metric definition");
+        for kind in StreamKind::ALL {
+            streams_active.with_label_values(&[kind.as_str()]).set(0);
+        }
+
         for collector in [
             Box::new(requests.clone()) as Box<dyn prometheus::core::Collector>,
             Box::new(request_duration.clone()),
@@ -167,6 +209,7 @@ impl Metrics {
             Box::new(leases_active.clone()),
             Box::new(master_backlog.clone()),
             Box::new(master_backlog_dropped.clone()),
+            Box::new(streams_active.clone()),
         ] {
             registry
                 .register(collector)
@@ -191,6 +234,7 @@ impl Metrics {
             leases_active,
             master_backlog,
             master_backlog_dropped,
+            streams_active,
             classes: Mutex::new(HashSet::new()),
         }
     }
@@ -202,6 +246,13 @@ impl Metrics {
         self.request_duration
             .with_label_values(&[op.as_str()])
             .observe(took.as_secs_f64());
+    }
+
+    /// Count a stream as open until the guard is dropped.
+    pub fn stream_opened(&self, kind: StreamKind) -> StreamGuard {
+        let gauge = self.streams_active.with_label_values(&[kind.as_str()]);
+        gauge.inc();
+        StreamGuard(gauge)
     }
 
     pub fn waited(&self, took: Duration) {

@@ -162,6 +162,26 @@ pub struct LockList {
     pub next: Option<String>,
 }
 
+/// The `queued` event of a held stream: the grant waits, at this place in the replica's
+/// line of waiting grants for the name (1 is next).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+#[schema(example = json!({"position": 2}))]
+pub struct QueuedEvent {
+    pub position: u64,
+}
+
+/// The `lost` event of a held stream: the lease is no longer held, and why. The stream
+/// ends after it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+#[schema(example = json!({"reason": "quorum_lost", "message": "no renew reached a majority of masters before the lease's validity ran out"}))]
+pub struct LostEvent {
+    /// `lease_not_found` (a renew found it expired), `quorum_lost` (no renew reached a
+    /// majority in time), `released` (someone else released it), `shutting_down` (the
+    /// replica holding the stream is stopping; it revoked the lease).
+    pub reason: String,
+    pub message: String,
+}
+
 /// `/healthz`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 #[schema(example = json!({"status": "ok"}))]

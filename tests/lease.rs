@@ -196,3 +196,105 @@ async fn shutdown_releases_what_a_departed_client_won_before_it_returns() {
         );
     }
 }
+
+/// Whether a majority of the in-process masters hold `name`.
+async fn held_on_majority(bed: &Bed, name: &str) -> bool {
+    let mut holding = 0;
+    for node in &bed.nodes {
+        if !node
+            .read(&LockKey::mutex(name))
+            .await
+            .expect("read")
+            .is_empty()
+        {
+            holding += 1;
+        }
+    }
+    holding >= 2
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_held_stream_that_is_never_read_keeps_its_lease_and_a_bounded_buffer() {
+    let bed = bed().await;
+    let name = LockName::parse("unread").unwrap();
+    let rx = bed.service.hold(name, bed.ttl(300), bed.wait(0), None);
+    // Thirty TTLs later: renewed all along, a hundred heartbeats, and never more buffered
+    // than the stream's small buffer.
+    tokio::time::sleep(Duration::from_secs(9)).await;
+    assert!(rx.len() <= 8, "{} events buffered", rx.len());
+    assert!(
+        held_on_majority(&bed, "unread").await,
+        "renewed while unread"
+    );
+    drop(rx);
+    // The client left: revoked at once, not at the TTL.
+    tokio::time::sleep(Duration::from_millis(1)).await;
+    assert!(
+        !held_on_majority(&bed, "unread").await,
+        "revoked when the reader left"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_held_stream_says_lost_when_a_majority_of_masters_stop_answering() {
+    use redlockd::lease::{HoldEvent, LostReason};
+    let bed = bed().await;
+    let mut rx = bed.service.hold(
+        LockName::parse("q").unwrap(),
+        bed.ttl(1_000),
+        bed.wait(0),
+        None,
+    );
+    let granted_at = match rx.recv().await {
+        Some(HoldEvent::Granted(lease)) => lease.at,
+        other => panic!("expected granted, got {other:?}"),
+    };
+    bed.nodes[0].set_fault(Fault::Hang);
+    bed.nodes[1].set_fault(Fault::Hang);
+    let lost = loop {
+        match rx.recv().await {
+            Some(HoldEvent::Renewed(_)) => {}
+            Some(HoldEvent::Lost(reason)) => break reason,
+            other => panic!("expected lost, got {other:?}"),
+        }
+    };
+    assert_eq!(lost, LostReason::QuorumLost);
+    assert!(
+        granted_at.elapsed() <= Duration::from_secs(1),
+        "told within the validity: {:?}",
+        granted_at.elapsed()
+    );
+    assert!(rx.recv().await.is_none(), "nothing follows lost");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_held_stream_queues_then_is_granted_when_the_holder_leaves() {
+    use redlockd::lease::HoldEvent;
+    let bed = bed().await;
+    let first = bed.service.hold(
+        LockName::parse("line").unwrap(),
+        bed.ttl(30_000),
+        bed.wait(0),
+        None,
+    );
+    let mut second = bed.service.hold(
+        LockName::parse("line").unwrap(),
+        bed.ttl(30_000),
+        bed.wait(60_000),
+        None,
+    );
+    assert!(matches!(
+        second.recv().await,
+        Some(HoldEvent::Queued { position: 1 })
+    ));
+    let left = Instant::now();
+    drop(first);
+    match second.recv().await {
+        Some(HoldEvent::Granted(_)) => {}
+        other => panic!("expected granted, got {other:?}"),
+    }
+    assert!(
+        left.elapsed() < Duration::from_millis(10),
+        "handed over at once"
+    );
+}

@@ -113,25 +113,37 @@ impl From<LeaseError> for ApiError {
     }
 }
 
-impl IntoResponse for ApiError {
-    fn into_response(self) -> Response {
-        let status = self.status();
-        let retry_after = match &self {
+impl ApiError {
+    fn retry_after(&self) -> Option<Duration> {
+        match self {
             ApiError::LockHeld { retry_after } => Some(*retry_after),
             _ => None,
-        };
-        let masters = match &self {
+        }
+    }
+
+    /// The contract's error body for this error (also what a stream's `failed` event
+    /// carries).
+    pub fn body(&self) -> ErrorBody {
+        let masters = match self {
             ApiError::Unavailable { masters, .. } => {
                 masters.iter().map(MasterError::from).collect()
             }
             _ => Vec::new(),
         };
-        let body = ErrorBody {
+        ErrorBody {
             error: self.code().to_owned(),
             message: self.to_string(),
-            retry_after_ms: retry_after.map(crate::lease::millis),
+            retry_after_ms: self.retry_after().map(crate::lease::millis),
             masters,
-        };
+        }
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let status = self.status();
+        let retry_after = self.retry_after();
+        let body = self.body();
         if let ApiError::Unavailable { message, masters } = &self {
             let masters: Vec<String> = masters
                 .iter()

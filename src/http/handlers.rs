@@ -9,6 +9,7 @@ use axum::response::{IntoResponse, Response};
 use super::AppState;
 use super::error::{ApiError, ErrorBody};
 use super::extract::{Fields, LeasePath, LockPath};
+use super::stream;
 use super::types::{
     GrantRequest, Health, LeaseBody, ListQuery, LockEntry, LockList, LockStatus, NoFields,
     Readiness, RenewRequest,
@@ -32,6 +33,11 @@ pub const DEFAULT_LIST_LIMIT: u64 = 100;
     responses(
         (status = 201, description = "Granted", body = LeaseBody,
             headers(("Location" = String, description = "/locks/{name}/leases/{lease_id}"))),
+        (status = 200, content_type = "text/event-stream", body = String,
+            description = "With `Accept: text/event-stream`: the lease is held while the connection stays open. \
+Events: `queued` (`QueuedEvent`, while waiting), `granted` (`LeaseBody`), `heartbeat` (`LeaseBody`, after each renew at a third of the TTL), \
+then `lost` (`LostEvent`) or `failed` (`ErrorBody`: held after `wait_ms`, no quorum), after which the stream ends. \
+Closing the connection revokes the lease at once. Field errors are answered 400 before any stream."),
         (status = 400, description = "`invalid_request`", body = ErrorBody),
         (status = 408, description = "`request_timeout`: the body did not arrive in time", body = ErrorBody),
         (status = 409, description = "`lock_held`: held by another lease (after `wait_ms`, if any)", body = ErrorBody,
@@ -42,12 +48,17 @@ pub const DEFAULT_LIST_LIMIT: u64 = 100;
 pub async fn grant(
     State(state): State<AppState>,
     LockPath(name): LockPath,
+    accept: HeaderMap,
     Fields(req): Fields<GrantRequest>,
-) -> Result<impl IntoResponse, ApiError> {
+) -> Result<Response, ApiError> {
     let policy = LeasePolicy::from(state.settings.leases);
     let ttl = policy.ttl(req.ttl_ms)?;
     let wait = policy.wait(req.wait_ms)?;
     let owner = req.owner.as_deref().map(Owner::parse).transpose()?;
+    if stream::wants_stream(&accept) {
+        let events = state.service.hold(name, ttl, wait, owner);
+        return Ok(stream::hold(events).into_response());
+    }
     let lease = state.service.grant(name, ttl, wait, owner).await?;
     let location = format!("/locks/{}/leases/{}", lease.name, lease.id.as_str());
     let mut headers = HeaderMap::new();
@@ -58,7 +69,8 @@ pub async fn grant(
         StatusCode::CREATED,
         headers,
         Json(LeaseBody::new(&lease, false)),
-    ))
+    )
+        .into_response())
 }
 
 /// Renew a lease: extend its TTL. The lease id and fencing token stay the same.

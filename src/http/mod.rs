@@ -6,6 +6,7 @@ pub mod extract;
 pub mod handlers;
 pub mod middleware;
 pub mod serve;
+pub mod stream;
 pub mod types;
 
 use std::sync::Arc;
@@ -52,6 +53,7 @@ pub struct AppState {
         description = "Named locks with leases and fencing tokens, backed by the Redlock algorithm over N independent Redis masters.",
         license(name = "Apache-2.0", identifier = "Apache-2.0"),
     ),
+    components(schemas(crate::wire::QueuedEvent, crate::wire::LostEvent)),
     tags(
         (name = "locks", description = "Grant, renew, revoke and inspect leases"),
         (name = "operations", description = "Health, readiness and metrics"),

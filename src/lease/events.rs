@@ -200,6 +200,15 @@ impl Ticket {
             .is_some_and(|(id, _)| *id == self.id)
     }
 
+    /// This waiter's place in line: 1 when it is first.
+    pub fn position(&self) -> usize {
+        self.events
+            .names()
+            .get(&self.name)
+            .and_then(|t| t.order.binary_search_by_key(&self.id, |(id, _)| *id).ok())
+            .map_or(1, |at| at + 1)
+    }
+
     /// Forget the wake-ups seen so far; `woken` then waits for a newer one.
     pub fn mark_seen(&mut self) {
         self.wake.borrow_and_update();
@@ -302,6 +311,8 @@ mod tests {
             [true, false, false],
             "the second in line is now first"
         );
+        let places: Vec<usize> = tickets.iter().flatten().map(Ticket::position).collect();
+        assert_eq!(places, [1, 2, 3]);
         tickets[1] = None;
         tickets[4] = None;
         assert!(tickets[3].as_ref().unwrap().is_first());

@@ -7,6 +7,7 @@
 
 mod error;
 pub mod events;
+mod hold;
 mod service;
 
 use crate::config::LeaseBounds;
@@ -14,6 +15,7 @@ pub use crate::redlock::MasterStatus;
 use crate::redlock::node::LockKey;
 pub use error::{LeaseError, MasterFailure, Unavailability};
 pub use events::{Events, LockEvent};
+pub use hold::{HoldEvent, LostReason};
 pub use service::{Lease, LeaseService, LockHolder, Readiness};
 
 use std::fmt;

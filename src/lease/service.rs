@@ -105,15 +105,17 @@ struct Tracked {
 pub struct LeaseService {
     engine: Arc<Redlock>,
     events: Arc<Events>,
-    metrics: Arc<Metrics>,
+    pub(super) metrics: Arc<Metrics>,
     /// Leases this process granted, with when each lapses unless renewed and its token:
     /// the source of `redlockd_leases_active`, and of `Lost` events.
     active: Mutex<HashMap<LeaseId, Tracked>>,
-    /// Fires when the process begins to shut down: waiting grants stop waiting.
-    shutdown: CancellationToken,
-    /// Grant attempts run in tasks of their own (see `attempt_once`); shutdown drains them
-    /// so that a lease won for a client that left is released before the process goes.
-    attempts: TaskTracker,
+    /// Fires when the process begins to shut down: waiting grants stop waiting, held
+    /// streams end.
+    pub(super) shutdown: CancellationToken,
+    /// Grant attempts and held streams run in tasks of their own (see `attempt_once` and
+    /// `hold`); shutdown drains them so that a lease won for a client that left, or held
+    /// for a stream, is released before the process goes.
+    pub(super) tasks: TaskTracker,
 }
 
 impl LeaseService {
@@ -129,7 +131,7 @@ impl LeaseService {
             metrics,
             active: Mutex::new(HashMap::new()),
             shutdown,
-            attempts: TaskTracker::new(),
+            tasks: TaskTracker::new(),
         })
     }
 
@@ -138,8 +140,8 @@ impl LeaseService {
     /// whatever is left then is abandoned, and its keys expire at their TTL. For shutdown,
     /// after the requests in flight were answered.
     pub async fn drain(&self, deadline: tokio::time::Instant) -> bool {
-        self.attempts.close();
-        tokio::time::timeout_at(deadline, self.attempts.wait())
+        self.tasks.close();
+        tokio::time::timeout_at(deadline, self.tasks.wait())
             .await
             .is_ok()
     }
@@ -191,6 +193,20 @@ impl LeaseService {
         wait: WaitTime,
         owner: Option<Owner>,
     ) -> Result<Lease, LeaseError> {
+        self.grant_reporting(name, ttl, wait, owner, &mut |_| {})
+            .await
+    }
+
+    /// `grant`, telling `queued` this grant's place in this replica's line (1 is next)
+    /// whenever it waits and its place has changed.
+    pub async fn grant_reporting(
+        &self,
+        name: LockName,
+        ttl: Ttl,
+        wait: WaitTime,
+        owner: Option<Owner>,
+        queued: &mut (dyn FnMut(usize) + Send),
+    ) -> Result<Lease, LeaseError> {
         let ttl = ttl.get();
         let owner: Option<Arc<str>> = owner.map(|o| o.shared());
         if wait == WaitTime::NONE {
@@ -203,6 +219,7 @@ impl LeaseService {
         let deadline = tokio::time::Instant::now() + wait.get();
         let mut contended = false;
         let mut ticket = self.events.join(name.as_str());
+        let mut reported = 0;
         // Queued behind another waiter, this grant has found its lock contended already.
         if !ticket.is_first() {
             contended = true;
@@ -237,6 +254,11 @@ impl LeaseService {
                         return result;
                     }
                 }
+            }
+            let place = ticket.position();
+            if place != reported {
+                reported = place;
+                queued(place);
             }
             tokio::select! {
                 () = ticket.woken() => {}
@@ -308,7 +330,7 @@ impl LeaseService {
         let engine = self.engine.clone();
         let events = self.events.clone();
         let name = name.clone();
-        self.attempts.spawn(async move {
+        self.tasks.spawn(async move {
             let id = LeaseId::generate();
             let result = engine
                 .acquire(&name.key(), id.as_str(), ttl, owner)

@@ -444,3 +444,65 @@ impl TestApp {
         (status, body)
     }
 }
+
+/// A server-sent event stream, read one event at a time.
+pub struct EventStream {
+    pub status: u16,
+    response: reqwest::Response,
+    buffer: String,
+}
+
+impl EventStream {
+    /// Send `request` asking for a stream.
+    pub async fn open(request: reqwest::RequestBuilder) -> Self {
+        let response = request
+            .header("accept", "text/event-stream")
+            .send()
+            .await
+            .expect("stream request");
+        Self {
+            status: response.status().as_u16(),
+            response,
+            buffer: String::new(),
+        }
+    }
+
+    /// The next event's name and JSON data (comments and keep-alives skipped), or `None`
+    /// when the stream ends.
+    pub async fn next(&mut self) -> Option<(String, Value)> {
+        loop {
+            if let Some(end) = self.buffer.find("\n\n") {
+                let block: String = self.buffer.drain(..end + 2).collect();
+                let mut name = String::from("message");
+                let mut data = String::new();
+                for line in block.lines() {
+                    if let Some(v) = line.strip_prefix("event:") {
+                        name = v.trim().to_owned();
+                    } else if let Some(v) = line.strip_prefix("data:") {
+                        data.push_str(v.trim_start());
+                    }
+                }
+                if data.is_empty() {
+                    continue;
+                }
+                let value = serde_json::from_str(&data).expect("JSON event data");
+                return Some((name, value));
+            }
+            match self.response.chunk().await {
+                Ok(Some(chunk)) => self.buffer.push_str(&String::from_utf8_lossy(&chunk)),
+                _ => return None,
+            }
+        }
+    }
+
+    /// The next event, which must be `name`; its data.
+    pub async fn expect(&mut self, name: &str) -> Value {
+        let got = tokio::time::timeout(Duration::from_secs(10), self.next())
+            .await
+            .unwrap_or_else(|_| panic!("no {name} event within 10 s"));
+        match got {
+            Some((n, data)) if n == name => data,
+            other => panic!("expected {name}, got {other:?}"),
+        }
+    }
+}

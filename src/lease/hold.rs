@@ -1,0 +1,195 @@
+//! Leases held for as long as a client stays connected: the service grants the lease,
+//! renews it at a third of its TTL, and says what happens on a bounded channel that the
+//! HTTP layer streams as server-sent events. When the client goes (the channel's receiver
+//! is dropped), the lease is revoked at once; when the lease is lost, the client is told
+//! why. If the process itself dies, the lease expires at its TTL.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::mpsc;
+use tokio::time::{Instant, sleep_until, timeout, timeout_at};
+
+use super::events::{LockEvent, Observed};
+use super::{Lease, LeaseError, LeaseService, LockName, Owner, Ttl, WaitTime};
+use crate::metrics::StreamKind;
+
+/// Events a held stream may have waiting for a slow reader. Heartbeats beyond it are
+/// dropped (the next one says the same, newer), so a client that never reads costs a
+/// bounded amount of memory.
+const HOLD_BUFFER: usize = 8;
+/// How long a final event (granted, failed, lost) may wait for room in the buffer.
+const DELIVER_WAIT: Duration = Duration::from_secs(1);
+/// The shortest and longest pause before a renew that failed to get an answer is tried
+/// again (a quarter of the renew interval, within these).
+const MIN_RETRY: Duration = Duration::from_millis(20);
+const MAX_RETRY: Duration = Duration::from_secs(1);
+
+/// What happens to a held lease, in order.
+#[derive(Debug)]
+pub enum HoldEvent {
+    /// Waiting: this grant's place in this replica's line (1 is next).
+    Queued { position: usize },
+    /// The lease, granted.
+    Granted(Lease),
+    /// The lease, renewed: its validity counts from now again.
+    Renewed(Lease),
+    /// The lease was lost; nothing follows.
+    Lost(LostReason),
+    /// The grant failed (held after `wait`, no quorum); nothing follows.
+    Failed(LeaseError),
+}
+
+/// Why a held lease was lost.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LostReason {
+    /// A renew found the lease gone from a majority of masters (it expired).
+    NotFound,
+    /// No renew reached a majority before the lease's validity ran out.
+    QuorumLost,
+    /// Someone else released it (an administrator).
+    Released,
+    /// This replica is shutting down; the lease was revoked.
+    ShuttingDown,
+}
+
+impl LostReason {
+    /// The stable code of the `lost` event.
+    pub fn code(self) -> &'static str {
+        match self {
+            LostReason::NotFound => "lease_not_found",
+            LostReason::QuorumLost => "quorum_lost",
+            LostReason::Released => "released",
+            LostReason::ShuttingDown => "shutting_down",
+        }
+    }
+
+    pub fn message(self) -> &'static str {
+        match self {
+            LostReason::NotFound => {
+                "a renew found the lease gone from a majority of masters: it expired"
+            }
+            LostReason::QuorumLost => {
+                "no renew reached a majority of masters before the lease's validity ran out"
+            }
+            LostReason::Released => "the lease was released by someone else (an administrator)",
+            LostReason::ShuttingDown => {
+                "the replica holding the stream is shutting down; the lease was revoked"
+            }
+        }
+    }
+}
+
+impl LeaseService {
+    /// Grant `name` (waiting up to `wait`) and hold it until the returned receiver is
+    /// dropped, the lease is lost, or the process shuts down.
+    pub fn hold(
+        self: &Arc<Self>,
+        name: LockName,
+        ttl: Ttl,
+        wait: WaitTime,
+        owner: Option<Owner>,
+    ) -> mpsc::Receiver<HoldEvent> {
+        let (tx, rx) = mpsc::channel(HOLD_BUFFER);
+        let service = self.clone();
+        self.tasks
+            .spawn(async move { service.hold_task(name, ttl, wait, owner, tx).await });
+        rx
+    }
+
+    async fn hold_task(
+        self: Arc<Self>,
+        name: LockName,
+        ttl: Ttl,
+        wait: WaitTime,
+        owner: Option<Owner>,
+        tx: mpsc::Sender<HoldEvent>,
+    ) {
+        let _open = self.metrics.stream_opened(StreamKind::Hold);
+        let mut report = |position| {
+            let _ = tx.try_send(HoldEvent::Queued { position });
+        };
+        let granted = tokio::select! {
+            result = self.grant_reporting(name.clone(), ttl, wait, owner, &mut report) => result,
+            // Gone while waiting: the grant stops; one won meanwhile is released by its task.
+            () = tx.closed() => return,
+        };
+        let lease = match granted {
+            Ok(lease) => lease,
+            Err(e) => {
+                deliver(&tx, HoldEvent::Failed(e)).await;
+                return;
+            }
+        };
+        let lost = self.keep(&lease, ttl.get(), &tx).await;
+        if let Some(reason) = lost {
+            deliver(&tx, HoldEvent::Lost(reason)).await;
+        }
+        if lost != Some(LostReason::NotFound) && lost != Some(LostReason::Released) {
+            let _ = self.revoke(lease.name.clone(), lease.id.clone()).await;
+        }
+    }
+
+    /// Renew `lease` until it is lost (the reason) or its client leaves (`None`).
+    async fn keep(
+        &self,
+        lease: &Lease,
+        ttl: Duration,
+        tx: &mpsc::Sender<HoldEvent>,
+    ) -> Option<LostReason> {
+        let mut events = self.events().subscribe(lease.name.as_str());
+        let mut listening = true;
+        deliver(tx, HoldEvent::Granted(lease.clone())).await;
+        let every = ttl / 3;
+        let retry = (every / 4).clamp(MIN_RETRY, MAX_RETRY);
+        let mut valid_until = lease.at + lease.validity;
+        let mut next = Instant::now() + every;
+        // Set when news says someone else released the lease: a renew then confirms it.
+        let mut released = false;
+        loop {
+            tokio::select! {
+                () = sleep_until(next.min(valid_until)) => {
+                    if Instant::now() >= valid_until {
+                        return Some(LostReason::QuorumLost);
+                    }
+                    let renew = self.renew(lease.name.clone(), lease.id.clone(), None);
+                    match timeout_at(valid_until, renew).await {
+                        Err(_) => return Some(LostReason::QuorumLost),
+                        Ok(Ok(renewed)) => {
+                            valid_until = renewed.at + renewed.validity;
+                            next = Instant::now() + every;
+                            released = false;
+                            // Dropped when the reader is behind: the next one is newer.
+                            let _ = tx.try_send(HoldEvent::Renewed(renewed));
+                        }
+                        Ok(Err(LeaseError::NotFound)) if released => {
+                            return Some(LostReason::Released);
+                        }
+                        Ok(Err(LeaseError::NotFound)) => return Some(LostReason::NotFound),
+                        Ok(Err(_)) => next = Instant::now() + retry,
+                    }
+                }
+                () = tx.closed() => return None,
+                () = self.shutdown.cancelled() => return Some(LostReason::ShuttingDown),
+                seen = events.next(), if listening => match seen {
+                    Some(Observed::Event(LockEvent::Released { token })) if token == lease.token.0 => {
+                        released = true;
+                        next = Instant::now();
+                    }
+                    Some(Observed::Event(LockEvent::Acquired { token })) if token > lease.token.0 => {
+                        next = Instant::now();
+                    }
+                    Some(Observed::Missed(_)) => next = Instant::now(),
+                    Some(Observed::Event(_)) => {}
+                    None => listening = false,
+                },
+            }
+        }
+    }
+}
+
+/// Send a final event, waiting a little for a slow reader; one that does not make room in
+/// time does not get it (its connection is as good as gone).
+async fn deliver(tx: &mpsc::Sender<HoldEvent>, event: HoldEvent) {
+    let _ = timeout(DELIVER_WAIT, tx.send(event)).await;
+}

@@ -1,0 +1,130 @@
+//! Leases held while a connection lives (`Accept: text/event-stream` on a grant), over
+//! HTTP, on real masters and two replicas: granted, heartbeats, handed over the moment the
+//! client disconnects, `lost` when the quorum is lost or the replica shuts down.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::{EventStream, RedisMaster, TestApp, config, masters, wait_for};
+use serde_json::json;
+
+async fn replicas(masters: &[RedisMaster], timeout_ms: u64) -> (TestApp, TestApp) {
+    let refs: Vec<&RedisMaster> = masters.iter().collect();
+    let mut cfg = config(&refs);
+    cfg.master_timeout_ms = timeout_ms;
+    (TestApp::spawn(cfg.clone()).await, TestApp::spawn(cfg).await)
+}
+
+fn hold(app: &TestApp, name: &str, body: serde_json::Value) -> reqwest::RequestBuilder {
+    app.http
+        .post(app.url(&format!("/locks/{name}")))
+        .json(&body)
+}
+
+#[tokio::test]
+async fn a_held_lease_is_renewed_while_connected_and_handed_over_the_moment_the_client_leaves() {
+    let masters = masters(3);
+    let (a, b) = replicas(&masters, 200).await;
+    let mut stream = EventStream::open(hold(&a, "held", json!({"ttl_ms": 600}))).await;
+    assert_eq!(stream.status, 200);
+    let granted = stream.expect("granted").await;
+    let token = granted["fencing_token"].as_u64().unwrap();
+    // Renewed past its TTL, with the same token.
+    for _ in 0..4 {
+        let beat = stream.expect("heartbeat").await;
+        assert_eq!(beat["fencing_token"].as_u64(), Some(token));
+        assert_eq!(beat["lease_id"], granted["lease_id"]);
+    }
+    let (_, status) = b.inspect("held").await;
+    assert_eq!(status["fencing_token"].as_u64(), Some(token), "{status}");
+
+    // A grant waiting on the other replica gets it as soon as the stream closes.
+    let waiter = b.grant_in_background("held", json!({"wait_ms": 10_000}));
+    b.wait_for_contention("held", 1).await;
+    let left = Instant::now();
+    drop(stream);
+    let (code, lease, answered) = waiter.await.unwrap();
+    assert_eq!(code, 201, "{lease}");
+    assert!(lease["fencing_token"].as_u64().unwrap() > token);
+    let took = answered - left;
+    assert!(
+        took < Duration::from_millis(500),
+        "handed over after {took:?}"
+    );
+}
+
+#[tokio::test]
+async fn a_waiting_stream_says_queued_then_granted() {
+    let masters = masters(3);
+    let (a, _b) = replicas(&masters, 200).await;
+    let (lease, _) = a.must_grant("line", json!({"ttl_ms": 30_000})).await;
+    let mut stream = EventStream::open(hold(
+        &a,
+        "line",
+        json!({"ttl_ms": 30_000, "wait_ms": 10_000}),
+    ))
+    .await;
+    assert_eq!(stream.expect("queued").await, json!({"position": 1}));
+    a.revoke("line", &lease).await;
+    stream.expect("granted").await;
+
+    // Held after wait_ms: `failed` with the contract's error body, then the end.
+    let mut late = EventStream::open(hold(&a, "line", json!({"wait_ms": 200}))).await;
+    assert_eq!(late.expect("queued").await["position"], 1);
+    let failed = late.expect("failed").await;
+    assert_eq!(failed["error"], "lock_held");
+    assert!(failed["retry_after_ms"].as_u64().is_some());
+    assert!(late.next().await.is_none(), "the stream ends");
+
+    // Bad fields are refused before any stream.
+    let bad = EventStream::open(hold(&a, "line", json!({"ttl_ms": 1}))).await;
+    assert_eq!(bad.status, 400);
+}
+
+#[tokio::test]
+async fn lost_arrives_within_the_ttl_when_a_majority_of_masters_stop() {
+    let masters = masters(3);
+    let (a, _b) = replicas(&masters, 100).await;
+    let mut stream = EventStream::open(hold(&a, "fragile", json!({"ttl_ms": 1000}))).await;
+    stream.expect("granted").await;
+    masters[0].pause();
+    masters[1].pause();
+    let paused = Instant::now();
+    let lost = loop {
+        match tokio::time::timeout(Duration::from_secs(5), stream.next()).await {
+            Ok(Some((name, data))) if name == "lost" => break data,
+            Ok(Some((name, _))) if name == "heartbeat" => {}
+            other => panic!("expected lost, got {other:?}"),
+        }
+    };
+    let took = paused.elapsed();
+    masters[0].resume();
+    masters[1].resume();
+    assert_eq!(lost["reason"], "quorum_lost", "{lost}");
+    assert!(took < Duration::from_millis(1000), "told after {took:?}");
+    assert!(stream.next().await.is_none(), "the stream ends after lost");
+}
+
+#[tokio::test]
+async fn shutdown_tells_the_holder_and_frees_the_lock() {
+    let masters = masters(3);
+    let (a, b) = replicas(&masters, 200).await;
+    let mut stream = EventStream::open(hold(&a, "stop", json!({"ttl_ms": 30_000}))).await;
+    stream.expect("granted").await;
+    let metrics = a.text("/metrics").await;
+    assert!(
+        metrics.contains(r#"redlockd_streams_active{kind="hold"} 1"#),
+        "{metrics}"
+    );
+    let stopping = tokio::spawn(a.stop());
+    let lost = stream.expect("lost").await;
+    assert_eq!(lost["reason"], "shutting_down");
+    assert!(stream.next().await.is_none());
+    stopping.await.unwrap();
+    wait_for("the lock to be free", Duration::from_secs(2), async || {
+        let (_, status) = b.inspect("stop").await;
+        (status["held"] == json!(false)).then_some(())
+    })
+    .await;
+}
