@@ -342,7 +342,7 @@ impl Limit {
     }
 
     async fn renew(&self, key: &LockKey, lease: &str) -> bool {
-        let replies = join_all(self.nodes.iter().map(|n| n.renew(key, lease, None))).await;
+        let replies = join_all(self.nodes.iter().map(|n| n.renew(key, lease, None, None))).await;
         replies
             .iter()
             .filter(|r| matches!(r, Ok(Owned::Yes(_))))

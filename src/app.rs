@@ -91,6 +91,9 @@ impl App {
                 Announcement::Acquired(name, token) => {
                     events.publish(name, LockEvent::Acquired { token })
                 }
+                Announcement::Proclaimed(name, token) => {
+                    events.publish(name, LockEvent::Proclaimed { token })
+                }
                 Announcement::Missed => events.resync(),
             });
             node.listen(listener, shutdown.child_token());

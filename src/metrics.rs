@@ -26,6 +26,11 @@ pub enum Op {
     Check,
     Inspect,
     List,
+    Campaign,
+    Leader,
+    Observe,
+    Proclaim,
+    Resign,
 }
 
 impl Op {
@@ -37,6 +42,11 @@ impl Op {
             Op::Check => "check",
             Op::Inspect => "inspect",
             Op::List => "list",
+            Op::Campaign => "campaign",
+            Op::Leader => "leader",
+            Op::Observe => "observe",
+            Op::Proclaim => "proclaim",
+            Op::Resign => "resign",
         }
     }
 }

@@ -182,6 +182,100 @@ pub struct LostEvent {
     pub message: String,
 }
 
+/// Fields of a campaign; each may also be given as a query parameter of the same name.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+#[schema(example = json!({"value": "10.0.0.7:9000", "ttl_ms": 10000, "wait_ms": 60000}))]
+pub struct CampaignRequest {
+    /// What the leader publishes while it leads (its address, say): at most 256 bytes.
+    #[schema(max_length = 256)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub value: Option<String>,
+    /// Term TTL in ms, renewed like a lease's: from 100 to the configured maximum.
+    /// Default 30000.
+    #[schema(minimum = 100)]
+    #[serde(
+        default,
+        deserialize_with = "millis",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub ttl_ms: Option<u64>,
+    /// How long to wait while another candidate leads, in ms (default 0).
+    #[serde(
+        default,
+        deserialize_with = "millis",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub wait_ms: Option<u64>,
+}
+
+/// Fields of a leader's renew; with `value`, the leader proclaims a new value and keeps
+/// its term.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+#[schema(example = json!({"value": "10.0.0.7:9001"}))]
+pub struct ProclaimRequest {
+    #[schema(max_length = 256)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub value: Option<String>,
+    /// The new TTL in ms (default: the term's own).
+    #[schema(minimum = 100)]
+    #[serde(
+        default,
+        deserialize_with = "millis",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub ttl_ms: Option<u64>,
+}
+
+/// A leader's lease: what campaign and a leader's renew answer.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+#[schema(example = json!({
+    "name": "queue-worker", "lease_id": "q3JtZ0kPq6Nw2b1xVf8u4A", "term": 43,
+    "value": "10.0.0.7:9000", "ttl_ms": 10000, "validity_ms": 9897,
+    "expires_at": "2026-11-22T03:00:10.000Z"
+}))]
+pub struct ElectionLease {
+    pub name: String,
+    /// Opaque; whoever knows it can renew, proclaim and resign. Keep it secret.
+    pub lease_id: String,
+    /// The term: the lease's fencing token, greater than every earlier term of this
+    /// election. Stamp the leader's writes with it.
+    pub term: u64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub value: Option<String>,
+    pub ttl_ms: u64,
+    /// How long the leader may rely on leading from the moment this response was written.
+    pub validity_ms: u64,
+    pub expires_at: String,
+}
+
+/// Who leads an election now.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+#[schema(example = json!({"name": "queue-worker", "vacant": false, "term": 43, "value": "10.0.0.7:9000", "ttl_remaining_ms": 7210}))]
+pub struct Leader {
+    pub name: String,
+    pub vacant: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub term: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub value: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ttl_remaining_ms: Option<u64>,
+}
+
+/// An event of an election's observe stream: `elected` (a new term), `proclaimed` (the
+/// leader's new value), `vacant` (`term` is the last leader's, if one was seen).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+#[schema(example = json!({"name": "queue-worker", "term": 43, "value": "10.0.0.7:9000"}))]
+pub struct LeaderEvent {
+    pub name: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub term: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub value: Option<String>,
+}
+
 /// `/healthz`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 #[schema(example = json!({"status": "ok"}))]

@@ -16,6 +16,12 @@ pub struct LockPath(pub LockName);
 /// The `{name}` and `{lease_id}` of a lease route, parsed.
 pub struct LeasePath(pub LockName, pub LeaseId);
 
+/// The `{name}` of an election route, parsed.
+pub struct ElectionPath(pub LockName);
+
+/// The `{name}` and `{lease_id}` of a leader's lease route, parsed.
+pub struct ElectionLeasePath(pub LockName, pub LeaseId);
+
 /// A request's fields, from its JSON body or its query parameters (either, not both), with
 /// unknown fields refused. The body has already been read, within the client timeout and
 /// the size limit, by the `read_body` middleware.
@@ -40,6 +46,28 @@ impl<S: Send + Sync> FromRequestParts<S> for LeasePath {
             .await
             .map_err(|e| ApiError::Invalid(e.body_text()))?;
         Ok(Self(LockName::parse(&name)?, LeaseId::parse(&id)?))
+    }
+}
+
+impl<S: Send + Sync> FromRequestParts<S> for ElectionPath {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, ApiError> {
+        let Path(name) = Path::<String>::from_request_parts(parts, state)
+            .await
+            .map_err(|e| ApiError::Invalid(e.body_text()))?;
+        Ok(Self(LockName::election(&name)?))
+    }
+}
+
+impl<S: Send + Sync> FromRequestParts<S> for ElectionLeasePath {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, ApiError> {
+        let Path((name, id)) = Path::<(String, String)>::from_request_parts(parts, state)
+            .await
+            .map_err(|e| ApiError::Invalid(e.body_text()))?;
+        Ok(Self(LockName::election(&name)?, LeaseId::parse(&id)?))
     }
 }
 

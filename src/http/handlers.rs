@@ -57,7 +57,7 @@ pub async fn grant(
     let owner = req.owner.as_deref().map(Owner::parse).transpose()?;
     if stream::wants_stream(&accept) {
         let events = state.service.hold(name, ttl, wait, owner);
-        return Ok(stream::hold(events).into_response());
+        return Ok(stream::hold(stream::Held::Lock, events).into_response());
     }
     let lease = state.service.grant(name, ttl, wait, owner).await?;
     let location = format!("/locks/{}/leases/{}", lease.name, lease.id.as_str());

@@ -32,9 +32,13 @@ fn is_operations(route: &str) -> bool {
     matches!(route, "/healthz" | "/readyz" | "/metrics")
 }
 
-/// The lock name of a `/locks/{name}...` path, as sent (still percent-encoded), bounded.
+/// The lock name of a `/locks/{name}...` or `/elections/{name}...` path, as sent (still
+/// percent-encoded), bounded.
 fn lock_name(path: &str) -> Option<&str> {
-    let name = path.strip_prefix("/locks/")?.split('/').next()?;
+    let rest = path
+        .strip_prefix("/locks/")
+        .or_else(|| path.strip_prefix("/elections/"))?;
+    let name = rest.split('/').next()?;
     // A well-formed path is ASCII, but hyper passes other bytes through: cut at a
     // character boundary, never inside one.
     let mut end = name.len().min(256);
@@ -54,6 +58,11 @@ fn op_of(method: &axum::http::Method, route: &str) -> Option<Op> {
         (&Method::DELETE, "/locks/{name}/leases/{lease_id}") => Op::Revoke,
         (&Method::GET, "/locks/{name}/leases/{lease_id}") => Op::Check,
         (&Method::GET, "/locks") => Op::List,
+        (&Method::POST, "/elections/{name}") => Op::Campaign,
+        (&Method::GET, "/elections/{name}") => Op::Leader,
+        (&Method::GET, "/elections/{name}/observe") => Op::Observe,
+        (&Method::PUT, "/elections/{name}/leases/{lease_id}") => Op::Proclaim,
+        (&Method::DELETE, "/elections/{name}/leases/{lease_id}") => Op::Resign,
         _ => return None,
     })
 }

@@ -1,6 +1,7 @@
 //! The HTTP surface: routes, state, and the OpenAPI document generated from the same
 //! route definitions (utoipa-axum), so the document cannot drift from what is served.
 
+pub mod elections;
 pub mod error;
 pub mod extract;
 pub mod handlers;
@@ -56,6 +57,7 @@ pub struct AppState {
     components(schemas(crate::wire::QueuedEvent, crate::wire::LostEvent)),
     tags(
         (name = "locks", description = "Grant, renew, revoke and inspect leases"),
+        (name = "elections", description = "Leader election: campaign, observe, proclaim, resign"),
         (name = "operations", description = "Health, readiness and metrics"),
     )
 )]
@@ -67,6 +69,9 @@ pub fn routes() -> (Router<AppState>, utoipa::openapi::OpenApi) {
         .routes(routes!(handlers::list))
         .routes(routes!(handlers::grant, handlers::inspect))
         .routes(routes!(handlers::renew, handlers::revoke, handlers::check))
+        .routes(routes!(elections::campaign, elections::leader))
+        .routes(routes!(elections::observe))
+        .routes(routes!(elections::proclaim, elections::resign))
         .routes(routes!(handlers::healthz))
         .routes(routes!(handlers::readyz))
         .routes(routes!(handlers::metrics))

@@ -1,5 +1,6 @@
-//! Server-sent event streams: a held lease's life (`queued`, `granted`, `heartbeat`, then
-//! `lost` or `failed`) as the contract names its events.
+//! Server-sent event streams: a held lease's life (`queued`, `granted` or `elected`,
+//! `heartbeat`, then `lost` or `failed`), and an election's changes of leader (`elected`,
+//! `proclaimed`, `vacant`), as the contract names their events.
 //!
 //! The stream is pulled by the connection: hyper asks for the next event only when it can
 //! write it, so a client that does not read fills the held lease's small buffer and no
@@ -16,8 +17,8 @@ use serde::Serialize;
 use tokio::sync::mpsc;
 
 use super::error::ApiError;
-use super::types::LeaseBody;
-use crate::lease::HoldEvent;
+use super::types::{ElectionLease, LeaderEvent, LeaseBody};
+use crate::lease::{HoldEvent, LeaderChange, Lease};
 use crate::wire::{LostEvent, QueuedEvent};
 
 /// A comment line this often keeps proxies from closing a quiet stream (heartbeats come
@@ -46,7 +47,19 @@ fn event<T: Serialize>(name: &'static str, data: &T) -> Event {
         .unwrap_or_else(|_| Event::default().event(name))
 }
 
-fn hold_event(e: HoldEvent) -> Event {
+/// What a held stream holds: a lock's lease, or an election's leadership (whose grant is
+/// told as `elected`, with the leader's lease body).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Held {
+    Lock,
+    Election,
+}
+
+fn hold_event(held: Held, e: HoldEvent) -> Event {
+    let lease = |name, lease: &Lease| match held {
+        Held::Lock => event(name, &LeaseBody::new(lease, false)),
+        Held::Election => event(name, &ElectionLease::new(lease)),
+    };
     match e {
         HoldEvent::Queued { position } => event(
             "queued",
@@ -54,8 +67,9 @@ fn hold_event(e: HoldEvent) -> Event {
                 position: position as u64,
             },
         ),
-        HoldEvent::Granted(lease) => event("granted", &LeaseBody::new(&lease, false)),
-        HoldEvent::Renewed(lease) => event("heartbeat", &LeaseBody::new(&lease, false)),
+        HoldEvent::Granted(l) if held == Held::Election => lease("elected", &l),
+        HoldEvent::Granted(l) => lease("granted", &l),
+        HoldEvent::Renewed(l) => lease("heartbeat", &l),
         HoldEvent::Lost(reason) => event(
             "lost",
             &LostEvent {
@@ -69,11 +83,43 @@ fn hold_event(e: HoldEvent) -> Event {
 
 /// The SSE response for a held lease's events.
 pub fn hold(
+    held: Held,
     rx: mpsc::Receiver<HoldEvent>,
 ) -> Sse<impl Stream<Item = Result<Event, Infallible>> + Send + 'static> {
-    let events = futures::stream::unfold(rx, |mut rx| async move {
+    let events = futures::stream::unfold(rx, move |mut rx| async move {
         let next = rx.recv().await?;
-        Some((Ok(hold_event(next)), rx))
+        Some((Ok(hold_event(held, next)), rx))
+    });
+    Sse::new(events).keep_alive(KeepAlive::new().interval(KEEP_ALIVE))
+}
+
+fn leader_event(name: &str, change: LeaderChange) -> Event {
+    let (kind, term, value) = match change {
+        LeaderChange::Elected { term, value } => ("elected", Some(term), value),
+        LeaderChange::Proclaimed { term, value } => ("proclaimed", Some(term), value),
+        LeaderChange::Vacant { last_term } => ("vacant", last_term, None),
+    };
+    event(
+        kind,
+        &LeaderEvent {
+            name: name.to_owned(),
+            term,
+            value,
+        },
+    )
+}
+
+/// The SSE response of an election's observers.
+pub fn observe(
+    name: String,
+    rx: mpsc::Receiver<LeaderChange>,
+) -> Sse<impl Stream<Item = Result<Event, Infallible>> + Send + 'static> {
+    let events = futures::stream::unfold(rx, move |mut rx| {
+        let name = name.clone();
+        async move {
+            let next = rx.recv().await?;
+            Some((Ok(leader_event(&name, next)), rx))
+        }
     });
     Sse::new(events).keep_alive(KeepAlive::new().interval(KEEP_ALIVE))
 }

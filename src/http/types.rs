@@ -10,8 +10,9 @@ use serde_json::{Map, Value};
 use super::error::ApiError;
 use crate::lease::{Lease, LockHolder, MasterStatus, millis as ms_of};
 pub use crate::wire::{
-    GrantRequest, Health, LeaseBody, ListQuery, LockEntry, LockList, LockStatus, MasterReport,
-    NoFields, Readiness, RenewRequest,
+    CampaignRequest, ElectionLease, GrantRequest, Health, Leader, LeaderEvent, LeaseBody,
+    ListQuery, LockEntry, LockList, LockStatus, MasterReport, NoFields, ProclaimRequest, Readiness,
+    RenewRequest,
 };
 
 /// An RFC 3339 time in UTC with milliseconds.
@@ -30,6 +31,41 @@ impl LeaseBody {
             expires_at: rfc3339(SystemTime::now() + lease.remaining_now()),
             owner: lease.owner.as_deref().map(str::to_owned),
             ttl_remaining_ms: with_remaining.then(|| ms_of(lease.remaining_now())),
+        }
+    }
+}
+
+impl ElectionLease {
+    pub fn new(lease: &Lease) -> Self {
+        Self {
+            name: lease.name.to_string(),
+            lease_id: lease.id.as_str().to_owned(),
+            term: lease.token.0,
+            value: lease.owner.as_deref().map(str::to_owned),
+            ttl_ms: ms_of(lease.ttl),
+            validity_ms: ms_of(lease.validity_now()),
+            expires_at: rfc3339(SystemTime::now() + lease.remaining_now()),
+        }
+    }
+}
+
+impl Leader {
+    pub fn new(name: &str, holder: Option<LockHolder>) -> Self {
+        match holder {
+            Some(h) => Self {
+                name: name.to_owned(),
+                vacant: false,
+                term: Some(h.token.0),
+                value: h.owner,
+                ttl_remaining_ms: Some(ms_of(h.remaining)),
+            },
+            None => Self {
+                name: name.to_owned(),
+                vacant: true,
+                term: None,
+                value: None,
+                ttl_remaining_ms: None,
+            },
         }
     }
 }

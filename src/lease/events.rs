@@ -39,6 +39,9 @@ pub enum LockEvent {
     /// A lease granted through this replica was found lost when renewed: it expired, or
     /// a majority no longer holds it. Only the replica that renews it knows.
     Lost { token: u64 },
+    /// The holder of the lease with this token changed its owner text (an elected leader
+    /// proclaimed a new value).
+    Proclaimed { token: u64 },
 }
 
 #[derive(Default)]
@@ -158,6 +161,9 @@ impl Events {
                 news
             }
             LockEvent::Lost { .. } => true,
+            // Not older than the newest grant: a value proclaimed by a leader since replaced
+            // is old news.
+            LockEvent::Proclaimed { token } => token >= topic.last_token,
         };
         if let LockEvent::Acquired { token } | LockEvent::Released { token } = event {
             topic.last_token = topic.last_token.max(token);

@@ -137,7 +137,7 @@ impl LeaseService {
         ttl: Duration,
         tx: &mpsc::Sender<HoldEvent>,
     ) -> Option<LostReason> {
-        let mut events = self.events().subscribe(lease.name.as_str());
+        let mut events = self.events().subscribe(&lease.name.topic());
         let mut listening = true;
         deliver(tx, HoldEvent::Granted(lease.clone())).await;
         let every = ttl / 3;

@@ -5,6 +5,7 @@
 //! Handlers never pass raw strings or integers around: a `LockName` is always a valid
 //! name, a `LeaseId` always looks like one we could have minted, and so on.
 
+mod election;
 mod error;
 pub mod events;
 mod hold;
@@ -12,7 +13,8 @@ mod service;
 
 use crate::config::LeaseBounds;
 pub use crate::redlock::MasterStatus;
-use crate::redlock::node::LockKey;
+use crate::redlock::node::{Kind, LockKey};
+pub use election::LeaderChange;
 pub use error::{LeaseError, MasterFailure, Unavailability};
 pub use events::{Events, LockEvent};
 pub use hold::{HoldEvent, LostReason};
@@ -32,10 +34,20 @@ use serde::Serialize;
 pub struct InvalidInput(pub String);
 
 /// A lock name: 1 to 256 bytes of `A-Z a-z 0-9 . _ : ~ -` (the contract's alphabet, which
-/// is also safe inside a Redis key, a glob pattern and a URL path segment unescaped).
-#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
-#[serde(transparent)]
-pub struct LockName(String);
+/// is also safe inside a Redis key, a glob pattern and a URL path segment unescaped), and
+/// the kind of lock it names: a `/locks/{name}` mutex or an `/elections/{name}` election,
+/// which never collide.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct LockName {
+    name: String,
+    kind: Kind,
+}
+
+impl Serialize for LockName {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&self.name)
+    }
+}
 
 /// Longest lock name and longest lock-name prefix, in bytes.
 pub const MAX_NAME_BYTES: usize = 256;
@@ -53,28 +65,54 @@ impl LockName {
             )));
         }
         check_alphabet(raw, "lock name")?;
-        Ok(Self(raw.to_owned()))
+        Ok(Self {
+            name: raw.to_owned(),
+            kind: Kind::Mutex,
+        })
     }
 
-    /// The masters' key of this name: the contract's locks are mutexes.
+    /// The name of an election (`/elections/{name}`), with the same alphabet.
+    pub fn election(raw: &str) -> Result<Self, InvalidInput> {
+        let mut name = Self::parse(raw)
+            .map_err(|e| InvalidInput(e.0.replace("lock name", "election name")))?;
+        name.kind = Kind::Election;
+        Ok(name)
+    }
+
+    /// The masters' key of this name.
     pub fn key(&self) -> LockKey {
-        LockKey::mutex(self.0.as_str())
+        LockKey {
+            kind: self.kind,
+            name: self.name.as_str().into(),
+        }
+    }
+
+    /// What the event bus and the masters' announcements call it (see `LockKey::topic`).
+    pub fn topic(&self) -> std::borrow::Cow<'_, str> {
+        match self.kind {
+            Kind::Mutex => std::borrow::Cow::Borrowed(&self.name),
+            _ => std::borrow::Cow::Owned(self.key().topic().into_owned()),
+        }
+    }
+
+    pub fn is_election(&self) -> bool {
+        self.kind == Kind::Election
     }
 
     pub fn as_str(&self) -> &str {
-        &self.0
+        &self.name
     }
 
     /// The metric label for this name: everything up to the first `:` or `.`, so that
     /// `invoice:42` and `invoice:43` count as one class and no raw name becomes a label.
     pub fn class(&self) -> &str {
-        self.0.split([':', '.']).next().unwrap_or(&self.0)
+        self.name.split([':', '.']).next().unwrap_or(&self.name)
     }
 }
 
 impl fmt::Display for LockName {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.0)
+        f.write_str(&self.name)
     }
 }
 

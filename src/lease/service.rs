@@ -13,7 +13,7 @@ use super::LeaseError;
 use super::events::{Events, LockEvent};
 use super::{FencingToken, LeaseId, LockName, NamePrefix, Owner, Ttl, WaitTime};
 use crate::metrics::Metrics;
-use crate::redlock::node::Kind;
+use crate::redlock::node::{Kind, News};
 use crate::redlock::{EngineError, Holder, Leased, MasterStatus, Redlock, Unavailability};
 
 /// A lease as the service hands it to the HTTP layer.
@@ -218,7 +218,7 @@ impl LeaseService {
         let started = Instant::now();
         let deadline = tokio::time::Instant::now() + wait.get();
         let mut contended = false;
-        let mut ticket = self.events.join(name.as_str());
+        let mut ticket = self.events.join(&name.topic());
         let mut reported = 0;
         // Queued behind another waiter, this grant has found its lock contended already.
         if !ticket.is_first() {
@@ -280,8 +280,8 @@ impl LeaseService {
                 self.track(lease);
                 let token = lease.token.0;
                 self.events
-                    .publish(name.as_str(), LockEvent::Acquired { token });
-                self.engine.announce_acquired(&name.key(), token);
+                    .publish(&name.topic(), LockEvent::Acquired { token });
+                self.engine.announce(&name.key(), News::Acquired, token);
             }
             Err(LeaseError::Held { .. }) if !already_contended => {
                 self.metrics.contended(name.class())
@@ -340,7 +340,7 @@ impl LeaseService {
                 tracing::info!(lock = %name, "client left before its grant completed; releasing it");
                 let _ = engine.release(&name.key(), id.as_str()).await;
                 events.publish(
-                    name.as_str(),
+                    &name.topic(),
                     LockEvent::Released {
                         token: unwanted.token.0,
                     },
@@ -360,9 +360,42 @@ impl LeaseService {
         id: LeaseId,
         ttl: Option<Ttl>,
     ) -> Result<Lease, LeaseError> {
+        self.renew_with(name, id, ttl, None).await
+    }
+
+    /// Renew a lease and make `value` its owner text: an elected leader proclaims a new
+    /// value without losing its term. Observers on every replica are told.
+    pub async fn proclaim(
+        &self,
+        name: LockName,
+        id: LeaseId,
+        ttl: Option<Ttl>,
+        value: Owner,
+    ) -> Result<Lease, LeaseError> {
+        let lease = self.renew_with(name, id, ttl, Some(value)).await?;
+        let token = lease.token.0;
+        self.events
+            .publish(&lease.name.topic(), LockEvent::Proclaimed { token });
+        self.engine
+            .announce(&lease.name.key(), News::Proclaimed, token);
+        Ok(lease)
+    }
+
+    async fn renew_with(
+        &self,
+        name: LockName,
+        id: LeaseId,
+        ttl: Option<Ttl>,
+        owner: Option<Owner>,
+    ) -> Result<Lease, LeaseError> {
         let leased = match self
             .engine
-            .renew(&name.key(), id.as_str(), ttl.map(Ttl::get))
+            .renew_with(
+                &name.key(),
+                id.as_str(),
+                ttl.map(Ttl::get),
+                owner.map(|o| o.shared()),
+            )
             .await
         {
             Ok(leased) => leased,
@@ -370,7 +403,7 @@ impl LeaseService {
                 if let Some(lost) = self.active().remove(&id) {
                     let token = lost.token.0;
                     self.events
-                        .publish(name.as_str(), LockEvent::Lost { token });
+                        .publish(&name.topic(), LockEvent::Lost { token });
                 }
                 return Err(LeaseError::NotFound);
             }
@@ -394,10 +427,10 @@ impl LeaseService {
                 Some(revoked) => {
                     let token = revoked.token.0;
                     self.events
-                        .publish(name.as_str(), LockEvent::Released { token });
+                        .publish(&name.topic(), LockEvent::Released { token });
                 }
                 // Granted through another replica: the masters' announcement carries it.
-                None => self.events.wake(name.as_str()),
+                None => self.events.wake(&name.topic()),
             }
         }
         result

@@ -18,7 +18,7 @@ use futures::stream::FuturesUnordered;
 use super::backlog::{Backlog, Job};
 use super::health::Monitor;
 use super::quorum::{self, GrantOutcome, OwnedOutcome, ReadOutcome, ReleaseOutcome};
-use crate::store::node::{Acquired, Kind, LockKey, LockNode, NodeError, NodeResult};
+use crate::store::node::{Acquired, Kind, LockKey, LockNode, News, NodeError, NodeResult};
 
 use crate::metrics::Metrics;
 
@@ -351,7 +351,7 @@ impl Redlock {
     /// Tell the other replicas that a grant of `name` was decided with `token`, through
     /// one master (every replica listens to all of them), without waiting: the master's
     /// backlog sends it, bounded like the rest of its work. The masters take turns.
-    pub fn announce_acquired(&self, key: &LockKey, token: u64) {
+    pub fn announce(&self, key: &LockKey, news: News, token: u64) {
         let n = self.nodes.len();
         let start = self
             .announcer
@@ -367,7 +367,7 @@ impl Redlock {
         self.backlog.push(
             i,
             Job::Finish(Box::pin(async move {
-                let _ = tokio::time::timeout(limit, node.announce_acquired(&key, token)).await;
+                let _ = tokio::time::timeout(limit, node.announce(&key, news, token)).await;
             })),
         );
     }
@@ -564,6 +564,18 @@ impl Redlock {
         lease: &str,
         ttl: Option<Duration>,
     ) -> Result<Leased, EngineError> {
+        self.renew_with(key, lease, ttl, None).await
+    }
+
+    /// `renew`, replacing the lease's owner text with `owner` on every master that renews
+    /// it (an elected leader proclaiming a new value).
+    pub async fn renew_with(
+        &self,
+        key: &LockKey,
+        lease: &str,
+        ttl: Option<Duration>,
+        owner: Option<Arc<str>>,
+    ) -> Result<Leased, EngineError> {
         let started = Instant::now();
         let ttl_ms = ttl.map(millis);
         let (key, lease): (LockKey, Arc<str>) = (key.clone(), lease.into());
@@ -576,8 +588,10 @@ impl Redlock {
             .fan_out(
                 self.config.master_timeout,
                 |_, node| {
-                    let (key, lease) = (key.clone(), lease.clone());
-                    Box::pin(async move { node.renew(&key, &lease, ttl_ms).await })
+                    let (key, lease, owner) = (key.clone(), lease.clone(), owner.clone());
+                    Box::pin(
+                        async move { node.renew(&key, &lease, ttl_ms, owner.as_deref()).await },
+                    )
                 },
                 quorum::decide_owned,
             )

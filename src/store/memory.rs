@@ -312,6 +312,7 @@ impl LockNode for MemoryNode {
         key: &LockKey,
         lease: &str,
         ttl_ms: Option<u64>,
+        owner: Option<&str>,
     ) -> NodeResult<Owned<Holding>> {
         self.step(|data, now| {
             data.check_marker()?;
@@ -322,6 +323,9 @@ impl LockNode for MemoryNode {
             let ttl_ms = ttl_ms.unwrap_or(entry.ttl_ms);
             entry.ttl_ms = ttl_ms;
             entry.expires = now + Duration::from_millis(ttl_ms).div_f64(rate);
+            if let Some(owner) = owner {
+                entry.owner = Some(owner.to_owned());
+            }
             // The node's own clock says the full TTL is left.
             let holding = Holding {
                 lease: entry.lease.clone(),

@@ -18,6 +18,9 @@ use async_trait::async_trait;
 #[non_exhaustive]
 pub enum Kind {
     Mutex,
+    /// An election: one leader at a time, whose lease's token is its term and whose owner
+    /// text is its value.
+    Election,
 }
 
 impl Kind {
@@ -27,6 +30,7 @@ impl Kind {
     pub fn segment(self) -> &'static str {
         match self {
             Kind::Mutex => "lock:",
+            Kind::Election => "election:",
         }
     }
 
@@ -34,6 +38,7 @@ impl Kind {
     pub fn index(self) -> &'static str {
         match self {
             Kind::Mutex => "names",
+            Kind::Election => "elections",
         }
     }
 }
@@ -51,6 +56,24 @@ impl LockKey {
         Self {
             kind: Kind::Mutex,
             name: name.into(),
+        }
+    }
+
+    /// The election of `/elections/{name}`.
+    pub fn election(name: impl Into<Arc<str>>) -> Self {
+        Self {
+            kind: Kind::Election,
+            name: name.into(),
+        }
+    }
+
+    /// How announcements and the event bus name this key: a mutex by its bare name (as
+    /// every version of redlockd announces it), other kinds by a path no lock name can
+    /// spell (names have no `/`), so that an election never wakes a lock's waiters.
+    pub fn topic(&self) -> std::borrow::Cow<'_, str> {
+        match self.kind {
+            Kind::Mutex => std::borrow::Cow::Borrowed(&self.name),
+            Kind::Election => std::borrow::Cow::Owned(format!("/elections/{}", self.name)),
         }
     }
 }
@@ -185,9 +208,31 @@ pub enum Announcement<'a> {
     Released(&'a str, u64),
     /// A grant of `name` was decided on a majority with this token.
     Acquired(&'a str, u64),
+    /// The holder of `name`'s lease with this token changed its owner text (an elected
+    /// leader proclaimed a new value).
+    Proclaimed(&'a str, u64),
     /// Announcements may have been missed (the subscription was re-established): whatever
     /// waits for one should look again.
     Missed,
+}
+
+/// What a replica announces through the masters besides releases.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum News {
+    /// A grant was decided on a majority.
+    Acquired,
+    /// A holder changed its owner text (a leader's value).
+    Proclaimed,
+}
+
+impl News {
+    /// The verb of the events channel's `<verb> <token> <name>`.
+    pub fn verb(self) -> &'static str {
+        match self {
+            News::Acquired => "acquired",
+            News::Proclaimed => "proclaimed",
+        }
+    }
 }
 
 /// Called with every announcement a master relays, so that waiting grants and observers
@@ -215,12 +260,14 @@ pub trait LockNode: Send + Sync + 'static {
     /// record `token` as its fencing token. Makes a chosen token known to a majority.
     async fn confirm(&self, key: &LockKey, lease: &str, token: u64) -> NodeResult<()>;
 
-    /// Extend `lease`'s hold on `key` to `ttl_ms` (its own TTL when `None`), if it holds it.
+    /// Extend `lease`'s hold on `key` to `ttl_ms` (its own TTL when `None`), if it holds it,
+    /// and replace its owner text with `owner` when given.
     async fn renew(
         &self,
         key: &LockKey,
         lease: &str,
         ttl_ms: Option<u64>,
+        owner: Option<&str>,
     ) -> NodeResult<Owned<Holding>>;
 
     /// End `lease`'s hold on `key`, if it holds it, and announce the release when
@@ -256,10 +303,11 @@ pub trait LockNode: Send + Sync + 'static {
     /// keeping the larger of the recorded and the given value.
     async fn record_watermarks(&self, seen: &[(String, u64)]) -> NodeResult<()>;
 
-    /// Tell the other replicas, through this master, that a grant of `key` was decided
-    /// with `token`. Best effort: a lost announcement costs an observer elsewhere the
-    /// news, never a lock. Nodes that share the process with the engine need not.
-    async fn announce_acquired(&self, _key: &LockKey, _token: u64) -> NodeResult<()> {
+    /// Tell the other replicas, through this master, what happened to the lease of `key`
+    /// with `token` (a grant decided, a value proclaimed). Best effort: a lost announcement
+    /// costs an observer elsewhere the news, never a lock. Nodes that share the process
+    /// with the engine need not.
+    async fn announce(&self, _key: &LockKey, _news: News, _token: u64) -> NodeResult<()> {
         Ok(())
     }
 

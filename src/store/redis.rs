@@ -17,7 +17,7 @@ use redis::{Script, Value};
 use tokio_util::sync::CancellationToken;
 
 use super::node::{
-    Acquired, Announcement, Holding, Kind, ListPage, Listener, LockKey, LockNode, NodeError,
+    Acquired, Announcement, Holding, Kind, ListPage, Listener, LockKey, LockNode, News, NodeError,
     NodeResult, Owned, Probe,
 };
 use crate::config::MasterUrl;
@@ -46,6 +46,8 @@ struct Keys {
     watermarks: String,
     names: String,
     lock_prefix: String,
+    elections: String,
+    election_prefix: String,
     channel: String,
     events: String,
 }
@@ -58,6 +60,8 @@ impl Keys {
             watermarks: format!("{prefix}watermarks"),
             names: format!("{prefix}{}", Kind::Mutex.index()),
             lock_prefix: format!("{prefix}{}", Kind::Mutex.segment()),
+            elections: format!("{prefix}{}", Kind::Election.index()),
+            election_prefix: format!("{prefix}{}", Kind::Election.segment()),
             channel: format!("{prefix}released"),
             events: format!("{prefix}events"),
         }
@@ -72,6 +76,7 @@ impl Keys {
     fn segment(&self, kind: Kind) -> &str {
         match kind {
             Kind::Mutex => &self.lock_prefix,
+            Kind::Election => &self.election_prefix,
         }
     }
 
@@ -79,6 +84,7 @@ impl Keys {
     fn index(&self, kind: Kind) -> &str {
         match kind {
             Kind::Mutex => &self.names,
+            Kind::Election => &self.elections,
         }
     }
 }
@@ -256,17 +262,15 @@ impl LockNode for RedisNode {
         key: &LockKey,
         lease: &str,
         ttl_ms: Option<u64>,
+        owner: Option<&str>,
     ) -> NodeResult<Owned<Holding>> {
         let ttl = ttl_ms.map(|t| t.to_string()).unwrap_or_default();
-        let reply = self
-            .run(
-                RENEW
-                    .key(self.keys.lock(key))
-                    .key(&self.keys.marker)
-                    .arg(lease)
-                    .arg(ttl),
-            )
-            .await?;
+        let mut invocation = RENEW.key(self.keys.lock(key));
+        invocation.key(&self.keys.marker).arg(lease).arg(ttl);
+        if let Some(owner) = owner {
+            invocation.arg(owner);
+        }
+        let reply = self.run(&invocation).await?;
         if reply.status()? == 0 {
             return Ok(Owned::NotOwner);
         }
@@ -290,7 +294,8 @@ impl LockNode for RedisNode {
                     .arg(&self.keys.channel)
                     .arg(&*key.name)
                     .arg(if announce { "1" } else { "0" })
-                    .arg(&self.keys.events),
+                    .arg(&self.keys.events)
+                    .arg(&*key.topic()),
             )
             .await?;
         Ok(match reply.status()? {
@@ -420,12 +425,11 @@ impl LockNode for RedisNode {
         self.run(&invocation).await.map(drop)
     }
 
-    async fn announce_acquired(&self, key: &LockKey, token: u64) -> NodeResult<()> {
-        // The events' format names no kind: only mutexes are announced so far.
+    async fn announce(&self, key: &LockKey, news: News, token: u64) -> NodeResult<()> {
         let mut publish = redis::cmd("PUBLISH");
         publish
             .arg(&self.keys.events)
-            .arg(format!("acquired {token} {}", key.name));
+            .arg(format!("{} {token} {}", news.verb(), key.topic()));
         let mut conn = self.conn.clone();
         publish
             .query_async::<i64>(&mut conn)
@@ -477,6 +481,7 @@ fn parse_event(payload: &str) -> Option<Announcement<'_>> {
     match kind {
         "acquired" => Some(Announcement::Acquired(name, token)),
         "released" => Some(Announcement::Released(name, token)),
+        "proclaimed" => Some(Announcement::Proclaimed(name, token)),
         _ => None,
     }
 }
@@ -487,8 +492,9 @@ struct Channels {
     /// events channel and stay, so that replicas of different versions still wake each
     /// other's waiters.)
     released: String,
-    /// `acquired <token> <name>` (a grant decided on a majority) and `released <token>
-    /// <name>` (a revoke).
+    /// `acquired <token> <name>` (a grant decided on a majority), `released <token>
+    /// <name>` (a revoke) and `proclaimed <token> <name>` (a leader's new value); `<name>`
+    /// is the key's topic.
     events: String,
 }
 

@@ -1,13 +1,15 @@
--- renew: extend a lock, but only for the lease that holds it (compare, then PEXPIRE).
+-- renew: extend a lock, but only for the lease that holds it (compare, then PEXPIRE), and
+-- optionally replace its owner text (an elected leader proclaiming a new value).
 --
 -- KEYS[1] the lock hash, KEYS[2] the marker
--- ARGV[1] lease id, ARGV[2] new TTL in ms ('' keeps the lease's own TTL)
+-- ARGV[1] lease id, ARGV[2] new TTL in ms ('' keeps the lease's own TTL),
+-- ARGV[3] (optional) the new owner text
 --
 -- Example: EVALSHA <sha> 2 redlockd:lock:a redlockd:marker Zm9v 60000
 -- Returns {1, token, ttl_ms, pttl_ms, owner} when renewed, {0} when the lease does not
 -- hold the lock here, {-1} when the marker is missing.
-if #KEYS ~= 2 or #ARGV ~= 2 then
-  return redis.error_reply('renew expects 2 keys and 2 arguments')
+if #KEYS ~= 2 or (#ARGV ~= 2 and #ARGV ~= 3) then
+  return redis.error_reply('renew expects 2 keys and 2 or 3 arguments')
 end
 if redis.call('EXISTS', KEYS[2]) == 0 then
   return {-1}
@@ -20,6 +22,9 @@ if ttl == '' then
   ttl = redis.call('HGET', KEYS[1], 'ttl')
 else
   redis.call('HSET', KEYS[1], 'ttl', ttl)
+end
+if #ARGV == 3 then
+  redis.call('HSET', KEYS[1], 'owner', ARGV[3])
 end
 redis.call('PEXPIRE', KEYS[1], ttl)
 local fields = redis.call('HMGET', KEYS[1], 'token', 'owner')

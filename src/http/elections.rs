@@ -1,0 +1,154 @@
+//! The election routes (`/elections/{name}`): campaign, leader, observe, renew or
+//! proclaim, resign. An election is a lock of its own kind: the same lease machinery, with
+//! the fencing token as the term and the owner text as the leader's value.
+
+use axum::Json;
+use axum::extract::State;
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+
+use super::AppState;
+use super::error::{ApiError, ErrorBody};
+use super::extract::{ElectionLeasePath, ElectionPath, Fields};
+use super::stream;
+use super::types::{CampaignRequest, ElectionLease, Leader, NoFields, ProclaimRequest};
+use crate::lease::{LeasePolicy, Owner};
+
+/// Campaign: become the leader with a value, waiting like a grant.
+#[utoipa::path(
+    post, path = "/elections/{name}", tag = "elections",
+    params(
+        ("name" = String, Path, description = "1 to 256 bytes of A-Z a-z 0-9 . _ : ~ -"),
+        ("value" = Option<String>, Query, description = "as the body field"),
+        ("ttl_ms" = Option<u64>, Query, description = "as the body field"),
+        ("wait_ms" = Option<u64>, Query, description = "as the body field"),
+    ),
+    request_body(content = Option<CampaignRequest>, description = "May be empty"),
+    responses(
+        (status = 201, description = "Elected: this candidate leads for the term in the body", body = ElectionLease,
+            headers(("Location" = String, description = "/elections/{name}/leases/{lease_id}"))),
+        (status = 200, content_type = "text/event-stream", body = String,
+            description = "With `Accept: text/event-stream`: leads while the connection stays open. \
+Events as a held lock's stream, with `elected` (`ElectionLease`) for `granted` and `heartbeat` carrying an `ElectionLease`."),
+        (status = 400, description = "`invalid_request`", body = ErrorBody),
+        (status = 409, description = "`lock_held`: another candidate leads (after `wait_ms`, if any)", body = ErrorBody,
+            headers(("Retry-After" = u64, description = "whole seconds, at least 1"))),
+        (status = 503, description = "`quorum_unavailable`", body = ErrorBody),
+    )
+)]
+pub async fn campaign(
+    State(state): State<AppState>,
+    ElectionPath(name): ElectionPath,
+    accept: HeaderMap,
+    Fields(req): Fields<CampaignRequest>,
+) -> Result<Response, ApiError> {
+    let policy = LeasePolicy::from(state.settings.leases);
+    let ttl = policy.ttl(req.ttl_ms)?;
+    let wait = policy.wait(req.wait_ms)?;
+    let value = req.value.as_deref().map(Owner::parse).transpose()?;
+    if stream::wants_stream(&accept) {
+        let events = state.service.hold(name, ttl, wait, value);
+        return Ok(stream::hold(stream::Held::Election, events).into_response());
+    }
+    let lease = state.service.grant(name, ttl, wait, value).await?;
+    let location = format!("/elections/{}/leases/{}", lease.name, lease.id.as_str());
+    let mut headers = HeaderMap::new();
+    if let Ok(value) = HeaderValue::from_str(&location) {
+        headers.insert(header::LOCATION, value);
+    }
+    Ok((
+        StatusCode::CREATED,
+        headers,
+        Json(ElectionLease::new(&lease)),
+    )
+        .into_response())
+}
+
+/// Who leads now: value, term and remaining TTL, or vacant.
+#[utoipa::path(
+    get, path = "/elections/{name}", tag = "elections",
+    params(("name" = String, Path)),
+    responses(
+        (status = 200, description = "The election's state", body = Leader),
+        (status = 400, description = "`invalid_request`", body = ErrorBody),
+        (status = 503, description = "`quorum_unavailable`", body = ErrorBody),
+    )
+)]
+pub async fn leader(
+    State(state): State<AppState>,
+    ElectionPath(name): ElectionPath,
+    Fields(NoFields {}): Fields<NoFields>,
+) -> Result<Json<Leader>, ApiError> {
+    let holder = state.service.inspect(&name).await?;
+    Ok(Json(Leader::new(name.as_str(), holder)))
+}
+
+/// Observe: a stream of leadership changes, starting with the current state.
+#[utoipa::path(
+    get, path = "/elections/{name}/observe", tag = "elections",
+    params(("name" = String, Path)),
+    responses(
+        (status = 200, content_type = "text/event-stream", body = String,
+            description = "First the current state, then each change, as `LeaderEvent`s: `elected` (a new term, with its value), \
+`proclaimed` (the leader's new value, same term), `vacant` (`term` is the last leader's). Terms never go back. \
+An observer more than 16 events behind is disconnected; on reconnecting it is told the current state."),
+        (status = 400, description = "`invalid_request`", body = ErrorBody),
+    )
+)]
+pub async fn observe(
+    State(state): State<AppState>,
+    ElectionPath(name): ElectionPath,
+    Fields(NoFields {}): Fields<NoFields>,
+) -> Response {
+    let shown = name.as_str().to_owned();
+    let changes = state.service.observe(name);
+    stream::observe(shown, changes).into_response()
+}
+
+/// Renew the leader's term; with `value`, proclaim a new value in the same term.
+#[utoipa::path(
+    put, path = "/elections/{name}/leases/{lease_id}", tag = "elections",
+    params(
+        ("name" = String, Path), ("lease_id" = String, Path),
+        ("value" = Option<String>, Query, description = "as the body field"),
+        ("ttl_ms" = Option<u64>, Query, description = "as the body field"),
+    ),
+    request_body(content = Option<ProclaimRequest>, description = "May be empty"),
+    responses(
+        (status = 200, description = "Renewed (and proclaimed)", body = ElectionLease),
+        (status = 400, description = "`invalid_request`", body = ErrorBody),
+        (status = 404, description = "`lease_not_found`: no longer the leader", body = ErrorBody),
+        (status = 503, description = "`quorum_unavailable`", body = ErrorBody),
+    )
+)]
+pub async fn proclaim(
+    State(state): State<AppState>,
+    ElectionLeasePath(name, id): ElectionLeasePath,
+    Fields(req): Fields<ProclaimRequest>,
+) -> Result<Json<ElectionLease>, ApiError> {
+    let ttl = LeasePolicy::from(state.settings.leases).renew_ttl(req.ttl_ms)?;
+    let lease = match req.value.as_deref().map(Owner::parse).transpose()? {
+        Some(value) => state.service.proclaim(name, id, ttl, value).await?,
+        None => state.service.renew(name, id, ttl).await?,
+    };
+    Ok(Json(ElectionLease::new(&lease)))
+}
+
+/// Resign: step down now; the next candidate is woken at once.
+#[utoipa::path(
+    delete, path = "/elections/{name}/leases/{lease_id}", tag = "elections",
+    params(("name" = String, Path), ("lease_id" = String, Path)),
+    responses(
+        (status = 204, description = "Resigned"),
+        (status = 404, description = "`lease_not_found`: not the leader", body = ErrorBody),
+        (status = 503, description = "`quorum_unavailable`", body = ErrorBody),
+    )
+)]
+pub async fn resign(
+    State(state): State<AppState>,
+    ElectionLeasePath(name, id): ElectionLeasePath,
+    Fields(NoFields {}): Fields<NoFields>,
+) -> Result<StatusCode, ApiError> {
+    state.service.revoke(name, id).await?;
+    Ok(StatusCode::NO_CONTENT)
+}

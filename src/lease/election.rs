@@ -1,0 +1,179 @@
+//! Leader election on top of leases. An election is a lock of its own kind (its keys never
+//! collide with a mutex of the same name): to campaign is to be granted it, the leader's
+//! value is the lease's owner text, its term is the lease's fencing token (so terms
+//! strictly rise), to proclaim is to renew with a new value, to resign is to revoke.
+//!
+//! Observers follow who leads without polling: the event bus (fed by this replica and, via
+//! the masters, by the others) says when something happened, and the observer reads the
+//! leader from a majority then; it also reads when the leader's lease would lapse, which
+//! is how a crashed leader's end is seen. What it reports is what a majority says, never a
+//! term older than one it reported.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::mpsc;
+use tokio::time::{Instant, sleep_until};
+
+use super::{LeaseService, LockName};
+use crate::metrics::StreamKind;
+
+/// Changes an observer may have waiting. One that falls further behind is cut off (its
+/// stream ends) rather than buffered for: on reconnecting it is told the current leader.
+const OBSERVE_BUFFER: usize = 16;
+/// How soon an observer reads again after a read that could not reach a majority.
+const RETRY_READ: Duration = Duration::from_millis(250);
+/// Read a little after the leader's lease would lapse, so that the read finds it lapsed.
+const LAPSE_MARGIN: Duration = Duration::from_millis(5);
+
+/// A change of leadership, as an observer is told it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum LeaderChange {
+    /// A leader was elected for a new term.
+    Elected { term: u64, value: Option<String> },
+    /// The leader of `term` proclaimed a new value.
+    Proclaimed { term: u64, value: Option<String> },
+    /// Nobody leads; `last_term` is the term of the last leader this observer saw.
+    Vacant { last_term: Option<u64> },
+}
+
+impl LeaseService {
+    /// Follow `name`'s leadership: first the current state, then every change seen, until
+    /// the receiver is dropped, it falls behind, or the process shuts down.
+    pub fn observe(self: &Arc<Self>, name: LockName) -> mpsc::Receiver<LeaderChange> {
+        let (tx, rx) = mpsc::channel(OBSERVE_BUFFER);
+        let service = self.clone();
+        self.tasks
+            .spawn(async move { service.observe_task(name, tx).await });
+        rx
+    }
+
+    async fn observe_task(self: Arc<Self>, name: LockName, tx: mpsc::Sender<LeaderChange>) {
+        let _open = self.metrics.stream_opened(StreamKind::Observe);
+        // Subscribed before the first read, so that nothing happens unseen in between.
+        let mut events = self.events().subscribe(&name.topic());
+        let mut known = Known::default();
+        loop {
+            let look_again = match self.inspect(&name).await {
+                Ok(leader) => {
+                    let remaining = leader.as_ref().map(|l| l.remaining);
+                    let change = known.update(leader.map(|l| (l.token.0, l.owner)));
+                    if let Some(change) = change
+                        && tx.try_send(change).is_err()
+                    {
+                        return;
+                    }
+                    remaining.map(|r| Instant::now() + r + LAPSE_MARGIN)
+                }
+                Err(_) => Some(Instant::now() + RETRY_READ),
+            };
+            tokio::select! {
+                () = tx.closed() => return,
+                () = self.shutdown.cancelled() => return,
+                seen = events.next() => if seen.is_none() { return },
+                () = sleep_until(look_again.unwrap_or_else(far_future)), if look_again.is_some() => {}
+            }
+        }
+    }
+}
+
+fn far_future() -> Instant {
+    Instant::now() + Duration::from_secs(86_400)
+}
+
+/// What an observer has been told so far.
+#[derive(Debug, Default)]
+struct Known {
+    /// Nothing told yet: the first read is told whatever it finds.
+    started: bool,
+    /// The last leader told: its term and value.
+    leader: Option<(u64, Option<String>)>,
+    /// The highest term told.
+    last_term: Option<u64>,
+}
+
+impl Known {
+    /// The change a read of the leader (`(term, value)`, or none) makes, if any.
+    fn update(&mut self, read: Option<(u64, Option<String>)>) -> Option<LeaderChange> {
+        let first = !std::mem::replace(&mut self.started, true);
+        match read {
+            // A read behind what was told already (a lagging majority): not news.
+            Some((term, _)) if self.last_term.is_some_and(|t| term < t) => None,
+            Some((term, value)) => {
+                let change = match &self.leader {
+                    Some((t, v)) if *t == term && *v == value => return None,
+                    Some((t, _)) if *t == term => LeaderChange::Proclaimed {
+                        term,
+                        value: value.clone(),
+                    },
+                    _ => LeaderChange::Elected {
+                        term,
+                        value: value.clone(),
+                    },
+                };
+                self.leader = Some((term, value));
+                self.last_term = Some(term);
+                Some(change)
+            }
+            None if first || self.leader.is_some() => {
+                self.leader = None;
+                Some(LeaderChange::Vacant {
+                    last_term: self.last_term,
+                })
+            }
+            None => None,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn observers_are_told_each_change_once_and_never_an_older_term() {
+        let mut k = Known::default();
+        let v = |s: &str| Some(s.to_owned());
+        assert_eq!(
+            k.update(None),
+            Some(LeaderChange::Vacant { last_term: None })
+        );
+        assert_eq!(k.update(None), None);
+        assert_eq!(
+            k.update(Some((5, v("a")))),
+            Some(LeaderChange::Elected {
+                term: 5,
+                value: v("a")
+            })
+        );
+        assert_eq!(k.update(Some((5, v("a")))), None);
+        assert_eq!(
+            k.update(Some((5, v("b")))),
+            Some(LeaderChange::Proclaimed {
+                term: 5,
+                value: v("b")
+            })
+        );
+        assert_eq!(k.update(Some((4, v("old")))), None, "a lagging read");
+        assert_eq!(
+            k.update(None),
+            Some(LeaderChange::Vacant { last_term: Some(5) })
+        );
+        assert_eq!(
+            k.update(Some((9, None))),
+            Some(LeaderChange::Elected {
+                term: 9,
+                value: None
+            })
+        );
+    }
+
+    #[test]
+    fn the_first_read_is_told_even_when_a_leader_is_there() {
+        let mut k = Known::default();
+        assert!(matches!(
+            k.update(Some((3, None))),
+            Some(LeaderChange::Elected { term: 3, .. })
+        ));
+    }
+}
