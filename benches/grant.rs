@@ -59,6 +59,7 @@ struct Plan {
     names_held_http: usize,
     waiters: usize,
     handoffs: usize,
+    streams: usize,
 }
 
 impl Plan {
@@ -70,6 +71,7 @@ impl Plan {
                 names_held_http: 500,
                 waiters: 200,
                 handoffs: 20,
+                streams: 20,
             }
         } else {
             Self {
@@ -78,6 +80,7 @@ impl Plan {
                 names_held_http: 100_000,
                 waiters: 10_000,
                 handoffs: 1_000,
+                streams: 1_000,
             }
         }
     }
@@ -802,6 +805,63 @@ async fn waiters_on_one_name(masters: &[RedisMaster], waiters: usize, handoffs: 
     );
 }
 
+/// Hold `count` leases with streams (`Accept: text/event-stream`, TTL 3 s: a renew a
+/// second each), then measure redlockd's memory per stream and, over `row`, the CPU of
+/// redlockd and of the masters per renew.
+async fn held_streams(masters: &[RedisMaster], count: usize, row: Duration) {
+    let server = Arc::new(Server::start(masters).await);
+    let before = rss_of(server.pid());
+    let heartbeats = Arc::new(AtomicUsize::new(0));
+    let granted = Arc::new(AtomicUsize::new(0));
+    let mut holders = Vec::with_capacity(count);
+    for i in 0..count {
+        let (server, heartbeats, granted) = (server.clone(), heartbeats.clone(), granted.clone());
+        holders.push(tokio::spawn(async move {
+            let Ok(mut resp) = server
+                .http
+                .post(format!("{}/locks/streamed:{i:05}?ttl_ms=3000", server.base))
+                .header("accept", "text/event-stream")
+                .timeout(Duration::from_secs(3600))
+                .send()
+                .await
+            else {
+                return;
+            };
+            while let Ok(Some(chunk)) = resp.chunk().await {
+                let text = String::from_utf8_lossy(&chunk);
+                if text.contains("event: granted") {
+                    granted.fetch_add(1, Ordering::Relaxed);
+                }
+                heartbeats.fetch_add(text.matches("event: heartbeat").count(), Ordering::Relaxed);
+            }
+        }));
+    }
+    let started = Instant::now();
+    while granted.load(Ordering::Relaxed) < count && started.elapsed() < Duration::from_secs(60) {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let held = granted.load(Ordering::Relaxed);
+    let rss = rss_of(server.pid());
+    let mut pids = vec![server.pid()];
+    pids.extend(masters.iter().map(RedisMaster::pid));
+    let redlockd_cpu = CpuMeter::start(&pids[..1]);
+    let masters_cpu = CpuMeter::start(&pids[1..]);
+    let beats_before = heartbeats.load(Ordering::Relaxed);
+    tokio::time::sleep(row.max(Duration::from_secs(1))).await;
+    let renews = (heartbeats.load(Ordering::Relaxed) - beats_before).max(1);
+    let (ours, theirs) = (redlockd_cpu.used(), masters_cpu.used());
+    for h in holders {
+        h.abort();
+    }
+    println!(
+        "- {held} of {count} leases held by streams (TTL 3 s): redlockd memory {:.0} bytes per stream; {renews} renews in {:.1} s, CPU per renew {:.0} µs redlockd, {:.0} µs the masters",
+        rss.saturating_sub(before) as f64 / count as f64,
+        row.max(Duration::from_secs(1)).as_secs_f64(),
+        ours.as_secs_f64() * 1e6 / renews as f64,
+        theirs.as_secs_f64() * 1e6 / renews as f64,
+    );
+}
+
 // ---------------------------------------------------------------------------------------
 
 fn pids(masters: &[RedisMaster]) -> Vec<u32> {
@@ -894,8 +954,12 @@ async fn main() {
     );
     let masters = start_masters(3);
     let redis = pids(&masters);
-    print_header();
     let only = std::env::var("REDLOCKD_BENCH_ONLY").unwrap_or_default();
+    if only == "streams" {
+        held_streams(&masters, plan.streams, plan.row).await;
+        return;
+    }
+    print_header();
     if only != "contended" {
         uncontended(&masters, &[1, 16, 64], plan, "").await;
     }
@@ -977,6 +1041,10 @@ async fn main() {
     {
         let set = start_masters(3);
         redlockd_memory_per_lease(&set, plan.names_held_http).await;
+    }
+    {
+        let set = start_masters(3);
+        held_streams(&set, plan.streams, plan.row).await;
     }
     waiters_on_one_name(&masters, 100, plan.handoffs).await;
     waiters_on_one_name(&masters, plan.waiters, plan.handoffs).await;
