@@ -86,9 +86,9 @@ impl Bed {
         .await;
     }
 
-    /// Whether a majority says the lock is held, asked of the second replica.
+    /// Whether a majority says the lock is held, asked of the last replica.
     async fn held(&self, name: &str) -> bool {
-        let (status, body) = self.replicas[1].inspect(name).await;
+        let (status, body) = self.replicas.last().expect("a replica").inspect(name).await;
         assert_eq!(status, 200, "{body}");
         body["held"] == json!(true)
     }
@@ -378,4 +378,41 @@ async fn inspect_and_list_print_a_table_or_json() {
     let out = bed.run(&["list"]).await;
     let text = String::from_utf8(out.stdout).unwrap();
     assert_eq!(text.lines().count(), 3, "{text}");
+}
+
+#[tokio::test]
+async fn renews_fail_over_to_the_other_replica_when_one_stops() {
+    let mut bed = Bed::start().await;
+    let child = bed
+        .cli(&[
+            "lock",
+            "--ttl",
+            "600ms",
+            "jobs:e",
+            "--",
+            "sh",
+            "-c",
+            "touch started; sleep 2; echo $REDLOCKD_FENCING_TOKEN",
+        ])
+        .spawn()
+        .unwrap();
+    bed.appears("started").await;
+    // The first replica stops while the command runs (several TTLs more): renews, and the
+    // release at the end, move to the second with the same lease id.
+    let first = bed.replicas.remove(0);
+    first.stop().await;
+    let out = tokio::time::timeout(Duration::from_secs(10), child.wait_with_output())
+        .await
+        .expect("redlockd lock exits")
+        .unwrap();
+    assert_eq!(
+        code(&out),
+        0,
+        "held through the replica's stop: {}",
+        stderr(&out)
+    );
+    assert!(
+        !bed.held("jobs:e").await,
+        "released through the other replica"
+    );
 }

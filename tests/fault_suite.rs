@@ -34,7 +34,17 @@ const MASTERS: usize = 3;
 const REPLICAS: usize = 3;
 /// The largest TTL, and so how long a master that lost its data is quarantined.
 const MAX_TTL: Duration = Duration::from_millis(3000);
-const NAMES: [&str; 3] = ["job:a", "job:b", "job:c"];
+/// The names the workers use; `@job:a` is the election `job:a` (its own kind of key: it
+/// must never collide with the lock `job:a`), whose renews now and then proclaim a value.
+const NAMES: [&str; 4] = ["job:a", "job:b", "job:c", "@job:a"];
+
+/// The route of a name: `/locks/<name>`, or `/elections/<name>` for `@<name>`.
+fn route(name: &str) -> String {
+    match name.strip_prefix('@') {
+        Some(election) => format!("elections/{election}"),
+        None => format!("locks/{name}"),
+    }
+}
 
 /// A master that every replica can reach, each through an address of its own.
 fn start_master() -> RedisMaster {
@@ -212,10 +222,11 @@ impl Recorder {
         body: Value,
         ttl: Duration,
     ) -> (u16, Value) {
+        let path = route(name);
         let request = match (kind, lease) {
-            (Kind::Grant, _) => http.post(format!("{base}/locks/{name}")),
-            (Kind::Renew, Some(l)) => http.put(format!("{base}/locks/{name}/leases/{l}")),
-            (Kind::Revoke, Some(l)) => http.delete(format!("{base}/locks/{name}/leases/{l}")),
+            (Kind::Grant, _) => http.post(format!("{base}/{path}")),
+            (Kind::Renew, Some(l)) => http.put(format!("{base}/{path}/leases/{l}")),
+            (Kind::Revoke, Some(l)) => http.delete(format!("{base}/{path}/leases/{l}")),
             _ => unreachable!("renew and revoke name a lease"),
         };
         let invoked = self.started.elapsed();
@@ -238,7 +249,10 @@ impl Recorder {
             invoked,
             answered,
             status,
-            token: value["fencing_token"].as_u64(),
+            // An election's term is its lease's fencing token.
+            token: value["fencing_token"]
+                .as_u64()
+                .or_else(|| value["term"].as_u64()),
             validity: ms(&value, "validity_ms"),
             ttl: ms(&value, "ttl_ms").unwrap_or(ttl),
             message: value["message"].as_str().map(str::to_owned),
@@ -317,8 +331,14 @@ async fn worker(
             continue;
         }
         let id = lease["lease_id"].as_str().unwrap_or_default().to_owned();
-        for _ in 0..rng.random_range(0..3) {
+        for round in 0..rng.random_range(0..3) {
             tokio::time::sleep(ttl / 3).await;
+            // A leader proclaims a new value now and then: the term must not change.
+            let body = if name.starts_with('@') && rng.random_bool(0.5) {
+                json!({"value": format!("worker-{seed}-{round}")})
+            } else {
+                json!({})
+            };
             let (status, _) = recorder
                 .call(
                     &http,
@@ -327,7 +347,7 @@ async fn worker(
                     Kind::Renew,
                     name,
                     Some(&id),
-                    json!({}),
+                    body,
                     ttl,
                 )
                 .await;
@@ -528,7 +548,7 @@ async fn every_name_is_granted_again(cluster: &Cluster) -> Vec<String> {
         let mut granted = false;
         while started.elapsed() < deadline {
             let resp = http
-                .post(format!("{base}/locks/{name}"))
+                .post(format!("{base}/{}", route(name)))
                 .json(&json!({"ttl_ms": 1000, "wait_ms": 500}))
                 .send()
                 .await;
@@ -673,6 +693,16 @@ async fn random_faults(seed: u64, length: Duration) {
         "too few grants to judge anything; replica logs:\n{}",
         cluster.logs()
     );
+    let terms = history
+        .iter()
+        .filter(|e| e.name.starts_with('@') && e.kind == Kind::Grant && e.status == 201)
+        .count();
+    let proclaimed = history
+        .iter()
+        .filter(|e| e.name.starts_with('@') && e.kind == Kind::Renew && e.status == 200)
+        .count();
+    eprintln!("fault suite: {terms} election terms won, {proclaimed} leader renews");
+    assert!(terms > 5, "too few election terms to judge the elections");
     assert!(
         violations.is_empty(),
         "seed {seed}: {} violations:\n{}\n\nreplica logs:\n{}",
