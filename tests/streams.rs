@@ -26,8 +26,13 @@ fn hold(app: &TestApp, name: &str, body: serde_json::Value) -> reqwest::RequestB
 async fn a_held_lease_is_renewed_while_connected_and_handed_over_the_moment_the_client_leaves() {
     let masters = masters(3);
     let (a, b) = replicas(&masters, 200).await;
-    let mut stream = EventStream::open(hold(&a, "held", json!({"ttl_ms": 600}))).await;
+    let request = hold(&a, "held", json!({"ttl_ms": 600})).header("accept-encoding", "gzip");
+    let mut stream = EventStream::open(request).await;
     assert_eq!(stream.status, 200);
+    assert_eq!(
+        stream.encoding, None,
+        "events are sent as they happen, uncompressed"
+    );
     let granted = stream.expect("granted").await;
     let token = granted["fencing_token"].as_u64().unwrap();
     // Renewed past its TTL, with the same token.

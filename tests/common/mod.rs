@@ -448,6 +448,8 @@ impl TestApp {
 /// A server-sent event stream, read one event at a time.
 pub struct EventStream {
     pub status: u16,
+    /// The response's `content-encoding`, if any.
+    pub encoding: Option<String>,
     response: reqwest::Response,
     buffer: String,
 }
@@ -462,6 +464,11 @@ impl EventStream {
             .expect("stream request");
         Self {
             status: response.status().as_u16(),
+            encoding: response
+                .headers()
+                .get("content-encoding")
+                .and_then(|v| v.to_str().ok())
+                .map(str::to_owned),
             response,
             buffer: String::new(),
         }
