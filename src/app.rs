@@ -10,6 +10,7 @@ use anyhow::Context as _;
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
+use crate::auth::Auth;
 use crate::config::{Backend, Config, Settings};
 use crate::http::{self, AppState};
 use crate::lease::{Events, LeaseService, LockEvent};
@@ -72,6 +73,35 @@ impl App {
                 "UNSAFE: REDLOCKD_UNSAFE_SKIP_QUARANTINE is set: masters that lost their data vote again at once, and two clients can hold one lock; for the fault suite only"
             );
         }
+        let auth = match &settings.auth_file {
+            Some(path) => {
+                let auth = Auth::load(path, settings.auth_protect_operations)
+                    .map_err(|e| anyhow::anyhow!("REDLOCKD_AUTH_FILE: {e}"))?;
+                tracing::info!(
+                    tokens = auth.tokens().len(),
+                    "bearer tokens required (REDLOCKD_AUTH_FILE)"
+                );
+                Some(Arc::new(auth))
+            }
+            None => {
+                let loopback = settings
+                    .listen
+                    .parse::<SocketAddr>()
+                    .map(|a| a.ip().is_loopback())
+                    .unwrap_or(settings.listen.starts_with("localhost:"));
+                if loopback {
+                    tracing::info!(
+                        "no REDLOCKD_AUTH_FILE: any client that reaches the port may lock any name"
+                    );
+                } else {
+                    tracing::warn!(
+                        listen = %settings.listen,
+                        "no REDLOCKD_AUTH_FILE on a non-loopback address: anyone who reaches the port may take, inspect or force-release any lock"
+                    );
+                }
+                None
+            }
+        };
         let metrics = Arc::new(Metrics::new());
         let engine = Arc::new(Redlock::new(
             nodes.clone(),
@@ -110,8 +140,15 @@ impl App {
                 metrics,
                 settings: Arc::new(settings),
                 shutdown,
+                auth,
             },
         })
+    }
+
+    /// Read the token file again (what SIGHUP does): the number of tokens now in force, or
+    /// why the file was refused (the tokens in force then stay).
+    pub fn reload_auth(&self) -> Option<Result<usize, String>> {
+        self.state.auth.as_ref().map(|a| a.reload())
     }
 
     /// The per-name event bus, for code that embeds redlockd and observes locks.
@@ -140,6 +177,9 @@ impl App {
             header_timeout: self.state.settings.client_timeout,
             max_connections: self.state.settings.max_connections,
         };
+        if let Some(auth) = self.state.auth.clone() {
+            tokio::spawn(reload_on_sighup(auth, shutdown.clone()));
+        }
         let router = http::router(self.state);
         let stopping = shutdown.clone();
         let stopped_at = Arc::new(std::sync::OnceLock::new());
@@ -176,6 +216,28 @@ impl App {
         engine.stop();
         tracing::info!("stopped");
         Ok(())
+    }
+}
+
+/// Re-read the token file on each SIGHUP until shutdown, without touching connections or
+/// leases. A malformed file keeps the tokens in force and says why.
+async fn reload_on_sighup(auth: Arc<Auth>, shutdown: CancellationToken) {
+    use tokio::signal::unix::{SignalKind, signal};
+    let Ok(mut hangups) = signal(SignalKind::hangup()) else {
+        tracing::warn!("cannot listen for SIGHUP: the token file will not be re-read");
+        return;
+    };
+    loop {
+        tokio::select! {
+            () = shutdown.cancelled() => return,
+            got = hangups.recv() => if got.is_none() { return },
+        }
+        match auth.reload() {
+            Ok(count) => tracing::info!(tokens = count, "SIGHUP: token file re-read"),
+            Err(e) => {
+                tracing::error!(error = %e, "SIGHUP: token file refused; the tokens in force stay")
+            }
+        }
     }
 }
 

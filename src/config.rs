@@ -56,6 +56,26 @@ pub enum Command {
     Inspect(InspectArgs),
     /// List held locks, by name (a client verb: asks the server at --server).
     List(ListArgs),
+    /// Bearer tokens for REDLOCKD_AUTH_FILE.
+    #[command(subcommand)]
+    Token(TokenCommand),
+}
+
+#[derive(Debug, Clone, Subcommand)]
+pub enum TokenCommand {
+    /// Print a new random token once, and the line to add to the token file (which holds
+    /// only its hash).
+    New {
+        /// The token's name, shown in logs.
+        #[arg(long)]
+        name: String,
+        /// `client` (grant, renew, revoke, check), `reader` (inspect, list), `admin`.
+        #[arg(long, value_parser = ["client", "reader", "admin"])]
+        role: String,
+        /// A name prefix the token may use; repeat for several (`""` for every name).
+        #[arg(long = "prefix")]
+        prefixes: Vec<String>,
+    },
 }
 
 /// Where the client verbs find redlockd.
@@ -255,6 +275,16 @@ pub struct Config {
     /// tolerance over one master fewer).
     #[arg(long, env = "REDLOCKD_REQUIRE_ODD", global = true)]
     pub require_odd: bool,
+
+    /// A JSON file of bearer tokens (name, SHA-256 of the token, role, name prefixes; see
+    /// README, "Security"). Unset: no authentication (logged at start). Re-read on SIGHUP.
+    #[arg(long, env = "REDLOCKD_AUTH_FILE", global = true)]
+    pub auth_file: Option<String>,
+
+    /// With REDLOCKD_AUTH_FILE: `/metrics`, `/openapi.json` and `/docs` need a reader token
+    /// too (they are open by default; `/healthz` and `/readyz` always are).
+    #[arg(long, env = "REDLOCKD_AUTH_PROTECT_OPERATIONS", global = true)]
+    pub auth_protect_operations: bool,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -365,6 +395,8 @@ impl Config {
             client_timeout: ms(self.client_timeout_ms),
             max_connections: self.max_connections,
             unsafe_skip_quarantine: self.unsafe_skip_quarantine,
+            auth_file: self.auth_file.clone().filter(|f| !f.is_empty()),
+            auth_protect_operations: self.auth_protect_operations,
         })
     }
 }
@@ -387,6 +419,9 @@ pub struct Settings {
     pub client_timeout: Duration,
     pub max_connections: usize,
     pub unsafe_skip_quarantine: bool,
+    /// The token file, when authentication is on.
+    pub auth_file: Option<String>,
+    pub auth_protect_operations: bool,
 }
 
 /// The configured bounds of every lease (checked: `MIN_TTL_MS <= default_ttl <= max_ttl`).

@@ -18,6 +18,7 @@
 //! log line; `app` builds and runs it all.
 
 pub mod app;
+pub mod auth;
 pub mod client;
 pub mod config;
 pub mod http;

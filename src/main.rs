@@ -5,7 +5,8 @@ use std::io::IsTerminal as _;
 
 use clap::Parser as _;
 use redlockd::app::App;
-use redlockd::config::{Cli, Command, LogFormat, explain_parse_error};
+use redlockd::auth::Role;
+use redlockd::config::{Cli, Command, LogFormat, TokenCommand, explain_parse_error};
 
 fn init_logging(format: Option<LogFormat>) {
     use tracing_subscriber::EnvFilter;
@@ -51,7 +52,7 @@ fn client_verb() -> bool {
     std::env::args()
         .skip(1)
         .take_while(|a| a != "--")
-        .any(|a| matches!(a.as_str(), "lock" | "inspect" | "list"))
+        .any(|a| matches!(a.as_str(), "lock" | "inspect" | "list" | "token"))
 }
 
 #[tokio::main]
@@ -106,6 +107,27 @@ async fn main() -> std::process::ExitCode {
         }
         Command::List(args) => {
             return std::process::ExitCode::from(redlockd::client::show::list(args).await);
+        }
+        Command::Token(TokenCommand::New {
+            name,
+            role,
+            prefixes,
+        }) => {
+            let role = match role.as_str() {
+                "admin" => Role::Admin,
+                "reader" => Role::Reader,
+                _ => Role::Client,
+            };
+            if role != Role::Admin && prefixes.is_empty() {
+                eprintln!(
+                    "redlockd token new: a {role:?} token needs at least one --prefix (\"\" for every name)"
+                );
+                return std::process::ExitCode::from(redlockd::client::lock::exit::USAGE);
+            }
+            let (token, entry) = redlockd::auth::new_token(&name, role, prefixes);
+            println!("token (shown once; give it to the client, keep it secret): {token}");
+            println!("add to the REDLOCKD_AUTH_FILE's \"tokens\" list:");
+            println!("{}", serde_json::to_string(&entry).unwrap_or_default());
         }
         Command::Serve => {
             let result = async {

@@ -31,6 +31,7 @@ pub enum Op {
     Observe,
     Proclaim,
     Resign,
+    ForceRelease,
 }
 
 impl Op {
@@ -47,6 +48,7 @@ impl Op {
             Op::Observe => "observe",
             Op::Proclaim => "proclaim",
             Op::Resign => "resign",
+            Op::ForceRelease => "force_release",
         }
     }
 }

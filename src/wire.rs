@@ -276,6 +276,18 @@ pub struct LeaderEvent {
     pub value: Option<String>,
 }
 
+/// What an administrator's force-release removed.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+#[schema(example = json!({"name": "nightly-report", "released": true, "fencing_token": 42}))]
+pub struct ForceReleased {
+    pub name: String,
+    /// Whether a holder was removed (false: nobody held it).
+    pub released: bool,
+    /// The removed lease's token; every later grant's is greater.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub fencing_token: Option<u64>,
+}
+
 /// `/healthz`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 #[schema(example = json!({"status": "ok"}))]
@@ -319,8 +331,9 @@ pub struct Readiness {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 #[schema(example = json!({"error": "lock_held", "message": "the lock is held by another lease", "retry_after_ms": 12000}))]
 pub struct ErrorBody {
-    /// A stable code: `invalid_request`, `request_timeout`, `lock_held`, `lease_not_found`,
-    /// `quorum_unavailable`, `not_found`, `method_not_allowed`, `internal`.
+    /// A stable code: `invalid_request`, `request_timeout`, `unauthorized`, `forbidden`,
+    /// `lock_held`, `lease_not_found`, `quorum_unavailable`, `not_found`,
+    /// `method_not_allowed`, `internal`.
     pub error: String,
     pub message: String,
     /// With `lock_held`: the holder's remaining TTL, best estimate.

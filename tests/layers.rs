@@ -7,7 +7,8 @@ use std::path::{Path, PathBuf};
 
 /// What each top-level module may name with `crate::` (besides itself).
 const ALLOWED: &[(&str, &[&str])] = &[
-    ("http", &["lease", "wire", "config", "metrics"]),
+    ("http", &["lease", "wire", "config", "metrics", "auth"]),
+    ("auth", &[]),
     ("lease", &["redlock", "config", "metrics"]),
     ("redlock", &["store", "metrics"]),
     ("store", &["config"]),

@@ -37,6 +37,7 @@ async fn app() -> (axum::Router, Arc<Metrics>) {
         metrics: metrics.clone(),
         settings: Arc::new(settings),
         shutdown,
+        auth: None,
     };
     (router(state), metrics)
 }

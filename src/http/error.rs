@@ -43,6 +43,12 @@ pub enum ApiError {
         message: String,
         masters: Vec<MasterFailure>,
     },
+    /// 401 `unauthorized`: no bearer token, or one the token file does not know.
+    #[error("a bearer token is required (Authorization: Bearer <token>)")]
+    Unauthorized,
+    /// 403 `forbidden`: the token's role or prefixes do not allow this.
+    #[error("{0}")]
+    Forbidden(String),
     /// 404 `not_found`: no such route.
     #[error("no such route")]
     NoRoute,
@@ -64,6 +70,8 @@ impl ApiError {
             ApiError::LeaseNotFound | ApiError::NoRoute => StatusCode::NOT_FOUND,
             ApiError::Unavailable { .. } => StatusCode::SERVICE_UNAVAILABLE,
             ApiError::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
+            ApiError::Unauthorized => StatusCode::UNAUTHORIZED,
+            ApiError::Forbidden(_) => StatusCode::FORBIDDEN,
             ApiError::Internal => StatusCode::INTERNAL_SERVER_ERROR,
         }
     }
@@ -78,6 +86,8 @@ impl ApiError {
             ApiError::Unavailable { .. } => "quorum_unavailable",
             ApiError::NoRoute => "not_found",
             ApiError::MethodNotAllowed => "method_not_allowed",
+            ApiError::Unauthorized => "unauthorized",
+            ApiError::Forbidden(_) => "forbidden",
             ApiError::Internal => "internal",
         }
     }
@@ -155,6 +165,12 @@ impl IntoResponse for ApiError {
         response
             .extensions_mut()
             .insert(super::middleware::Outcome(self.code()));
+        if matches!(self, ApiError::Unauthorized) {
+            response.headers_mut().insert(
+                header::WWW_AUTHENTICATE,
+                HeaderValue::from_static("Bearer realm=\"redlockd\""),
+            );
+        }
         if let Some(after) = retry_after {
             // Whole seconds, rounded up, at least 1: a client that honours it never retries
             // before the holder's lease could have lapsed.

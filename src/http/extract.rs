@@ -8,7 +8,19 @@ use serde::de::DeserializeOwned;
 
 use super::error::ApiError;
 use super::types::parse_fields;
+use crate::auth::Caller;
 use crate::lease::{LeaseId, LockName};
+
+/// The parsed name, if the caller's token may use it (always, without authentication).
+fn in_scope(parts: &Parts, name: LockName) -> Result<LockName, ApiError> {
+    match parts.extensions.get::<Caller>() {
+        Some(caller) if !caller.covers(name.as_str()) => Err(ApiError::Forbidden(format!(
+            "the token {:?} may not use {name}: it is outside the token's prefixes",
+            &*caller.name
+        ))),
+        _ => Ok(name),
+    }
+}
 
 /// The `{name}` of a lock route, parsed.
 pub struct LockPath(pub LockName);
@@ -34,7 +46,7 @@ impl<S: Send + Sync> FromRequestParts<S> for LockPath {
         let Path(name) = Path::<String>::from_request_parts(parts, state)
             .await
             .map_err(|e| ApiError::Invalid(e.body_text()))?;
-        Ok(Self(LockName::parse(&name)?))
+        Ok(Self(in_scope(parts, LockName::parse(&name)?)?))
     }
 }
 
@@ -45,7 +57,10 @@ impl<S: Send + Sync> FromRequestParts<S> for LeasePath {
         let Path((name, id)) = Path::<(String, String)>::from_request_parts(parts, state)
             .await
             .map_err(|e| ApiError::Invalid(e.body_text()))?;
-        Ok(Self(LockName::parse(&name)?, LeaseId::parse(&id)?))
+        Ok(Self(
+            in_scope(parts, LockName::parse(&name)?)?,
+            LeaseId::parse(&id)?,
+        ))
     }
 }
 
@@ -56,7 +71,7 @@ impl<S: Send + Sync> FromRequestParts<S> for ElectionPath {
         let Path(name) = Path::<String>::from_request_parts(parts, state)
             .await
             .map_err(|e| ApiError::Invalid(e.body_text()))?;
-        Ok(Self(LockName::election(&name)?))
+        Ok(Self(in_scope(parts, LockName::election(&name)?)?))
     }
 }
 
@@ -67,7 +82,10 @@ impl<S: Send + Sync> FromRequestParts<S> for ElectionLeasePath {
         let Path((name, id)) = Path::<(String, String)>::from_request_parts(parts, state)
             .await
             .map_err(|e| ApiError::Invalid(e.body_text()))?;
-        Ok(Self(LockName::election(&name)?, LeaseId::parse(&id)?))
+        Ok(Self(
+            in_scope(parts, LockName::election(&name)?)?,
+            LeaseId::parse(&id)?,
+        ))
     }
 }
 

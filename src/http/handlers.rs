@@ -14,7 +14,10 @@ use super::types::{
     GrantRequest, Health, LeaseBody, ListQuery, LockEntry, LockList, LockStatus, NoFields,
     Readiness, RenewRequest,
 };
+use crate::auth::Caller;
 use crate::lease::{LeasePolicy, NamePrefix, Owner};
+use crate::wire::ForceReleased;
+use axum::Extension;
 
 /// Largest `limit` of a list call, and the default.
 pub const MAX_LIST_LIMIT: u64 = 1000;
@@ -159,6 +162,42 @@ pub async fn inspect(
     Ok(Json(LockStatus::new(name.as_str(), holder)))
 }
 
+/// Force-release (administrators): remove whoever holds the lock, whatever its lease.
+#[utoipa::path(
+    delete, path = "/locks/{name}", tag = "locks",
+    params(("name" = String, Path)),
+    responses(
+        (status = 200, description = "Removed (or nobody held it). The removed holder's renew answers 404, a stream holding it gets `lost` (`released`), waiters are woken, and every later grant's fencing token is greater", body = ForceReleased),
+        (status = 400, description = "`invalid_request`", body = ErrorBody),
+        (status = 401, description = "`unauthorized`", body = ErrorBody),
+        (status = 403, description = "`forbidden`: an admin token is required", body = ErrorBody),
+        (status = 503, description = "`quorum_unavailable`", body = ErrorBody),
+    )
+)]
+pub async fn force_release(
+    State(state): State<AppState>,
+    caller: Option<Extension<Caller>>,
+    LockPath(name): LockPath,
+    Fields(NoFields {}): Fields<NoFields>,
+) -> Result<Json<ForceReleased>, ApiError> {
+    let removed = state.service.force_release(&name).await?;
+    let by = caller
+        .as_ref()
+        .map_or("anonymous (no REDLOCKD_AUTH_FILE)", |c| &*c.name);
+    tracing::warn!(
+        target: "redlockd::audit",
+        administrator = by,
+        lock = %name,
+        fencing_token = removed.map(|t| t.0),
+        "force-release"
+    );
+    Ok(Json(ForceReleased {
+        name: name.to_string(),
+        released: removed.is_some(),
+        fencing_token: removed.map(|t| t.0),
+    }))
+}
+
 /// List held locks, sorted by name, a page at a time.
 #[utoipa::path(
     get, path = "/locks", tag = "locks",
@@ -175,6 +214,7 @@ pub async fn inspect(
 )]
 pub async fn list(
     State(state): State<AppState>,
+    caller: Option<Extension<Caller>>,
     Fields(q): Fields<ListQuery>,
 ) -> Result<Json<LockList>, ApiError> {
     let prefix = NamePrefix::parse(q.prefix.as_deref().unwrap_or(""))?;
@@ -186,8 +226,14 @@ pub async fn list(
         )));
     }
     let (locks, next) = state.service.list(&prefix, &after, limit as usize).await?;
+    // Only names the caller's token may see; the cursor still moves past the others.
+    let visible = |name: &str| caller.as_ref().is_none_or(|c| c.covers(name));
     Ok(Json(LockList {
-        locks: locks.into_iter().map(LockEntry::from).collect(),
+        locks: locks
+            .into_iter()
+            .filter(|l| visible(&l.name))
+            .map(LockEntry::from)
+            .collect(),
         next,
     }))
 }

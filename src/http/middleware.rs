@@ -17,6 +17,7 @@ use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 
 use super::error::ApiError;
+use crate::auth::{Auth, Need};
 use crate::metrics::{Metrics, Op};
 
 pub static REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
@@ -63,8 +64,83 @@ fn op_of(method: &axum::http::Method, route: &str) -> Option<Op> {
         (&Method::GET, "/elections/{name}/observe") => Op::Observe,
         (&Method::PUT, "/elections/{name}/leases/{lease_id}") => Op::Proclaim,
         (&Method::DELETE, "/elections/{name}/leases/{lease_id}") => Op::Resign,
+        (&Method::DELETE, "/locks/{name}") => Op::ForceRelease,
         _ => return None,
     })
+}
+
+/// The name of the token a request was made with, for its log line (never the token).
+#[derive(Debug, Clone)]
+pub struct CallerName(pub Arc<str>);
+
+/// What a route needs of its caller's token, or `None` for a route that is open.
+fn need_of(
+    method: &axum::http::Method,
+    route: Option<&str>,
+    guard_operations: bool,
+) -> Option<Need> {
+    let route = route?;
+    if let Some(op) = op_of(method, route) {
+        return Some(match op {
+            Op::Grant
+            | Op::Renew
+            | Op::Revoke
+            | Op::Check
+            | Op::Campaign
+            | Op::Proclaim
+            | Op::Resign => Need::Hold,
+            Op::Inspect | Op::List | Op::Leader | Op::Observe => Need::Read,
+            Op::ForceRelease => Need::Admin,
+        });
+    }
+    let operations = route == "/metrics" || route == "/openapi.json" || route.starts_with("/docs");
+    (operations && guard_operations).then_some(Need::Read)
+}
+
+/// With authentication on: the request's bearer token must be known (else 401) and its
+/// role must allow the route (else 403). The caller goes into the request's extensions,
+/// where the name extractors check its prefixes against the parsed name.
+pub async fn authorize(
+    State(auth): State<Option<Arc<Auth>>>,
+    mut request: Request,
+    next: Next,
+) -> Response {
+    let Some(auth) = auth else {
+        return next.run(request).await;
+    };
+    let route = request
+        .extensions()
+        .get::<MatchedPath>()
+        .map(|p| p.as_str().to_owned());
+    let Some(need) = need_of(request.method(), route.as_deref(), auth.guard_operations) else {
+        return next.run(request).await;
+    };
+    let presented = request
+        .headers()
+        .get(axum::http::header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| {
+            v.strip_prefix("Bearer ")
+                .or_else(|| v.strip_prefix("bearer "))
+        })
+        .map(str::trim);
+    let Some(caller) = presented.and_then(|t| auth.tokens().authenticate(t)) else {
+        return ApiError::Unauthorized.into_response();
+    };
+    let name = CallerName(caller.name.clone());
+    if !caller.allows(need) {
+        let mut response = ApiError::Forbidden(format!(
+            "the token {:?} ({:?}) may not do this",
+            &*caller.name, caller.role
+        ))
+        .into_response();
+        response.extensions_mut().insert(name);
+        return response;
+    }
+    request.extensions_mut().insert(caller);
+    let mut response = next.run(request).await;
+    response.extensions_mut().insert(name);
+    response
 }
 
 /// One log line per request, and for lock routes the request's op, outcome and latency in
@@ -101,6 +177,10 @@ pub async fn log_request(
         |o| o.0,
     );
     let route = route.as_deref().unwrap_or("<unmatched>");
+    let caller = response
+        .extensions()
+        .get::<CallerName>()
+        .map(|c| c.0.clone());
     let took = started.elapsed();
     if let Some(op) = op_of(&method, route) {
         metrics.request(op, outcome, took);
@@ -114,6 +194,7 @@ pub async fn log_request(
                 method = %method,
                 route,
                 lock = lock.as_deref().unwrap_or("-"),
+                caller = caller.as_deref().unwrap_or("-"),
                 status,
                 latency_ms,
                 outcome,

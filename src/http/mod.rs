@@ -45,6 +45,8 @@ pub struct AppState {
     pub settings: Arc<Settings>,
     /// Fires when shutdown begins: `/readyz` fails from then on.
     pub shutdown: CancellationToken,
+    /// The bearer tokens, when authentication is on.
+    pub auth: Option<Arc<crate::auth::Auth>>,
 }
 
 #[derive(OpenApi)]
@@ -67,7 +69,11 @@ struct ApiDoc;
 pub fn routes() -> (Router<AppState>, utoipa::openapi::OpenApi) {
     OpenApiRouter::with_openapi(ApiDoc::openapi())
         .routes(routes!(handlers::list))
-        .routes(routes!(handlers::grant, handlers::inspect))
+        .routes(routes!(
+            handlers::grant,
+            handlers::inspect,
+            handlers::force_release
+        ))
         .routes(routes!(handlers::renew, handlers::revoke, handlers::check))
         .routes(routes!(elections::campaign, elections::leader))
         .routes(routes!(elections::observe))
@@ -204,6 +210,10 @@ pub fn router(state: AppState) -> Router {
                 .layer(axum::middleware::from_fn_with_state(
                     state.metrics.clone(),
                     middleware::log_request,
+                ))
+                .layer(axum::middleware::from_fn_with_state(
+                    state.auth.clone(),
+                    middleware::authorize,
                 ))
                 .layer(CatchPanicLayer::custom(middleware::panic_response))
                 .layer(HandleErrorLayer::new(middleware::timed_out))

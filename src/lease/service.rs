@@ -441,6 +441,22 @@ impl LeaseService {
         Ok(Lease::new(name, id, leased))
     }
 
+    /// Remove whoever holds `name` (an administrator's force-release): the removed lease's
+    /// token, or `None` when nobody held it. Its holder's next renew answers not found, a
+    /// stream holding it is told `released`, waiters are woken.
+    pub async fn force_release(&self, name: &LockName) -> Result<Option<FencingToken>, LeaseError> {
+        let removed = self.engine.evict(&name.key()).await?;
+        match removed {
+            Some(token) => {
+                self.active().retain(|_, t| t.token.0 != token);
+                self.events
+                    .publish(&name.topic(), LockEvent::Released { token });
+            }
+            None => self.events.wake(&name.topic()),
+        }
+        Ok(removed.map(FencingToken))
+    }
+
     /// Who holds `name`, if a majority agree that someone does.
     pub async fn inspect(&self, name: &LockName) -> Result<Option<LockHolder>, LeaseError> {
         Ok(self

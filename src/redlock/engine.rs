@@ -680,6 +680,21 @@ impl Redlock {
         }
     }
 
+    /// Remove whoever holds `key` on a majority, whatever its lease (an administrator's
+    /// force-release): the lease found is released everywhere, announced like a revoke.
+    /// The removed lease's token, or `None` when nobody held it (or its holder released it
+    /// meanwhile). Later grants' tokens are greater, as every grant's are.
+    pub async fn evict(&self, key: &LockKey) -> Result<Option<u64>, EngineError> {
+        let Some(held) = self.read(key, None).await?.0 else {
+            return Ok(None);
+        };
+        match self.release(key, &held.lease).await {
+            Ok(()) => Ok(Some(held.token)),
+            Err(EngineError::NotFound) => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
     /// The lease as a majority of masters hold it now.
     pub async fn check(&self, key: &LockKey, lease: &str) -> Result<Leased, EngineError> {
         let (agreed, elapsed) = self.read(key, Some(lease)).await?;

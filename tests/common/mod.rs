@@ -4,6 +4,7 @@
 //! and hopes.
 #![allow(dead_code)]
 
+use std::io::Read as _;
 use std::net::TcpListener;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
@@ -511,5 +512,94 @@ impl EventStream {
             Some((n, data)) if n == name => data,
             other => panic!("expected {name}, got {other:?}"),
         }
+    }
+}
+
+/// A redlockd process serving on a free port, killed on drop.
+pub struct Server {
+    pub child: Child,
+    pub base: String,
+    stderr: std::sync::Arc<std::sync::Mutex<String>>,
+}
+
+impl Server {
+    pub async fn start(envs: &[(&str, &str)]) -> Self {
+        let port = TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let mut child = Command::new(env!("CARGO_BIN_EXE_redlockd"))
+            .env_clear()
+            .env("REDLOCKD_LISTEN", format!("127.0.0.1:{port}"))
+            .env("RUST_LOG", "debug")
+            .envs(envs.iter().copied())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("spawn redlockd");
+        let stderr = std::sync::Arc::new(std::sync::Mutex::new(String::new()));
+        let mut pipe = child.stderr.take().expect("stderr");
+        let sink = stderr.clone();
+        std::thread::spawn(move || {
+            let mut buf = [0u8; 4096];
+            while let Ok(n) = pipe.read(&mut buf) {
+                if n == 0 {
+                    break;
+                }
+                sink.lock()
+                    .unwrap()
+                    .push_str(&String::from_utf8_lossy(&buf[..n]));
+            }
+        });
+        let server = Self {
+            child,
+            base: format!("http://127.0.0.1:{port}"),
+            stderr,
+        };
+        let http = reqwest::Client::new();
+        wait_for("redlockd to serve", Duration::from_secs(10), async || {
+            http.get(format!("{}/healthz", server.base))
+                .send()
+                .await
+                .ok()
+                .map(drop)
+        })
+        .await;
+        server
+    }
+
+    /// Wait until `/readyz` says the replica can grant.
+    pub async fn wait_ready(&self, what: &str) {
+        wait_for(what, Duration::from_secs(10), async || {
+            self.text("/readyz")
+                .await
+                .contains(r#""ready":true"#)
+                .then_some(())
+        })
+        .await;
+    }
+
+    pub async fn post(&self, path: &str) -> reqwest::Response {
+        let url = format!("{}{path}", self.base);
+        reqwest::Client::new().post(url).send().await.expect("POST")
+    }
+
+    pub async fn text(&self, path: &str) -> String {
+        let resp = reqwest::get(format!("{}{path}", self.base))
+            .await
+            .expect("GET");
+        resp.text().await.expect("body")
+    }
+
+    pub fn logs(&self) -> String {
+        self.stderr.lock().unwrap().clone()
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
     }
 }
