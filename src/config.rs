@@ -89,6 +89,9 @@ pub struct ServerArgs {
         default_value = "http://127.0.0.1:8080"
     )]
     pub servers: Vec<String>,
+    /// The bearer token to send, when the servers require one (REDLOCKD_AUTH_FILE).
+    #[arg(long, env = "REDLOCKD_TOKEN", hide_env_values = true)]
+    pub token: Option<String>,
 }
 
 /// `redlockd lock`.

@@ -350,3 +350,37 @@ fn token_new_prints_a_token_and_the_line_for_the_file() {
         "a client token needs a prefix"
     );
 }
+
+#[tokio::test]
+async fn the_client_verbs_send_the_token_from_redlockd_token() {
+    let masters = masters(3);
+    let t = tokens();
+    let app = app(&masters, &t).await;
+    let lock = |token: Option<&str>, name: &str| {
+        let mut cmd = tokio::process::Command::new(env!("CARGO_BIN_EXE_redlockd"));
+        cmd.env_clear()
+            .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+            .env("REDLOCKD_SERVER", &app.base)
+            .args(["lock", name, "--", "true"]);
+        if let Some(token) = token {
+            cmd.env("REDLOCKD_TOKEN", token);
+        }
+        cmd.output()
+    };
+    let out = lock(Some(&t.client), "jobs:cli").await.unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let out = lock(None, "jobs:cli").await.unwrap();
+    assert_eq!(out.status.code(), Some(64), "refused without a token");
+    let out = lock(Some(&t.client), "cron:cli").await.unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(64),
+        "refused outside the token's prefixes"
+    );
+    assert!(String::from_utf8_lossy(&out.stderr).contains("outside the token's prefixes"));
+}

@@ -22,7 +22,7 @@ use crate::wire::{GrantRequest, LeaseBody, RenewRequest};
 
 /// The exit statuses of `redlockd lock` other than the command's own.
 pub mod exit {
-    /// The command line, or a value the server refused as malformed.
+    /// The command line, a value the server refused as malformed, or a token it refused.
     pub const USAGE: u8 = 64;
     /// No server answered, or none could reach a majority of masters.
     pub const UNAVAILABLE: u8 = 69;
@@ -54,7 +54,7 @@ fn millis(d: Duration) -> u64 {
 
 /// Run `args.command` under the lock; the process's exit status.
 pub async fn run(args: LockArgs) -> u8 {
-    let servers = match Servers::new(&args.server.servers) {
+    let servers = match Servers::new(&args.server.servers, args.server.token.as_deref()) {
         Ok(servers) => Arc::new(servers),
         Err(e) => {
             say(e);
@@ -90,7 +90,7 @@ pub async fn run(args: LockArgs) -> u8 {
             ));
             return args.held_exit_code;
         }
-        Err(Failure::Invalid(m)) => {
+        Err(Failure::Invalid(m) | Failure::Denied(m)) => {
             say(m);
             return exit::USAGE;
         }

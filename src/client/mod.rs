@@ -39,6 +39,9 @@ pub enum Failure {
     /// The server refused the request as malformed.
     #[error("{0}")]
     Invalid(String),
+    /// The server refused the token (401), or its role or prefixes do not allow this (403).
+    #[error("{0}")]
+    Denied(String),
     /// No replica answered, or the one that did cannot reach a majority of masters.
     #[error("{0}")]
     Unavailable(String),
@@ -59,10 +62,12 @@ pub struct Servers {
     urls: Vec<String>,
     http: reqwest::Client,
     preferred: AtomicUsize,
+    token: Option<String>,
 }
 
 impl Servers {
-    pub fn new(urls: &[String]) -> Result<Self, Failure> {
+    /// The replicas at `urls`, called with `token` as the bearer token when given.
+    pub fn new(urls: &[String], token: Option<&str>) -> Result<Self, Failure> {
         let urls: Vec<String> = urls
             .iter()
             .map(|u| u.trim().trim_end_matches('/').to_owned())
@@ -88,6 +93,7 @@ impl Servers {
             urls,
             http,
             preferred: AtomicUsize::new(0),
+            token: token.filter(|t| !t.is_empty()).map(str::to_owned),
         })
     }
 
@@ -112,6 +118,9 @@ impl Servers {
                 .timeout(CALL_TIMEOUT + wait);
             if let Some(body) = body {
                 request = request.json(body);
+            }
+            if let Some(token) = &self.token {
+                request = request.bearer_auth(token);
             }
             let response = match request.send().await {
                 Ok(response) => response,
@@ -168,6 +177,7 @@ fn failure(status: StatusCode, body: &[u8], base: &str) -> Failure {
             message,
         },
         StatusCode::NOT_FOUND => Failure::NotFound(message),
+        StatusCode::UNAUTHORIZED | StatusCode::FORBIDDEN => Failure::Denied(message),
         s if s.is_client_error() && s != StatusCode::REQUEST_TIMEOUT => Failure::Invalid(message),
         _ => Failure::Unavailable(format!("{base}: {message}")),
     }
@@ -235,8 +245,8 @@ mod tests {
 
     #[test]
     fn only_http_servers_are_accepted() {
-        assert!(Servers::new(&["http://127.0.0.1:1/".into()]).is_ok());
-        assert!(Servers::new(&["redis://127.0.0.1:1".into()]).is_err());
-        assert!(Servers::new(&[]).is_err());
+        assert!(Servers::new(&["http://127.0.0.1:1/".into()], None).is_ok());
+        assert!(Servers::new(&["redis://127.0.0.1:1".into()], None).is_err());
+        assert!(Servers::new(&[], None).is_err());
     }
 }

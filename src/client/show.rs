@@ -17,13 +17,13 @@ const PAGE: u64 = 1000;
 fn fail(verb: &str, e: &Failure) -> u8 {
     eprintln!("redlockd {verb}: {e}");
     match e {
-        Failure::Invalid(_) => exit::USAGE,
+        Failure::Invalid(_) | Failure::Denied(_) => exit::USAGE,
         _ => exit::UNAVAILABLE,
     }
 }
 
 pub async fn inspect(args: InspectArgs) -> u8 {
-    let servers = match Servers::new(&args.server.servers) {
+    let servers = match Servers::new(&args.server.servers, args.server.token.as_deref()) {
         Ok(s) => s,
         Err(e) => return fail("inspect", &e),
     };
@@ -66,7 +66,7 @@ pub async fn inspect(args: InspectArgs) -> u8 {
 }
 
 pub async fn list(args: ListArgs) -> u8 {
-    let servers = match Servers::new(&args.server.servers) {
+    let servers = match Servers::new(&args.server.servers, args.server.token.as_deref()) {
         Ok(s) => s,
         Err(e) => return fail("list", &e),
     };
