@@ -75,7 +75,7 @@ impl App {
         }
         let auth = match &settings.auth_file {
             Some(path) => {
-                let auth = Auth::load(path, settings.auth_protect_operations)
+                let auth = Auth::load(path, settings.auth_protect_operations, settings.auth_rate)
                     .map_err(|e| anyhow::anyhow!("REDLOCKD_AUTH_FILE: {e}"))?;
                 tracing::info!(
                     tokens = auth.tokens().len(),
@@ -128,7 +128,13 @@ impl App {
             });
             node.listen(listener, shutdown.child_token());
         }
-        let service = LeaseService::new(engine, events, metrics.clone(), shutdown.clone());
+        let service = LeaseService::with_caps(
+            engine,
+            events,
+            metrics.clone(),
+            shutdown.clone(),
+            settings.caps,
+        );
 
         let listener = TcpListener::bind(&settings.listen)
             .await

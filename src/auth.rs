@@ -184,6 +184,9 @@ impl Tokens {
     }
 }
 
+/// Each token's request rate: GCRA from `governor`, keyed by the token's name.
+type Limiter = governor::DefaultKeyedRateLimiter<Arc<str>>;
+
 /// The tokens in force, and where they come from: re-read on SIGHUP, keeping the old ones
 /// when the new file is malformed.
 pub struct Auth {
@@ -191,14 +194,38 @@ pub struct Auth {
     tokens: RwLock<Arc<Tokens>>,
     /// Whether `/metrics`, `/openapi.json` and `/docs` need a reader token.
     pub guard_operations: bool,
+    limiter: Option<Limiter>,
 }
 
 impl Auth {
-    pub fn load(path: &str, guard_operations: bool) -> Result<Self, String> {
+    /// `rate` requests per second per token (with bursts of `burst`), or none.
+    pub fn load(
+        path: &str,
+        guard_operations: bool,
+        rate: Option<(std::num::NonZeroU32, std::num::NonZeroU32)>,
+    ) -> Result<Self, String> {
         Ok(Self {
             path: path.to_owned(),
             tokens: RwLock::new(Arc::new(Tokens::load(path)?)),
             guard_operations,
+            limiter: rate.map(|(per_second, burst)| {
+                governor::RateLimiter::keyed(
+                    governor::Quota::per_second(per_second).allow_burst(burst),
+                )
+            }),
+        })
+    }
+
+    /// `None` when `caller` may make a request now; else how long until it may.
+    pub fn throttle(&self, caller: &Caller) -> Option<std::time::Duration> {
+        use governor::clock::Clock as _;
+        let limiter = self.limiter.as_ref()?;
+        // Keys of tokens removed by a reload are forgotten as the map is pruned.
+        if limiter.len() > 4 * self.tokens().len().max(16) {
+            limiter.retain_recent();
+        }
+        limiter.check_key(&caller.name).err().map(|not_until| {
+            not_until.wait_time_from(governor::clock::DefaultClock::default().now())
         })
     }
 

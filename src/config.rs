@@ -5,6 +5,7 @@
 //! environment's values for the same reason).
 
 use std::fmt;
+use std::num::NonZeroU32;
 use std::time::Duration;
 
 use clap::{Args, CommandFactory, Parser, Subcommand, ValueEnum};
@@ -279,10 +280,47 @@ pub struct Config {
     #[arg(long, env = "REDLOCKD_REQUIRE_ODD", global = true)]
     pub require_odd: bool,
 
+    /// Most grants that may wait on one name at once; past it a waiting grant is 429.
+    #[arg(
+        long,
+        env = "REDLOCKD_MAX_WAITERS_PER_NAME",
+        default_value_t = 1_000,
+        global = true
+    )]
+    pub max_waiters_per_name: usize,
+
+    /// Most grants that may wait at once, on every name together; past it 429.
+    #[arg(
+        long,
+        env = "REDLOCKD_MAX_WAITERS",
+        default_value_t = 10_000,
+        global = true
+    )]
+    pub max_waiters: u64,
+
+    /// Most event streams (held leases, campaigns, observers) open at once; past it 429.
+    #[arg(
+        long,
+        env = "REDLOCKD_MAX_STREAMS",
+        default_value_t = 10_000,
+        global = true
+    )]
+    pub max_streams: usize,
+
     /// A JSON file of bearer tokens (name, SHA-256 of the token, role, name prefixes; see
     /// README, "Security"). Unset: no authentication (logged at start). Re-read on SIGHUP.
     #[arg(long, env = "REDLOCKD_AUTH_FILE", global = true)]
     pub auth_file: Option<String>,
+
+    /// With REDLOCKD_AUTH_FILE: requests per second each token may make (0: no limit); past
+    /// it 429 with Retry-After.
+    #[arg(long, env = "REDLOCKD_AUTH_RATE", default_value_t = 0, global = true)]
+    pub auth_rate: u32,
+
+    /// With REDLOCKD_AUTH_RATE: how many requests a token may make at once before the rate
+    /// applies (default: one second's worth).
+    #[arg(long, env = "REDLOCKD_AUTH_BURST", global = true)]
+    pub auth_burst: Option<u32>,
 
     /// With REDLOCKD_AUTH_FILE: `/metrics`, `/openapi.json` and `/docs` need a reader token
     /// too (they are open by default; `/healthz` and `/readyz` always are).
@@ -398,8 +436,17 @@ impl Config {
             client_timeout: ms(self.client_timeout_ms),
             max_connections: self.max_connections,
             unsafe_skip_quarantine: self.unsafe_skip_quarantine,
+            caps: Caps {
+                waiters_per_name: self.max_waiters_per_name,
+                waiters: self.max_waiters,
+                streams: self.max_streams,
+            },
             auth_file: self.auth_file.clone().filter(|f| !f.is_empty()),
             auth_protect_operations: self.auth_protect_operations,
+            auth_rate: NonZeroU32::new(self.auth_rate).map(|rate| {
+                let burst = self.auth_burst.and_then(NonZeroU32::new).unwrap_or(rate);
+                (rate, burst)
+            }),
         })
     }
 }
@@ -422,9 +469,13 @@ pub struct Settings {
     pub client_timeout: Duration,
     pub max_connections: usize,
     pub unsafe_skip_quarantine: bool,
+    /// Caps on what one replica holds open for its clients.
+    pub caps: Caps,
     /// The token file, when authentication is on.
     pub auth_file: Option<String>,
     pub auth_protect_operations: bool,
+    /// Requests per second per token, and the burst.
+    pub auth_rate: Option<(NonZeroU32, NonZeroU32)>,
 }
 
 /// The configured bounds of every lease (checked: `MIN_TTL_MS <= default_ttl <= max_ttl`).
@@ -433,6 +484,24 @@ pub struct LeaseBounds {
     pub default_ttl: Duration,
     pub max_ttl: Duration,
     pub max_wait: Duration,
+}
+
+/// Caps on what one replica holds open for its clients, so that no client can make it
+/// hold without bound.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Caps {
+    pub waiters_per_name: usize,
+    pub waiters: u64,
+    pub streams: usize,
+}
+
+impl Caps {
+    /// No caps (for programs that embed the service and bound it themselves).
+    pub const NONE: Caps = Caps {
+        waiters_per_name: usize::MAX,
+        waiters: u64::MAX,
+        streams: usize::MAX,
+    };
 }
 
 /// Where locks live.

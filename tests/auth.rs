@@ -384,3 +384,40 @@ async fn the_client_verbs_send_the_token_from_redlockd_token() {
     );
     assert!(String::from_utf8_lossy(&out.stderr).contains("outside the token's prefixes"));
 }
+
+#[tokio::test]
+async fn a_token_over_its_rate_is_429_and_others_are_not_slowed() {
+    let masters = masters(3);
+    let t = tokens();
+    let refs: Vec<&RedisMaster> = masters.iter().collect();
+    let mut cfg = config(&refs);
+    cfg.auth_file = Some(t.file.path().to_str().unwrap().to_owned());
+    cfg.auth_rate = 2;
+    let app = TestApp::spawn(cfg).await;
+    let mut answers = Vec::new();
+    for _ in 0..3 {
+        answers.push(call(&app, "GET", "/locks/jobs:r", Some(&t.reader)).await.0);
+    }
+    assert_eq!(answers, [200, 200, 429], "a burst of two, then the rate");
+    let resp = app
+        .http
+        .get(app.url("/locks/jobs:r"))
+        .bearer_auth(&t.reader)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 429);
+    assert!(resp.headers().contains_key("retry-after"));
+    // Another token has its own allowance.
+    assert_eq!(
+        call(&app, "GET", "/locks/jobs:r", Some(&t.admin)).await.0,
+        200
+    );
+    // And the first gets its back as time passes.
+    wait_for(
+        "the reader's allowance",
+        Duration::from_secs(3),
+        async || (call(&app, "GET", "/locks/jobs:r", Some(&t.reader)).await.0 == 200).then_some(()),
+    )
+    .await;
+}

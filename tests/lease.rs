@@ -217,7 +217,10 @@ async fn held_on_majority(bed: &Bed, name: &str) -> bool {
 async fn a_held_stream_that_is_never_read_keeps_its_lease_and_a_bounded_buffer() {
     let bed = bed().await;
     let name = LockName::parse("unread").unwrap();
-    let rx = bed.service.hold(name, bed.ttl(300), bed.wait(0), None);
+    let rx = bed
+        .service
+        .hold(name, bed.ttl(300), bed.wait(0), None)
+        .expect("hold");
     // Thirty TTLs later: renewed all along, a hundred heartbeats, and never more buffered
     // than the stream's small buffer.
     tokio::time::sleep(Duration::from_secs(9)).await;
@@ -239,12 +242,15 @@ async fn a_held_stream_that_is_never_read_keeps_its_lease_and_a_bounded_buffer()
 async fn a_held_stream_says_lost_when_a_majority_of_masters_stop_answering() {
     use redlockd::lease::{HoldEvent, LostReason};
     let bed = bed().await;
-    let mut rx = bed.service.hold(
-        LockName::parse("q").unwrap(),
-        bed.ttl(1_000),
-        bed.wait(0),
-        None,
-    );
+    let mut rx = bed
+        .service
+        .hold(
+            LockName::parse("q").unwrap(),
+            bed.ttl(1_000),
+            bed.wait(0),
+            None,
+        )
+        .expect("hold");
     let granted_at = match rx.recv().await {
         Some(HoldEvent::Granted(lease)) => lease.at,
         other => panic!("expected granted, got {other:?}"),
@@ -271,18 +277,24 @@ async fn a_held_stream_says_lost_when_a_majority_of_masters_stop_answering() {
 async fn a_held_stream_queues_then_is_granted_when_the_holder_leaves() {
     use redlockd::lease::HoldEvent;
     let bed = bed().await;
-    let first = bed.service.hold(
-        LockName::parse("line").unwrap(),
-        bed.ttl(30_000),
-        bed.wait(0),
-        None,
-    );
-    let mut second = bed.service.hold(
-        LockName::parse("line").unwrap(),
-        bed.ttl(30_000),
-        bed.wait(60_000),
-        None,
-    );
+    let first = bed
+        .service
+        .hold(
+            LockName::parse("line").unwrap(),
+            bed.ttl(30_000),
+            bed.wait(0),
+            None,
+        )
+        .expect("hold");
+    let mut second = bed
+        .service
+        .hold(
+            LockName::parse("line").unwrap(),
+            bed.ttl(30_000),
+            bed.wait(60_000),
+            None,
+        )
+        .expect("hold");
     assert!(matches!(
         second.recv().await,
         Some(HoldEvent::Queued { position: 1 })
@@ -296,5 +308,68 @@ async fn a_held_stream_queues_then_is_granted_when_the_holder_leaves() {
     assert!(
         left.elapsed() < Duration::from_millis(10),
         "handed over at once"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn waiting_grants_and_streams_past_their_caps_are_told_to_come_back() {
+    use redlockd::config::Caps;
+    let base = bed().await;
+    let service = LeaseService::with_caps(
+        base.service.engine().clone(),
+        Events::new(),
+        Arc::new(Metrics::new()),
+        CancellationToken::new(),
+        Caps {
+            waiters_per_name: 2,
+            waiters: 3,
+            streams: 1,
+        },
+    );
+    let grant = |name: &str, wait_ms: u64| {
+        let (service, name) = (service.clone(), LockName::parse(name).unwrap());
+        let (ttl, wait) = (base.ttl(30_000), base.wait(wait_ms));
+        tokio::spawn(async move { service.grant(name, ttl, wait, None).await })
+    };
+    let holders = [grant("a", 0), grant("b", 0)];
+    for h in holders {
+        h.await.unwrap().expect("free");
+    }
+    let waiting: Vec<_> = ["a", "a", "b"].iter().map(|n| grant(n, 60_000)).collect();
+    tokio::time::sleep(Duration::from_millis(10)).await;
+    // A third on `a` is past the per-name cap; one on `c` past the total.
+    let third = grant("a", 60_000).await.unwrap();
+    assert!(
+        matches!(third, Err(LeaseError::TooMany { .. })),
+        "{third:?}"
+    );
+    let elsewhere = grant("c", 60_000).await.unwrap();
+    assert!(
+        matches!(elsewhere, Err(LeaseError::TooMany { .. })),
+        "{elsewhere:?}"
+    );
+    // Not waiting costs nothing: a grant that does not wait is still answered.
+    assert!(grant("c", 0).await.unwrap().is_ok());
+    for w in &waiting {
+        w.abort();
+    }
+    tokio::time::sleep(Duration::from_millis(10)).await;
+    // The waiters left: there is room again.
+    let again = grant("a", 100);
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert!(matches!(again.await.unwrap(), Err(LeaseError::Held { .. })));
+
+    let name = LockName::parse("s").unwrap();
+    let open = service
+        .hold(name.clone(), base.ttl(30_000), base.wait(0), None)
+        .expect("the first stream");
+    let refused = service.hold(name.clone(), base.ttl(30_000), base.wait(0), None);
+    assert!(matches!(refused, Err(LeaseError::TooMany { .. })));
+    drop(open);
+    tokio::time::sleep(Duration::from_millis(10)).await;
+    assert!(
+        service
+            .hold(name, base.ttl(30_000), base.wait(0), None)
+            .is_ok()
     );
 }

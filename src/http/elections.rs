@@ -47,7 +47,7 @@ pub async fn campaign(
     let wait = policy.wait(req.wait_ms)?;
     let value = req.value.as_deref().map(Owner::parse).transpose()?;
     if stream::wants_stream(&accept) {
-        let events = state.service.hold(name, ttl, wait, value);
+        let events = state.service.hold(name, ttl, wait, value)?;
         return Ok(stream::hold(stream::Held::Election, events).into_response());
     }
     let lease = state.service.grant(name, ttl, wait, value).await?;
@@ -99,10 +99,10 @@ pub async fn observe(
     State(state): State<AppState>,
     ElectionPath(name): ElectionPath,
     Fields(NoFields {}): Fields<NoFields>,
-) -> Response {
+) -> Result<Response, ApiError> {
     let shown = name.as_str().to_owned();
-    let changes = state.service.observe(name);
-    stream::observe(shown, changes).into_response()
+    let changes = state.service.observe(name)?;
+    Ok(stream::observe(shown, changes).into_response())
 }
 
 /// Renew the leader's term; with `value`, proclaim a new value in the same term.

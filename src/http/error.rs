@@ -49,6 +49,12 @@ pub enum ApiError {
     /// 403 `forbidden`: the token's role or prefixes do not allow this.
     #[error("{0}")]
     Forbidden(String),
+    /// 429 `too_many_requests`: past a cap (waiting grants, streams) or the token's rate.
+    #[error("{message}")]
+    TooMany {
+        message: String,
+        retry_after: Duration,
+    },
     /// 404 `not_found`: no such route.
     #[error("no such route")]
     NoRoute,
@@ -71,6 +77,7 @@ impl ApiError {
             ApiError::Unavailable { .. } => StatusCode::SERVICE_UNAVAILABLE,
             ApiError::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
             ApiError::Unauthorized => StatusCode::UNAUTHORIZED,
+            ApiError::TooMany { .. } => StatusCode::TOO_MANY_REQUESTS,
             ApiError::Forbidden(_) => StatusCode::FORBIDDEN,
             ApiError::Internal => StatusCode::INTERNAL_SERVER_ERROR,
         }
@@ -87,6 +94,7 @@ impl ApiError {
             ApiError::NoRoute => "not_found",
             ApiError::MethodNotAllowed => "method_not_allowed",
             ApiError::Unauthorized => "unauthorized",
+            ApiError::TooMany { .. } => "too_many_requests",
             ApiError::Forbidden(_) => "forbidden",
             ApiError::Internal => "internal",
         }
@@ -119,6 +127,10 @@ impl From<LeaseError> for ApiError {
                 masters: why.masters,
             },
             e @ LeaseError::ShuttingDown => ApiError::unavailable(e.to_string()),
+            LeaseError::TooMany { what } => ApiError::TooMany {
+                message: what,
+                retry_after: Duration::from_secs(1),
+            },
         }
     }
 }
@@ -126,7 +138,9 @@ impl From<LeaseError> for ApiError {
 impl ApiError {
     fn retry_after(&self) -> Option<Duration> {
         match self {
-            ApiError::LockHeld { retry_after } => Some(*retry_after),
+            ApiError::LockHeld { retry_after } | ApiError::TooMany { retry_after, .. } => {
+                Some(*retry_after)
+            }
             _ => None,
         }
     }

@@ -59,7 +59,7 @@ pub async fn grant(
     let wait = policy.wait(req.wait_ms)?;
     let owner = req.owner.as_deref().map(Owner::parse).transpose()?;
     if stream::wants_stream(&accept) {
-        let events = state.service.hold(name, ttl, wait, owner);
+        let events = state.service.hold(name, ttl, wait, owner)?;
         return Ok(stream::hold(stream::Held::Lock, events).into_response());
     }
     let lease = state.service.grant(name, ttl, wait, owner).await?;

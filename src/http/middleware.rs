@@ -137,6 +137,18 @@ pub async fn authorize(
         response.extensions_mut().insert(name);
         return response;
     }
+    if let Some(wait) = auth.throttle(&caller) {
+        let mut response = ApiError::TooMany {
+            message: format!(
+                "the token {:?} is over its request rate (REDLOCKD_AUTH_RATE)",
+                &*caller.name
+            ),
+            retry_after: wait,
+        }
+        .into_response();
+        response.extensions_mut().insert(name);
+        return response;
+    }
     request.extensions_mut().insert(caller);
     let mut response = next.run(request).await;
     response.extensions_mut().insert(name);

@@ -122,6 +122,32 @@ fn constrain(doc: &mut serde_json::Value) {
     let Some(paths) = doc.get_mut("paths").and_then(|p| p.as_object_mut()) else {
         return;
     };
+    // What every lock and election route may answer besides its own outcomes: the bearer
+    // token's refusals and the caps.
+    let error = |what: &str| {
+        json!({"description": what,
+            "content": {"application/json": {"schema": {"$ref": "#/components/schemas/ErrorBody"}}}})
+    };
+    for (path, item) in paths.iter_mut() {
+        if !(path.starts_with("/locks") || path.starts_with("/elections")) {
+            continue;
+        }
+        for operation in item.as_object_mut().into_iter().flat_map(|o| o.values_mut()) {
+            let Some(responses) = operation.get_mut("responses").and_then(|r| r.as_object_mut())
+            else {
+                continue;
+            };
+            responses.entry("401").or_insert_with(|| {
+                error("`unauthorized`: with REDLOCKD_AUTH_FILE, no bearer token or an unknown one (`WWW-Authenticate: Bearer`)")
+            });
+            responses.entry("403").or_insert_with(|| {
+                error("`forbidden`: the token's role, or a name outside its prefixes")
+            });
+            responses.entry("429").or_insert_with(|| {
+                error("`too_many_requests`: past a cap (waiting grants, streams) or the token's rate; `Retry-After` says when to try again")
+            });
+        }
+    }
     for operation in paths
         .values_mut()
         .filter_map(|p| p.as_object_mut())

@@ -15,7 +15,7 @@ use std::time::Duration;
 use tokio::sync::mpsc;
 use tokio::time::{Instant, sleep_until};
 
-use super::{LeaseService, LockName};
+use super::{LeaseError, LeaseService, LockName};
 use crate::metrics::StreamKind;
 
 /// Changes an observer may have waiting. One that falls further behind is cut off (its
@@ -40,12 +40,18 @@ pub enum LeaderChange {
 impl LeaseService {
     /// Follow `name`'s leadership: first the current state, then every change seen, until
     /// the receiver is dropped, it falls behind, or the process shuts down.
-    pub fn observe(self: &Arc<Self>, name: LockName) -> mpsc::Receiver<LeaderChange> {
+    pub fn observe(
+        self: &Arc<Self>,
+        name: LockName,
+    ) -> Result<mpsc::Receiver<LeaderChange>, LeaseError> {
+        let slot = self.stream_slot()?;
         let (tx, rx) = mpsc::channel(OBSERVE_BUFFER);
         let service = self.clone();
-        self.tasks
-            .spawn(async move { service.observe_task(name, tx).await });
-        rx
+        self.tasks.spawn(async move {
+            let _slot = slot;
+            service.observe_task(name, tx).await
+        });
+        Ok(rx)
     }
 
     async fn observe_task(self: Arc<Self>, name: LockName, tx: mpsc::Sender<LeaderChange>) {

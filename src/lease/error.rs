@@ -21,6 +21,10 @@ pub enum LeaseError {
     /// Fewer than a majority of masters could take part; which failed, and how.
     #[error("{}", .0.reason)]
     Unavailable(Unavailability),
+    /// Past a configured cap (waiting grants on the name or in all, held streams): try
+    /// again later.
+    #[error("{what}")]
+    TooMany { what: String },
     /// The process is stopping: waiting grants are answered at once.
     #[error("redlockd is shutting down; retry the grant, on another replica if there is one")]
     ShuttingDown,

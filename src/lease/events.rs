@@ -49,6 +49,8 @@ pub struct Events {
     /// A std mutex: it is held only for map updates, never across an await.
     names: Mutex<HashMap<String, Topic>>,
     next_ticket: AtomicU64,
+    /// Waiting grants on every name (changed under `names`' lock).
+    waiting: AtomicU64,
 }
 
 /// One name's listeners.
@@ -111,8 +113,27 @@ impl Events {
 
     /// Join the end of `name`'s queue of waiting grants.
     pub fn join(self: &Arc<Self>, name: &str) -> Ticket {
+        self.join_bounded(name, usize::MAX, u64::MAX)
+            .unwrap_or_else(|_| unreachable!("unbounded"))
+    }
+
+    /// Join `name`'s queue unless it already holds `per_name` waiters, or every queue
+    /// together holds `total`: then which cap was met.
+    pub fn join_bounded(
+        self: &Arc<Self>,
+        name: &str,
+        per_name: usize,
+        total: u64,
+    ) -> Result<Ticket, &'static str> {
         let (wake, rx) = watch::channel(0);
         let mut names = self.names();
+        if self.waiting.load(Ordering::Relaxed) >= total {
+            return Err("grants waiting in all");
+        }
+        if names.get(name).is_some_and(|t| t.order.len() >= per_name) {
+            return Err("grants waiting on this name");
+        }
+        self.waiting.fetch_add(1, Ordering::Relaxed);
         // Numbered under the lock, so that numbers rise along every queue.
         let id = self.next_ticket.fetch_add(1, Ordering::Relaxed);
         names
@@ -121,12 +142,17 @@ impl Events {
             .order
             .push_back((id, wake));
         drop(names);
-        Ticket {
+        Ok(Ticket {
             events: self.clone(),
             name: name.to_owned(),
             id,
             wake: rx,
-        }
+        })
+    }
+
+    /// Grants waiting now, on every name.
+    pub fn waiting(&self) -> u64 {
+        self.waiting.load(Ordering::Relaxed)
     }
 
     /// Observe every event of `name` from now on.
@@ -230,6 +256,7 @@ impl Ticket {
 impl Drop for Ticket {
     fn drop(&mut self) {
         let mut names = self.events.names();
+        self.events.waiting.fetch_sub(1, Ordering::Relaxed);
         let Some(topic) = names.get_mut(&self.name) else {
             return;
         };

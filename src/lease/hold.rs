@@ -5,6 +5,7 @@
 //! why. If the process itself dies, the lease expires at its TTL.
 
 use std::sync::Arc;
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use tokio::sync::mpsc;
@@ -89,12 +90,30 @@ impl LeaseService {
         ttl: Ttl,
         wait: WaitTime,
         owner: Option<Owner>,
-    ) -> mpsc::Receiver<HoldEvent> {
+    ) -> Result<mpsc::Receiver<HoldEvent>, LeaseError> {
+        let slot = self.stream_slot()?;
         let (tx, rx) = mpsc::channel(HOLD_BUFFER);
         let service = self.clone();
-        self.tasks
-            .spawn(async move { service.hold_task(name, ttl, wait, owner, tx).await });
-        rx
+        self.tasks.spawn(async move {
+            let _slot = slot;
+            service.hold_task(name, ttl, wait, owner, tx).await
+        });
+        Ok(rx)
+    }
+
+    /// A place among the streams this replica keeps open, or `TooMany` past the cap.
+    pub(super) fn stream_slot(self: &Arc<Self>) -> Result<StreamSlot, LeaseError> {
+        let open = self.streams.fetch_add(1, Ordering::Relaxed);
+        let slot = StreamSlot(self.clone());
+        if open >= self.caps.streams {
+            return Err(LeaseError::TooMany {
+                what: format!(
+                    "too many event streams open on this replica ({}); try again later",
+                    self.caps.streams
+                ),
+            });
+        }
+        Ok(slot)
     }
 
     async fn hold_task(
@@ -185,6 +204,15 @@ impl LeaseService {
                 },
             }
         }
+    }
+}
+
+/// One open stream, counted until dropped.
+pub(super) struct StreamSlot(Arc<LeaseService>);
+
+impl Drop for StreamSlot {
+    fn drop(&mut self) {
+        self.0.streams.fetch_sub(1, Ordering::Relaxed);
     }
 }
 

@@ -12,6 +12,7 @@ use tokio_util::task::TaskTracker;
 use super::LeaseError;
 use super::events::{Events, LockEvent};
 use super::{FencingToken, LeaseId, LockName, NamePrefix, Owner, Ttl, WaitTime};
+use crate::config::Caps;
 use crate::metrics::Metrics;
 use crate::redlock::node::{Kind, News};
 use crate::redlock::{EngineError, Holder, Leased, MasterStatus, Redlock, Unavailability};
@@ -116,6 +117,9 @@ pub struct LeaseService {
     /// `hold`); shutdown drains them so that a lease won for a client that left, or held
     /// for a stream, is released before the process goes.
     pub(super) tasks: TaskTracker,
+    pub(super) caps: Caps,
+    /// Event streams open now (held leases, campaigns, observers).
+    pub(super) streams: std::sync::atomic::AtomicUsize,
 }
 
 impl LeaseService {
@@ -125,6 +129,17 @@ impl LeaseService {
         metrics: Arc<Metrics>,
         shutdown: CancellationToken,
     ) -> Arc<Self> {
+        Self::with_caps(engine, events, metrics, shutdown, Caps::NONE)
+    }
+
+    /// A service that answers `TooMany` past `caps`.
+    pub fn with_caps(
+        engine: Arc<Redlock>,
+        events: Arc<Events>,
+        metrics: Arc<Metrics>,
+        shutdown: CancellationToken,
+        caps: Caps,
+    ) -> Arc<Self> {
         Arc::new(Self {
             engine,
             events,
@@ -132,6 +147,8 @@ impl LeaseService {
             active: Mutex::new(HashMap::new()),
             shutdown,
             tasks: TaskTracker::new(),
+            caps,
+            streams: std::sync::atomic::AtomicUsize::new(0),
         })
     }
 
@@ -218,7 +235,12 @@ impl LeaseService {
         let started = Instant::now();
         let deadline = tokio::time::Instant::now() + wait.get();
         let mut contended = false;
-        let mut ticket = self.events.join(&name.topic());
+        let mut ticket = self
+            .events
+            .join_bounded(&name.topic(), self.caps.waiters_per_name, self.caps.waiters)
+            .map_err(|cap| LeaseError::TooMany {
+                what: format!("too many {cap}; try again later"),
+            })?;
         let mut reported = 0;
         // Queued behind another waiter, this grant has found its lock contended already.
         if !ticket.is_first() {
