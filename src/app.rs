@@ -24,6 +24,7 @@ use crate::store::redis::RedisNode;
 pub struct App {
     listener: TcpListener,
     state: AppState,
+    tls: Option<Arc<http::tls::Tls>>,
 }
 
 /// The masters the settings name, or the embedded store when they name none.
@@ -102,6 +103,14 @@ impl App {
                 None
             }
         };
+        let tls = match &settings.tls {
+            Some((cert, key)) => {
+                let tls = http::tls::Tls::load(cert, key).map_err(|e| anyhow::anyhow!(e))?;
+                tracing::info!("serving HTTPS (REDLOCKD_TLS_CERT)");
+                Some(Arc::new(tls))
+            }
+            None => None,
+        };
         let metrics = Arc::new(Metrics::new());
         let engine = Arc::new(Redlock::new(
             nodes.clone(),
@@ -148,6 +157,7 @@ impl App {
                 shutdown,
                 auth,
             },
+            tls,
         })
     }
 
@@ -182,7 +192,11 @@ impl App {
         let limits = http::serve::Limits {
             header_timeout: self.state.settings.client_timeout,
             max_connections: self.state.settings.max_connections,
+            tls: self.tls.clone(),
         };
+        if let Some(tls) = self.tls.clone() {
+            tokio::spawn(tls.reload_on_change(shutdown.clone()));
+        }
         if let Some(auth) = self.state.auth.clone() {
             tokio::spawn(reload_on_sighup(auth, shutdown.clone()));
         }
@@ -275,7 +289,7 @@ pub async fn recover(
 /// `redlockd healthcheck`: GET /healthz on the configured address (a wildcard address is
 /// asked on loopback) and succeed on 200. A hand-written request keeps an HTTP client out
 /// of the binary.
-pub async fn healthcheck(listen: &str) -> anyhow::Result<()> {
+pub async fn healthcheck(listen: &str, tls: bool) -> anyhow::Result<()> {
     use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
     let mut addr: SocketAddr = tokio::net::lookup_host(listen)
         .await
@@ -288,6 +302,22 @@ pub async fn healthcheck(listen: &str) -> anyhow::Result<()> {
         } else {
             std::net::Ipv6Addr::LOCALHOST.into()
         });
+    }
+    if tls {
+        // Its own process, on this host: the certificate names the service's public name,
+        // not this address, so it is not verified here.
+        let http = reqwest::Client::builder()
+            .danger_accept_invalid_certs(true)
+            .timeout(std::time::Duration::from_secs(3))
+            .build()?;
+        let status = http
+            .get(format!("https://{addr}/healthz"))
+            .send()
+            .await
+            .with_context(|| format!("cannot reach https://{addr}"))?
+            .status();
+        anyhow::ensure!(status == 200, "https://{addr}/healthz answered {status}");
+        return Ok(());
     }
     let check = async {
         let mut stream = tokio::net::TcpStream::connect(addr).await?;

@@ -307,6 +307,15 @@ pub struct Config {
     )]
     pub max_streams: usize,
 
+    /// A PEM certificate chain: serve HTTPS with it (and REDLOCKD_TLS_KEY). Re-read when
+    /// the file changes.
+    #[arg(long, env = "REDLOCKD_TLS_CERT", global = true)]
+    pub tls_cert: Option<String>,
+
+    /// The PEM private key of REDLOCKD_TLS_CERT.
+    #[arg(long, env = "REDLOCKD_TLS_KEY", global = true)]
+    pub tls_key: Option<String>,
+
     /// A JSON file of bearer tokens (name, SHA-256 of the token, role, name prefixes; see
     /// README, "Security"). Unset: no authentication (logged at start). Re-read on SIGHUP.
     #[arg(long, env = "REDLOCKD_AUTH_FILE", global = true)]
@@ -441,6 +450,19 @@ impl Config {
                 waiters: self.max_waiters,
                 streams: self.max_streams,
             },
+            tls: match (&self.tls_cert, &self.tls_key) {
+                (Some(c), Some(k)) if !c.is_empty() && !k.is_empty() => {
+                    Some((c.clone(), k.clone()))
+                }
+                (None, None) => None,
+                (Some(c), Some(k)) if c.is_empty() && k.is_empty() => None,
+                _ => {
+                    return Err(bad(
+                        "REDLOCKD_TLS_CERT",
+                        "REDLOCKD_TLS_CERT and REDLOCKD_TLS_KEY go together",
+                    ));
+                }
+            },
             auth_file: self.auth_file.clone().filter(|f| !f.is_empty()),
             auth_protect_operations: self.auth_protect_operations,
             auth_rate: NonZeroU32::new(self.auth_rate).map(|rate| {
@@ -471,6 +493,8 @@ pub struct Settings {
     pub unsafe_skip_quarantine: bool,
     /// Caps on what one replica holds open for its clients.
     pub caps: Caps,
+    /// The certificate chain and key files, when the listener serves HTTPS.
+    pub tls: Option<(String, String)>,
     /// The token file, when authentication is on.
     pub auth_file: Option<String>,
     pub auth_protect_operations: bool,

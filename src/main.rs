@@ -76,7 +76,12 @@ async fn main() -> std::process::ExitCode {
             print!("{}", redlockd::http::openapi_json());
         }
         Command::Healthcheck => {
-            return match redlockd::app::healthcheck(&cli.config.listen).await {
+            return match redlockd::app::healthcheck(
+                &cli.config.listen,
+                cli.config.tls_cert.is_some(),
+            )
+            .await
+            {
                 Ok(()) => std::process::ExitCode::SUCCESS,
                 Err(e) => {
                     eprintln!("redlockd healthcheck: {e:#}");

@@ -8,6 +8,7 @@ pub mod handlers;
 pub mod middleware;
 pub mod serve;
 pub mod stream;
+pub mod tls;
 pub mod types;
 
 use std::sync::Arc;
@@ -132,8 +133,14 @@ fn constrain(doc: &mut serde_json::Value) {
         if !(path.starts_with("/locks") || path.starts_with("/elections")) {
             continue;
         }
-        for operation in item.as_object_mut().into_iter().flat_map(|o| o.values_mut()) {
-            let Some(responses) = operation.get_mut("responses").and_then(|r| r.as_object_mut())
+        for operation in item
+            .as_object_mut()
+            .into_iter()
+            .flat_map(|o| o.values_mut())
+        {
+            let Some(responses) = operation
+                .get_mut("responses")
+                .and_then(|r| r.as_object_mut())
             else {
                 continue;
             };

@@ -2,7 +2,8 @@
 //! must send its headers within the client timeout, and at most the configured number of
 //! connections are open at once (the rest wait in the listen backlog), so that slow or
 //! idle clients cannot exhaust the process. On shutdown the listener closes and open
-//! connections finish the requests they have in flight.
+//! connections finish the requests they have in flight. With TLS configured, each
+//! connection's handshake is done (bounded by the same client timeout) before HTTP starts.
 
 use std::future::Future;
 use std::sync::Arc;
@@ -17,12 +18,15 @@ use tokio::net::TcpListener;
 use tokio::sync::Semaphore;
 
 /// The limits one listener enforces.
-#[derive(Debug, Clone, Copy)]
+#[derive(Clone)]
 pub struct Limits {
     /// How long a client may take to send a request's headers.
     pub header_timeout: Duration,
     /// Most connections open at once.
     pub max_connections: usize,
+    /// HTTPS, when configured: each connection's handshake must end within the header
+    /// timeout.
+    pub tls: Option<Arc<super::tls::Tls>>,
 }
 
 /// Serve `router` on `listener` until `signal` completes, then stop accepting and wait for
@@ -65,12 +69,35 @@ pub async fn serve(
         };
         let _ = stream.set_nodelay(true);
         let service = TowerToHyperService::new(router.clone());
-        let connection = builder
-            .serve_connection(TokioIo::new(stream), service)
-            .into_owned();
-        let connection = graceful.watch(connection);
+        let Some(tls) = limits.tls.clone() else {
+            let connection = builder
+                .serve_connection(TokioIo::new(stream), service)
+                .into_owned();
+            let connection = graceful.watch(connection);
+            tokio::spawn(async move {
+                if let Err(e) = connection.await {
+                    tracing::debug!(error = %e, "connection ended with an error");
+                }
+                drop(permit);
+            });
+            continue;
+        };
+        // The handshake runs in the connection's task, so that a slow one holds up no
+        // other; it is bounded like the headers that follow it.
+        let (builder, watcher) = (builder.clone(), graceful.watcher());
+        let header_timeout = limits.header_timeout;
         tokio::spawn(async move {
-            if let Err(e) = connection.await {
+            let handshake = tokio::time::timeout(header_timeout, tls.acceptor.accept(stream));
+            let stream = match handshake.await {
+                Ok(Ok(stream)) => stream,
+                Ok(Err(e)) => {
+                    tracing::debug!(error = %e, "TLS handshake failed");
+                    return;
+                }
+                Err(_) => return,
+            };
+            let connection = builder.serve_connection(TokioIo::new(stream), service);
+            if let Err(e) = watcher.watch(connection).await {
                 tracing::debug!(error = %e, "connection ended with an error");
             }
             drop(permit);
