@@ -239,27 +239,50 @@ impl App {
     }
 }
 
-/// Re-read the token file on each SIGHUP until shutdown, without touching connections or
-/// leases. A malformed file keeps the tokens in force and says why.
+/// Re-read the token file on each SIGHUP, and when it changes (a Kubernetes Secret volume
+/// is updated in place), until shutdown, without touching connections or leases. A
+/// malformed file keeps the tokens in force and says why.
 async fn reload_on_sighup(auth: Arc<Auth>, shutdown: CancellationToken) {
     use tokio::signal::unix::{SignalKind, signal};
-    let Ok(mut hangups) = signal(SignalKind::hangup()) else {
-        tracing::warn!("cannot listen for SIGHUP: the token file will not be re-read");
-        return;
+    let mut hangups = match signal(SignalKind::hangup()) {
+        Ok(h) => Some(h),
+        Err(e) => {
+            tracing::warn!(error = %e, "cannot listen for SIGHUP; the token file is re-read when it changes");
+            None
+        }
     };
+    let mut seen = auth.modified();
+    let mut look = tokio::time::interval(AUTH_FILE_POLL);
+    look.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
+        let hangup = async {
+            match hangups.as_mut() {
+                Some(h) => h.recv().await,
+                None => std::future::pending().await,
+            }
+        };
         tokio::select! {
             () = shutdown.cancelled() => return,
-            got = hangups.recv() => if got.is_none() { return },
+            got = hangup => if got.is_none() { return },
+            _ = look.tick() => {
+                let now = auth.modified();
+                if now == seen || now.is_none() {
+                    continue;
+                }
+            }
         }
+        seen = auth.modified();
         match auth.reload() {
-            Ok(count) => tracing::info!(tokens = count, "SIGHUP: token file re-read"),
+            Ok(count) => tracing::info!(tokens = count, "token file re-read"),
             Err(e) => {
-                tracing::error!(error = %e, "SIGHUP: token file refused; the tokens in force stay")
+                tracing::error!(error = %e, "token file refused; the tokens in force stay")
             }
         }
     }
 }
+
+/// How often the token file is looked at for changes.
+const AUTH_FILE_POLL: std::time::Duration = std::time::Duration::from_secs(2);
 
 /// `redlockd recover`: the operator's recovery after a majority of masters lost their data.
 pub async fn recover(

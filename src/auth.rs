@@ -236,6 +236,13 @@ impl Auth {
             .clone()
     }
 
+    /// When the file last changed (`None` if it cannot be read now).
+    pub fn modified(&self) -> Option<std::time::SystemTime> {
+        std::fs::metadata(&self.path)
+            .and_then(|m| m.modified())
+            .ok()
+    }
+
     /// Read the file again. On error the tokens in force stay, and the error says why.
     pub fn reload(&self) -> Result<usize, String> {
         let fresh = Tokens::load(&self.path)?;

@@ -421,3 +421,24 @@ async fn a_token_over_its_rate_is_429_and_others_are_not_slowed() {
     )
     .await;
 }
+
+#[tokio::test]
+async fn a_token_file_that_changes_is_read_again_without_a_signal() {
+    let masters = masters(3);
+    let t = tokens();
+    let app = app(&masters, &t).await;
+    let (fresh, entry) = new_token("rolled", Role::Reader, vec!["".into()]);
+    assert_eq!(call(&app, "GET", "/locks/x", Some(&fresh)).await.0, 401);
+    // As a Kubernetes Secret volume is updated: the file changes, nobody sends SIGHUP.
+    write(t.file.path(), &[entry]);
+    wait_for(
+        "the changed file to be read",
+        Duration::from_secs(10),
+        async || (call(&app, "GET", "/locks/x", Some(&fresh)).await.0 == 200).then_some(()),
+    )
+    .await;
+    assert_eq!(
+        call(&app, "GET", "/locks/jobs:x", Some(&t.reader)).await.0,
+        401
+    );
+}
