@@ -187,6 +187,19 @@ async fn force_release_removes_the_holder_and_the_next_grant_gets_a_greater_toke
     .await;
     stream.expect("granted").await;
 
+    // A grant waiting for it is woken when it is removed.
+    let waiter = {
+        let (http, url, token) = (
+            app.http.clone(),
+            app.url("/locks/jobs:f?wait_ms=10000"),
+            t.client.clone(),
+        );
+        tokio::spawn(async move {
+            let resp = http.post(url).bearer_auth(token).send().await.unwrap();
+            (resp.status().as_u16(), resp.json::<Value>().await.unwrap())
+        })
+    };
+    app.wait_for_contention("jobs", 1).await;
     let (status, removed) = call(&app, "DELETE", "/locks/jobs:f", Some(&t.admin)).await;
     assert_eq!(status, 200, "{removed}");
     assert_eq!(
@@ -201,8 +214,11 @@ async fn force_release_removes_the_holder_and_the_next_grant_gets_a_greater_toke
     )
     .await;
     assert_eq!(status, 404, "the removed holder's renew");
-    let (status, next) = call(&app, "POST", "/locks/jobs:f", Some(&t.client)).await;
-    assert_eq!(status, 201);
+    let (status, next) = tokio::time::timeout(Duration::from_secs(2), waiter)
+        .await
+        .expect("the waiter is woken, not left to its wait_ms")
+        .unwrap();
+    assert_eq!(status, 201, "{next}");
     assert!(next["fencing_token"].as_u64().unwrap() > token);
 
     call(&app, "DELETE", "/locks/jobs:g", Some(&t.admin)).await;
@@ -217,8 +233,10 @@ async fn force_release_removes_the_holder_and_the_next_grant_gets_a_greater_toke
 async fn sighup_rereads_the_token_file_and_a_malformed_one_keeps_the_old_tokens() {
     let (first, a) = new_token("first", Role::Client, vec!["".into()]);
     let (second, b) = new_token("second", Role::Client, vec!["".into()]);
+    // In both versions of the file: its requests run on through every reload.
+    let (steady, s) = new_token("steady", Role::Client, vec!["steady:".into()]);
     let file = tempfile::NamedTempFile::new().unwrap();
-    write(file.path(), std::slice::from_ref(&a));
+    write(file.path(), &[a.clone(), s.clone()]);
     let path = file.path().to_str().unwrap().to_owned();
     let server = Server::start(&[
         ("REDLOCKD_AUTH_FILE", &path),
@@ -241,6 +259,37 @@ async fn sighup_rereads_the_token_file_and_a_malformed_one_keeps_the_old_tokens(
     };
     assert_eq!(grant(first.clone(), "a").await, 201);
     assert_eq!(grant(second.clone(), "b").await, 401);
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let load = {
+        let (http, base, stop) = (http.clone(), server.base.clone(), stop.clone());
+        tokio::spawn(async move {
+            let mut answers = Vec::new();
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                let resp = http
+                    .post(format!("{base}/locks/steady:x?ttl_ms=1000"))
+                    .bearer_auth(&steady)
+                    .send()
+                    .await
+                    .unwrap();
+                answers.push(resp.status().as_u16());
+                if let Ok(lease) = resp.json::<Value>().await
+                    && let Some(id) = lease["lease_id"].as_str()
+                {
+                    let url = format!("{base}/locks/steady:x/leases/{id}");
+                    answers.push(
+                        http.delete(url)
+                            .bearer_auth(&steady)
+                            .send()
+                            .await
+                            .unwrap()
+                            .status()
+                            .as_u16(),
+                    );
+                }
+            }
+            answers
+        })
+    };
     // A lease held across the reload: its renew goes on working.
     let held: Value = http
         .post(format!("{}/locks/kept?ttl_ms=60000", server.base))
@@ -258,7 +307,7 @@ async fn sighup_rereads_the_token_file_and_a_malformed_one_keeps_the_old_tokens(
     );
 
     // The second replaces the first.
-    write(file.path(), std::slice::from_ref(&b));
+    write(file.path(), &[b.clone(), s.clone()]);
     hangup(&server);
     wait_for("the new token", Duration::from_secs(5), async || {
         (grant(second.clone(), "c").await == 201).then_some(())
@@ -278,6 +327,13 @@ async fn sighup_rereads_the_token_file_and_a_malformed_one_keeps_the_old_tokens(
     )
     .await;
     assert_eq!(grant(second.clone(), "e").await, 201);
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let answers = load.await.unwrap();
+    assert!(answers.len() >= 4, "requests ran through the reloads: {answers:?}");
+    assert!(
+        answers.iter().all(|s| *s == 201 || *s == 204),
+        "a token kept through the reloads was refused: {answers:?}"
+    );
 
     // No token, and no hash of one, reaches a log line or a metric.
     let metrics = server.text("/metrics").await;
