@@ -395,6 +395,19 @@ impl Drop for Server {
     }
 }
 
+/// `REDLOCKD_BENCH_TOKEN`: a bearer token every HTTP request carries (to measure the cost
+/// of authentication with `REDLOCKD_BENCH_AB="REDLOCKD_AUTH_FILE=…"`: the server without a
+/// token file ignores it).
+fn bench_headers() -> reqwest::header::HeaderMap {
+    let mut headers = reqwest::header::HeaderMap::new();
+    if let Ok(token) = std::env::var("REDLOCKD_BENCH_TOKEN")
+        && let Ok(value) = format!("Bearer {token}").parse()
+    {
+        headers.insert(reqwest::header::AUTHORIZATION, value);
+    }
+    headers
+}
+
 impl Server {
     async fn start(masters: &[RedisMaster]) -> Self {
         let extra = std::env::var("REDLOCKD_BENCH_SERVER_ENV").unwrap_or_default();
@@ -435,6 +448,7 @@ impl Server {
             http: reqwest::Client::builder()
                 .pool_max_idle_per_host(1024)
                 .timeout(Duration::from_secs(60))
+                .default_headers(bench_headers())
                 .build()
                 .expect("client"),
             _dir: dir,

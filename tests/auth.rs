@@ -329,7 +329,10 @@ async fn sighup_rereads_the_token_file_and_a_malformed_one_keeps_the_old_tokens(
     assert_eq!(grant(second.clone(), "e").await, 201);
     stop.store(true, std::sync::atomic::Ordering::Relaxed);
     let answers = load.await.unwrap();
-    assert!(answers.len() >= 4, "requests ran through the reloads: {answers:?}");
+    assert!(
+        answers.len() >= 4,
+        "requests ran through the reloads: {answers:?}"
+    );
     assert!(
         answers.iter().all(|s| *s == 201 || *s == 204),
         "a token kept through the reloads was refused: {answers:?}"
