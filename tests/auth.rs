@@ -355,12 +355,7 @@ async fn sighup_rereads_the_token_file_and_a_malformed_one_keeps_the_old_tokens(
 }
 
 fn hangup(server: &Server) {
-    let ok = std::process::Command::new("kill")
-        .args(["-HUP", &server.child.id().to_string()])
-        .status()
-        .unwrap()
-        .success();
-    assert!(ok);
+    common::signal(server.child.id(), "-HUP");
 }
 
 #[test]

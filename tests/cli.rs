@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use common::{RedisMaster, TestApp, config, masters, wait_for};
 use serde_json::json;
-use tokio::process::{Child, Command};
+use tokio::process::Command;
 
 const BIN: &str = env!("CARGO_BIN_EXE_redlockd");
 
@@ -108,15 +108,6 @@ fn code(out: &Output) -> i32 {
 
 fn stderr(out: &Output) -> String {
     String::from_utf8_lossy(&out.stderr).into_owned()
-}
-
-fn signal(child: &Child, sig: &str) {
-    let ok = std::process::Command::new("kill")
-        .args([sig, &child.id().expect("running").to_string()])
-        .status()
-        .unwrap()
-        .success();
-    assert!(ok);
 }
 
 fn alive(pid: &str) -> bool {
@@ -224,7 +215,7 @@ async fn a_held_lock_exits_held_or_waits_and_signals_reach_the_command() {
         !bed.path("ran").exists(),
         "the waiter ran while the first held the lock"
     );
-    signal(&first, "-TERM");
+    common::signal(first.id().expect("running"), "-TERM");
     let status = tokio::time::timeout(Duration::from_secs(10), first.wait())
         .await
         .expect("first exits")

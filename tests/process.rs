@@ -203,15 +203,6 @@ async fn access_logs_are_structured_and_never_carry_the_lease_id() {
     assert!(!server.logs().contains(&id), "the lease id reached the log");
 }
 
-fn sigterm(child: &Child) {
-    let ok = Command::new("kill")
-        .args(["-TERM", &child.id().to_string()])
-        .status()
-        .unwrap()
-        .success();
-    assert!(ok);
-}
-
 #[tokio::test]
 async fn sigterm_lets_requests_in_flight_finish_and_leaves_leases_held() {
     let ms: Vec<RedisMaster> = (0..3).map(|_| RedisMaster::start()).collect();
@@ -256,7 +247,7 @@ async fn sigterm_lets_requests_in_flight_finish_and_leaves_leases_held() {
     .await;
 
     let signalled = std::time::Instant::now();
-    sigterm(&server.child);
+    common::signal(server.child.id(), "-TERM");
     let (status, body) = waiter.await.unwrap();
     assert_eq!(status, 503, "{body}");
     assert_eq!(body["error"], "quorum_unavailable");

@@ -4,12 +4,13 @@
 
 use axum::Json;
 use axum::extract::State;
-use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 
 use super::AppState;
 use super::error::{ApiError, ErrorBody};
 use super::extract::{ElectionLeasePath, ElectionPath, Fields};
+use super::handlers::grant_or_hold;
 use super::stream;
 use super::types::{CampaignRequest, ElectionLease, Leader, NoFields, ProclaimRequest};
 use crate::lease::{LeasePolicy, Owner};
@@ -42,26 +43,12 @@ pub async fn campaign(
     accept: HeaderMap,
     Fields(req): Fields<CampaignRequest>,
 ) -> Result<Response, ApiError> {
-    let policy = LeasePolicy::from(state.settings.leases);
-    let ttl = policy.ttl(req.ttl_ms)?;
-    let wait = policy.wait(req.wait_ms)?;
-    let value = req.value.as_deref().map(Owner::parse).transpose()?;
-    if stream::wants_stream(&accept) {
-        let events = state.service.hold(name, ttl, wait, value)?;
-        return Ok(stream::hold(stream::Held::Election, events).into_response());
-    }
-    let lease = state.service.grant(name, ttl, wait, value).await?;
-    let location = format!("/elections/{}/leases/{}", lease.name, lease.id.as_str());
-    let mut headers = HeaderMap::new();
-    if let Ok(value) = HeaderValue::from_str(&location) {
-        headers.insert(header::LOCATION, value);
-    }
-    Ok((
-        StatusCode::CREATED,
-        headers,
-        Json(ElectionLease::new(&lease)),
-    )
-        .into_response())
+    let held = stream::Held::Election;
+    let grant = (req.ttl_ms, req.wait_ms, req.value.as_deref());
+    grant_or_hold(&state, name, grant, &accept, held, |lease| {
+        Json(ElectionLease::new(lease)).into_response()
+    })
+    .await
 }
 
 /// Who leads now: value, term and remaining TTL, or vacant.

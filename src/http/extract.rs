@@ -39,14 +39,38 @@ pub struct ElectionLeasePath(pub LockName, pub LeaseId);
 /// the size limit, by the `read_body` middleware.
 pub struct Fields<T>(pub T);
 
+/// How a route's `{name}` is parsed: a lock's or an election's.
+type ParseName = fn(&str) -> Result<LockName, crate::lease::InvalidInput>;
+
+/// The `{name}` of a route, parsed by `parse` and within the caller's prefixes.
+async fn name<S: Send + Sync>(
+    parts: &mut Parts,
+    state: &S,
+    parse: ParseName,
+) -> Result<LockName, ApiError> {
+    let Path(name) = Path::<String>::from_request_parts(parts, state)
+        .await
+        .map_err(|e| ApiError::Invalid(e.body_text()))?;
+    in_scope(parts, parse(&name)?)
+}
+
+/// The `{name}` and `{lease_id}` of a route, parsed likewise.
+async fn name_and_lease<S: Send + Sync>(
+    parts: &mut Parts,
+    state: &S,
+    parse: ParseName,
+) -> Result<(LockName, LeaseId), ApiError> {
+    let Path((name, id)) = Path::<(String, String)>::from_request_parts(parts, state)
+        .await
+        .map_err(|e| ApiError::Invalid(e.body_text()))?;
+    Ok((in_scope(parts, parse(&name)?)?, LeaseId::parse(&id)?))
+}
+
 impl<S: Send + Sync> FromRequestParts<S> for LockPath {
     type Rejection = ApiError;
 
     async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, ApiError> {
-        let Path(name) = Path::<String>::from_request_parts(parts, state)
-            .await
-            .map_err(|e| ApiError::Invalid(e.body_text()))?;
-        Ok(Self(in_scope(parts, LockName::parse(&name)?)?))
+        name(parts, state, LockName::parse).await.map(Self)
     }
 }
 
@@ -54,13 +78,8 @@ impl<S: Send + Sync> FromRequestParts<S> for LeasePath {
     type Rejection = ApiError;
 
     async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, ApiError> {
-        let Path((name, id)) = Path::<(String, String)>::from_request_parts(parts, state)
-            .await
-            .map_err(|e| ApiError::Invalid(e.body_text()))?;
-        Ok(Self(
-            in_scope(parts, LockName::parse(&name)?)?,
-            LeaseId::parse(&id)?,
-        ))
+        let (name, id) = name_and_lease(parts, state, LockName::parse).await?;
+        Ok(Self(name, id))
     }
 }
 
@@ -68,10 +87,7 @@ impl<S: Send + Sync> FromRequestParts<S> for ElectionPath {
     type Rejection = ApiError;
 
     async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, ApiError> {
-        let Path(name) = Path::<String>::from_request_parts(parts, state)
-            .await
-            .map_err(|e| ApiError::Invalid(e.body_text()))?;
-        Ok(Self(in_scope(parts, LockName::election(&name)?)?))
+        name(parts, state, LockName::election).await.map(Self)
     }
 }
 
@@ -79,13 +95,8 @@ impl<S: Send + Sync> FromRequestParts<S> for ElectionLeasePath {
     type Rejection = ApiError;
 
     async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, ApiError> {
-        let Path((name, id)) = Path::<(String, String)>::from_request_parts(parts, state)
-            .await
-            .map_err(|e| ApiError::Invalid(e.body_text()))?;
-        Ok(Self(
-            in_scope(parts, LockName::election(&name)?)?,
-            LeaseId::parse(&id)?,
-        ))
+        let (name, id) = name_and_lease(parts, state, LockName::election).await?;
+        Ok(Self(name, id))
     }
 }
 

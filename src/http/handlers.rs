@@ -54,26 +54,48 @@ pub async fn grant(
     accept: HeaderMap,
     Fields(req): Fields<GrantRequest>,
 ) -> Result<Response, ApiError> {
+    let held = stream::Held::Lock;
+    let grant = (req.ttl_ms, req.wait_ms, req.owner.as_deref());
+    grant_or_hold(&state, name, grant, &accept, held, |lease| {
+        Json(LeaseBody::new(lease, false)).into_response()
+    })
+    .await
+}
+
+/// A grant's fields: `ttl_ms`, `wait_ms`, and the owner text (a leader's value).
+pub(super) type GrantFields<'a> = (Option<u64>, Option<u64>, Option<&'a str>);
+
+/// Grant `name` and answer 201 with `body` of the lease and its `Location`, or, when the
+/// client asked for a stream, hold it while the connection lives. Shared by locks and
+/// elections, which differ in the lease's body and the stream's grant event.
+pub(super) async fn grant_or_hold(
+    state: &AppState,
+    name: crate::lease::LockName,
+    (ttl_ms, wait_ms, owner): GrantFields<'_>,
+    accept: &HeaderMap,
+    held: stream::Held,
+    body: impl FnOnce(&crate::lease::Lease) -> Response,
+) -> Result<Response, ApiError> {
     let policy = LeasePolicy::from(state.settings.leases);
-    let ttl = policy.ttl(req.ttl_ms)?;
-    let wait = policy.wait(req.wait_ms)?;
-    let owner = req.owner.as_deref().map(Owner::parse).transpose()?;
-    if stream::wants_stream(&accept) {
+    let ttl = policy.ttl(ttl_ms)?;
+    let wait = policy.wait(wait_ms)?;
+    let owner = owner.map(Owner::parse).transpose()?;
+    if stream::wants_stream(accept) {
         let events = state.service.hold(name, ttl, wait, owner)?;
-        return Ok(stream::hold(stream::Held::Lock, events).into_response());
+        return Ok(stream::hold(held, events).into_response());
     }
     let lease = state.service.grant(name, ttl, wait, owner).await?;
-    let location = format!("/locks/{}/leases/{}", lease.name, lease.id.as_str());
-    let mut headers = HeaderMap::new();
+    let route = match held {
+        stream::Held::Lock => "locks",
+        stream::Held::Election => "elections",
+    };
+    let location = format!("/{route}/{}/leases/{}", lease.name, lease.id.as_str());
+    let mut response = body(&lease);
+    *response.status_mut() = StatusCode::CREATED;
     if let Ok(value) = HeaderValue::from_str(&location) {
-        headers.insert(header::LOCATION, value);
+        response.headers_mut().insert(header::LOCATION, value);
     }
-    Ok((
-        StatusCode::CREATED,
-        headers,
-        Json(LeaseBody::new(&lease, false)),
-    )
-        .into_response())
+    Ok(response)
 }
 
 /// Renew a lease: extend its TTL. The lease id and fencing token stay the same.

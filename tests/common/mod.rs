@@ -603,3 +603,14 @@ impl Drop for Server {
         let _ = self.child.wait();
     }
 }
+
+/// Send `sig` (`-TERM`, `-HUP`, …) to the process `pid`, which this test started.
+pub fn signal(pid: u32, sig: &str) {
+    assert!(pid > 1, "only a process of our own");
+    let ok = Command::new("kill")
+        .args([sig, &pid.to_string()])
+        .status()
+        .expect("kill")
+        .success();
+    assert!(ok, "kill {sig} {pid} failed");
+}
