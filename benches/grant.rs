@@ -34,7 +34,7 @@ mod common;
 use std::future::Future;
 use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use common::RedisMaster;
@@ -649,6 +649,37 @@ async fn contended_cycle(server: Arc<Server>, last: Arc<Mutex<LastRelease>>, c: 
 // ---------------------------------------------------------------------------------------
 // Scale
 
+/// Run `work(worker, i)` for every `i` below `count`, over 64 concurrent workers; the
+/// number of calls that returned false.
+async fn spread<F, Fut>(count: usize, work: F) -> usize
+where
+    F: Fn(usize, usize) -> Fut + Clone + Send + 'static,
+    Fut: std::future::Future<Output = bool> + Send,
+{
+    let next = Arc::new(AtomicUsize::new(0));
+    let failed = Arc::new(AtomicUsize::new(0));
+    let workers: Vec<_> = (0..64)
+        .map(|w| {
+            let (work, next, failed) = (work.clone(), next.clone(), failed.clone());
+            tokio::spawn(async move {
+                loop {
+                    let i = next.fetch_add(1, Ordering::Relaxed);
+                    if i >= count {
+                        return;
+                    }
+                    if !work(w, i).await {
+                        failed.fetch_add(1, Ordering::Relaxed);
+                    }
+                }
+            })
+        })
+        .collect();
+    for w in workers {
+        w.await.expect("worker");
+    }
+    failed.load(Ordering::Relaxed)
+}
+
 /// Hold `count` distinct names through the limit path and report Redis memory per lease.
 async fn redis_memory_per_lease(masters: &[RedisMaster], count: usize) {
     // New masters carry no marker until a redlockd has judged them new; every script
@@ -657,7 +688,6 @@ async fn redis_memory_per_lease(masters: &[RedisMaster], count: usize) {
     let nodes = redlock.nodes().to_vec();
     redlock.monitor().probe_round(&nodes).await;
     let limit = Limit::new(masters);
-    let refused = Arc::new(AtomicUsize::new(0));
     let used = async |m: &RedisMaster| -> u64 {
         let info: String = m.cmd(&["INFO", "memory"]).await.expect("INFO");
         info.lines()
@@ -665,32 +695,18 @@ async fn redis_memory_per_lease(masters: &[RedisMaster], count: usize) {
             .unwrap_or(0)
     };
     let before = used(&masters[0]).await;
-    let next = Arc::new(AtomicUsize::new(0));
-    let workers: Vec<_> = (0..64)
-        .map(|w| {
-            let (limit, next, refused) = (limit.clone(), next.clone(), refused.clone());
-            tokio::spawn(async move {
-                loop {
-                    let i = next.fetch_add(1, Ordering::Relaxed);
-                    if i >= count {
-                        return;
-                    }
-                    let key = LockKey::mutex(format!("held:{i:07}"));
-                    if !limit.acquire(&key, &lease_id(w, i), 600_000).await {
-                        refused.fetch_add(1, Ordering::Relaxed);
-                    }
-                }
-            })
-        })
-        .collect();
     let started = Instant::now();
-    for w in workers {
-        w.await.expect("worker");
-    }
+    let refused = spread(count, move |w, i| {
+        let limit = limit.clone();
+        async move {
+            let key = LockKey::mutex(format!("held:{i:07}"));
+            limit.acquire(&key, &lease_id(w, i), 600_000).await
+        }
+    })
+    .await;
     let after = used(&masters[0]).await;
     println!(
-        "- {count} names held ({} refused; granted through the limit path in {:.1} s): Redis memory {:.0} bytes per lease per master ({:.1} MiB per master in all)",
-        refused.load(Ordering::Relaxed),
+        "- {count} names held ({refused} refused; granted through the limit path in {:.1} s): Redis memory {:.0} bytes per lease per master ({:.1} MiB per master in all)",
         started.elapsed().as_secs_f64(),
         after.saturating_sub(before) as f64 / count as f64,
         after.saturating_sub(before) as f64 / (1 << 20) as f64,
@@ -701,38 +717,21 @@ async fn redis_memory_per_lease(masters: &[RedisMaster], count: usize) {
 async fn redlockd_memory_per_lease(masters: &[RedisMaster], count: usize) {
     let server = Arc::new(Server::start(masters).await);
     let before = rss_of(server.pid());
-    let next = Arc::new(AtomicUsize::new(0));
-    let failed = Arc::new(AtomicBool::new(false));
-    let workers: Vec<_> = (0..64)
-        .map(|_| {
-            let (server, next, failed) = (server.clone(), next.clone(), failed.clone());
-            tokio::spawn(async move {
-                loop {
-                    let i = next.fetch_add(1, Ordering::Relaxed);
-                    if i >= count {
-                        return;
-                    }
-                    let name = format!("kept:{i:07}");
-                    if server
-                        .grant(&name, json!({"ttl_ms": 600000}))
-                        .await
-                        .is_err()
-                    {
-                        failed.store(true, Ordering::Relaxed);
-                    }
-                }
-            })
-        })
-        .collect();
     let started = Instant::now();
-    for w in workers {
-        w.await.expect("worker");
-    }
+    let s = server.clone();
+    let failed = spread(count, move |_, i| {
+        let server = s.clone();
+        async move {
+            let name = format!("kept:{i:07}");
+            server.grant(&name, json!({"ttl_ms": 600000})).await.is_ok()
+        }
+    })
+    .await;
     let after = rss_of(server.pid());
     println!(
         "- {count} leases held through redlockd (granted in {:.1} s{}): redlockd memory {:.0} bytes per lease ({:.1} MiB resident in all)",
         started.elapsed().as_secs_f64(),
-        if failed.load(Ordering::Relaxed) {
+        if failed > 0 {
             ", some grants failed"
         } else {
             ""

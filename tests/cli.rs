@@ -86,6 +86,20 @@ impl Bed {
         .await;
     }
 
+    /// Renews answered ok, on every replica.
+    async fn renews(&self) -> u64 {
+        let line = r#"redlockd_requests_total{op="renew",outcome="ok"} "#;
+        let mut total = 0;
+        for replica in &self.replicas {
+            let metrics = replica.text("/metrics").await;
+            total += metrics
+                .lines()
+                .find_map(|l| l.strip_prefix(line)?.parse::<u64>().ok())
+                .unwrap_or(0);
+        }
+        total
+    }
+
     /// Whether a majority says the lock is held, asked of the last replica.
     async fn held(&self, name: &str) -> bool {
         let (status, body) = self.replicas.last().expect("a replica").inspect(name).await;
@@ -210,7 +224,14 @@ async fn a_held_lock_exits_held_or_waits_and_signals_reach_the_command() {
         .cli(&["lock", "--wait", "20s", "jobs:b", "--", "touch", "ran"])
         .spawn()
         .unwrap();
-    tokio::time::sleep(Duration::from_millis(1500)).await;
+    // Queued (the two refused runs above were the first contended grants), and then past
+    // three more renews of the first holder's 1 s lease: longer than its TTL.
+    bed.replicas[0].wait_for_contention("jobs", 3).await;
+    let renewed = bed.renews().await;
+    wait_for("three more renews", Duration::from_secs(5), async || {
+        (bed.renews().await >= renewed + 3).then_some(())
+    })
+    .await;
     assert!(
         !bed.path("ran").exists(),
         "the waiter ran while the first held the lock"

@@ -47,21 +47,20 @@ pub async fn inspect(args: InspectArgs) -> u8 {
         );
         return 0;
     }
-    let rows = if status.held {
-        vec![[
-            status.name,
-            status
-                .fencing_token
-                .map(|t| t.to_string())
-                .unwrap_or_default(),
-            status.ttl_remaining_ms.map(seconds).unwrap_or_default(),
-            status.owner.unwrap_or_default(),
-        ]]
-    } else {
+    if !status.held {
         println!("{} is free", status.name);
         return 0;
-    };
-    print!("{}", table(&rows));
+    }
+    let row = [
+        status.name,
+        status
+            .fencing_token
+            .map(|t| t.to_string())
+            .unwrap_or_default(),
+        status.ttl_remaining_ms.map(seconds).unwrap_or_default(),
+        status.owner.unwrap_or_default(),
+    ];
+    print!("{}", table(&[row]));
     0
 }
 

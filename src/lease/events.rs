@@ -113,8 +113,8 @@ impl Events {
 
     /// Join the end of `name`'s queue of waiting grants.
     pub fn join(self: &Arc<Self>, name: &str) -> Ticket {
-        self.join_bounded(name, usize::MAX, u64::MAX)
-            .unwrap_or_else(|_| unreachable!("unbounded"))
+        let mut names = self.names();
+        self.enqueue(&mut names, name)
     }
 
     /// Join `name`'s queue unless it already holds `per_name` waiters, or every queue
@@ -125,7 +125,6 @@ impl Events {
         per_name: usize,
         total: u64,
     ) -> Result<Ticket, &'static str> {
-        let (wake, rx) = watch::channel(0);
         let mut names = self.names();
         if self.waiting.load(Ordering::Relaxed) >= total {
             return Err("grants waiting in all");
@@ -133,6 +132,12 @@ impl Events {
         if names.get(name).is_some_and(|t| t.order.len() >= per_name) {
             return Err("grants waiting on this name");
         }
+        Ok(self.enqueue(&mut names, name))
+    }
+
+    /// Put a new waiter at the end of `name`'s queue; `names` is the map, locked.
+    fn enqueue(self: &Arc<Self>, names: &mut HashMap<String, Topic>, name: &str) -> Ticket {
+        let (wake, rx) = watch::channel(0);
         self.waiting.fetch_add(1, Ordering::Relaxed);
         // Numbered under the lock, so that numbers rise along every queue.
         let id = self.next_ticket.fetch_add(1, Ordering::Relaxed);
@@ -141,18 +146,12 @@ impl Events {
             .or_default()
             .order
             .push_back((id, wake));
-        drop(names);
-        Ok(Ticket {
+        Ticket {
             events: self.clone(),
             name: name.to_owned(),
             id,
             wake: rx,
-        })
-    }
-
-    /// Grants waiting now, on every name.
-    pub fn waiting(&self) -> u64 {
-        self.waiting.load(Ordering::Relaxed)
+        }
     }
 
     /// Observe every event of `name` from now on.
