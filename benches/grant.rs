@@ -41,7 +41,7 @@ use common::RedisMaster;
 use futures::future::join_all;
 use redlockd::lease::{Events, LeasePolicy, LeaseService, LockName};
 use redlockd::metrics::Metrics;
-use redlockd::redlock::node::{Acquired, LockKey, LockNode, Owned};
+use redlockd::redlock::node::{Acquired, Ending, LockKey, LockNode, Owned};
 use redlockd::redlock::{EngineConfig, Redlock};
 use redlockd::store::redis::RedisNode;
 use serde_json::{Value, json};
@@ -334,7 +334,7 @@ impl Limit {
         let replies = join_all(
             self.nodes
                 .iter()
-                .map(|n| n.acquire(key, lease, ttl_ms, None)),
+                .map(|n| n.acquire(key, lease, ttl_ms, None, None)),
         )
         .await;
         let won = replies
@@ -354,7 +354,12 @@ impl Limit {
     }
 
     async fn release(&self, key: &LockKey, lease: &str) {
-        join_all(self.nodes.iter().map(|n| n.release(key, lease, true))).await;
+        join_all(
+            self.nodes
+                .iter()
+                .map(|n| n.release(key, lease, &Ending::Revoke)),
+        )
+        .await;
     }
 }
 

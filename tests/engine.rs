@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use redlockd::metrics::Metrics;
-use redlockd::redlock::node::{Kind, LockKey, LockNode};
+use redlockd::redlock::node::{Acquired, Ending, Idem, Kind, LockKey, LockNode, Owned};
 use redlockd::redlock::{EngineConfig, EngineError, Redlock};
 use redlockd::store::memory::{Fault, MemoryNode};
 use tokio::time::Instant;
@@ -20,7 +20,7 @@ fn key(name: &str) -> LockKey {
 
 /// Set `name` for `lease` on one master directly, as a grant elsewhere would have.
 async fn hold(node: &(impl LockNode + ?Sized), name: &str, lease: &str, ttl_ms: u64) {
-    node.acquire(&key(name), lease, ttl_ms, None)
+    node.acquire(&key(name), lease, ttl_ms, None, None)
         .await
         .expect("set");
 }
@@ -400,7 +400,7 @@ async fn list_merges_what_a_majority_hold() {
     }
     // Held on one master only: not a lock.
     bed.nodes[0]
-        .acquire(&key("inv:3"), "stray", 10_000, None)
+        .acquire(&key("inv:3"), "stray", 10_000, None, None)
         .await
         .expect("set");
     let names: Vec<String> = bed
@@ -612,7 +612,9 @@ async fn a_revoke_of_a_lease_a_majority_no_longer_hold_is_not_found_and_removes_
     let bed = bed(3).await;
     bed.grant("r", "L1").await.expect("granted");
     for node in &bed.nodes[1..] {
-        node.release(&key("r"), "L1", false).await.expect("removed");
+        node.release(&key("r"), "L1", &Ending::Undo { attempt: None })
+            .await
+            .expect("removed");
     }
     assert_eq!(
         bed.engine.release(&key("r"), "L1").await,
@@ -637,7 +639,7 @@ async fn a_revoke_reaches_a_master_that_answers_late() {
     // C comes back holding the key (its acquire ran late).
     bed.nodes[2].set_fault(Fault::None);
     bed.nodes[2]
-        .acquire(&key("r"), "L1", 10_000, None)
+        .acquire(&key("r"), "L1", 10_000, None, None)
         .await
         .expect("late acquire");
     for _ in 0..50 {
@@ -712,7 +714,8 @@ async fn a_split_is_retried_and_never_answered_with_a_contenders_ttl() {
     let node = nodes[2].clone();
     let contender = tokio::spawn(async move {
         tokio::time::sleep(Duration::from_millis(1)).await;
-        node.release(&key("s"), "C", false).await
+        node.release(&key("s"), "C", &Ending::Undo { attempt: None })
+            .await
     });
     let lease = service
         .grant(name, ttl, WaitTime::NONE, None)
@@ -780,4 +783,154 @@ async fn a_master_that_comes_back_from_a_snapshot_moments_old_never_votes_for_a_
         !bed.nodes[0].marked(),
         "the token A granted shows its counter went back"
     );
+}
+
+fn idem(record: &str, fingerprint: &str) -> Idem {
+    Idem {
+        record: record.into(),
+        fingerprint: fingerprint.into(),
+        // The engine gives each attempt its own.
+        attempt: String::new(),
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_keyed_grant_sent_again_answers_the_same_lease_and_token() {
+    let bed = bed(3).await;
+    let first = bed
+        .engine
+        .acquire_keyed(&key("k"), "K1", TTL, None, Some(idem("r1", "f1")))
+        .await
+        .expect("granted");
+    let fences: Vec<u64> = bed.nodes.iter().map(|n| n.fence()).collect();
+    let again = bed
+        .engine
+        .acquire_keyed(&key("k"), "K1", TTL, None, Some(idem("r1", "f1")))
+        .await
+        .expect("the same lease, answered again");
+    assert_eq!(again.token, first.token);
+    let after: Vec<u64> = bed.nodes.iter().map(|n| n.fence()).collect();
+    assert_eq!(after, fences, "no master's counter moved for the retry");
+    // Without a key, the same lease id is just another contender.
+    assert!(matches!(
+        bed.engine.acquire(&key("k"), "K2", TTL, None).await,
+        Err(EngineError::Held { .. })
+    ));
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_key_used_for_another_request_is_refused_and_leaves_the_first_lease_alone() {
+    let bed = bed(3).await;
+    bed.engine
+        .acquire_keyed(&key("m"), "M1", TTL, None, Some(idem("r", "f1")))
+        .await
+        .expect("granted");
+    // The same key for another name (another fingerprint, so another lease id).
+    assert_eq!(
+        bed.engine
+            .acquire_keyed(&key("m2"), "M2", TTL, None, Some(idem("r", "f2")))
+            .await,
+        Err(EngineError::IdempotencyMismatch)
+    );
+    assert!(bed.nodes.iter().all(|n| n.holds("m", "M1")));
+    assert!(bed.nodes.iter().all(|n| !n.holds("m2", "M2")));
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_key_whose_lease_was_revoked_does_not_lock_again() {
+    let bed = bed(3).await;
+    bed.engine
+        .acquire_keyed(&key("e"), "E1", TTL, None, Some(idem("r", "f")))
+        .await
+        .expect("granted");
+    bed.engine.release(&key("e"), "E1").await.expect("revoked");
+    assert_eq!(
+        bed.engine
+            .acquire_keyed(&key("e"), "E1", TTL, None, Some(idem("r", "f")))
+            .await,
+        Err(EngineError::Ended)
+    );
+    assert!(bed.nodes.iter().all(|n| !n.holds("e", "E1")));
+    // Once the grant's TTL has passed, the key is forgotten.
+    tokio::time::advance(TTL).await;
+    bed.engine
+        .acquire_keyed(&key("e"), "E1", TTL, None, Some(idem("r", "f")))
+        .await
+        .expect("a key past its TTL is a new grant");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_failed_keyed_attempt_forgets_its_key_and_a_stale_minority_record_does_not_block() {
+    let bed = bed(3).await;
+    // Another lease holds the lock on two masters: the keyed attempt wins only master 0,
+    // fails, and its clean-up forgets the key there.
+    hold(&*bed.nodes[1], "s", "other", 500).await;
+    hold(&*bed.nodes[2], "s", "other", 500).await;
+    assert!(matches!(
+        bed.engine
+            .acquire_keyed(&key("s"), "S1", TTL, None, Some(idem("r", "f")))
+            .await,
+        Err(EngineError::Held { .. })
+    ));
+    assert_eq!(
+        bed.nodes[0]
+            .acquire(&key("s"), "S1", 10_000, None, Some(&idem("r", "f")))
+            .await,
+        Ok(Acquired::Granted { token: 2 }),
+        "master 0 forgot the failed attempt's key (else: Ended)"
+    );
+    tokio::time::advance(Duration::from_millis(600)).await;
+    bed.engine
+        .acquire_keyed(&key("s"), "S1", TTL, None, Some(idem("r", "f")))
+        .await
+        .expect("the retry after the holder lapsed is granted");
+
+    // A record left on one master (its lease revoked there alone) is a minority's word.
+    let record = idem("r2", "f");
+    bed.nodes[0]
+        .acquire(&key("t"), "T1", 10_000, None, Some(&record))
+        .await
+        .expect("set");
+    bed.nodes[0]
+        .release(&key("t"), "T1", &Ending::Revoke)
+        .await
+        .expect("released");
+    bed.engine
+        .acquire_keyed(&key("t"), "T1", TTL, None, Some(record))
+        .await
+        .expect("granted on masters 1 and 2");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_failed_attempt_never_undoes_a_hold_a_concurrent_retry_counts_on() {
+    let bed = bed(3).await;
+    let record = |attempt: &str| Idem {
+        attempt: attempt.into(),
+        ..idem("r", "f")
+    };
+    // Attempt 1 made holds on masters 0 and 1 (its answer lost); attempt 2, a retry of the
+    // same key, answers for them and wins.
+    for node in &bed.nodes[..2] {
+        node.acquire(&key("c"), "C1", 10_000, None, Some(&record("one")))
+            .await
+            .expect("set");
+    }
+    bed.engine
+        .acquire_keyed(&key("c"), "C1", TTL, None, Some(idem("r", "f")))
+        .await
+        .expect("the retry wins with the holds attempt 1 made");
+    // Attempt 1 fails late and undoes what it made: nothing, since attempt 2 answered for it.
+    for node in &bed.nodes {
+        let undo = Ending::Undo {
+            attempt: Some("one".into()),
+        };
+        assert_eq!(
+            node.release(&key("c"), "C1", &undo).await,
+            Ok(Owned::NotOwner)
+        );
+    }
+    assert!(bed.nodes.iter().all(|n| n.holds("c", "C1")));
+    // The holder's own revoke ends it everywhere.
+    bed.engine.release(&key("c"), "C1").await.expect("revoked");
+    assert!(bed.nodes.iter().all(|n| !n.holds("c", "C1")));
 }

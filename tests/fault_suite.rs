@@ -203,6 +203,8 @@ struct Recorder {
     events: Mutex<Vec<Event>>,
     /// Lease ids already revoked, for workers that try to use someone else's.
     stale: Mutex<Vec<(String, String)>>,
+    /// Grants won by a retry with the first attempt's Idempotency-Key.
+    retried: std::sync::atomic::AtomicUsize,
 }
 
 fn ms(v: &Value, field: &str) -> Option<Duration> {
@@ -221,10 +223,17 @@ impl Recorder {
         lease: Option<&str>,
         body: Value,
         ttl: Duration,
+        idempotency_key: Option<&str>,
     ) -> (u16, Value) {
         let path = route(name);
         let request = match (kind, lease) {
-            (Kind::Grant, _) => http.post(format!("{base}/{path}")),
+            (Kind::Grant, _) => {
+                let post = http.post(format!("{base}/{path}"));
+                match idempotency_key {
+                    Some(key) => post.header("Idempotency-Key", key),
+                    None => post,
+                }
+            }
             (Kind::Renew, Some(l)) => http.put(format!("{base}/{path}/leases/{l}")),
             (Kind::Revoke, Some(l)) => http.delete(format!("{base}/{path}/leases/{l}")),
             _ => unreachable!("renew and revoke name a lease"),
@@ -308,24 +317,54 @@ async fn worker(
                     Some(&lease),
                     json!({}),
                     Duration::ZERO,
+                    None,
                 )
                 .await;
             continue;
         }
         let ttl = Duration::from_millis(rng.random_range(400..1500));
         let wait = if rng.random_ratio(1, 3) { 300 } else { 0 };
-        let (status, lease) = recorder
-            .call(
-                &http,
-                replica,
-                &base,
-                Kind::Grant,
-                name,
-                None,
-                json!({"ttl_ms": ttl.as_millis() as u64, "wait_ms": wait}),
-                ttl,
-            )
-            .await;
+        // Half the grants carry an Idempotency-Key and, when no answer comes (or a 503),
+        // are sent again with it, to another replica if one is up: the retry must answer
+        // the lease the first attempt may have won, never a second one.
+        let key = rng
+            .random_bool(0.5)
+            .then(|| format!("{seed}-{:x}", rng.random::<u64>()));
+        let mut tries = if key.is_some() { 3 } else { 1 };
+        let mut replica = replica;
+        let mut base = base;
+        let (status, lease) = loop {
+            let (status, lease) = recorder
+                .call(
+                    &http,
+                    replica,
+                    &base,
+                    Kind::Grant,
+                    name,
+                    None,
+                    json!({"ttl_ms": ttl.as_millis() as u64, "wait_ms": wait}),
+                    ttl,
+                    key.as_deref(),
+                )
+                .await;
+            tries -= 1;
+            if tries == 0 || !matches!(status, 0 | 503) {
+                if status == 201 && tries < 2 {
+                    recorder
+                        .retried
+                        .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                }
+                break (status, lease);
+            }
+            if let Some((r, b)) = live
+                .iter()
+                .find(|(r, _)| *r != replica)
+                .or_else(|| live.first())
+            {
+                (replica, base) = (*r, b.clone());
+            }
+            tokio::time::sleep(Duration::from_millis(rng.random_range(5..40))).await;
+        };
         if status != 201 {
             tokio::time::sleep(Duration::from_millis(rng.random_range(5..40))).await;
             continue;
@@ -349,6 +388,7 @@ async fn worker(
                     Some(&id),
                     body,
                     ttl,
+                    None,
                 )
                 .await;
             if status != 200 {
@@ -367,6 +407,7 @@ async fn worker(
                     Some(&id),
                     json!({}),
                     ttl,
+                    None,
                 )
                 .await;
             if status == 204 {
@@ -590,6 +631,7 @@ async fn random_faults(seed: u64, length: Duration) {
         started,
         events: Mutex::new(Vec::new()),
         stale: Mutex::new(Vec::new()),
+        retried: Default::default(),
     });
     let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let workers: Vec<_> = (0..6)
@@ -702,6 +744,10 @@ async fn random_faults(seed: u64, length: Duration) {
         .filter(|e| e.name.starts_with('@') && e.kind == Kind::Renew && e.status == 200)
         .count();
     eprintln!("fault suite: {terms} election terms won, {proclaimed} leader renews");
+    let retried = recorder.retried.load(std::sync::atomic::Ordering::Relaxed);
+    eprintln!(
+        "fault suite: {retried} grants won by a retry with the first attempt's Idempotency-Key"
+    );
     assert!(terms > 5, "too few election terms to judge the elections");
     assert!(
         violations.is_empty(),
@@ -752,6 +798,7 @@ async fn restart_empty_under_a_live_lease(unsafe_switch: bool) -> Vec<String> {
         started,
         events: Mutex::new(Vec::new()),
         stale: Mutex::new(Vec::new()),
+        retried: Default::default(),
     };
     let http = reqwest::Client::new();
     let bases: Vec<String> = (0..2)
@@ -783,6 +830,7 @@ async fn restart_empty_under_a_live_lease(unsafe_switch: bool) -> Vec<String> {
             None,
             json!({"ttl_ms": MAX_TTL.as_millis() as u64}),
             ttl,
+            None,
         )
         .await;
     assert_eq!(status, 201, "{l1}");
@@ -813,6 +861,7 @@ async fn restart_empty_under_a_live_lease(unsafe_switch: bool) -> Vec<String> {
                 None,
                 json!({"ttl_ms": 2500}),
                 ttl,
+                None,
             )
             .await;
         tokio::time::sleep(common::POLL).await;

@@ -10,10 +10,12 @@ use axum::response::{IntoResponse, Response};
 use super::AppState;
 use super::error::{ApiError, ErrorBody};
 use super::extract::{ElectionLeasePath, ElectionPath, Fields};
-use super::handlers::grant_or_hold;
+use super::handlers::{grant_or_hold, idempotency_key};
 use super::stream;
 use super::types::{CampaignRequest, ElectionLease, Leader, NoFields, ProclaimRequest};
+use crate::auth::Caller;
 use crate::lease::{LeasePolicy, Owner};
+use axum::Extension;
 
 /// Campaign: become the leader with a value, waiting like a grant.
 #[utoipa::path(
@@ -23,6 +25,7 @@ use crate::lease::{LeasePolicy, Owner};
         ("value" = Option<String>, Query, description = "as the body field"),
         ("ttl_ms" = Option<u64>, Query, description = "as the body field"),
         ("wait_ms" = Option<u64>, Query, description = "as the body field"),
+        ("Idempotency-Key" = Option<String>, Header, description = "as for a lock's grant"),
     ),
     request_body(content = Option<CampaignRequest>, description = "May be empty"),
     responses(
@@ -32,20 +35,24 @@ use crate::lease::{LeasePolicy, Owner};
             description = "With `Accept: text/event-stream`: leads while the connection stays open. \
 Events as a held lock's stream, with `elected` (`ElectionLease`) for `granted` and `heartbeat` carrying an `ElectionLease`."),
         (status = 400, description = "`invalid_request`", body = ErrorBody),
+        (status = 404, description = "`lease_not_found`: with an Idempotency-Key only, its lease has resigned", body = ErrorBody),
         (status = 409, description = "`lock_held`: another candidate leads (after `wait_ms`, if any)", body = ErrorBody,
             headers(("Retry-After" = u64, description = "whole seconds, at least 1"))),
+        (status = 422, description = "`idempotency_mismatch`", body = ErrorBody),
         (status = 503, description = "`quorum_unavailable`", body = ErrorBody),
     )
 )]
 pub async fn campaign(
     State(state): State<AppState>,
     ElectionPath(name): ElectionPath,
+    caller: Option<Extension<Caller>>,
     accept: HeaderMap,
     Fields(req): Fields<CampaignRequest>,
 ) -> Result<Response, ApiError> {
     let held = stream::Held::Election;
     let grant = (req.ttl_ms, req.wait_ms, req.value.as_deref());
-    grant_or_hold(&state, name, grant, &accept, held, |lease| {
+    let key = idempotency_key(&accept, caller.as_deref())?;
+    grant_or_hold(&state, name, grant, key, &accept, held, |lease| {
         Json(ElectionLease::new(lease)).into_response()
     })
     .await

@@ -36,6 +36,17 @@ pub enum ApiError {
     /// 404 `lease_not_found`: no such lease holds the lock (expired, revoked or never granted).
     #[error("no such lease holds this lock: it expired, was revoked, or never existed")]
     LeaseNotFound,
+    /// 404 `lease_not_found` on a grant: the lease its Idempotency-Key stands for was
+    /// granted and has ended (revoked or force-released); a retry does not lock again.
+    #[error(
+        "the lease granted for this Idempotency-Key has ended (revoked or force-released); lock again with a new key"
+    )]
+    KeyEnded,
+    /// 422 `idempotency_mismatch`: the Idempotency-Key was used for another request.
+    #[error(
+        "this Idempotency-Key was used for another request (another name, ttl_ms or owner) within its TTL; use a new key"
+    )]
+    IdempotencyMismatch,
     /// 503 `quorum_unavailable`: fewer than a majority of masters could take part (which
     /// failed, and how, when known), or the process is shutting down.
     #[error("{message}")]
@@ -73,7 +84,10 @@ impl ApiError {
             ApiError::TooLarge => StatusCode::PAYLOAD_TOO_LARGE,
             ApiError::RequestTimeout => StatusCode::REQUEST_TIMEOUT,
             ApiError::LockHeld { .. } => StatusCode::CONFLICT,
-            ApiError::LeaseNotFound | ApiError::NoRoute => StatusCode::NOT_FOUND,
+            ApiError::LeaseNotFound | ApiError::KeyEnded | ApiError::NoRoute => {
+                StatusCode::NOT_FOUND
+            }
+            ApiError::IdempotencyMismatch => StatusCode::UNPROCESSABLE_ENTITY,
             ApiError::Unavailable { .. } => StatusCode::SERVICE_UNAVAILABLE,
             ApiError::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
             ApiError::Unauthorized => StatusCode::UNAUTHORIZED,
@@ -89,7 +103,8 @@ impl ApiError {
             ApiError::Invalid(_) | ApiError::TooLarge => "invalid_request",
             ApiError::RequestTimeout => "request_timeout",
             ApiError::LockHeld { .. } => "lock_held",
-            ApiError::LeaseNotFound => "lease_not_found",
+            ApiError::LeaseNotFound | ApiError::KeyEnded => "lease_not_found",
+            ApiError::IdempotencyMismatch => "idempotency_mismatch",
             ApiError::Unavailable { .. } => "quorum_unavailable",
             ApiError::NoRoute => "not_found",
             ApiError::MethodNotAllowed => "method_not_allowed",
@@ -122,6 +137,8 @@ impl From<LeaseError> for ApiError {
         match e {
             LeaseError::Held { retry_after } => ApiError::LockHeld { retry_after },
             LeaseError::NotFound => ApiError::LeaseNotFound,
+            LeaseError::KeyEnded => ApiError::KeyEnded,
+            LeaseError::IdempotencyMismatch => ApiError::IdempotencyMismatch,
             LeaseError::Unavailable(why) => ApiError::Unavailable {
                 message: why.reason,
                 masters: why.masters,

@@ -15,7 +15,7 @@ use super::types::{
     Readiness, RenewRequest,
 };
 use crate::auth::Caller;
-use crate::lease::{LeasePolicy, NamePrefix, Owner};
+use crate::lease::{GrantKey, IdempotencyKey, LeasePolicy, NamePrefix, Owner};
 use crate::wire::ForceReleased;
 use axum::Extension;
 
@@ -31,6 +31,9 @@ pub const DEFAULT_LIST_LIMIT: u64 = 100;
         ("ttl_ms" = Option<u64>, Query, description = "as the body field"),
         ("wait_ms" = Option<u64>, Query, description = "as the body field"),
         ("owner" = Option<String>, Query, description = "as the body field"),
+        ("Idempotency-Key" = Option<String>, Header, description = "1 to 255 visible ASCII characters, new for each grant (a random UUID) and sent again with each retry of it. \
+A retry with the same key and request (name, ttl_ms, owner) answers the lease the first attempt won, with the same lease_id and fencing_token, while it holds the lock; \
+404 once that lease has been revoked (within the grant's TTL); 422 for another request. Keys are scoped to the caller's token. Not with a held stream."),
     ),
     request_body(content = Option<GrantRequest>, description = "May be empty: every field has a default"),
     responses(
@@ -43,20 +46,24 @@ then `lost` (`LostEvent`) or `failed` (`ErrorBody`: held after `wait_ms`, no quo
 Closing the connection revokes the lease at once. Field errors are answered 400 before any stream."),
         (status = 400, description = "`invalid_request`", body = ErrorBody),
         (status = 408, description = "`request_timeout`: the body did not arrive in time", body = ErrorBody),
+        (status = 404, description = "`lease_not_found`: with an Idempotency-Key only, the lease it stands for was granted and has been revoked", body = ErrorBody),
         (status = 409, description = "`lock_held`: held by another lease (after `wait_ms`, if any)", body = ErrorBody,
             headers(("Retry-After" = u64, description = "whole seconds, at least 1"))),
+        (status = 422, description = "`idempotency_mismatch`: the Idempotency-Key was used for another request", body = ErrorBody),
         (status = 503, description = "`quorum_unavailable`", body = ErrorBody),
     )
 )]
 pub async fn grant(
     State(state): State<AppState>,
     LockPath(name): LockPath,
+    caller: Option<Extension<Caller>>,
     accept: HeaderMap,
     Fields(req): Fields<GrantRequest>,
 ) -> Result<Response, ApiError> {
     let held = stream::Held::Lock;
     let grant = (req.ttl_ms, req.wait_ms, req.owner.as_deref());
-    grant_or_hold(&state, name, grant, &accept, held, |lease| {
+    let key = idempotency_key(&accept, caller.as_deref())?;
+    grant_or_hold(&state, name, grant, key, &accept, held, |lease| {
         Json(LeaseBody::new(lease, false)).into_response()
     })
     .await
@@ -65,6 +72,23 @@ pub async fn grant(
 /// A grant's fields: `ttl_ms`, `wait_ms`, and the owner text (a leader's value).
 pub(super) type GrantFields<'a> = (Option<u64>, Option<u64>, Option<&'a str>);
 
+/// The request's `Idempotency-Key`, in its caller's scope (the token's name; one shared
+/// scope without authentication).
+pub(super) fn idempotency_key(
+    headers: &HeaderMap,
+    caller: Option<&Caller>,
+) -> Result<Option<GrantKey>, ApiError> {
+    let Some(raw) = headers.get("idempotency-key") else {
+        return Ok(None);
+    };
+    let raw = raw
+        .to_str()
+        .map_err(|_| ApiError::Invalid("Idempotency-Key must be visible ASCII".into()))?;
+    let key = IdempotencyKey::parse(raw)?;
+    let scope = caller.map_or_else(|| "".into(), |c| c.name.clone());
+    Ok(Some(GrantKey::new(scope, key)))
+}
+
 /// Grant `name` and answer 201 with `body` of the lease and its `Location`, or, when the
 /// client asked for a stream, hold it while the connection lives. Shared by locks and
 /// elections, which differ in the lease's body and the stream's grant event.
@@ -72,6 +96,7 @@ pub(super) async fn grant_or_hold(
     state: &AppState,
     name: crate::lease::LockName,
     (ttl_ms, wait_ms, owner): GrantFields<'_>,
+    key: Option<GrantKey>,
     accept: &HeaderMap,
     held: stream::Held,
     body: impl FnOnce(&crate::lease::Lease) -> Response,
@@ -81,10 +106,18 @@ pub(super) async fn grant_or_hold(
     let wait = policy.wait(wait_ms)?;
     let owner = owner.map(Owner::parse).transpose()?;
     if stream::wants_stream(accept) {
+        if key.is_some() {
+            return Err(ApiError::Invalid(
+                "Idempotency-Key does not apply to a held stream: closing the stream revokes its lease".into(),
+            ));
+        }
         let events = state.service.hold(name, ttl, wait, owner)?;
         return Ok(stream::hold(held, events).into_response());
     }
-    let lease = state.service.grant(name, ttl, wait, owner).await?;
+    let lease = state
+        .service
+        .grant_keyed(name, ttl, wait, owner, key)
+        .await?;
     let route = match held {
         stream::Held::Lock => "locks",
         stream::Held::Election => "elections",

@@ -18,6 +18,12 @@ pub enum LeaseError {
     /// No such lease holds the lock on a majority: expired, revoked, or never granted.
     #[error("no such lease holds this lock: it expired, was revoked, or never existed")]
     NotFound,
+    /// The grant's Idempotency-Key stands for a lease that was granted and has ended.
+    #[error("the lease of this Idempotency-Key has ended")]
+    KeyEnded,
+    /// The grant's Idempotency-Key was used for another request.
+    #[error("the Idempotency-Key was used for another request")]
+    IdempotencyMismatch,
     /// Fewer than a majority of masters could take part; which failed, and how.
     #[error("{}", .0.reason)]
     Unavailable(Unavailability),
@@ -38,6 +44,8 @@ impl From<EngineError> for LeaseError {
                 retry_after: AFTER_A_SPLIT,
             },
             EngineError::NotFound => LeaseError::NotFound,
+            EngineError::Ended => LeaseError::KeyEnded,
+            EngineError::IdempotencyMismatch => LeaseError::IdempotencyMismatch,
             EngineError::Unavailable(why) => LeaseError::Unavailable(why),
         }
     }

@@ -11,10 +11,10 @@ use tokio_util::task::TaskTracker;
 
 use super::LeaseError;
 use super::events::{Events, LockEvent};
-use super::{FencingToken, LeaseId, LockName, NamePrefix, Owner, Ttl, WaitTime};
+use super::{FencingToken, GrantKey, LeaseId, LockName, NamePrefix, Owner, Ttl, WaitTime};
 use crate::config::Caps;
 use crate::metrics::Metrics;
-use crate::redlock::node::{Kind, News};
+use crate::redlock::node::{Idem, Kind, News};
 use crate::redlock::{EngineError, Holder, Leased, MasterStatus, Redlock, Unavailability};
 
 /// A lease as the service hands it to the HTTP layer.
@@ -210,7 +210,23 @@ impl LeaseService {
         wait: WaitTime,
         owner: Option<Owner>,
     ) -> Result<Lease, LeaseError> {
-        self.grant_reporting(name, ttl, wait, owner, &mut |_| {})
+        self.grant_keyed(name, ttl, wait, owner, None).await
+    }
+
+    /// `grant` with an Idempotency-Key: sent again, the same key and request answer the
+    /// lease the first attempt won (same lease id and token) if it still holds the lock,
+    /// `IdempotencyMismatch` for another request, `KeyEnded` once that lease has let go.
+    /// Such a grant is not undone when its client leaves before the answer: the client
+    /// said it would ask again.
+    pub async fn grant_keyed(
+        &self,
+        name: LockName,
+        ttl: Ttl,
+        wait: WaitTime,
+        owner: Option<Owner>,
+        key: Option<GrantKey>,
+    ) -> Result<Lease, LeaseError> {
+        self.grant_reporting(name, ttl, wait, owner, key.as_ref(), &mut |_| {})
             .await
     }
 
@@ -222,12 +238,14 @@ impl LeaseService {
         ttl: Ttl,
         wait: WaitTime,
         owner: Option<Owner>,
+        key: Option<&GrantKey>,
         queued: &mut (dyn FnMut(usize) + Send),
     ) -> Result<Lease, LeaseError> {
         let ttl = ttl.get();
         let owner: Option<Arc<str>> = owner.map(|o| o.shared());
+        let keyed = key.map(|k| k.derive(&name, ttl, owner.as_deref()));
         if wait == WaitTime::NONE {
-            let result = self.attempt(&name, ttl, owner).await;
+            let result = self.attempt(&name, ttl, owner, keyed.as_ref()).await;
             self.account(&name, &result, false);
             return result;
         }
@@ -254,7 +272,9 @@ impl LeaseService {
             // that its 409 carries the holder's real remaining TTL.
             let mut wake_at = deadline;
             if ticket.is_first() || now >= deadline {
-                let result = self.attempt(&name, ttl, owner.clone()).await;
+                let result = self
+                    .attempt(&name, ttl, owner.clone(), keyed.as_ref())
+                    .await;
                 match result {
                     Err(LeaseError::Held { retry_after })
                         if tokio::time::Instant::now() < deadline =>
@@ -322,10 +342,14 @@ impl LeaseService {
         name: &LockName,
         ttl: Duration,
         owner: Option<Arc<str>>,
+        keyed: Option<&(LeaseId, Idem)>,
     ) -> Result<Lease, LeaseError> {
         let mut tries = 0;
         loop {
-            match self.attempt_once(name, ttl, owner.clone()).await {
+            match self
+                .attempt_once(name, ttl, owner.clone(), keyed.cloned())
+                .await
+            {
                 Err(EngineError::Split) => {
                     let pause = split_pause(tries);
                     if tries == SPLIT_RETRIES {
@@ -341,24 +365,32 @@ impl LeaseService {
 
     /// One Redlock grant attempt, in its own task: if the request that asked for it is
     /// dropped mid-way (the client went away), the attempt still finishes, and a lease it
-    /// won is released instead of being left held until its TTL.
+    /// won is released instead of being left held until its TTL, unless the grant has an
+    /// Idempotency-Key: its client will ask again, and must find the lease.
     async fn attempt_once(
         &self,
         name: &LockName,
         ttl: Duration,
         owner: Option<Arc<str>>,
+        keyed: Option<(LeaseId, Idem)>,
     ) -> Result<Lease, EngineError> {
         let (tx, rx) = oneshot::channel();
         let engine = self.engine.clone();
         let events = self.events.clone();
         let name = name.clone();
         self.tasks.spawn(async move {
-            let id = LeaseId::generate();
+            let (id, idem) = match keyed {
+                Some((id, idem)) => (id, Some(idem)),
+                None => (LeaseId::generate(), None),
+            };
+            let keyed = idem.is_some();
             let result = engine
-                .acquire(&name.key(), id.as_str(), ttl, owner)
+                .acquire_keyed(&name.key(), id.as_str(), ttl, owner, idem)
                 .await
                 .map(|leased| Lease::new(name.clone(), id.clone(), leased));
-            if let Err(Ok(unwanted)) = tx.send(result) {
+            if let Err(Ok(unwanted)) = tx.send(result)
+                && !keyed
+            {
                 tracing::info!(lock = %name, "client left before its grant completed; releasing it");
                 let _ = engine.release(&name.key(), id.as_str()).await;
                 events.publish(

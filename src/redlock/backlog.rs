@@ -24,7 +24,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use crate::metrics::Metrics;
-use crate::store::node::{Acquired, LockKey, LockNode, NodeError, NodeResult};
+use crate::store::node::{Acquired, Ending, LockKey, LockNode, NodeError, NodeResult};
 
 /// How much work one master's backlog may hold; past it new work is refused (counted in
 /// `redlockd_master_backlog_dropped_total`) and the keys concerned expire at their TTL.
@@ -53,6 +53,7 @@ pub(super) enum Job {
     Release {
         key: LockKey,
         lease: Arc<str>,
+        ending: Ending,
         give_up: Instant,
         /// The request's own release call, if it was still in flight when the request was
         /// answered: it is awaited first, and if the master answers it nothing more is owed.
@@ -159,7 +160,8 @@ impl Worker {
                     let (_, reply) = reply.await;
                     let needs = match reply {
                         Ok(Acquired::Granted { token: t }) => t != token,
-                        Ok(Acquired::Held { .. }) | Err(NodeError::Amnesic) => false,
+                        Ok(Acquired::Held { .. } | Acquired::Mismatch | Acquired::Ended)
+                        | Err(NodeError::Amnesic) => false,
                         Err(_) => true,
                     };
                     if needs {
@@ -170,6 +172,7 @@ impl Worker {
                 Job::Release {
                     key,
                     lease,
+                    ending,
                     give_up,
                     in_flight,
                 } => {
@@ -187,7 +190,7 @@ impl Worker {
                     while Instant::now() + backoff < give_up {
                         tokio::time::sleep(backoff).await;
                         let reply =
-                            tokio::time::timeout(limit, node.release(&key, &lease, false)).await;
+                            tokio::time::timeout(limit, node.release(&key, &lease, &ending)).await;
                         if let Ok(Ok(_)) = reply {
                             if answered {
                                 return;

@@ -18,7 +18,9 @@ use futures::stream::FuturesUnordered;
 use super::backlog::{Backlog, Job};
 use super::health::Monitor;
 use super::quorum::{self, GrantOutcome, OwnedOutcome, ReadOutcome, ReleaseOutcome};
-use crate::store::node::{Acquired, Kind, LockKey, LockNode, News, NodeError, NodeResult};
+use crate::store::node::{
+    Acquired, Ending, Idem, Kind, LockKey, LockNode, News, NodeError, NodeResult,
+};
 
 use crate::metrics::Metrics;
 
@@ -61,6 +63,12 @@ pub enum EngineError {
     Split,
     #[error("no such lease holds the lock")]
     NotFound,
+    /// The grant's Idempotency-Key was used for another request (name, TTL or owner).
+    #[error("the Idempotency-Key was used for another request")]
+    IdempotencyMismatch,
+    /// The lease the grant's Idempotency-Key stands for was granted and has ended.
+    #[error("the lease of this Idempotency-Key has ended")]
+    Ended,
     #[error("{}", .0.reason)]
     Unavailable(Unavailability),
 }
@@ -381,9 +389,28 @@ impl Redlock {
         ttl: Duration,
         owner: Option<Arc<str>>,
     ) -> Result<Leased, EngineError> {
+        self.acquire_keyed(key, lease, ttl, owner, None).await
+    }
+
+    /// `acquire` made idempotent by `idem`: a lease that already holds `key` on a majority
+    /// is answered as granted with its token (a retry whose first answer was lost), a key
+    /// used for another request is `IdempotencyMismatch`, and a lease that held the lock
+    /// and has ended is `Ended`, never granted again.
+    pub async fn acquire_keyed(
+        &self,
+        key: &LockKey,
+        lease: &str,
+        ttl: Duration,
+        owner: Option<Arc<str>>,
+        idem: Option<Idem>,
+    ) -> Result<Leased, EngineError> {
         let started = Instant::now();
         let ttl_ms = millis(ttl);
         let (key, lease): (LockKey, Arc<str>) = (key.clone(), lease.into());
+        let idem = idem.map(|mut idem| {
+            idem.attempt = format!("{:016x}", rand::random::<u64>());
+            Arc::new(idem)
+        });
         let Round {
             outcome,
             pending: stragglers,
@@ -394,9 +421,12 @@ impl Redlock {
                 self.config.master_timeout,
                 |i, node| {
                     let (key, lease, owner) = (key.clone(), lease.clone(), owner.clone());
+                    let idem = idem.clone();
                     let monitor = self.monitor.clone();
                     Box::pin(async move {
-                        let reply = node.acquire(&key, &lease, ttl_ms, owner.as_deref()).await;
+                        let reply = node
+                            .acquire(&key, &lease, ttl_ms, owner.as_deref(), idem.as_deref())
+                            .await;
                         if let Ok(Acquired::Granted { token }) = &reply {
                             monitor.saw_fence(i, *token);
                         }
@@ -412,17 +442,29 @@ impl Redlock {
             Some(GrantOutcome::Won { token, confirmed }) => (token, confirmed),
             Some(GrantOutcome::Held { retry_after }) => {
                 drop(stragglers);
-                self.abandon(&key, &lease, ttl).await;
+                self.abandon(&key, &lease, ttl, idem.as_deref()).await;
                 return Err(EngineError::Held { retry_after });
             }
             Some(GrantOutcome::Split) => {
                 drop(stragglers);
-                self.abandon(&key, &lease, ttl).await;
+                self.abandon(&key, &lease, ttl, idem.as_deref()).await;
                 return Err(EngineError::Split);
+            }
+            // What this round granted is released; the key's own lease, if it holds
+            // anywhere, is another request's (mismatch) or has let go (ended).
+            Some(GrantOutcome::Mismatch) => {
+                drop(stragglers);
+                self.abandon(&key, &lease, ttl, idem.as_deref()).await;
+                return Err(EngineError::IdempotencyMismatch);
+            }
+            Some(GrantOutcome::Ended) => {
+                drop(stragglers);
+                self.abandon(&key, &lease, ttl, idem.as_deref()).await;
+                return Err(EngineError::Ended);
             }
             Some(GrantOutcome::Unavailable) | None => {
                 drop(stragglers);
-                self.abandon(&key, &lease, ttl).await;
+                self.abandon(&key, &lease, ttl, idem.as_deref()).await;
                 return Err(Unavailability::of(
                     "fewer than a majority of masters granted the lock",
                     failures,
@@ -445,7 +487,7 @@ impl Redlock {
         if confirmed < q
             && let Err(failures) = self.confirm(&key, &lease, token).await
         {
-            self.abandon(&key, &lease, ttl).await;
+            self.abandon(&key, &lease, ttl, idem.as_deref()).await;
             return Err(Unavailability::of(
                 "could not record the fencing token on a majority of masters",
                 failures,
@@ -455,7 +497,7 @@ impl Redlock {
         let at = Instant::now();
         let elapsed = at - started;
         let Some(validity) = quorum::validity(ttl, elapsed, self.config.drift_factor) else {
-            self.abandon(&key, &lease, ttl).await;
+            self.abandon(&key, &lease, ttl, idem.as_deref()).await;
             return Err(Unavailability::of(
                 format!(
                     "the masters took {} ms, leaving no validity of a {} ms TTL",
@@ -503,8 +545,18 @@ impl Redlock {
 
     /// Undo a failed grant: release it everywhere, quietly (nothing was granted, so no
     /// waiter is woken), and keep releasing on the masters that did not answer.
-    async fn abandon(&self, key: &LockKey, lease: &Arc<str>, ttl: Duration) {
-        self.release_everywhere(key, lease, false, ttl).await;
+    /// A keyed grant's attempt undoes only what it made and no other attempt of its key
+    /// has answered for since (see `Ending::Undo`).
+    async fn abandon(
+        &self,
+        key: &LockKey,
+        lease: &Arc<str>,
+        ttl: Duration,
+        attempt: Option<&Idem>,
+    ) {
+        let attempt = attempt.map(|i| Arc::from(i.attempt.as_str()));
+        self.release_everywhere(key, lease, Ending::Undo { attempt }, ttl)
+            .await;
     }
 
     /// Delete `lease` from every master, until a majority's answers decide the outcome (at
@@ -515,7 +567,7 @@ impl Redlock {
         &self,
         key: &LockKey,
         lease: &Arc<str>,
-        announce: bool,
+        ending: Ending,
         ttl: Duration,
     ) -> (Option<ReleaseOutcome>, Vec<MasterFailure>) {
         let give_up = Instant::now() + ttl;
@@ -528,8 +580,8 @@ impl Redlock {
             .fan_out(
                 self.config.master_timeout,
                 |_, node| {
-                    let (key, lease) = (key.clone(), lease.clone());
-                    Box::pin(async move { node.release(&key, &lease, announce).await })
+                    let (key, lease, ending) = (key.clone(), lease.clone(), ending.clone());
+                    Box::pin(async move { node.release(&key, &lease, &ending).await })
                 },
                 quorum::decide_release,
             )
@@ -537,6 +589,7 @@ impl Redlock {
         let owed = |in_flight| Job::Release {
             key: key.clone(),
             lease: lease.clone(),
+            ending: ending.clone(),
             give_up,
             in_flight,
         };
@@ -602,7 +655,8 @@ impl Redlock {
             Some(OwnedOutcome::NotOwner) => {
                 // Whatever minority still holds the lease can only get in the way now.
                 let ttl = ttl.unwrap_or(self.config.max_ttl);
-                self.release_everywhere(&key, &lease, false, ttl).await;
+                self.release_everywhere(&key, &lease, Ending::Undo { attempt: None }, ttl)
+                    .await;
                 return Err(EngineError::NotFound);
             }
             Some(OwnedOutcome::Unavailable) | None => {
@@ -639,7 +693,7 @@ impl Redlock {
     /// too.
     pub async fn release(&self, key: &LockKey, lease: &str) -> Result<(), EngineError> {
         let (outcome, failures) = self
-            .release_everywhere(key, &lease.into(), true, self.config.max_ttl)
+            .release_everywhere(key, &lease.into(), Ending::Revoke, self.config.max_ttl)
             .await;
         match outcome {
             Some(ReleaseOutcome::Released) => Ok(()),

@@ -44,6 +44,10 @@ pub enum GrantOutcome {
     Split,
     /// Too many masters failed to answer (or are not voting) for any majority.
     Unavailable,
+    /// A master has the grant's Idempotency-Key on record for another request.
+    Mismatch,
+    /// A majority say the Idempotency-Key's lease held the lock and has ended.
+    Ended,
 }
 
 /// Decide an acquire round, or `None` while the pending answers could still change it.
@@ -54,11 +58,17 @@ pub fn decide_grant(replies: &[Option<NodeResult<Acquired>>]) -> Option<GrantOut
     let mut held: Vec<(&str, u64)> = Vec::new();
     let mut failed = 0;
     let mut pending = 0;
+    let mut ended = 0;
     for reply in replies {
         match reply {
             None => pending += 1,
             Some(Ok(Acquired::Granted { token })) => tokens.push(*token),
             Some(Ok(Acquired::Held { pttl_ms, lease })) => held.push((lease, *pttl_ms)),
+            // The key's record is the client's own request, on any master: no vote changes it.
+            Some(Ok(Acquired::Mismatch)) => return Some(GrantOutcome::Mismatch),
+            // A minority's record may be a failed attempt's that its clean-up missed; only a
+            // majority's says the lease was granted and has ended.
+            Some(Ok(Acquired::Ended)) => ended += 1,
             Some(Err(_)) => failed += 1,
         }
     }
@@ -67,7 +77,10 @@ pub fn decide_grant(replies: &[Option<NodeResult<Acquired>>]) -> Option<GrantOut
         let confirmed = tokens.iter().filter(|t| **t == token).count();
         return Some(GrantOutcome::Won { token, confirmed });
     }
-    if tokens.len() + pending >= q {
+    if ended >= q {
+        return Some(GrantOutcome::Ended);
+    }
+    if tokens.len() + pending >= q || ended + pending >= q {
         return None;
     }
     if failed > n - q {

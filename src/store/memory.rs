@@ -16,7 +16,8 @@ use async_trait::async_trait;
 use tokio::time::Instant;
 
 use super::node::{
-    Acquired, Holding, Kind, ListPage, LockKey, LockNode, NodeError, NodeResult, Owned, Probe,
+    Acquired, Ending, Holding, Idem, Kind, ListPage, LockKey, LockNode, NodeError, NodeResult,
+    Owned, Probe,
 };
 
 /// How a memory node misbehaves.
@@ -41,11 +42,18 @@ struct Entry {
     ttl_ms: u64,
     owner: Option<String>,
     expires: Instant,
+    /// The Idempotency-Key record this lease was granted with, if any, the attempt that
+    /// made the hold and the one that last answered for it.
+    record: Option<String>,
+    made: Option<String>,
+    seen: Option<String>,
 }
 
 #[derive(Debug)]
 struct Data {
     locks: HashMap<LockKey, Entry>,
+    /// Idempotency-Key records: fingerprint and expiry, by record name.
+    records: HashMap<String, (String, Instant)>,
     fence: u64,
     /// The marker's value (the node's identity), `None` once it lost its data.
     marker: Option<String>,
@@ -72,6 +80,7 @@ impl Data {
         self.since_sweep += 1;
         if self.since_sweep >= 1024.max(self.locks.len()) {
             self.locks.retain(|_, e| e.expires > now);
+            self.records.retain(|_, (_, expires)| *expires > now);
             self.since_sweep = 0;
         }
     }
@@ -112,6 +121,7 @@ impl Data {
 #[derive(Debug, Clone)]
 pub struct Snapshot {
     locks: HashMap<LockKey, Entry>,
+    records: HashMap<String, (String, Instant)>,
     fence: u64,
     marker: Option<String>,
     watermarks: HashMap<String, u64>,
@@ -131,6 +141,7 @@ impl MemoryNode {
             address: address.into(),
             data: Mutex::new(Data {
                 locks: HashMap::new(),
+                records: HashMap::new(),
                 fence: 0,
                 marker: None,
                 watermarks: HashMap::new(),
@@ -178,6 +189,7 @@ impl MemoryNode {
     pub fn restart_empty(&self) {
         self.restart_from(Snapshot {
             locks: HashMap::new(),
+            records: HashMap::new(),
             fence: 0,
             marker: None,
             watermarks: HashMap::new(),
@@ -189,6 +201,7 @@ impl MemoryNode {
         let data = self.data();
         Snapshot {
             locks: data.locks.clone(),
+            records: data.records.clone(),
             fence: data.fence,
             marker: data.marker.clone(),
             watermarks: data.watermarks.clone(),
@@ -200,6 +213,7 @@ impl MemoryNode {
     pub fn restart_from(&self, snapshot: Snapshot) {
         let mut data = self.data();
         data.locks = snapshot.locks;
+        data.records = snapshot.records;
         data.fence = snapshot.fence;
         data.marker = snapshot.marker;
         data.watermarks = snapshot.watermarks;
@@ -266,20 +280,46 @@ impl LockNode for MemoryNode {
         lease: &str,
         ttl_ms: u64,
         owner: Option<&str>,
+        idem: Option<&Idem>,
     ) -> NodeResult<Acquired> {
         self.step(|data, now| {
             data.check_marker()?;
-            if data.live(key, now).is_some()
-                && let Some(entry) = data.locks.get(key)
+            let record = idem.and_then(|i| {
+                data.records
+                    .get(&i.record)
+                    .filter(|(_, expires)| *expires > now)
+                    .map(|(fingerprint, _)| fingerprint.clone())
+            });
+            if let (Some(record), Some(idem)) = (&record, idem)
+                && *record != idem.fingerprint
             {
+                return Ok(Acquired::Mismatch);
+            }
+            if data.live(key, now).is_some()
+                && let Some(entry) = data.locks.get_mut(key)
+            {
+                if let Some(idem) = idem
+                    && entry.lease == lease
+                {
+                    entry.seen = Some(idem.attempt.clone());
+                    return Ok(Acquired::Granted { token: entry.token });
+                }
+                let entry = &data.locks[key];
                 return Ok(Acquired::Held {
                     pttl_ms: data.pttl(entry, now),
                     lease: entry.lease.clone(),
                 });
             }
+            if record.is_some() {
+                return Ok(Acquired::Ended);
+            }
             data.fence += 1;
             let token = data.fence;
             let expires = data.expiry(now, ttl_ms);
+            if let Some(idem) = idem {
+                data.records
+                    .insert(idem.record.clone(), (idem.fingerprint.clone(), expires));
+            }
             data.locks.insert(
                 key.clone(),
                 Entry {
@@ -288,6 +328,9 @@ impl LockNode for MemoryNode {
                     ttl_ms,
                     owner: owner.filter(|o| !o.is_empty()).map(str::to_owned),
                     expires,
+                    record: idem.map(|i| i.record.clone()),
+                    made: idem.map(|i| i.attempt.clone()),
+                    seen: idem.map(|i| i.attempt.clone()),
                 },
             );
             Ok(Acquired::Granted { token })
@@ -339,11 +382,23 @@ impl LockNode for MemoryNode {
         .await
     }
 
-    async fn release(&self, key: &LockKey, lease: &str, _announce: bool) -> NodeResult<Owned<()>> {
+    async fn release(&self, key: &LockKey, lease: &str, ending: &Ending) -> NodeResult<Owned<()>> {
         self.step(|data, now| {
             data.check_marker()?;
-            if data.live(key, now).is_some_and(|e| e.lease == lease) {
-                data.locks.remove(key);
+            let ours = |e: &Entry| match ending {
+                Ending::Undo {
+                    attempt: Some(attempt),
+                } => e.made.as_deref() == Some(&**attempt) && e.seen.as_deref() == Some(&**attempt),
+                _ => true,
+            };
+            if data
+                .live(key, now)
+                .is_some_and(|e| e.lease == lease && ours(e))
+            {
+                let record = data.locks.remove(key).and_then(|e| e.record);
+                if let (Some(record), Ending::Undo { .. }) = (record, ending) {
+                    data.records.remove(&record);
+                }
                 Ok(Owned::Yes(()))
             } else {
                 Ok(Owned::NotOwner)
@@ -458,7 +513,7 @@ mod tests {
     #[tokio::test]
     async fn the_embedded_store_keeps_tokens_rising_across_restarts_of_redlockd() {
         let grant = async |node: &MemoryNode| match node
-            .acquire(&LockKey::mutex("a"), "L", 1000, None)
+            .acquire(&LockKey::mutex("a"), "L", 1000, None, None)
             .await
         {
             Ok(Acquired::Granted { token }) => token,

@@ -105,6 +105,42 @@ pub enum Acquired {
     /// the engine tell a real holder (one lease on a majority) from a split vote (several
     /// contenders, each on a minority, whose keys are about to be released).
     Held { pttl_ms: u64, lease: String },
+    /// The grant's Idempotency-Key was used here, within its TTL, for another request
+    /// (another name, TTL or owner). Nothing was written.
+    Mismatch,
+    /// The key's lease held the lock here and has ended (revoked, or force-released): a
+    /// retry must not lock again for a holder that has let go. Nothing was written.
+    Ended,
+}
+
+/// What makes a grant idempotent on a master: the record its Idempotency-Key leaves there
+/// (named by a hash of the key, never the key itself) and the request it stands for. The
+/// lease id of such a grant is derived from both, so that a retry asks for the very lease
+/// the first attempt may have won, and acquire answers "granted" with that lease's token.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Idem {
+    /// Names the record: a hash of the caller's scope and the key.
+    pub record: String,
+    /// The request the key was first used for (kind, name, TTL, owner), hashed.
+    pub fingerprint: String,
+    /// This attempt's nonce (each attempt of each retry has its own): the hold notes which
+    /// attempt made it and which last answered for it, so that undoing a failed attempt
+    /// never takes away a hold a concurrent attempt of the same key counts on.
+    pub attempt: String,
+}
+
+/// How a lease's hold on one master ends.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Ending {
+    /// The holder let go (or an administrator made it): announced, so that waiting grants
+    /// and observers learn of it at once. An Idempotency-Key's record stays until the
+    /// grant's TTL, so that a late retry of the key does not lock again for nobody.
+    Revoke,
+    /// A failed grant attempt is undone: quietly (nothing was granted, and waking waiters
+    /// would only make them spin), and its key's record is forgotten. With `attempt` (a
+    /// keyed grant's), only a hold that attempt made and that no other attempt of the key
+    /// has answered for since.
+    Undo { attempt: Option<Arc<str>> },
 }
 
 /// One page of a master's held locks, in name order.
@@ -247,13 +283,17 @@ pub trait LockNode: Send + Sync + 'static {
     fn address(&self) -> &str;
 
     /// Make `lease` a holder of `key` for `ttl_ms` if the kind's rule allows it (for a
-    /// mutex: the lock is free), taking a fencing token from this master's counter.
+    /// mutex: the lock is free), taking a fencing token from this master's counter. With
+    /// `idem`, a lease that holds the key already is answered as granted with its token,
+    /// and the key's record decides `Mismatch` and `Ended`; a grant leaves the record for
+    /// `ttl_ms`.
     async fn acquire(
         &self,
         key: &LockKey,
         lease: &str,
         ttl_ms: u64,
         owner: Option<&str>,
+        idem: Option<&Idem>,
     ) -> NodeResult<Acquired>;
 
     /// Raise this master's counter to at least `token` and, if `lease` holds `key` here,
@@ -270,10 +310,8 @@ pub trait LockNode: Send + Sync + 'static {
         owner: Option<&str>,
     ) -> NodeResult<Owned<Holding>>;
 
-    /// End `lease`'s hold on `key`, if it holds it, and announce the release when
-    /// `announce` is set (a revoke). Clean-up of a failed attempt does not announce: the
-    /// lock was never granted, and waking waiters for it would only make them spin.
-    async fn release(&self, key: &LockKey, lease: &str, announce: bool) -> NodeResult<Owned<()>>;
+    /// End `lease`'s hold on `key`, if it holds it, as `ending` says (see `Ending`).
+    async fn release(&self, key: &LockKey, lease: &str, ending: &Ending) -> NodeResult<Owned<()>>;
 
     /// Every holder of `key` here (for a mutex, none or one).
     async fn read(&self, key: &LockKey) -> NodeResult<Vec<Holding>>;

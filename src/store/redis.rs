@@ -17,8 +17,8 @@ use redis::{Script, Value};
 use tokio_util::sync::CancellationToken;
 
 use super::node::{
-    Acquired, Announcement, Holding, Kind, ListPage, Listener, LockKey, LockNode, News, NodeError,
-    NodeResult, Owned, Probe,
+    Acquired, Announcement, Ending, Holding, Idem, Kind, ListPage, Listener, LockKey, LockNode,
+    News, NodeError, NodeResult, Owned, Probe,
 };
 use crate::config::MasterUrl;
 
@@ -50,6 +50,7 @@ struct Keys {
     election_prefix: String,
     channel: String,
     events: String,
+    idem: String,
 }
 
 impl Keys {
@@ -64,6 +65,7 @@ impl Keys {
             election_prefix: format!("{prefix}{}", Kind::Election.segment()),
             channel: format!("{prefix}released"),
             events: format!("{prefix}events"),
+            idem: format!("{prefix}idem:"),
         }
     }
 
@@ -217,25 +219,31 @@ impl LockNode for RedisNode {
         lease: &str,
         ttl_ms: u64,
         owner: Option<&str>,
+        idem: Option<&Idem>,
     ) -> NodeResult<Acquired> {
-        let reply = self
-            .run(
-                ACQUIRE
-                    .key(self.keys.lock(key))
-                    .key(&self.keys.fence)
-                    .key(&self.keys.marker)
-                    .key(self.keys.index(key.kind))
-                    .arg(lease)
-                    .arg(ttl_ms)
-                    .arg(owner.unwrap_or(""))
-                    .arg(&*key.name)
-                    .arg(self.keys.segment(key.kind)),
-            )
-            .await?;
+        let mut invocation = ACQUIRE.key(self.keys.lock(key));
+        invocation
+            .key(&self.keys.fence)
+            .key(&self.keys.marker)
+            .key(self.keys.index(key.kind))
+            .arg(lease)
+            .arg(ttl_ms)
+            .arg(owner.unwrap_or(""))
+            .arg(&*key.name)
+            .arg(self.keys.segment(key.kind));
+        if let Some(idem) = idem {
+            invocation
+                .key(format!("{}{}", self.keys.idem, idem.record))
+                .arg(&idem.fingerprint)
+                .arg(&idem.attempt);
+        }
+        let reply = self.run(&invocation).await?;
         match reply.status()? {
             1 => Ok(Acquired::Granted {
                 token: reply.uint(1)?,
             }),
+            -2 => Ok(Acquired::Mismatch),
+            -3 => Ok(Acquired::Ended),
             _ => Ok(Acquired::Held {
                 pttl_ms: reply.uint(1)?,
                 lease: reply.string(2)?,
@@ -283,7 +291,11 @@ impl LockNode for RedisNode {
         }))
     }
 
-    async fn release(&self, key: &LockKey, lease: &str, announce: bool) -> NodeResult<Owned<()>> {
+    async fn release(&self, key: &LockKey, lease: &str, ending: &Ending) -> NodeResult<Owned<()>> {
+        let (announce, attempt) = match ending {
+            Ending::Revoke => (true, ""),
+            Ending::Undo { attempt } => (false, attempt.as_deref().unwrap_or("")),
+        };
         let reply = self
             .run(
                 RELEASE
@@ -295,7 +307,8 @@ impl LockNode for RedisNode {
                     .arg(&*key.name)
                     .arg(if announce { "1" } else { "0" })
                     .arg(&self.keys.events)
-                    .arg(&*key.topic()),
+                    .arg(&*key.topic())
+                    .arg(attempt),
             )
             .await?;
         Ok(match reply.status()? {

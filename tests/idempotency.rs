@@ -1,0 +1,180 @@
+//! `Idempotency-Key` on grants, over HTTP against three real redis-server masters and two
+//! replicas: a retried grant answers the lease it won (on any replica), a key bound to its
+//! request, a lease that has let go never locked again, and a grant whose client vanished
+//! before the answer found by its retry.
+
+mod common;
+
+use std::time::Duration;
+
+use common::{RedisMaster, TestApp, config, masters, wait_for};
+use serde_json::{Value, json};
+use tokio::io::AsyncWriteExt as _;
+
+async fn replicas() -> (Vec<RedisMaster>, TestApp, TestApp) {
+    let ms = masters(3);
+    let refs: Vec<&RedisMaster> = ms.iter().collect();
+    let a = TestApp::spawn(config(&refs)).await;
+    let b = TestApp::spawn(config(&refs)).await;
+    (ms, a, b)
+}
+
+async fn keyed(app: &TestApp, name: &str, key: &str, body: Value) -> (u16, Value) {
+    let resp = app
+        .http
+        .post(app.url(&format!("/locks/{name}")))
+        .header("Idempotency-Key", key)
+        .json(&body)
+        .send()
+        .await
+        .expect("grant");
+    let status = resp.status().as_u16();
+    (status, resp.json().await.unwrap_or(Value::Null))
+}
+
+#[tokio::test]
+async fn a_retry_on_another_replica_answers_the_same_lease_and_token() {
+    let (_ms, a, b) = replicas().await;
+    let body = json!({"ttl_ms": 30000, "owner": "w1"});
+    let (status, first) = keyed(&a, "idem-1", "k-1", body.clone()).await;
+    assert_eq!(status, 201, "{first}");
+    let (status, again) = keyed(&b, "idem-1", "k-1", body.clone()).await;
+    assert_eq!(status, 201, "{again}");
+    assert_eq!(again["lease_id"], first["lease_id"]);
+    assert_eq!(again["fencing_token"], first["fencing_token"]);
+    // A retry that waits is answered at once too: the lock is its own.
+    let (status, waited) = keyed(
+        &a,
+        "idem-1",
+        "k-1",
+        json!({"ttl_ms": 30000, "owner": "w1", "wait_ms": 5000}),
+    )
+    .await;
+    assert_eq!((status, &waited["lease_id"]), (201, &first["lease_id"]));
+    // Held once: anyone else is refused, and the lease renews through either replica.
+    assert_eq!(a.grant("idem-1", json!({})).await.0, 409);
+    let id = first["lease_id"].as_str().unwrap();
+    let (status, renewed) = b.renew("idem-1", id, json!({})).await;
+    assert_eq!(status, 200, "{renewed}");
+    assert_eq!(renewed["fencing_token"], first["fencing_token"]);
+    // Another key is another grant.
+    assert_eq!(
+        keyed(&b, "idem-1", "k-2", json!({"ttl_ms": 30000})).await.0,
+        409
+    );
+}
+
+#[tokio::test]
+async fn a_key_is_bound_to_its_request() {
+    let (_ms, a, b) = replicas().await;
+    let (status, first) = keyed(&a, "idem-2", "k", json!({"ttl_ms": 30000})).await;
+    assert_eq!(status, 201, "{first}");
+    for (name, body) in [
+        ("idem-2", json!({"ttl_ms": 20000})),
+        ("idem-2", json!({"ttl_ms": 30000, "owner": "someone"})),
+        ("idem-other", json!({"ttl_ms": 30000})),
+    ] {
+        let (status, err) = keyed(&b, name, "k", body.clone()).await;
+        assert_eq!(status, 422, "{name} {body}: {err}");
+        assert_eq!(err["error"], "idempotency_mismatch");
+    }
+    // The first lease is untouched by the refused requests, and the other name is free.
+    let id = first["lease_id"].as_str().unwrap();
+    assert_eq!(a.check("idem-2", id).await.0, 200);
+    assert_eq!(a.inspect("idem-other").await.1["held"], false);
+    // wait_ms is not part of the request's identity: a retry may wait less.
+    assert_eq!(
+        keyed(&a, "idem-2", "k", json!({"ttl_ms": 30000, "wait_ms": 10}))
+            .await
+            .0,
+        201
+    );
+}
+
+#[tokio::test]
+async fn a_retry_after_the_lease_was_revoked_does_not_lock_again() {
+    let (_ms, a, b) = replicas().await;
+    let (status, first) = keyed(&a, "idem-3", "k", json!({"ttl_ms": 30000})).await;
+    assert_eq!(status, 201);
+    let id = first["lease_id"].as_str().unwrap();
+    assert_eq!(a.revoke("idem-3", id).await.0, 204);
+    let (status, err) = keyed(&b, "idem-3", "k", json!({"ttl_ms": 30000})).await;
+    assert_eq!(status, 404, "{err}");
+    assert_eq!(err["error"], "lease_not_found");
+    assert_eq!(
+        b.inspect("idem-3").await.1["held"],
+        false,
+        "nobody holds it"
+    );
+    // A new key locks as usual, with a greater token.
+    let (status, next) = keyed(&b, "idem-3", "k2", json!({"ttl_ms": 30000})).await;
+    assert_eq!(status, 201);
+    assert!(next["fencing_token"].as_u64() > first["fencing_token"].as_u64());
+}
+
+#[tokio::test]
+async fn bad_keys_and_keys_on_streams_are_400() {
+    let (_ms, a, _b) = replicas().await;
+    for key in [String::new(), "a b".into(), "x".repeat(256)] {
+        let (status, err) = keyed(&a, "idem-4", &key, json!({})).await;
+        assert_eq!(status, 400, "{key:?}: {err}");
+        assert_eq!(err["error"], "invalid_request");
+    }
+    let resp = a
+        .http
+        .post(a.url("/locks/idem-4"))
+        .header("Idempotency-Key", "k")
+        .header("Accept", "text/event-stream")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 400);
+    assert_eq!(a.inspect("idem-4").await.1["held"], false);
+}
+
+/// Send a grant and close the connection before reading a byte of the answer: the answer
+/// is lost, whether the grant was decided before or after the close.
+async fn grant_and_hang_up(app: &TestApp, name: &str, key: Option<&str>) {
+    let addr = app.base.trim_start_matches("http://");
+    let mut conn = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let body = r#"{"ttl_ms":30000}"#;
+    let key = key
+        .map(|k| format!("Idempotency-Key: {k}\r\n"))
+        .unwrap_or_default();
+    let request = format!(
+        "POST /locks/{name} HTTP/1.1\r\nHost: {addr}\r\nContent-Type: application/json\r\n{key}Content-Length: {}\r\n\r\n{body}",
+        body.len()
+    );
+    conn.write_all(request.as_bytes()).await.unwrap();
+    drop(conn);
+}
+
+#[tokio::test]
+async fn a_grant_whose_answer_was_lost_is_found_by_its_retry() {
+    let (_ms, a, b) = replicas().await;
+    grant_and_hang_up(&a, "idem-5", Some("lost-answer")).await;
+    // The retry may reach the masters before the first attempt or after it: either way
+    // it answers the one lease, and the lock holds no other.
+    let (status, retried) = keyed(&b, "idem-5", "lost-answer", json!({"ttl_ms": 30000})).await;
+    assert_eq!(status, 201, "{retried}");
+    let token = retried["fencing_token"].as_u64();
+    // Once the first attempt has surely finished, the lock is still the retry's lease.
+    wait_for(
+        "the first attempt to settle",
+        Duration::from_secs(5),
+        async || {
+            let (_, held) = a.inspect("idem-5").await;
+            (held["fencing_token"].as_u64() == token).then_some(())
+        },
+    )
+    .await;
+    let id = retried["lease_id"].as_str().unwrap();
+    assert_eq!(a.check("idem-5", id).await.0, 200);
+    assert_eq!(a.grant("idem-5", json!({})).await.0, 409);
+    assert_eq!(a.revoke("idem-5", id).await.0, 204);
+    assert_eq!(
+        a.inspect("idem-5").await.1["held"],
+        false,
+        "one revoke frees it"
+    );
+}
