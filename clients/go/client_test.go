@@ -1,0 +1,252 @@
+package redlockd_test
+
+import (
+	"context"
+	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	redlockd "github.com/redlockd/redlockd/clients/go"
+)
+
+func client(t *testing.T, servers ...string) *redlockd.Client {
+	c, err := redlockd.New(redlockd.Options{Servers: servers})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+func token(v any) uint64 {
+	f, _ := v.(float64)
+	return uint64(f)
+}
+
+func TestLockRenewsInTheBackgroundAndReleases(t *testing.T) {
+	c := startCluster(t, 1)
+	ctx := context.Background()
+	lease, err := client(t, c.urls()...).Lock(ctx, "report", redlockd.LockOptions{TTL: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(3 * time.Second)
+	if err := lease.EnsureValid(0); err != nil {
+		t.Fatalf("still valid after three TTLs: %v", err)
+	}
+	if got := token(held(t, c.urls()[0], "report")["fencing_token"]); got != lease.FencingToken {
+		t.Fatalf("held with token %d, lease has %d", got, lease.FencingToken)
+	}
+	if err := lease.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if held(t, c.urls()[0], "report")["held"] != false {
+		t.Fatal("still held after release")
+	}
+	if lease.Context().Err() == nil {
+		t.Fatal("the lease's context ends with the lease")
+	}
+}
+
+func TestRenewCarriesOnThroughAReplicasDeath(t *testing.T) {
+	c := startCluster(t, 2)
+	a, b := c.replicas[0], c.replicas[1]
+	lease, err := client(t, a.url, b.url).Lock(context.Background(), "failover", redlockd.LockOptions{TTL: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a.stop()
+	time.Sleep(3 * time.Second)
+	if err := lease.EnsureValid(0); err != nil {
+		t.Fatalf("renewed through the other replica: %v", err)
+	}
+	if got := token(held(t, b.url, "failover")["fencing_token"]); got != lease.FencingToken {
+		t.Fatalf("held with token %d, lease has %d", got, lease.FencingToken)
+	}
+	_ = lease.Release(context.Background())
+}
+
+func TestLossCancelsTheContextWhenAMajorityStops(t *testing.T) {
+	c := startCluster(t, 1)
+	var told atomic.Int32
+	cl := client(t, c.urls()...)
+	lease, err := cl.Lock(context.Background(), "majority",
+		redlockd.LockOptions{TTL: time.Second, OnLost: func(*redlockd.Lease) { told.Add(1) }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	granted := time.Now()
+	for _, m := range c.masters[:2] {
+		m.pause()
+	}
+	defer func() {
+		for _, m := range c.masters[:2] {
+			m.resume()
+		}
+	}()
+	select {
+	case <-lease.Context().Done():
+	case <-time.After(5 * time.Second):
+		t.Fatal("the lease's context was not cancelled")
+	}
+	if took := time.Since(granted); took > 1250*time.Millisecond {
+		t.Fatalf("loss signalled %v after the grant, past the validity", took)
+	}
+	if told.Load() != 1 || lease.LostReason() != "expired" {
+		t.Fatalf("OnLost called %d times, reason %q", told.Load(), lease.LostReason())
+	}
+	if err := lease.EnsureValid(0); !errors.Is(err, redlockd.ErrLeaseLost) {
+		t.Fatalf("EnsureValid: %v", err)
+	}
+	if _, err := cl.Lock(context.Background(), "other", redlockd.LockOptions{TTL: time.Second}); !errors.Is(err, redlockd.ErrUnavailable) {
+		t.Fatalf("a grant without a majority: %v", err)
+	}
+}
+
+func TestDeferredReleaseRunsOnAPanic(t *testing.T) {
+	c := startCluster(t, 1)
+	cl := client(t, c.urls()...)
+	func() {
+		defer func() { _ = recover() }()
+		lease, err := cl.Lock(context.Background(), "panics", redlockd.LockOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer lease.Release(context.Background())
+		panic("boom")
+	}()
+	if held(t, c.urls()[0], "panics")["held"] != false {
+		t.Fatal("still held after the panic")
+	}
+}
+
+func TestErrorsAreTyped(t *testing.T) {
+	c := startCluster(t, 1)
+	cl := client(t, c.urls()...)
+	ctx := context.Background()
+	lease, err := cl.Lock(ctx, "typed", redlockd.LockOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lease.Release(ctx)
+	_, err = cl.Lock(ctx, "typed", redlockd.LockOptions{Wait: 50 * time.Millisecond})
+	var e *redlockd.Error
+	if !errors.Is(err, redlockd.ErrLockHeld) || !errors.As(err, &e) || e.RetryAfter < 25*time.Second {
+		t.Fatalf("held: %v", err)
+	}
+	if _, err := cl.Lock(ctx, "no spaces", redlockd.LockOptions{}); !errors.Is(err, redlockd.ErrBadRequest) {
+		t.Fatalf("bad name: %v", err)
+	}
+	nobody, _ := redlockd.New(redlockd.Options{Servers: []string{"http://127.0.0.1:9"}, Timeout: 500 * time.Millisecond})
+	if _, err := nobody.Lock(ctx, "typed", redlockd.LockOptions{}); !errors.Is(err, redlockd.ErrUnavailable) {
+		t.Fatalf("nobody listening: %v", err)
+	}
+}
+
+func TestAGrantWhoseAnswerIsLostIsRetriedWithItsKey(t *testing.T) {
+	c := startCluster(t, 2)
+	proxy := startLosingProxy(t, c.replicas[0].url)
+	b := c.replicas[1]
+	ctx := context.Background()
+	lease, err := client(t, proxy.url, b.url).Lock(ctx, "lost-answer", redlockd.LockOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(proxy.requests) != 1 || !strings.Contains(strings.ToLower(proxy.requests[0]), "idempotency-key: ") {
+		t.Fatalf("the first attempt went through the proxy with a key: %q", proxy.requests)
+	}
+	if got := token(held(t, b.url, "lost-answer")["fencing_token"]); got != lease.FencingToken {
+		t.Fatalf("held with token %d, the retry answered %d", got, lease.FencingToken)
+	}
+	_ = lease.Release(ctx)
+	if held(t, b.url, "lost-answer")["held"] != false {
+		t.Fatal("one release frees it: one lease")
+	}
+}
+
+func TestOncePerTickRunsOnOneOfEight(t *testing.T) {
+	c := startCluster(t, 1)
+	var ran atomic.Int32
+	var wg sync.WaitGroup
+	for i := 0; i < 8; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_, err := client(t, c.urls()...).RunOncePerTick(context.Background(), "tick:1", 500*time.Millisecond, 0,
+				func(context.Context, *redlockd.Lease) error { ran.Add(1); return nil })
+			if err != nil {
+				t.Error(err)
+			}
+		}()
+	}
+	wg.Wait()
+	if ran.Load() != 1 {
+		t.Fatalf("ran %d times", ran.Load())
+	}
+}
+
+func TestCampaignProclaimObserveResign(t *testing.T) {
+	c := startCluster(t, 1)
+	cl := client(t, c.urls()...)
+	ctx, stop := context.WithCancel(context.Background())
+	defer stop()
+	var mu sync.Mutex
+	var events []redlockd.LeaderEvent
+	done := make(chan error)
+	go func() {
+		done <- cl.Observe(ctx, "primary", func(e redlockd.LeaderEvent) {
+			mu.Lock()
+			defer mu.Unlock()
+			events = append(events, e)
+		})
+	}()
+	count := func() int { mu.Lock(); defer mu.Unlock(); return len(events) }
+	waitFor(t, "the observer's first event", 5*time.Second, func() bool { return count() > 0 })
+	leader, err := cl.Campaign(context.Background(), "primary", "10.0.0.1:5432", redlockd.LockOptions{TTL: 2 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if now, err := cl.Leader(context.Background(), "primary"); err != nil || now.Term != leader.Term() {
+		t.Fatalf("leader: %+v %v", now, err)
+	}
+	if err := leader.Proclaim(context.Background(), "10.0.0.1:5433"); err != nil {
+		t.Fatal(err)
+	}
+	_ = leader.Release(context.Background())
+	waitFor(t, "four events", 5*time.Second, func() bool { return count() >= 4 })
+	stop()
+	if err := <-done; !errors.Is(err, context.Canceled) {
+		t.Fatalf("observe ended with %v", err)
+	}
+	kinds := []string{}
+	for _, e := range events {
+		kinds = append(kinds, e.Kind)
+	}
+	if strings.Join(kinds, ",") != "vacant,elected,proclaimed,vacant" || events[2].Value != "10.0.0.1:5433" ||
+		events[1].Term != leader.Term() {
+		t.Fatalf("events: %+v", events)
+	}
+	if now, _ := cl.Leader(context.Background(), "primary"); now != nil {
+		t.Fatalf("vacant after resigning, got %+v", now)
+	}
+}
+
+func TestTheCronExampleRunsOnce(t *testing.T) {
+	c := startCluster(t, 1)
+	cmd := exec.Command("go", "run", "./cron-once", "-instances", "8", "-tick", "t1")
+	cmd.Dir = filepath.Join(projectRoot(t), "examples", "go")
+	cmd.Env = append(os.Environ(), "REDLOCKD_SERVER="+c.urls()[0])
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("%v: %s", err, out)
+	}
+	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
+	if len(lines) != 8 || strings.Count(string(out), "report sent") != 1 {
+		t.Fatalf("one of eight runs it:\n%s", out)
+	}
+}

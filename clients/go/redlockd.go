@@ -1,0 +1,427 @@
+// Package redlockd is a client for redlockd, the distributed-lock service: leases renewed
+// in the background, a context cancelled when a lease is lost, fencing tokens, and grants
+// that are safe to retry. Standard library only.
+//
+//	client, _ := redlockd.New(redlockd.Options{Servers: []string{"http://127.0.0.1:8080"}})
+//	lease, err := client.Lock(ctx, "nightly-report", redlockd.LockOptions{TTL: 30 * time.Second})
+//	if err != nil { return err }
+//	defer lease.Release(context.Background())
+//	return sendReport(lease.Context(), lease.FencingToken)
+package redlockd
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"strings"
+	"sync"
+	"time"
+)
+
+// rounds is how many times a request goes round the servers before giving up.
+const rounds = 2
+
+// Options configure a Client.
+type Options struct {
+	// Servers are the replicas' base URLs; requests fail over between them.
+	Servers []string
+	// Token is a bearer token, when the servers require one.
+	Token string
+	// Timeout bounds one request, besides a grant's own Wait. Default 5 s.
+	Timeout time.Duration
+	// HTTPClient, if set, is used for every request.
+	HTTPClient *http.Client
+}
+
+// Client talks to one or more redlockd replicas. Safe for concurrent use.
+type Client struct {
+	servers   []string
+	token     string
+	timeout   time.Duration
+	http      *http.Client
+	mu        sync.Mutex
+	preferred int
+}
+
+// New returns a client for opts.Servers.
+func New(opts Options) (*Client, error) {
+	c := &Client{token: opts.Token, timeout: opts.Timeout, http: opts.HTTPClient}
+	for _, s := range opts.Servers {
+		for _, u := range strings.FieldsFunc(s, func(r rune) bool { return r == ',' || r == ' ' }) {
+			c.servers = append(c.servers, strings.TrimRight(u, "/"))
+		}
+	}
+	if len(c.servers) == 0 {
+		return nil, errors.New("redlockd: at least one server URL is required")
+	}
+	if c.timeout == 0 {
+		c.timeout = 5 * time.Second
+	}
+	if c.http == nil {
+		c.http = &http.Client{}
+	}
+	return c, nil
+}
+
+// LockOptions are a grant's parameters.
+type LockOptions struct {
+	// TTL of the lease; default 30 s (10 s for a campaign).
+	TTL time.Duration
+	// Wait is how long to wait while another lease holds the lock.
+	Wait time.Duration
+	// Owner is shown by inspect (for a campaign: the leader's value).
+	Owner string
+	// IdempotencyKey is sent with the grant and each retry of it; default: random.
+	IdempotencyKey string
+	// OnLost is called once, from the renewing goroutine, when the lease is lost.
+	OnLost func(*Lease)
+	// NoAutoRenew leaves renewing to the caller.
+	NoAutoRenew bool
+}
+
+// Lock grants name, waiting up to opts.Wait while another lease holds it. Errors wrap
+// ErrLockHeld, ErrUnavailable, ErrBadRequest or ErrUnauthorized. The grant carries an
+// Idempotency-Key, so that a retry after a lost answer gets the same lease.
+func (c *Client) Lock(ctx context.Context, name string, opts LockOptions) (*Lease, error) {
+	return c.grant(ctx, "locks", name, opts)
+}
+
+// Campaign makes this caller leader of election name with value; the lease's Term is its
+// fencing token, and Proclaim publishes a new value.
+func (c *Client) Campaign(ctx context.Context, name, value string, opts LockOptions) (*Lease, error) {
+	if opts.TTL == 0 {
+		opts.TTL = 10 * time.Second
+	}
+	opts.Owner = value
+	return c.grant(ctx, "elections", name, opts)
+}
+
+// Leader is who leads an election now.
+type Leader struct {
+	Name         string
+	Term         uint64
+	Value        string
+	TTLRemaining time.Duration
+}
+
+// Leader returns who leads name now, or nil when it is vacant.
+func (c *Client) Leader(ctx context.Context, name string) (*Leader, error) {
+	var body struct {
+		Name           string `json:"name"`
+		Vacant         bool   `json:"vacant"`
+		Term           uint64 `json:"term"`
+		Value          string `json:"value"`
+		TTLRemainingMs int64  `json:"ttl_remaining_ms"`
+	}
+	if err := c.call(ctx, "GET", path("elections", name, ""), nil, "", 0, &body); err != nil {
+		return nil, err
+	}
+	if body.Vacant {
+		return nil, nil
+	}
+	return &Leader{body.Name, body.Term, body.Value, time.Duration(body.TTLRemainingMs) * time.Millisecond}, nil
+}
+
+// LeaderEvent is one change an observer is told of: "elected" (a new term), "proclaimed"
+// (the leader's new value, same term) or "vacant" (Term is the last leader's, if known).
+type LeaderEvent struct {
+	Kind  string
+	Name  string `json:"name"`
+	Term  uint64 `json:"term"`
+	Value string `json:"value"`
+}
+
+// Observe calls fn with every change of name's leadership, starting with the current
+// state, until ctx is done (it then returns ctx.Err()). It reconnects, to another replica
+// if need be, when a stream ends, and is told the current state again then.
+func (c *Client) Observe(ctx context.Context, name string, fn func(LeaderEvent)) error {
+	failures := 0
+	for {
+		for _, base := range c.order() {
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			if err := c.observeOnce(ctx, base, name, fn); err != nil {
+				var e *Error
+				if errors.As(err, &e) && !errors.Is(err, ErrUnavailable) {
+					return err
+				}
+				failures++
+			} else {
+				failures = 0
+			}
+		}
+		pause := 50 * time.Millisecond << min(failures, 5)
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(pause):
+		}
+	}
+}
+
+func (c *Client) observeOnce(ctx context.Context, base, name string, fn func(LeaderEvent)) error {
+	req, err := http.NewRequestWithContext(ctx, "GET", base+path("elections", name, "")+"/observe", nil)
+	if err != nil {
+		return err
+	}
+	c.setHeaders(req, "", false)
+	resp, err := c.http.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return readError(resp)
+	}
+	c.answered(base)
+	scanner := bufio.NewScanner(resp.Body)
+	event, data := "message", []string{}
+	for scanner.Scan() {
+		line := strings.TrimSuffix(scanner.Text(), "\r")
+		switch {
+		case line == "":
+			if len(data) > 0 {
+				ev := LeaderEvent{Kind: event}
+				if json.Unmarshal([]byte(strings.Join(data, "\n")), &ev) == nil {
+					fn(ev)
+				}
+			}
+			event, data = "message", data[:0]
+		case strings.HasPrefix(line, "event:"):
+			event = strings.TrimSpace(line[6:])
+		case strings.HasPrefix(line, "data:"):
+			data = append(data, strings.TrimLeft(line[5:], " "))
+		}
+	}
+	return scanner.Err()
+}
+
+// RunOncePerTick runs fn on this instance only if no other runs it this tick: it takes
+// name without waiting, runs fn, and keeps the lock holdAtLeast after the grant, so that
+// instances whose clocks fire a little later find it held. ran is false when another
+// instance had it. fn's context is the lease's: cancelled if the lease is lost.
+func (c *Client) RunOncePerTick(ctx context.Context, name string, holdAtLeast, ttl time.Duration,
+	fn func(ctx context.Context, lease *Lease) error) (ran bool, err error) {
+	if ttl == 0 {
+		ttl = 2 * holdAtLeast
+		if ttl < time.Second {
+			ttl = time.Second
+		}
+	}
+	lease, err := c.Lock(ctx, name, LockOptions{TTL: ttl})
+	if errors.Is(err, ErrLockHeld) {
+		return false, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	defer lease.Release(context.Background())
+	granted := time.Now()
+	if err := fn(lease.Context(), lease); err != nil {
+		return true, err
+	}
+	select {
+	case <-time.After(holdAtLeast - time.Since(granted)):
+	case <-lease.Done():
+	case <-ctx.Done():
+	}
+	return true, nil
+}
+
+// Inspect returns the lock's state as the contract's inspect answers it.
+func (c *Client) Inspect(ctx context.Context, name string) (map[string]any, error) {
+	var body map[string]any
+	err := c.call(ctx, "GET", path("locks", name, ""), nil, "", 0, &body)
+	return body, err
+}
+
+type leaseBody struct {
+	Name         string  `json:"name"`
+	LeaseID      string  `json:"lease_id"`
+	FencingToken *uint64 `json:"fencing_token"`
+	Term         *uint64 `json:"term"`
+	TTLMs        int64   `json:"ttl_ms"`
+	ValidityMs   int64   `json:"validity_ms"`
+	Owner        string  `json:"owner"`
+	Value        string  `json:"value"`
+}
+
+func (c *Client) grant(ctx context.Context, kind, name string, opts LockOptions) (*Lease, error) {
+	if opts.TTL == 0 {
+		opts.TTL = 30 * time.Second
+	}
+	body := map[string]any{"ttl_ms": opts.TTL.Milliseconds(), "wait_ms": opts.Wait.Milliseconds()}
+	if opts.Owner != "" {
+		if kind == "elections" {
+			body["value"] = opts.Owner
+		} else {
+			body["owner"] = opts.Owner
+		}
+	}
+	key := opts.IdempotencyKey
+	if key == "" {
+		key = newKey()
+	}
+	sent := time.Now()
+	var answer leaseBody
+	if err := c.call(ctx, "POST", path(kind, name, ""), body, key, c.timeout+opts.Wait, &answer); err != nil {
+		return nil, err
+	}
+	return newLease(c, kind, answer, sent, opts), nil
+}
+
+// call makes one request, trying each replica in turn while none answers or a replica
+// cannot reach a majority (503). Only requests that are safe to repeat come here: renews
+// and releases name their lease, and grants carry an Idempotency-Key.
+func (c *Client) call(ctx context.Context, method, route string, body any, key string,
+	timeout time.Duration, out any) error {
+	if timeout <= 0 {
+		timeout = c.timeout
+	}
+	var payload []byte
+	if body != nil {
+		var err error
+		if payload, err = json.Marshal(body); err != nil {
+			return err
+		}
+	}
+	var last error
+	for round := 0; round < rounds; round++ {
+		for _, base := range c.order() {
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			resp, err := c.do(ctx, method, base+route, payload, key, timeout)
+			if err != nil {
+				last = &Error{Kind: ErrUnavailable, Code: "network", Message: fmt.Sprintf("%s: %v", base, err)}
+				continue
+			}
+			if resp.StatusCode == http.StatusServiceUnavailable {
+				last = readError(resp)
+				continue
+			}
+			c.answered(base)
+			if resp.StatusCode >= 400 {
+				return readError(resp)
+			}
+			raw, err := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if err != nil {
+				last = &Error{Kind: ErrUnavailable, Code: "network", Message: err.Error()}
+				continue
+			}
+			if out != nil && len(raw) > 0 {
+				return json.Unmarshal(raw, out)
+			}
+			return nil
+		}
+	}
+	return last
+}
+
+func (c *Client) do(ctx context.Context, method, u string, payload []byte, key string,
+	timeout time.Duration) (*http.Response, error) {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	var reader io.Reader
+	if payload != nil {
+		reader = bytes.NewReader(payload)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, u, reader)
+	if err != nil {
+		cancel()
+		return nil, err
+	}
+	c.setHeaders(req, key, payload != nil)
+	resp, err := c.http.Do(req)
+	if err != nil {
+		cancel()
+		return nil, err
+	}
+	resp.Body = &cancelOnClose{resp.Body, cancel}
+	return resp, nil
+}
+
+type cancelOnClose struct {
+	io.ReadCloser
+	cancel context.CancelFunc
+}
+
+func (b *cancelOnClose) Close() error {
+	err := b.ReadCloser.Close()
+	b.cancel()
+	return err
+}
+
+func (c *Client) setHeaders(req *http.Request, key string, json bool) {
+	req.Header.Set("Accept", "application/json")
+	if json {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	if c.token != "" {
+		req.Header.Set("Authorization", "Bearer "+c.token)
+	}
+	if key != "" {
+		req.Header.Set("Idempotency-Key", key)
+	}
+}
+
+func (c *Client) order() []string {
+	c.mu.Lock()
+	start := c.preferred
+	c.mu.Unlock()
+	out := make([]string, len(c.servers))
+	for i := range c.servers {
+		out[i] = c.servers[(start+i)%len(c.servers)]
+	}
+	return out
+}
+
+func (c *Client) answered(base string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for i, s := range c.servers {
+		if s == base {
+			c.preferred = i
+		}
+	}
+}
+
+func readError(resp *http.Response) *Error {
+	defer resp.Body.Close()
+	var body errorBody
+	raw, _ := io.ReadAll(resp.Body)
+	_ = json.Unmarshal(raw, &body)
+	return errorFrom(resp.StatusCode, body, resp.Header.Get("Retry-After"))
+}
+
+func path(kind, name, leaseID string) string {
+	p := "/" + kind + "/" + url.PathEscape(name)
+	if leaseID != "" {
+		p += "/leases/" + url.PathEscape(leaseID)
+	}
+	return p
+}
+
+func newKey() string {
+	var b [16]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		panic(err)
+	}
+	return hex.EncodeToString(b[:])
+}
+
+func min(a, b int) int {
+	if a < b {
+		return a
+	}
+	return b
+}

@@ -1,0 +1,38 @@
+"""redlockd client: distributed locks with auto-renew, a loss signal, fencing tokens and
+safe retries, over one or more redlockd replicas.
+
+    from redlockd import Client
+    client = Client(["http://127.0.0.1:8080"])
+    with client.lock("nightly-report", ttl=30) as lease:
+        lease.ensure_valid()          # raises LeaseLost once the lease is gone
+        send_report(fence=lease.fencing_token)
+"""
+
+from ._async import AsyncClient, AsyncLease
+from ._errors import (
+    BadRequest,
+    LeaseLost,
+    LockHeld,
+    RedlockdError,
+    TooManyRequests,
+    Unauthorized,
+    Unavailable,
+)
+from ._sync import Client, Leader, LeaderEvent, Lease, TickResult
+
+__all__ = [
+    "AsyncClient",
+    "AsyncLease",
+    "BadRequest",
+    "Client",
+    "Leader",
+    "LeaderEvent",
+    "Lease",
+    "LeaseLost",
+    "LockHeld",
+    "RedlockdError",
+    "TickResult",
+    "TooManyRequests",
+    "Unauthorized",
+    "Unavailable",
+]

@@ -1,0 +1,236 @@
+"""The asyncio client: `AsyncClient` and its `AsyncLease`, renewed by a task."""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import logging
+import time
+from typing import Any, AsyncIterator, Awaitable, Callable, Dict, Optional, Sequence, Tuple, Union
+
+import httpx
+
+from . import _core
+from ._errors import LeaseLost, LockHeld, RedlockdError, Unavailable, from_response
+from ._sync import Leader, LeaderEvent, TickResult, _json
+
+log = logging.getLogger("redlockd")
+
+OnLost = Callable[["AsyncLease"], Union[None, Awaitable[None]]]
+
+
+class AsyncLease(_core.LeaseState):
+    """A granted lease, renewed by a task at a third of its TTL until released; `lost` is
+    set (and `on_lost` called, once) when it can no longer be relied on. `async with`
+    releases it on leaving the block, exception or not."""
+
+    def __init__(self, client: "AsyncClient", grant: _core.Grant, on_lost: Optional[OnLost] = None,
+                 auto_renew: bool = True):
+        super().__init__(grant)
+        self._client = client
+        self._on_lost = on_lost
+        self.lost = asyncio.Event()
+        self._task: Optional[asyncio.Task] = None
+        if auto_renew:
+            self._task = asyncio.get_running_loop().create_task(self._renew_loop())
+
+    async def renew(self, ttl: Optional[float] = None, *, value: Optional[str] = None) -> None:
+        body: Dict[str, Any] = {}
+        if ttl is not None:
+            body["ttl_ms"] = max(1, int(ttl * 1000))
+        if value is not None:
+            body["value"] = value
+        sent = time.monotonic()
+        timeout = max(0.05, min(self._client.timeout, self.valid_until - sent))
+        try:
+            answer = await self._client._call(
+                "PUT", _core.path(self.kind, self.name, self.lease_id), body=body, timeout=timeout)
+        except LeaseLost:
+            await self._lose("lease_not_found")
+            raise
+        self.renewed(answer, sent)
+
+    async def proclaim(self, value: str) -> None:
+        await self.renew(value=value)
+
+    async def release(self) -> None:
+        if self.released:
+            return
+        self.released = True
+        if self._task is not None and self._task is not asyncio.current_task():
+            self._task.cancel()
+        try:
+            await self._client._call("DELETE", _core.path(self.kind, self.name, self.lease_id),
+                                     expect_body=False)
+        except LeaseLost:
+            pass
+
+    async def __aenter__(self) -> "AsyncLease":
+        return self
+
+    async def __aexit__(self, *exc: Any) -> None:
+        try:
+            await self.release()
+        except RedlockdError as e:
+            log.warning("release of %s failed (%s); it lapses at its TTL", self.name, e)
+
+    async def _lose(self, reason: str) -> None:
+        if self.lost_reason is not None or self.released:
+            return
+        self.lost_reason = reason
+        self.lost.set()
+        if self._on_lost is not None:
+            try:
+                result = self._on_lost(self)
+                if inspect.isawaitable(result):
+                    await result
+            except Exception:  # noqa: BLE001 - a callback's bug must not kill the renewer
+                log.exception("on_lost callback for %s failed", self.name)
+
+    async def _renew_loop(self) -> None:
+        delay = self.renew_every()
+        while True:
+            await asyncio.sleep(delay)
+            if self.released:
+                return
+            try:
+                await self.renew()
+                delay = self.renew_every()
+            except LeaseLost:
+                return
+            except RedlockdError as e:
+                log.debug("renew of %s failed: %s", self.name, e)
+                delay = self.retry_every()
+            left = self.valid_until - time.monotonic()
+            if left <= 0:
+                await self._lose("expired")
+                return
+            delay = min(delay, left)
+
+
+class AsyncClient:
+    """The asyncio flavour of `Client`, with the same behaviour."""
+
+    def __init__(self, servers: Union[str, Sequence[str]], *, token: Optional[str] = None,
+                 timeout: float = 5.0, http: Optional[httpx.AsyncClient] = None):
+        self.servers = _core.Servers(servers)
+        self.token = token
+        self.timeout = timeout
+        self._http = http or httpx.AsyncClient(timeout=timeout)
+
+    async def aclose(self) -> None:
+        await self._http.aclose()
+
+    async def __aenter__(self) -> "AsyncClient":
+        return self
+
+    async def __aexit__(self, *exc: Any) -> None:
+        await self.aclose()
+
+    async def lock(self, name: str, ttl: float = 30.0, *, wait: float = 0.0,
+                   owner: Optional[str] = None, on_lost: Optional[OnLost] = None,
+                   auto_renew: bool = True, idempotency_key: Optional[str] = None) -> AsyncLease:
+        grant = await self._grant("locks", name, ttl, wait, owner, idempotency_key)
+        return AsyncLease(self, grant, on_lost, auto_renew)
+
+    async def campaign(self, name: str, value: Optional[str] = None, *, ttl: float = 10.0,
+                       wait: float = 0.0, on_lost: Optional[OnLost] = None) -> AsyncLease:
+        grant = await self._grant("elections", name, ttl, wait, value, None)
+        return AsyncLease(self, grant, on_lost)
+
+    async def leader(self, name: str) -> Optional[Leader]:
+        body = await self._call("GET", _core.path("elections", name))
+        if body.get("vacant"):
+            return None
+        return Leader(body["name"], int(body["term"]), body.get("value"),
+                      float(body.get("ttl_remaining_ms", 0)) / 1000.0)
+
+    async def observe(self, name: str) -> AsyncIterator[LeaderEvent]:
+        failures = 0
+        while True:
+            for url in self.servers.order():
+                try:
+                    async with self._http.stream(
+                        "GET", url + _core.path("elections", name) + "/observe",
+                        headers=_core.headers(self.token),
+                        timeout=httpx.Timeout(self.timeout, read=None),
+                    ) as resp:
+                        if resp.status_code != 200:
+                            raise from_response(resp.status_code, _json(await resp.aread()),
+                                                resp.headers)
+                        self.servers.answered(url)
+                        failures = 0
+                        async for event, data in _asse(resp.aiter_lines()):
+                            yield LeaderEvent(event, data.get("name", name), data.get("term"),
+                                              data.get("value"))
+                except (httpx.TransportError, Unavailable):
+                    failures += 1
+            await asyncio.sleep(min(2.0, 0.05 * 2 ** min(failures, 6)))
+
+    async def inspect(self, name: str) -> Dict[str, Any]:
+        return await self._call("GET", _core.path("locks", name))
+
+    async def run_once_per_tick(self, name: str, fn: Callable[[AsyncLease], Awaitable[Any]], *,
+                                hold_at_least: float, ttl: Optional[float] = None) -> TickResult:
+        ttl = ttl if ttl is not None else max(hold_at_least * 2, 1.0)
+        try:
+            lease = await self.lock(name, ttl=ttl)
+        except LockHeld:
+            return TickResult(False)
+        granted = time.monotonic()
+        async with lease:
+            value = await fn(lease)
+            left = hold_at_least - (time.monotonic() - granted)
+            if left > 0:
+                try:
+                    await asyncio.wait_for(lease.lost.wait(), left)
+                except asyncio.TimeoutError:
+                    pass
+        return TickResult(True, value)
+
+    async def _grant(self, kind: str, name: str, ttl: float, wait: float, owner: Optional[str],
+                     key: Optional[str]) -> _core.Grant:
+        body = _core.grant_body(kind, ttl, wait, owner)
+        sent = time.monotonic()
+        answer = await self._call("POST", _core.path(kind, name), body=body,
+                                  idempotency_key=key or _core.new_idempotency_key(),
+                                  timeout=self.timeout + wait)
+        return _core.Grant.read(kind, answer, sent)
+
+    async def _call(self, method: str, path: str, *, body: Optional[Dict[str, Any]] = None,
+                    idempotency_key: Optional[str] = None, timeout: Optional[float] = None,
+                    expect_body: bool = True) -> Dict[str, Any]:
+        last: Optional[RedlockdError] = None
+        for _ in range(_core.ROUNDS):
+            for url in self.servers.order():
+                try:
+                    resp = await self._http.request(
+                        method, url + path, json=body,
+                        headers=_core.headers(self.token, idempotency_key),
+                        timeout=timeout if timeout is not None else self.timeout)
+                except httpx.TransportError as e:
+                    last = Unavailable(f"{url}: {type(e).__name__}: {e}", "network")
+                    continue
+                if resp.status_code == 503:
+                    last = from_response(503, _json(resp.content), resp.headers)
+                    continue
+                self.servers.answered(url)
+                if resp.status_code >= 400:
+                    raise from_response(resp.status_code, _json(resp.content), resp.headers)
+                return _json(resp.content) if expect_body else {}
+        assert last is not None
+        raise last
+
+
+async def _asse(lines: AsyncIterator[str]) -> AsyncIterator[Tuple[str, Dict[str, Any]]]:
+    """Server-sent events as (event, JSON data) pairs."""
+    event, data = "message", []
+    async for line in lines:
+        if line == "":
+            if data:
+                yield event, _json("\n".join(data).encode())
+            event, data = "message", []
+        elif line.startswith("event:"):
+            event = line[6:].strip()
+        elif line.startswith("data:"):
+            data.append(line[5:].lstrip())

@@ -1,0 +1,151 @@
+"""What the sync and async clients share: configuration, request shapes, how answers are
+read, and the renew schedule. No I/O here."""
+
+from __future__ import annotations
+
+import threading
+import time
+import uuid
+from dataclasses import dataclass
+from typing import Any, Dict, List, Optional, Sequence, Union
+from urllib.parse import quote
+
+from ._errors import LeaseLost
+
+#: Grants, renews and releases are tried on each server in turn, this many rounds at most.
+ROUNDS = 2
+#: A renew that fails is tried again this often (as a share of the TTL) while the lease
+#: is still valid.
+RETRY_SHARE = 0.1
+
+
+def new_idempotency_key() -> str:
+    """A fresh key for one grant: random, so that nobody else's request can match it."""
+    return uuid.uuid4().hex
+
+
+class Servers:
+    """The replicas' base URLs. Requests go to the last one that answered, and move on
+    to the next when a server cannot be reached, so that all callers stick to a healthy
+    replica. Thread-safe."""
+
+    def __init__(self, urls: Union[str, Sequence[str]]):
+        if isinstance(urls, str):
+            urls = [u for u in urls.replace(",", " ").split() if u]
+        self.urls: List[str] = [u.rstrip("/") for u in urls]
+        if not self.urls:
+            raise ValueError("at least one server URL is required")
+        self._preferred = 0
+        self._lock = threading.Lock()
+
+    def order(self) -> List[str]:
+        with self._lock:
+            start = self._preferred
+        return [self.urls[(start + i) % len(self.urls)] for i in range(len(self.urls))]
+
+    def answered(self, url: str) -> None:
+        with self._lock:
+            self._preferred = self.urls.index(url)
+
+
+def path(kind: str, name: str, lease_id: Optional[str] = None) -> str:
+    p = f"/{kind}/{quote(name, safe='')}"
+    if lease_id is not None:
+        p += f"/leases/{quote(lease_id, safe='')}"
+    return p
+
+
+def grant_body(kind: str, ttl: float, wait: float, owner: Optional[str]) -> Dict[str, Any]:
+    body: Dict[str, Any] = {"ttl_ms": max(1, int(ttl * 1000)), "wait_ms": max(0, int(wait * 1000))}
+    if owner is not None:
+        body["value" if kind == "elections" else "owner"] = owner
+    return body
+
+
+def headers(token: Optional[str], idempotency_key: Optional[str] = None) -> Dict[str, str]:
+    h = {"Accept": "application/json"}
+    if token:
+        h["Authorization"] = f"Bearer {token}"
+    if idempotency_key:
+        h["Idempotency-Key"] = idempotency_key
+    return h
+
+
+@dataclass
+class Grant:
+    """A lease as the server answered it, read from the body, with the moment the request
+    that won it was sent: validity counts from then, never from the answer's arrival."""
+
+    name: str
+    kind: str
+    lease_id: str
+    fencing_token: int
+    ttl: float
+    owner: Optional[str]
+    valid_until: float
+
+    @classmethod
+    def read(cls, kind: str, body: Dict[str, Any], sent: float) -> "Grant":
+        token = body.get("fencing_token", body.get("term"))
+        return cls(
+            name=body["name"],
+            kind=kind,
+            lease_id=body["lease_id"],
+            fencing_token=int(token),
+            ttl=float(body["ttl_ms"]) / 1000.0,
+            owner=body.get("value") if kind == "elections" else body.get("owner"),
+            valid_until=sent + float(body["validity_ms"]) / 1000.0,
+        )
+
+
+class LeaseState:
+    """The part of a lease both flavours share: its fields, its validity, and the one-way
+    step to lost."""
+
+    def __init__(self, grant: Grant):
+        self.name = grant.name
+        self.kind = grant.kind
+        self.lease_id = grant.lease_id
+        self.fencing_token = grant.fencing_token
+        self.ttl = grant.ttl
+        self.owner = grant.owner
+        self.valid_until = grant.valid_until
+        self.lost_reason: Optional[str] = None
+        self.released = False
+
+    @property
+    def term(self) -> int:
+        """An election's term: its lease's fencing token."""
+        return self.fencing_token
+
+    @property
+    def remaining(self) -> float:
+        """Seconds this lease may still be relied on (0 once lost)."""
+        if self.lost_reason is not None:
+            return 0.0
+        return max(0.0, self.valid_until - time.monotonic())
+
+    def ensure_valid(self, margin: float = 0.0) -> None:
+        """Raise `LeaseLost` unless the lease is still valid for `margin` more seconds. Call
+        it right before each protected write, and send `fencing_token` with the write."""
+        if self.lost_reason is not None:
+            raise LeaseLost(f"lease of {self.name} lost: {self.lost_reason}", self.lost_reason)
+        if time.monotonic() + margin >= self.valid_until:
+            raise LeaseLost(f"lease of {self.name} has no validity left", "expired")
+
+    def renewed(self, body: Dict[str, Any], sent: float) -> None:
+        self.valid_until = max(self.valid_until, sent + float(body["validity_ms"]) / 1000.0)
+        self.ttl = float(body["ttl_ms"]) / 1000.0
+        owner = body.get("value") if self.kind == "elections" else body.get("owner")
+        if owner is not None:
+            self.owner = owner
+
+    def renew_every(self) -> float:
+        return max(self.ttl / 3.0, 0.01)
+
+    def retry_every(self) -> float:
+        return max(self.ttl * RETRY_SHARE, 0.01)
+
+    def __repr__(self) -> str:
+        state = "lost: " + self.lost_reason if self.lost_reason else f"{self.remaining:.3f}s valid"
+        return f"<Lease {self.kind}/{self.name} token={self.fencing_token} {state}>"

@@ -1,0 +1,303 @@
+"""The blocking client: `Client` and its `Lease`, renewed by a background thread."""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import time
+from dataclasses import dataclass
+from typing import Any, Callable, Dict, Iterator, NamedTuple, Optional, Sequence, Tuple, Union
+
+import httpx
+
+from . import _core
+from ._errors import LeaseLost, LockHeld, RedlockdError, Unavailable, from_response
+
+log = logging.getLogger("redlockd")
+
+
+@dataclass(frozen=True)
+class Leader:
+    """Who leads an election now (`term` is the leader's fencing token)."""
+
+    name: str
+    term: int
+    value: Optional[str]
+    ttl_remaining: float
+
+
+@dataclass(frozen=True)
+class LeaderEvent:
+    """One change an observer is told of: `elected` (a new term), `proclaimed` (the
+    leader's new value, same term) or `vacant` (`term` is the last leader's, if known)."""
+
+    kind: str
+    name: str
+    term: Optional[int]
+    value: Optional[str]
+
+
+class TickResult(NamedTuple):
+    """What `run_once_per_tick` did: `ran` is False when another instance held the tick."""
+
+    ran: bool
+    value: Any = None
+
+
+class Lease(_core.LeaseState):
+    """A granted lease. Renewed in the background at a third of its TTL until released;
+    `lost` is set (and `on_lost` called, once, with the lease) when it can no longer be
+    relied on. Use it as a context manager to release it on leaving the block, exception
+    or not."""
+
+    def __init__(self, client: "Client", grant: _core.Grant,
+                 on_lost: Optional[Callable[["Lease"], None]] = None, auto_renew: bool = True):
+        super().__init__(grant)
+        self._client = client
+        self._on_lost = on_lost
+        self.lost = threading.Event()
+        self._stop = threading.Event()
+        self._guard = threading.Lock()
+        self._thread: Optional[threading.Thread] = None
+        if auto_renew:
+            self._thread = threading.Thread(
+                target=self._renew_loop, name=f"redlockd-renew-{self.name}", daemon=True)
+            self._thread.start()
+
+    def renew(self, ttl: Optional[float] = None, *, value: Optional[str] = None) -> None:
+        """Renew now (the background thread does this on its own). `value` proclaims an
+        election leader's new value. Raises `LeaseLost` if the lease is gone."""
+        body: Dict[str, Any] = {}
+        if ttl is not None:
+            body["ttl_ms"] = max(1, int(ttl * 1000))
+        if value is not None:
+            body["value"] = value
+        sent = time.monotonic()
+        timeout = max(0.05, min(self._client.timeout, self.valid_until - sent))
+        try:
+            answer = self._client._call("PUT", _core.path(self.kind, self.name, self.lease_id),
+                                        body=body, timeout=timeout)
+        except LeaseLost:
+            self._lose("lease_not_found")
+            raise
+        self.renewed(answer, sent)
+
+    def proclaim(self, value: str) -> None:
+        """An elected leader's new value, published to observers; the term stays."""
+        self.renew(value=value)
+
+    def release(self) -> None:
+        """Stop renewing and let go of the lock. A lease already gone is not an error."""
+        with self._guard:
+            if self.released:
+                return
+            self.released = True
+        self._stop.set()
+        try:
+            self._client._call("DELETE", _core.path(self.kind, self.name, self.lease_id),
+                               expect_body=False)
+        except LeaseLost:
+            pass
+
+    def wait_lost(self, timeout: Optional[float] = None) -> bool:
+        """Block until the lease is lost (True) or `timeout` passes (False)."""
+        return self.lost.wait(timeout)
+
+    def __enter__(self) -> "Lease":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        try:
+            self.release()
+        except RedlockdError as e:
+            # The lock lapses at its TTL anyway; a failed release must not hide the block's
+            # own exception, nor turn a finished block into a failure.
+            log.warning("release of %s failed (%s); it lapses at its TTL", self.name, e)
+
+    def _lose(self, reason: str) -> None:
+        with self._guard:
+            if self.lost_reason is not None or self.released:
+                return
+            self.lost_reason = reason
+        self._stop.set()
+        self.lost.set()
+        if self._on_lost is not None:
+            try:
+                self._on_lost(self)
+            except Exception:  # noqa: BLE001 - a callback's bug must not kill the renewer
+                log.exception("on_lost callback for %s failed", self.name)
+
+    def _renew_loop(self) -> None:
+        delay = self.renew_every()
+        while not self._stop.wait(delay):
+            try:
+                self.renew()
+                delay = self.renew_every()
+            except LeaseLost:
+                return
+            except RedlockdError as e:
+                log.debug("renew of %s failed: %s", self.name, e)
+                delay = self.retry_every()
+            left = self.valid_until - time.monotonic()
+            if left <= 0:
+                self._lose("expired")
+                return
+            # Wake at the end of the validity at the latest, to signal the loss on time.
+            delay = min(delay, left)
+
+
+class Client:
+    """A redlockd client over one or more replicas (failover between them).
+
+    >>> client = Client(["http://127.0.0.1:8080"], token=None)
+    >>> with client.lock("nightly-report", ttl=30) as lease:
+    ...     lease.ensure_valid(); write(fencing_token=lease.fencing_token)
+    """
+
+    def __init__(self, servers: Union[str, Sequence[str]], *, token: Optional[str] = None,
+                 timeout: float = 5.0, http: Optional[httpx.Client] = None):
+        self.servers = _core.Servers(servers)
+        self.token = token
+        self.timeout = timeout
+        self._http = http or httpx.Client(timeout=timeout)
+
+    def close(self) -> None:
+        self._http.close()
+
+    def __enter__(self) -> "Client":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def lock(self, name: str, ttl: float = 30.0, *, wait: float = 0.0, owner: Optional[str] = None,
+             on_lost: Optional[Callable[[Lease], None]] = None, auto_renew: bool = True,
+             idempotency_key: Optional[str] = None) -> Lease:
+        """Grant `name` for `ttl` seconds, waiting up to `wait` while another holds it.
+        Raises `LockHeld`, `Unavailable`, `BadRequest`, `Unauthorized`. The grant carries an
+        Idempotency-Key, so that a retry after a lost answer gets the same lease."""
+        grant = self._grant("locks", name, ttl, wait, owner, idempotency_key)
+        return Lease(self, grant, on_lost, auto_renew)
+
+    def campaign(self, name: str, value: Optional[str] = None, *, ttl: float = 10.0,
+                 wait: float = 0.0, on_lost: Optional[Callable[[Lease], None]] = None) -> Lease:
+        """Become leader of election `name` (waiting up to `wait`). The lease's `term` is
+        the fencing token; `proclaim(value)` publishes a new value."""
+        grant = self._grant("elections", name, ttl, wait, value, None)
+        return Lease(self, grant, on_lost)
+
+    def leader(self, name: str) -> Optional[Leader]:
+        """Who leads `name` now, or None when vacant."""
+        body = self._call("GET", _core.path("elections", name))
+        if body.get("vacant"):
+            return None
+        return Leader(body["name"], int(body["term"]), body.get("value"),
+                      float(body.get("ttl_remaining_ms", 0)) / 1000.0)
+
+    def observe(self, name: str) -> Iterator[LeaderEvent]:
+        """Every change of `name`'s leadership, starting with the current state, for as long
+        as the caller iterates; reconnects (to another replica if need be) when a stream
+        ends, and is told the current state again then."""
+        failures = 0
+        while True:
+            for url in self.servers.order():
+                try:
+                    with self._http.stream(
+                        "GET", url + _core.path("elections", name) + "/observe",
+                        headers=_core.headers(self.token),
+                        timeout=httpx.Timeout(self.timeout, read=None),
+                    ) as resp:
+                        if resp.status_code != 200:
+                            raise from_response(resp.status_code, _json(resp.read()), resp.headers)
+                        self.servers.answered(url)
+                        failures = 0
+                        for event, data in _sse(resp.iter_lines()):
+                            yield LeaderEvent(event, data.get("name", name), data.get("term"),
+                                              data.get("value"))
+                except (httpx.TransportError, Unavailable):
+                    failures += 1
+            time.sleep(min(2.0, 0.05 * 2 ** min(failures, 6)))
+
+    def inspect(self, name: str) -> Dict[str, Any]:
+        """The lock's state as the contract's inspect answers it."""
+        return self._call("GET", _core.path("locks", name))
+
+    def run_once_per_tick(self, name: str, fn: Callable[[Lease], Any], *, hold_at_least: float,
+                          ttl: Optional[float] = None) -> TickResult:
+        """Run `fn` on this instance only if no other instance runs it this tick: take
+        `name` without waiting, run `fn(lease)`, and keep the lock at least `hold_at_least`
+        seconds after the grant, so that instances whose clocks fire a little later find it
+        held. `ran` is False when another instance had it."""
+        ttl = ttl if ttl is not None else max(hold_at_least * 2, 1.0)
+        try:
+            lease = self.lock(name, ttl=ttl)
+        except LockHeld:
+            return TickResult(False)
+        granted = time.monotonic()
+        with lease:
+            value = fn(lease)
+            lease.lost.wait(max(0.0, hold_at_least - (time.monotonic() - granted)))
+        return TickResult(True, value)
+
+    # Plumbing.
+
+    def _grant(self, kind: str, name: str, ttl: float, wait: float, owner: Optional[str],
+               key: Optional[str]) -> _core.Grant:
+        body = _core.grant_body(kind, ttl, wait, owner)
+        sent = time.monotonic()
+        answer = self._call("POST", _core.path(kind, name), body=body,
+                            idempotency_key=key or _core.new_idempotency_key(),
+                            timeout=self.timeout + wait)
+        return _core.Grant.read(kind, answer, sent)
+
+    def _call(self, method: str, path: str, *, body: Optional[Dict[str, Any]] = None,
+              idempotency_key: Optional[str] = None, timeout: Optional[float] = None,
+              expect_body: bool = True) -> Dict[str, Any]:
+        """One request, tried on each replica in turn while none answers or a replica cannot
+        reach a majority (503). Only requests that are safe to repeat come here: renews and
+        releases name their lease, and grants carry an Idempotency-Key."""
+        last: Optional[RedlockdError] = None
+        for _ in range(_core.ROUNDS):
+            for url in self.servers.order():
+                try:
+                    resp = self._http.request(
+                        method, url + path, json=body,
+                        headers=_core.headers(self.token, idempotency_key),
+                        timeout=timeout if timeout is not None else self.timeout)
+                except httpx.TransportError as e:
+                    last = Unavailable(f"{url}: {type(e).__name__}: {e}", "network")
+                    continue
+                if resp.status_code == 503:
+                    last = from_response(503, _json(resp.content), resp.headers)
+                    continue
+                self.servers.answered(url)
+                if resp.status_code >= 400:
+                    raise from_response(resp.status_code, _json(resp.content), resp.headers)
+                return _json(resp.content) if expect_body else {}
+        assert last is not None
+        raise last
+
+
+def _json(raw: bytes) -> Any:
+    try:
+        return json.loads(raw) if raw else {}
+    except ValueError:
+        return {}
+
+
+def _sse(lines: Iterator[str]) -> Iterator[Tuple[str, Dict[str, Any]]]:
+    """Server-sent events as (event, JSON data) pairs."""
+    event, data = "message", []
+    for line in lines:
+        if line == "":
+            if data:
+                yield event, _json("\n".join(data).encode())
+            event, data = "message", []
+        elif line.startswith("event:"):
+            event = line[6:].strip()
+        elif line.startswith("data:"):
+            data.append(line[5:].lstrip())
+
+
+

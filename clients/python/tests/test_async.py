@@ -1,0 +1,73 @@
+"""The asyncio client against real masters and the redlockd binary."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import httpx
+import pytest
+
+from redlockd import AsyncClient, LeaseLost
+
+
+def held(url: str, name: str) -> dict:
+    return httpx.get(f"{url}/locks/{name}", timeout=2).json()
+
+
+def test_async_lock_renews_and_releases_on_exception(cluster):
+    async def main() -> None:
+        async with AsyncClient(cluster.urls) as client:
+            with pytest.raises(RuntimeError):
+                async with await client.lock("async", ttl=1.0) as lease:
+                    await asyncio.sleep(2.5)
+                    lease.ensure_valid()
+                    assert held(cluster.urls[0], "async")["fencing_token"] == lease.fencing_token
+                    raise RuntimeError("boom")
+            assert held(cluster.urls[0], "async")["held"] is False
+
+    asyncio.run(main())
+
+
+def test_async_loss_is_signalled_when_a_majority_stops(cluster):
+    async def main() -> None:
+        told = []
+
+        async def on_lost(lease) -> None:
+            told.append(lease.lost_reason)
+
+        async with AsyncClient(cluster.urls) as client:
+            lease = await client.lock("async-lost", ttl=1.0, on_lost=on_lost)
+            granted = time.monotonic()
+            for m in cluster.masters[:2]:
+                m.pause()
+            await asyncio.wait_for(lease.lost.wait(), 5)
+            assert time.monotonic() - granted < 1.25
+            assert told == ["expired"]
+            with pytest.raises(LeaseLost):
+                lease.ensure_valid()
+
+    try:
+        asyncio.run(main())
+    finally:
+        for m in cluster.masters[:2]:
+            m.resume()
+
+
+def test_async_once_per_tick(cluster):
+    async def main() -> None:
+        ran = []
+        clients = [AsyncClient(cluster.urls) for _ in range(8)]
+
+        async def job(lease) -> str:
+            ran.append(lease.fencing_token)
+            return "done"
+
+        results = await asyncio.gather(
+            *(c.run_once_per_tick("async-tick", job, hold_at_least=0.5) for c in clients))
+        assert len(ran) == 1
+        assert [r.value for r in results if r.ran] == ["done"]
+        for c in clients:
+            await c.aclose()
+
+    asyncio.run(main())

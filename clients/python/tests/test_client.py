@@ -1,0 +1,171 @@
+"""The blocking client against real masters and the redlockd binary."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import httpx
+import pytest
+
+from conftest import LosingProxy, wait_for
+from redlockd import BadRequest, Client, LeaseLost, LockHeld, Unavailable
+
+
+def held(url: str, name: str) -> dict:
+    return httpx.get(f"{url}/locks/{name}", timeout=2).json()
+
+
+def test_the_readme_example_holds_a_lock_with_auto_renew(cluster):
+    client = Client(cluster.urls)
+    with client.lock("report", ttl=1.0) as lease:
+        first = lease.fencing_token
+        # Three TTLs later the lease is still valid, renewed in the background.
+        time.sleep(3.0)
+        lease.ensure_valid()
+        assert not lease.lost.is_set()
+        assert held(cluster.urls[0], "report")["fencing_token"] == first
+    assert held(cluster.urls[0], "report")["held"] is False, "released on leaving the block"
+
+
+def test_auto_renew_carries_on_through_a_replicas_death(two_replicas):
+    a, b = two_replicas.replicas
+    client = Client([a.url, b.url])
+    lease = client.lock("failover", ttl=1.0)
+    a.stop()
+    # Past three TTLs, the lease has been renewed through the other replica.
+    time.sleep(3.0)
+    lease.ensure_valid()
+    assert held(b.url, "failover")["fencing_token"] == lease.fencing_token
+    lease.release()
+    assert held(b.url, "failover")["held"] is False
+
+
+def test_loss_is_signalled_when_a_majority_of_masters_stop(cluster):
+    client = Client(cluster.urls)
+    told = []
+    lease = client.lock("majority", ttl=1.0, on_lost=told.append)
+    granted = time.monotonic()
+    for m in cluster.masters[:2]:
+        m.pause()
+    try:
+        assert lease.wait_lost(timeout=5.0), "lost is set"
+        # Never later than the validity the server gave (plus the loop's scheduling).
+        assert time.monotonic() - granted < 1.0 + 0.25
+        assert told == [lease]
+        assert lease.lost_reason == "expired"
+        with pytest.raises(LeaseLost):
+            lease.ensure_valid()
+        with pytest.raises(Unavailable):
+            client.lock("other", ttl=1.0)
+    finally:
+        for m in cluster.masters[:2]:
+            m.resume()
+
+
+def test_a_revoked_lease_is_lost_at_the_next_renew(cluster):
+    client = Client(cluster.urls)
+    lease = client.lock("revoked", ttl=0.6)
+    httpx.delete(f"{cluster.urls[0]}/locks/revoked/leases/{lease.lease_id}")
+    assert lease.wait_lost(timeout=2.0)
+    assert lease.lost_reason == "lease_not_found"
+
+
+def test_the_lock_is_released_when_the_block_raises(cluster):
+    client = Client(cluster.urls)
+    with pytest.raises(RuntimeError, match="boom"):
+        with client.lock("raises", ttl=30):
+            assert held(cluster.urls[0], "raises")["held"] is True
+            raise RuntimeError("boom")
+    assert held(cluster.urls[0], "raises")["held"] is False
+
+
+def test_errors_are_typed(cluster):
+    client = Client(cluster.urls)
+    with client.lock("typed", ttl=30):
+        with pytest.raises(LockHeld) as e:
+            client.lock("typed", ttl=30, wait=0.05)
+        assert 25 < e.value.retry_after <= 30
+    with pytest.raises(BadRequest) as e:
+        client.lock("no spaces allowed", ttl=30)
+    assert e.value.code == "invalid_request"
+    with pytest.raises(BadRequest):
+        client.lock("typed", ttl=0)
+    # Nothing listens here: Unavailable, never "held".
+    with pytest.raises(Unavailable):
+        Client(["http://127.0.0.1:9"], timeout=0.5).lock("typed")
+
+
+def test_a_grant_whose_answer_is_lost_is_retried_with_its_key(two_replicas):
+    a, b = two_replicas.replicas
+    proxy = LosingProxy(a.url)
+    try:
+        client = Client([proxy.url, b.url])
+        with client.lock("lost-answer", ttl=30) as lease:
+            # The first attempt reached redlockd through the proxy, which lost the answer;
+            # the retry went to the other replica with the same key and got that lease.
+            assert len(proxy.requests) == 1
+            keys = [line for line in proxy.requests[0].split(b"\r\n")
+                    if line.lower().startswith(b"idempotency-key:")]
+            assert len(keys) == 1
+            state = held(b.url, "lost-answer")
+            assert state["fencing_token"] == lease.fencing_token
+            assert httpx.get(f"{b.url}/locks/lost-answer/leases/{lease.lease_id}").status_code == 200
+        assert held(b.url, "lost-answer")["held"] is False, "one release frees it: one lease"
+    finally:
+        proxy.close()
+
+
+def test_the_same_key_is_bound_to_its_request(cluster):
+    client = Client(cluster.urls)
+    lease = client.lock("bound", ttl=30, idempotency_key="order-42")
+    again = client.lock("bound", ttl=30, idempotency_key="order-42", auto_renew=False)
+    assert (again.lease_id, again.fencing_token) == (lease.lease_id, lease.fencing_token)
+    with pytest.raises(BadRequest) as e:
+        client.lock("bound-elsewhere", ttl=30, idempotency_key="order-42")
+    assert e.value.code == "idempotency_mismatch"
+    lease.release()
+
+
+def test_once_per_tick_runs_on_one_of_eight_instances(cluster):
+    ran = []
+    results = []
+
+    def instance(i: int) -> None:
+        client = Client(cluster.urls)
+        results.append(client.run_once_per_tick("tick:2026-11-23", lambda lease: ran.append(i),
+                                                hold_at_least=1.0))
+
+    threads = [threading.Thread(target=instance, args=(i,)) for i in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(ran) == 1
+    assert sorted(r.ran for r in results) == [False] * 7 + [True]
+
+
+def test_campaign_and_observe(two_replicas):
+    a, b = two_replicas.replicas
+    client = Client([a.url, b.url])
+    events = []
+
+    def follow() -> None:
+        for event in Client([b.url]).observe("primary"):
+            events.append(event)
+            if len(events) == 4:
+                return
+
+    follower = threading.Thread(target=follow, daemon=True)
+    follower.start()
+    wait_for("the observer's first event", lambda: events or None)
+    leader = client.campaign("primary", "10.0.0.1:5432", ttl=2)
+    assert client.leader("primary").term == leader.term
+    leader.proclaim("10.0.0.1:5433")
+    leader.release()
+    follower.join(timeout=10)
+    kinds = [e.kind for e in events]
+    assert kinds == ["vacant", "elected", "proclaimed", "vacant"], events
+    assert events[1].term == events[2].term == leader.term
+    assert events[2].value == "10.0.0.1:5433"
+    assert client.leader("primary") is None

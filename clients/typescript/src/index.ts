@@ -1,0 +1,490 @@
+/**
+ * redlockd client for Node ≥ 20: distributed locks with auto-renew, an `AbortSignal`
+ * aborted when the lease is lost, fencing tokens, and grants that are safe to retry.
+ * No runtime dependencies: the built-in `fetch`.
+ *
+ * ```ts
+ * const client = new Client({ servers: ["http://127.0.0.1:8080"] });
+ * await using lease = await client.lock("nightly-report", { ttlMs: 30_000 });
+ * lease.ensureValid();                        // throws LeaseLost once it is gone
+ * await sendReport({ fence: lease.fencingToken, signal: lease.signal });
+ * ```
+ */
+
+import { randomUUID } from "node:crypto";
+
+/** Base of every error this client throws. `code` is the contract's error code (or
+ * `network` when no server answered), `status` the HTTP status (0 without one). */
+export class RedlockdError extends Error {
+  constructor(
+    message: string,
+    readonly code: string = "",
+    readonly status: number = 0,
+    readonly body: Record<string, unknown> = {},
+  ) {
+    super(message);
+    this.name = new.target.name;
+  }
+}
+
+/** Another lease holds the lock (after `waitMs`, if any). */
+export class LockHeld extends RedlockdError {
+  /** When the holder's lease lapses unless renewed. */
+  get retryAfterMs(): number {
+    return Number(this.body.retry_after_ms ?? 0);
+  }
+}
+
+/** No replica could reach a majority of masters, or none answered: the lock's state is
+ * unknown. Not "held": try later. */
+export class Unavailable extends RedlockdError {}
+
+/** The lease protects nothing any more: revoked, expired, or its validity ran out before
+ * a renew succeeded. Stop the protected work. */
+export class LeaseLost extends RedlockdError {}
+
+/** The request is wrong (a bad name or TTL, an Idempotency-Key reused for another
+ * request): retrying it as is will not help. */
+export class BadRequest extends RedlockdError {}
+
+/** No token, an unknown one (401), or one not allowed to do this (403). */
+export class Unauthorized extends RedlockdError {}
+
+/** Past a server cap or the token's rate (429). */
+export class TooManyRequests extends RedlockdError {
+  constructor(
+    message: string,
+    code: string,
+    status: number,
+    body: Record<string, unknown>,
+    readonly retryAfterMs: number,
+  ) {
+    super(message, code, status, body);
+  }
+}
+
+function errorFrom(status: number, body: Record<string, unknown>, headers?: Headers): RedlockdError {
+  const code = typeof body.error === "string" ? body.error : "";
+  const text = `${code ? code + ": " : ""}${typeof body.message === "string" ? body.message : `HTTP ${status}`}`;
+  if (status === 409) return new LockHeld(text, code, status, body);
+  if (status === 404 && code === "lease_not_found") return new LeaseLost(text, code, status, body);
+  if (status === 401 || status === 403) return new Unauthorized(text, code, status, body);
+  if (status === 429) {
+    const after = Number(headers?.get("retry-after") ?? "1");
+    return new TooManyRequests(text, code, status, body, (Number.isFinite(after) ? after : 1) * 1000);
+  }
+  if (status === 503) return new Unavailable(text, code, status, body);
+  if (status >= 400 && status < 500) return new BadRequest(text, code, status, body);
+  return new Unavailable(text, code || "server_error", status, body);
+}
+
+export interface ClientOptions {
+  /** One or more replicas' base URLs (an array, or separated by commas or spaces). */
+  servers: string | string[];
+  /** A bearer token, when the servers require one. */
+  token?: string;
+  /** How long one request may take, besides a grant's own `waitMs`. Default 5000. */
+  timeoutMs?: number;
+}
+
+export interface LockOptions {
+  /** Default 30000. */
+  ttlMs?: number;
+  /** How long to wait while another lease holds the lock. Default 0. */
+  waitMs?: number;
+  /** Shown by inspect; an election's value. */
+  owner?: string;
+  /** Renew in the background at a third of the TTL. Default true. */
+  autoRenew?: boolean;
+  /** Called once when the lease is lost (after `signal` is aborted). */
+  onLost?: (lease: Lease) => void;
+  /** Sent with the grant and with each retry of it. Default: a random UUID. */
+  idempotencyKey?: string;
+}
+
+export interface Leader {
+  name: string;
+  term: number;
+  value?: string;
+  ttlRemainingMs: number;
+}
+
+/** `elected` (a new term), `proclaimed` (the leader's new value, same term) or `vacant`
+ * (`term` is the last leader's, if known). */
+export interface LeaderEvent {
+  kind: "elected" | "proclaimed" | "vacant";
+  name: string;
+  term?: number;
+  value?: string;
+}
+
+type Kind = "locks" | "elections";
+type Json = Record<string, unknown>;
+
+/** Grants, renews and releases are tried on each server in turn, this many rounds at most. */
+const ROUNDS = 2;
+
+function path(kind: Kind, name: string, leaseId?: string): string {
+  const p = `/${kind}/${encodeURIComponent(name)}`;
+  return leaseId === undefined ? p : `${p}/leases/${encodeURIComponent(leaseId)}`;
+}
+
+const sleep = (ms: number) => new Promise<void>((resolve) => setTimeout(resolve, ms));
+
+/** A redlockd client over one or more replicas, failing over between them. */
+export class Client {
+  readonly servers: string[];
+  readonly token?: string;
+  readonly timeoutMs: number;
+  private preferred = 0;
+
+  constructor(options: ClientOptions) {
+    const servers = typeof options.servers === "string" ? options.servers.split(/[\s,]+/) : options.servers;
+    this.servers = servers.filter((s) => s).map((s) => s.replace(/\/+$/, ""));
+    if (this.servers.length === 0) throw new TypeError("at least one server URL is required");
+    this.token = options.token;
+    this.timeoutMs = options.timeoutMs ?? 5000;
+  }
+
+  /** Grant `name`, waiting up to `waitMs` while another holds it. Throws `LockHeld`,
+   * `Unavailable`, `BadRequest`, `Unauthorized`. The grant carries an Idempotency-Key, so
+   * that a retry after a lost answer gets the same lease. */
+  async lock(name: string, options: LockOptions = {}): Promise<Lease> {
+    return this.grant("locks", name, options);
+  }
+
+  /** Become leader of election `name`; the lease's `term` is its fencing token, and
+   * `proclaim(value)` publishes a new value. */
+  async campaign(name: string, value?: string, options: Omit<LockOptions, "owner"> = {}): Promise<Lease> {
+    return this.grant("elections", name, { ttlMs: 10_000, ...options, owner: value });
+  }
+
+  /** Who leads `name` now, or null when vacant. */
+  async leader(name: string): Promise<Leader | null> {
+    const body = await this.call("GET", path("elections", name));
+    if (body.vacant) return null;
+    return {
+      name: String(body.name),
+      term: Number(body.term),
+      value: body.value as string | undefined,
+      ttlRemainingMs: Number(body.ttl_remaining_ms ?? 0),
+    };
+  }
+
+  /** Every change of `name`'s leadership, starting with the current state, until `signal`
+   * aborts or the caller stops iterating; reconnects (to another replica if need be) when
+   * a stream ends, and is told the current state again then. */
+  async *observe(name: string, signal?: AbortSignal): AsyncGenerator<LeaderEvent> {
+    let failures = 0;
+    while (!signal?.aborted) {
+      for (const url of this.order()) {
+        if (signal?.aborted) return;
+        try {
+          const resp = await fetch(`${url}${path("elections", name)}/observe`, {
+            headers: this.headers(),
+            signal,
+          });
+          if (!resp.ok || !resp.body) throw errorFrom(resp.status, await readJson(resp), resp.headers);
+          this.answered(url);
+          failures = 0;
+          for await (const [event, data] of sse(resp.body)) {
+            yield {
+              kind: event as LeaderEvent["kind"],
+              name: String(data.name ?? name),
+              term: data.term as number | undefined,
+              value: data.value as string | undefined,
+            };
+          }
+        } catch (e) {
+          if (signal?.aborted) return;
+          if (e instanceof RedlockdError && !(e instanceof Unavailable)) throw e;
+          failures++;
+        }
+      }
+      await sleep(Math.min(2000, 50 * 2 ** Math.min(failures, 6)));
+    }
+  }
+
+  /** The lock's state, as the contract's inspect answers it. */
+  async inspect(name: string): Promise<Json> {
+    return this.call("GET", path("locks", name));
+  }
+
+  /** Run `fn` on this instance only if no other runs it this tick: take `name` without
+   * waiting, run `fn(lease)`, and keep the lock `holdAtLeastMs` after the grant, so that
+   * instances whose clocks fire a little later find it held. `ran` is false when another
+   * instance had it. */
+  async runOncePerTick<T>(
+    name: string,
+    fn: (lease: Lease) => Promise<T> | T,
+    options: { holdAtLeastMs: number; ttlMs?: number },
+  ): Promise<{ ran: boolean; value?: T }> {
+    let lease: Lease;
+    try {
+      lease = await this.lock(name, { ttlMs: options.ttlMs ?? Math.max(options.holdAtLeastMs * 2, 1000) });
+    } catch (e) {
+      if (e instanceof LockHeld) return { ran: false };
+      throw e;
+    }
+    const granted = performance.now();
+    try {
+      const value = await fn(lease);
+      const left = options.holdAtLeastMs - (performance.now() - granted);
+      if (left > 0 && !lease.signal.aborted) {
+        await new Promise<void>((resolve) => {
+          const timer = setTimeout(resolve, left);
+          lease.signal.addEventListener("abort", () => (clearTimeout(timer), resolve()), { once: true });
+        });
+      }
+      return { ran: true, value };
+    } finally {
+      await lease[Symbol.asyncDispose]();
+    }
+  }
+
+  private async grant(kind: Kind, name: string, options: LockOptions): Promise<Lease> {
+    const waitMs = options.waitMs ?? 0;
+    const body: Json = { ttl_ms: options.ttlMs ?? 30_000, wait_ms: waitMs };
+    if (options.owner !== undefined) body[kind === "elections" ? "value" : "owner"] = options.owner;
+    const sent = performance.now();
+    const answer = await this.call("POST", path(kind, name), {
+      body,
+      idempotencyKey: options.idempotencyKey ?? randomUUID(),
+      timeoutMs: this.timeoutMs + waitMs,
+    });
+    return new Lease(this, kind, answer, sent, options);
+  }
+
+  /** One request, tried on each replica in turn while none answers or a replica cannot
+   * reach a majority (503). Only requests that are safe to repeat come here: renews and
+   * releases name their lease, and grants carry an Idempotency-Key. */
+  /** @internal */
+  async call(
+    method: string,
+    route: string,
+    options: { body?: Json; idempotencyKey?: string; timeoutMs?: number } = {},
+  ): Promise<Json> {
+    let last: RedlockdError | undefined;
+    for (let round = 0; round < ROUNDS; round++) {
+      for (const url of this.order()) {
+        let resp: Response;
+        try {
+          resp = await fetch(url + route, {
+            method,
+            headers: this.headers(options.idempotencyKey, options.body !== undefined),
+            body: options.body === undefined ? undefined : JSON.stringify(options.body),
+            signal: AbortSignal.timeout(Math.max(1, Math.ceil(options.timeoutMs ?? this.timeoutMs))),
+          });
+        } catch (e) {
+          last = new Unavailable(`${url}: ${(e as Error).message}`, "network");
+          continue;
+        }
+        const body = await readJson(resp);
+        if (resp.status === 503) {
+          last = errorFrom(503, body, resp.headers);
+          continue;
+        }
+        this.answered(url);
+        if (resp.status >= 400) throw errorFrom(resp.status, body, resp.headers);
+        return body;
+      }
+    }
+    throw last ?? new Unavailable("no server answered", "network");
+  }
+
+  private headers(idempotencyKey?: string, json = false): Record<string, string> {
+    const h: Record<string, string> = { accept: "application/json" };
+    if (json) h["content-type"] = "application/json";
+    if (this.token) h.authorization = `Bearer ${this.token}`;
+    if (idempotencyKey) h["idempotency-key"] = idempotencyKey;
+    return h;
+  }
+
+  private order(): string[] {
+    const n = this.servers.length;
+    return Array.from({ length: n }, (_, i) => this.servers[(this.preferred + i) % n]);
+  }
+
+  private answered(url: string): void {
+    this.preferred = this.servers.indexOf(url);
+  }
+}
+
+/** A granted lease, renewed in the background at a third of its TTL until released.
+ * `signal` is aborted (with a `LeaseLost` reason) when it can no longer be relied on;
+ * pass it to the protected work. `await using` releases it on leaving the scope. */
+export class Lease implements AsyncDisposable {
+  readonly name: string;
+  readonly leaseId: string;
+  readonly fencingToken: number;
+  ttlMs: number;
+  owner?: string;
+  /** `performance.now()` until which the lease may be relied on. */
+  validUntil: number;
+  lostReason?: string;
+  readonly signal: AbortSignal;
+  private readonly controller = new AbortController();
+  private timer?: NodeJS.Timeout;
+  private released = false;
+
+  /** @internal */
+  constructor(
+    private readonly client: Client,
+    readonly kind: Kind,
+    body: Json,
+    sent: number,
+    private readonly options: LockOptions,
+  ) {
+    this.name = String(body.name);
+    this.leaseId = String(body.lease_id);
+    this.fencingToken = Number(body.fencing_token ?? body.term);
+    this.ttlMs = Number(body.ttl_ms);
+    this.owner = (kind === "elections" ? body.value : body.owner) as string | undefined;
+    this.validUntil = sent + Number(body.validity_ms);
+    this.signal = this.controller.signal;
+    if (options.autoRenew !== false) this.schedule(this.ttlMs / 3);
+  }
+
+  /** An election's term: its lease's fencing token. */
+  get term(): number {
+    return this.fencingToken;
+  }
+
+  /** Milliseconds this lease may still be relied on (0 once lost). */
+  get remainingMs(): number {
+    return this.lostReason ? 0 : Math.max(0, this.validUntil - performance.now());
+  }
+
+  /** Throw `LeaseLost` unless the lease is valid for `marginMs` more. Call it right
+   * before each protected write, and send `fencingToken` with the write. */
+  ensureValid(marginMs = 0): void {
+    if (this.lostReason) throw new LeaseLost(`lease of ${this.name} lost: ${this.lostReason}`, this.lostReason);
+    if (performance.now() + marginMs >= this.validUntil) {
+      throw new LeaseLost(`lease of ${this.name} has no validity left`, "expired");
+    }
+  }
+
+  /** Renew now (the lease does this on its own); `value` proclaims a leader's new value. */
+  async renew(options: { ttlMs?: number; value?: string } = {}): Promise<void> {
+    const body: Json = {};
+    if (options.ttlMs !== undefined) body.ttl_ms = options.ttlMs;
+    if (options.value !== undefined) body.value = options.value;
+    const sent = performance.now();
+    try {
+      const answer = await this.client.call("PUT", path(this.kind, this.name, this.leaseId), {
+        body,
+        timeoutMs: Math.min(this.client.timeoutMs, this.validUntil - sent),
+      });
+      this.validUntil = Math.max(this.validUntil, sent + Number(answer.validity_ms));
+      this.ttlMs = Number(answer.ttl_ms);
+      const owner = this.kind === "elections" ? answer.value : answer.owner;
+      if (typeof owner === "string") this.owner = owner;
+    } catch (e) {
+      if (e instanceof LeaseLost) this.lose("lease_not_found");
+      throw e;
+    }
+  }
+
+  /** An elected leader's new value, published to observers; the term stays. */
+  async proclaim(value: string): Promise<void> {
+    await this.renew({ value });
+  }
+
+  /** Stop renewing and let go of the lock. A lease already gone is not an error. */
+  async release(): Promise<void> {
+    if (this.released) return;
+    this.released = true;
+    clearTimeout(this.timer);
+    try {
+      await this.client.call("DELETE", path(this.kind, this.name, this.leaseId));
+    } catch (e) {
+      if (!(e instanceof LeaseLost)) throw e;
+    }
+  }
+
+  /** Release on leaving an `await using` scope. A failed release is not thrown: the lock
+   * lapses at its TTL, and the scope's own error must not be hidden. */
+  async [Symbol.asyncDispose](): Promise<void> {
+    try {
+      await this.release();
+    } catch {
+      // Lapses at its TTL.
+    }
+  }
+
+  private schedule(delayMs: number): void {
+    // Wake at the end of the validity at the latest, to signal the loss on time.
+    const left = this.validUntil - performance.now();
+    this.timer = setTimeout(() => void this.tick(), Math.max(0, Math.min(delayMs, left)));
+    this.timer.unref();
+  }
+
+  private async tick(): Promise<void> {
+    if (this.released || this.lostReason) return;
+    let next = this.ttlMs / 3;
+    try {
+      await this.renew();
+    } catch (e) {
+      if (e instanceof LeaseLost) return;
+      next = Math.max(this.ttlMs / 10, 10);
+    }
+    if (this.released) return;
+    if (performance.now() >= this.validUntil) {
+      this.lose("expired");
+      return;
+    }
+    this.schedule(next);
+  }
+
+  private lose(reason: string): void {
+    if (this.lostReason || this.released) return;
+    this.lostReason = reason;
+    clearTimeout(this.timer);
+    this.controller.abort(new LeaseLost(`lease of ${this.name} lost: ${reason}`, reason));
+    try {
+      this.options.onLost?.(this);
+    } catch {
+      // A callback's bug must not break the lease.
+    }
+  }
+}
+
+async function readJson(resp: Response): Promise<Json> {
+  try {
+    const text = await resp.text();
+    return text ? (JSON.parse(text) as Json) : {};
+  } catch {
+    return {};
+  }
+}
+
+/** Server-sent events as [event, JSON data] pairs. */
+async function* sse(body: ReadableStream<Uint8Array>): AsyncGenerator<[string, Json]> {
+  const decoder = new TextDecoder();
+  let buffer = "";
+  let event = "message";
+  let data: string[] = [];
+  for await (const chunk of body as unknown as AsyncIterable<Uint8Array>) {
+    buffer += decoder.decode(chunk, { stream: true });
+    let newline: number;
+    while ((newline = buffer.indexOf("\n")) >= 0) {
+      const line = buffer.slice(0, newline).replace(/\r$/, "");
+      buffer = buffer.slice(newline + 1);
+      if (line === "") {
+        if (data.length) {
+          try {
+            yield [event, JSON.parse(data.join("\n")) as Json];
+          } catch {
+            // Not JSON: not one of ours.
+          }
+        }
+        event = "message";
+        data = [];
+      } else if (line.startsWith("event:")) {
+        event = line.slice(6).trim();
+      } else if (line.startsWith("data:")) {
+        data.push(line.slice(5).trimStart());
+      }
+    }
+  }
+}

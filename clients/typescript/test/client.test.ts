@@ -1,0 +1,158 @@
+// The client against real masters and the redlockd binary.
+
+import assert from "node:assert/strict";
+import { test } from "node:test";
+
+import { BadRequest, Client, LeaseLost, LockHeld, Unavailable } from "../src/index.js";
+import { Cluster, LosingProxy, held, sleep, waitFor } from "./harness.mjs";
+
+async function withCluster(options: { replicas?: number }, fn: (cluster: any) => Promise<void>) {
+  const cluster = await Cluster.start(options);
+  try {
+    await fn(cluster);
+  } finally {
+    cluster.stop();
+  }
+}
+
+test("the README example holds a lock with auto-renew and releases it with await using", () =>
+  withCluster({}, async (cluster) => {
+    const client = new Client({ servers: cluster.urls });
+    {
+      await using lease = await client.lock("report", { ttlMs: 1000 });
+      await sleep(3000);
+      lease.ensureValid();
+      assert.equal(lease.signal.aborted, false);
+      assert.equal((await held(cluster.urls[0], "report")).fencing_token, lease.fencingToken);
+    }
+    assert.equal((await held(cluster.urls[0], "report")).held, false);
+  }));
+
+test("auto-renew carries on through a replica's death", () =>
+  withCluster({ replicas: 2 }, async (cluster) => {
+    const [a, b] = cluster.replicas;
+    const client = new Client({ servers: [a.url, b.url] });
+    const lease = await client.lock("failover", { ttlMs: 1000 });
+    a.stop();
+    await sleep(3000);
+    lease.ensureValid();
+    assert.equal((await held(b.url, "failover")).fencing_token, lease.fencingToken);
+    await lease.release();
+    assert.equal((await held(b.url, "failover")).held, false);
+  }));
+
+test("the signal aborts when a majority of masters stop", () =>
+  withCluster({}, async (cluster) => {
+    const client = new Client({ servers: cluster.urls });
+    const told: (string | undefined)[] = [];
+    const lease = await client.lock("majority", { ttlMs: 1000, onLost: (l) => told.push(l.lostReason) });
+    const granted = performance.now();
+    for (const m of cluster.masters.slice(0, 2)) m.pause();
+    try {
+      await waitFor("the lease to be lost", () => lease.signal.aborted, 5000);
+      assert.ok(performance.now() - granted < 1250, "no later than the validity, near enough");
+      assert.ok(lease.signal.reason instanceof LeaseLost);
+      assert.deepEqual(told, ["expired"]);
+      assert.throws(() => lease.ensureValid(), LeaseLost);
+      await assert.rejects(client.lock("other", { ttlMs: 1000 }), Unavailable);
+    } finally {
+      for (const m of cluster.masters.slice(0, 2)) m.resume();
+    }
+  }));
+
+test("the lock is released when the scope throws", () =>
+  withCluster({}, async (cluster) => {
+    const client = new Client({ servers: cluster.urls });
+    await assert.rejects(async () => {
+      await using lease = await client.lock("throws", { ttlMs: 30_000 });
+      assert.equal((await held(cluster.urls[0], "throws")).fencing_token, lease.fencingToken);
+      throw new Error("boom");
+    }, /boom/);
+    assert.equal((await held(cluster.urls[0], "throws")).held, false);
+  }));
+
+test("errors are typed", () =>
+  withCluster({}, async (cluster) => {
+    const client = new Client({ servers: cluster.urls });
+    const lease = await client.lock("typed", { ttlMs: 30_000 });
+    const err = await client.lock("typed", { waitMs: 50 }).catch((e: unknown) => e);
+    assert.ok(err instanceof LockHeld, String(err));
+    assert.ok(err.retryAfterMs > 25_000 && err.retryAfterMs <= 30_000);
+    await assert.rejects(client.lock("no spaces"), (e: any) => e instanceof BadRequest && e.code === "invalid_request");
+    await lease.release();
+    const nobody = new Client({ servers: "http://127.0.0.1:9", timeoutMs: 500 });
+    await assert.rejects(nobody.lock("typed"), Unavailable);
+  }));
+
+test("a grant whose answer is lost is retried with its Idempotency-Key", () =>
+  withCluster({ replicas: 2 }, async (cluster) => {
+    const [a, b] = cluster.replicas;
+    const proxy = await LosingProxy.start(a.url);
+    try {
+      const client = new Client({ servers: [proxy.url, b.url] });
+      const lease = await client.lock("lost-answer", { ttlMs: 30_000 });
+      assert.equal(proxy.requests.length, 1, "the first attempt went through the proxy");
+      assert.match(proxy.requests[0], /idempotency-key: \S+/i);
+      assert.equal((await held(b.url, "lost-answer")).fencing_token, lease.fencingToken);
+      await lease.release();
+      assert.equal((await held(b.url, "lost-answer")).held, false, "one release frees it: one lease");
+    } finally {
+      proxy.close();
+    }
+  }));
+
+test("once per tick runs on one of eight instances", () =>
+  withCluster({}, async (cluster) => {
+    const ran: number[] = [];
+    const results = await Promise.all(
+      Array.from({ length: 8 }, (_, i) =>
+        new Client({ servers: cluster.urls }).runOncePerTick("tick:1", () => ran.push(i), { holdAtLeastMs: 500 }),
+      ),
+    );
+    assert.equal(ran.length, 1);
+    assert.equal(results.filter((r) => r.ran).length, 1);
+  }));
+
+test("campaign, proclaim, observe, resign", () =>
+  withCluster({}, async (cluster) => {
+    const client = new Client({ servers: cluster.urls });
+    const stop = new AbortController();
+    const events: any[] = [];
+    const following = (async () => {
+      for await (const e of client.observe("primary", stop.signal)) {
+        events.push(e);
+        if (events.length === 4) stop.abort();
+      }
+    })();
+    let term = 0;
+    try {
+      await waitFor("the observer's first event", () => events.length > 0);
+      const leader = await client.campaign("primary", "10.0.0.1:5432", { ttlMs: 2000 });
+      term = leader.term;
+      assert.equal((await client.leader("primary"))?.term, leader.term);
+      await leader.proclaim("10.0.0.1:5433");
+      await leader.release();
+      await waitFor("four events", () => events.length >= 4);
+    } finally {
+      // An observer reconnects for as long as it is not stopped.
+      stop.abort();
+      await following;
+    }
+    assert.deepEqual(events.map((e: any) => e.kind), ["vacant", "elected", "proclaimed", "vacant"]);
+    assert.equal(events[2].value, "10.0.0.1:5433");
+    assert.equal(events[1].term, term);
+    assert.equal(events[2].term, term);
+    assert.equal(await client.leader("primary"), null);
+  }));
+
+
+test("the stream-consumers example processes each message once", () =>
+  withCluster({}, async (cluster) => {
+    const script = new URL("../../../examples/typescript/stream-consumers.js", import.meta.url);
+    const { execFile } = await import("node:child_process");
+    const out = await new Promise<string>((resolve, reject) =>
+      execFile(process.execPath, [script.pathname, "40", "4"], { env: { ...process.env, REDLOCKD_SERVER: cluster.urls[0] } },
+        (err, stdout, stderr) => (err ? reject(new Error(`${err.message}\n${stderr}`)) : resolve(stdout))),
+    );
+    assert.match(out, /messages processed: 40 of 40, each once: true/);
+  }));
