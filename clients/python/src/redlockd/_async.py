@@ -12,7 +12,7 @@ import httpx
 
 from . import _core
 from ._errors import LeaseLost, LockHeld, RedlockdError, Unavailable, from_response
-from ._sync import Leader, LeaderEvent, TickResult, _json
+from ._sync import Leader, LeaderEvent, TickResult
 
 log = logging.getLogger("redlockd")
 
@@ -156,7 +156,7 @@ class AsyncClient:
                         timeout=httpx.Timeout(self.timeout, read=None),
                     ) as resp:
                         if resp.status_code != 200:
-                            raise from_response(resp.status_code, _json(await resp.aread()),
+                            raise from_response(resp.status_code, _core.parse_json(await resp.aread()),
                                                 resp.headers)
                         self.servers.answered(url)
                         failures = 0
@@ -204,20 +204,21 @@ class AsyncClient:
         for _ in range(_core.ROUNDS):
             for url in self.servers.order():
                 try:
-                    resp = await self._http.request(
-                        method, url + path, json=body,
-                        headers=_core.headers(self.token, idempotency_key),
-                        timeout=timeout if timeout is not None else self.timeout)
-                except httpx.TransportError as e:
-                    last = Unavailable(f"{url}: {type(e).__name__}: {e}", "network")
-                    continue
-                if resp.status_code == 503:
-                    last = from_response(503, _json(resp.content), resp.headers)
-                    continue
-                self.servers.answered(url)
-                if resp.status_code >= 400:
-                    raise from_response(resp.status_code, _json(resp.content), resp.headers)
-                return _json(resp.content) if expect_body else {}
+                    try:
+                        resp = await self._http.request(
+                            method, url + path, json=body,
+                            headers=_core.headers(self.token, idempotency_key),
+                            timeout=timeout if timeout is not None else self.timeout)
+                    except httpx.TransportError as e:
+                        raise _core.network_error(url, e) from e
+                    result = _core.answer(resp.status_code, resp.content, resp.headers, expect_body)
+                    self.servers.answered(url)
+                    return result
+                except _core.Retry as retry:
+                    last = retry.error
+                except RedlockdError:
+                    self.servers.answered(url)
+                    raise
         assert last is not None
         raise last
 
@@ -228,7 +229,7 @@ async def _asse(lines: AsyncIterator[str]) -> AsyncIterator[Tuple[str, Dict[str,
     async for line in lines:
         if line == "":
             if data:
-                yield event, _json("\n".join(data).encode())
+                yield event, _core.parse_json("\n".join(data).encode())
             event, data = "message", []
         elif line.startswith("event:"):
             event = line[6:].strip()

@@ -3,6 +3,7 @@ read, and the renew schedule. No I/O here."""
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 import uuid
@@ -10,13 +11,42 @@ from dataclasses import dataclass
 from typing import Any, Dict, List, Optional, Sequence, Union
 from urllib.parse import quote
 
-from ._errors import LeaseLost
+from ._errors import LeaseLost, RedlockdError, Unavailable, from_response
 
 #: Grants, renews and releases are tried on each server in turn, this many rounds at most.
 ROUNDS = 2
 #: A renew that fails is tried again this often (as a share of the TTL) while the lease
 #: is still valid.
 RETRY_SHARE = 0.1
+
+
+class Retry(Exception):
+    """This replica cannot serve the request now (no answer, or no majority): try the
+    next one. Carries the error to raise if none can."""
+
+    def __init__(self, error: RedlockdError):
+        super().__init__(str(error))
+        self.error = error
+
+
+def network_error(url: str, e: Exception) -> Retry:
+    return Retry(Unavailable(f"{url}: {type(e).__name__}: {e}", "network"))
+
+
+def answer(status: int, content: bytes, headers: Any, expect_body: bool) -> Dict[str, Any]:
+    """The body of a success, the typed error of a failure, or `Retry` for a 503."""
+    if status == 503:
+        raise Retry(from_response(503, parse_json(content), headers))
+    if status >= 400:
+        raise from_response(status, parse_json(content), headers)
+    return parse_json(content) if expect_body else {}
+
+
+def parse_json(raw: bytes) -> Any:
+    try:
+        return json.loads(raw) if raw else {}
+    except ValueError:
+        return {}
 
 
 def new_idempotency_key() -> str:

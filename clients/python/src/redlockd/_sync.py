@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import logging
 import threading
 import time
@@ -209,7 +208,7 @@ class Client:
                         timeout=httpx.Timeout(self.timeout, read=None),
                     ) as resp:
                         if resp.status_code != 200:
-                            raise from_response(resp.status_code, _json(resp.read()), resp.headers)
+                            raise from_response(resp.status_code, _core.parse_json(resp.read()), resp.headers)
                         self.servers.answered(url)
                         failures = 0
                         for event, data in _sse(resp.iter_lines()):
@@ -261,29 +260,23 @@ class Client:
         for _ in range(_core.ROUNDS):
             for url in self.servers.order():
                 try:
-                    resp = self._http.request(
-                        method, url + path, json=body,
-                        headers=_core.headers(self.token, idempotency_key),
-                        timeout=timeout if timeout is not None else self.timeout)
-                except httpx.TransportError as e:
-                    last = Unavailable(f"{url}: {type(e).__name__}: {e}", "network")
-                    continue
-                if resp.status_code == 503:
-                    last = from_response(503, _json(resp.content), resp.headers)
-                    continue
-                self.servers.answered(url)
-                if resp.status_code >= 400:
-                    raise from_response(resp.status_code, _json(resp.content), resp.headers)
-                return _json(resp.content) if expect_body else {}
+                    try:
+                        resp = self._http.request(
+                            method, url + path, json=body,
+                            headers=_core.headers(self.token, idempotency_key),
+                            timeout=timeout if timeout is not None else self.timeout)
+                    except httpx.TransportError as e:
+                        raise _core.network_error(url, e) from e
+                    result = _core.answer(resp.status_code, resp.content, resp.headers, expect_body)
+                    self.servers.answered(url)
+                    return result
+                except _core.Retry as retry:
+                    last = retry.error
+                except RedlockdError:
+                    self.servers.answered(url)
+                    raise
         assert last is not None
         raise last
-
-
-def _json(raw: bytes) -> Any:
-    try:
-        return json.loads(raw) if raw else {}
-    except ValueError:
-        return {}
 
 
 def _sse(lines: Iterator[str]) -> Iterator[Tuple[str, Dict[str, Any]]]:
@@ -292,7 +285,7 @@ def _sse(lines: Iterator[str]) -> Iterator[Tuple[str, Dict[str, Any]]]:
     for line in lines:
         if line == "":
             if data:
-                yield event, _json("\n".join(data).encode())
+                yield event, _core.parse_json("\n".join(data).encode())
             event, data = "message", []
         elif line.startswith("event:"):
             event = line[6:].strip()
