@@ -428,3 +428,79 @@ async fn renews_fail_over_to_the_other_replica_when_one_stops() {
         "released through the other replica"
     );
 }
+
+/// A server in front of `upstream` that forwards each request and drops the answer: the
+/// grant is made, and its client never hears of it.
+async fn losing_proxy(upstream: &str) -> String {
+    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let upstream = upstream.trim_start_matches("http://").to_owned();
+    tokio::spawn(async move {
+        while let Ok((mut client, _)) = listener.accept().await {
+            let upstream = upstream.clone();
+            tokio::spawn(async move {
+                let mut request = Vec::new();
+                let mut buf = [0u8; 4096];
+                // A client's grant is small: headers and body arrive before it waits.
+                loop {
+                    let n = client.read(&mut buf).await.unwrap_or(0);
+                    request.extend_from_slice(&buf[..n]);
+                    let text = String::from_utf8_lossy(&request);
+                    let Some(end) = text.find("\r\n\r\n") else {
+                        if n == 0 {
+                            return;
+                        }
+                        continue;
+                    };
+                    let length = text[..end]
+                        .lines()
+                        .find_map(|l| {
+                            l.to_ascii_lowercase()
+                                .strip_prefix("content-length:")
+                                .map(|v| v.trim().parse::<usize>().unwrap_or(0))
+                        })
+                        .unwrap_or(0);
+                    if request.len() >= end + 4 + length || n == 0 {
+                        break;
+                    }
+                }
+                let mut up = tokio::net::TcpStream::connect(&upstream).await.unwrap();
+                up.write_all(&request).await.unwrap();
+                let _ = up.read(&mut buf).await;
+            });
+        }
+    });
+    format!("http://{addr}")
+}
+
+#[tokio::test]
+async fn a_grant_whose_answer_is_lost_fails_over_with_its_idempotency_key() {
+    let bed = Bed::start().await;
+    let proxy = losing_proxy(&bed.replicas[0].base).await;
+    let out = tokio::time::timeout(
+        Duration::from_secs(30),
+        bed.cli(&[
+            "lock",
+            "jobs:k",
+            "--",
+            "sh",
+            "-c",
+            "echo $REDLOCKD_FENCING_TOKEN",
+        ])
+        .env(
+            "REDLOCKD_SERVER",
+            format!("{proxy},{}", bed.replicas[1].base),
+        )
+        .output(),
+    )
+    .await
+    .expect("redlockd lock exits")
+    .unwrap();
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    let token: u64 = String::from_utf8_lossy(&out.stdout).trim().parse().unwrap();
+    // The first attempt was granted through the proxy; the retry got that very lease (a
+    // second lock would have been refused 409, or left held after the command's release).
+    assert!(token > 0);
+    assert!(!bed.held("jobs:k").await, "one release freed it: one lease");
+}

@@ -1,6 +1,7 @@
 //! `redlockd lock NAME -- CMD`: run a command while holding a lock.
 //!
-//! The lock is granted first (waiting up to `--wait`), then the command runs in a process
+//! The lock is granted first (waiting up to `--wait`; the grant carries an Idempotency-Key,
+//! so it fails over to the next server when an answer is lost), then the command runs in a process
 //! group of its own with the lease in its environment. A background task renews the lease
 //! at about a third of its TTL, failing over between the servers; when a renew says the
 //! lease is gone, or the lease's validity runs out before a renew succeeds, the command's
@@ -16,7 +17,7 @@ use reqwest::Method;
 use tokio::signal::unix::{SignalKind, signal};
 use tokio::time::{Instant, sleep_until, timeout_at};
 
-use super::{Failure, Repeat, Servers, lock_path};
+use super::{Failure, Repeat, Servers, idempotency_key, lock_path};
 use crate::config::{LockArgs, MIN_TTL_MS};
 use crate::wire::{GrantRequest, LeaseBody, RenewRequest};
 
@@ -78,7 +79,7 @@ pub async fn run(args: LockArgs) -> u8 {
             &lock_path(&name),
             Some(&grant),
             args.wait,
-            Repeat::OnlyUnsent,
+            Repeat::Keyed(&idempotency_key()),
         )
         .await
     {

@@ -3,9 +3,8 @@
 //! with the answers turned into typed outcomes.
 //!
 //! Failing over is safe only for calls that are safe to repeat. Renew, revoke, check,
-//! inspect and list are; a grant is not (a grant whose answer was lost leaves a lock that
-//! nobody holds until its TTL), so a grant moves to the next replica only when the previous
-//! one could not even be connected to.
+//! inspect and list are; a grant is when it carries an Idempotency-Key (sent again, it is
+//! answered with the lease its first attempt won), and only then.
 
 pub mod lock;
 pub mod show;
@@ -47,14 +46,19 @@ pub enum Failure {
     Unavailable(String),
 }
 
-/// Whether a call may be sent again to another replica.
+/// Whether a call may be sent again to another replica: on any failure to get an answer,
+/// or a 503, the next replica is tried.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Repeat {
-    /// Safe to repeat: on any failure to get an answer, or a 503, try the next replica.
+pub enum Repeat<'a> {
+    /// Safe to repeat as it is (it names its lease, or only reads).
     Safe,
-    /// Not safe to repeat (a grant): only a replica that could not be connected to is
-    /// skipped.
-    OnlyUnsent,
+    /// A grant, made safe to repeat by this Idempotency-Key, sent with every attempt.
+    Keyed(&'a str),
+}
+
+/// A new Idempotency-Key for one grant: 128 random bits.
+pub fn idempotency_key() -> String {
+    format!("{:032x}", rand::random::<u128>())
 }
 
 /// The replicas to ask, in order; the one that answered last is asked first next time.
@@ -105,7 +109,7 @@ impl Servers {
         path: &str,
         body: Option<&B>,
         wait: Duration,
-        repeat: Repeat,
+        repeat: Repeat<'_>,
     ) -> Result<T, Failure> {
         let first = self.preferred.load(Ordering::Relaxed);
         let mut last = Failure::Unavailable("no server was asked".into());
@@ -122,14 +126,14 @@ impl Servers {
             if let Some(token) = &self.token {
                 request = request.bearer_auth(token);
             }
+            if let Repeat::Keyed(key) = repeat {
+                request = request.header("Idempotency-Key", key);
+            }
             let response = match request.send().await {
                 Ok(response) => response,
                 Err(e) => {
                     last = Failure::Unavailable(format!("{base}: {}", describe(&e)));
-                    if repeat == Repeat::Safe || e.is_connect() {
-                        continue;
-                    }
-                    return Err(last);
+                    continue;
                 }
             };
             let status = response.status();
@@ -137,10 +141,7 @@ impl Servers {
                 Ok(bytes) => bytes,
                 Err(e) => {
                     last = Failure::Unavailable(format!("{base}: {}", describe(&e)));
-                    if repeat == Repeat::Safe {
-                        continue;
-                    }
-                    return Err(last);
+                    continue;
                 }
             };
             if status.is_success() {
@@ -151,7 +152,7 @@ impl Servers {
             }
             let failure = failure(status, &bytes, base);
             match failure {
-                Failure::Unavailable(_) if repeat == Repeat::Safe => last = failure,
+                Failure::Unavailable(_) => last = failure,
                 failure => {
                     self.preferred.store(at, Ordering::Relaxed);
                     return Err(failure);
