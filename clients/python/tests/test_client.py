@@ -169,3 +169,32 @@ def test_campaign_and_observe(two_replicas):
     assert events[1].term == events[2].term == leader.term
     assert events[2].value == "10.0.0.1:5433"
     assert client.leader("primary") is None
+
+
+def test_a_bearer_token_is_sent_and_scopes_the_lock(tmp_path):
+    import hashlib
+    import json
+
+    from conftest import Master, Replica
+    from redlockd import Unauthorized
+
+    secret = "s3cret-token-for-jobs"
+    tokens = tmp_path / "tokens.json"
+    tokens.write_text(json.dumps({"tokens": [{
+        "name": "jobs", "sha256": hashlib.sha256(secret.encode()).hexdigest(),
+        "role": "client", "prefixes": ["jobs:"]}]}))
+    masters = [Master() for _ in range(3)]
+    replica = Replica(masters, {"REDLOCKD_AUTH_FILE": str(tokens)})
+    try:
+        with Client(replica.url, token=secret).lock("jobs:nightly", ttl=5) as lease:
+            assert lease.fencing_token > 0
+        with pytest.raises(Unauthorized) as e:
+            Client(replica.url, token=secret).lock("other:nightly", ttl=5)
+        assert e.value.status == 403
+        with pytest.raises(Unauthorized) as e:
+            Client(replica.url).lock("jobs:nightly", ttl=5)
+        assert e.value.status == 401
+    finally:
+        replica.stop()
+        for m in masters:
+            m.stop()
