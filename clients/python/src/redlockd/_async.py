@@ -6,7 +6,7 @@ import asyncio
 import inspect
 import logging
 import time
-from typing import Any, AsyncIterator, Awaitable, Callable, Dict, Optional, Sequence, Tuple, Union
+from typing import Any, AsyncIterator, Awaitable, Callable, Dict, Optional, Sequence, Union
 
 import httpx
 
@@ -139,11 +139,7 @@ class AsyncClient:
         return AsyncLease(self, grant, on_lost)
 
     async def leader(self, name: str) -> Optional[Leader]:
-        body = await self._call("GET", _core.path("elections", name))
-        if body.get("vacant"):
-            return None
-        return Leader(body["name"], int(body["term"]), body.get("value"),
-                      float(body.get("ttl_remaining_ms", 0)) / 1000.0)
+        return Leader.read(await self._call("GET", _core.path("elections", name)))
 
     async def observe(self, name: str) -> AsyncIterator[LeaderEvent]:
         failures = 0
@@ -151,7 +147,7 @@ class AsyncClient:
             for url in self.servers.order():
                 try:
                     async with self._http.stream(
-                        "GET", url + _core.path("elections", name) + "/observe",
+                        "GET", url + _core.observe_path(name),
                         headers=_core.headers(self.token),
                         timeout=httpx.Timeout(self.timeout, read=None),
                     ) as resp:
@@ -160,9 +156,11 @@ class AsyncClient:
                                                 resp.headers)
                         self.servers.answered(url)
                         failures = 0
-                        async for event, data in _asse(resp.aiter_lines()):
-                            yield LeaderEvent(event, data.get("name", name), data.get("term"),
-                                              data.get("value"))
+                        sse = _core.Sse()
+                        async for line in resp.aiter_lines():
+                            got = sse.feed(line)
+                            if got is not None:
+                                yield LeaderEvent.read(name, *got)
                 except (httpx.TransportError, Unavailable):
                     failures += 1
             await asyncio.sleep(min(2.0, 0.05 * 2 ** min(failures, 6)))
@@ -221,17 +219,3 @@ class AsyncClient:
                     raise
         assert last is not None
         raise last
-
-
-async def _asse(lines: AsyncIterator[str]) -> AsyncIterator[Tuple[str, Dict[str, Any]]]:
-    """Server-sent events as (event, JSON data) pairs."""
-    event, data = "message", []
-    async for line in lines:
-        if line == "":
-            if data:
-                yield event, _core.parse_json("\n".join(data).encode())
-            event, data = "message", []
-        elif line.startswith("event:"):
-            event = line[6:].strip()
-        elif line.startswith("data:"):
-            data.append(line[5:].lstrip())

@@ -8,7 +8,7 @@ import threading
 import time
 import uuid
 from dataclasses import dataclass
-from typing import Any, Dict, List, Optional, Sequence, Union
+from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 from urllib.parse import quote
 
 from ._errors import LeaseLost, RedlockdError, Unavailable, from_response
@@ -179,3 +179,26 @@ class LeaseState:
     def __repr__(self) -> str:
         state = "lost: " + self.lost_reason if self.lost_reason else f"{self.remaining:.3f}s valid"
         return f"<Lease {self.kind}/{self.name} token={self.fencing_token} {state}>"
+
+
+class Sse:
+    """Server-sent events, one line at a time: `feed` returns (event, JSON data) when a
+    line completes an event."""
+
+    def __init__(self) -> None:
+        self.event, self.data = "message", []  # type: str, List[str]
+
+    def feed(self, line: str) -> Optional[Tuple[str, Dict[str, Any]]]:
+        if line == "":
+            done = (self.event, parse_json("\n".join(self.data).encode())) if self.data else None
+            self.event, self.data = "message", []
+            return done
+        if line.startswith("event:"):
+            self.event = line[6:].strip()
+        elif line.startswith("data:"):
+            self.data.append(line[5:].lstrip())
+        return None
+
+
+def observe_path(name: str) -> str:
+    return path("elections", name) + "/observe"

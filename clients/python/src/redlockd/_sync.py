@@ -6,7 +6,7 @@ import logging
 import threading
 import time
 from dataclasses import dataclass
-from typing import Any, Callable, Dict, Iterator, NamedTuple, Optional, Sequence, Tuple, Union
+from typing import Any, Callable, Dict, Iterator, NamedTuple, Optional, Sequence, Union
 
 import httpx
 
@@ -25,6 +25,14 @@ class Leader:
     value: Optional[str]
     ttl_remaining: float
 
+    @classmethod
+    def read(cls, body: Dict[str, Any]) -> Optional["Leader"]:
+        """The leader in a `GET /elections/{name}` answer, or None when vacant."""
+        if body.get("vacant"):
+            return None
+        return cls(body["name"], int(body["term"]), body.get("value"),
+                   float(body.get("ttl_remaining_ms", 0)) / 1000.0)
+
 
 @dataclass(frozen=True)
 class LeaderEvent:
@@ -35,6 +43,10 @@ class LeaderEvent:
     name: str
     term: Optional[int]
     value: Optional[str]
+
+    @classmethod
+    def read(cls, name: str, kind: str, data: Dict[str, Any]) -> "LeaderEvent":
+        return cls(kind, data.get("name", name), data.get("term"), data.get("value"))
 
 
 class TickResult(NamedTuple):
@@ -188,11 +200,7 @@ class Client:
 
     def leader(self, name: str) -> Optional[Leader]:
         """Who leads `name` now, or None when vacant."""
-        body = self._call("GET", _core.path("elections", name))
-        if body.get("vacant"):
-            return None
-        return Leader(body["name"], int(body["term"]), body.get("value"),
-                      float(body.get("ttl_remaining_ms", 0)) / 1000.0)
+        return Leader.read(self._call("GET", _core.path("elections", name)))
 
     def observe(self, name: str) -> Iterator[LeaderEvent]:
         """Every change of `name`'s leadership, starting with the current state, for as long
@@ -203,7 +211,7 @@ class Client:
             for url in self.servers.order():
                 try:
                     with self._http.stream(
-                        "GET", url + _core.path("elections", name) + "/observe",
+                        "GET", url + _core.observe_path(name),
                         headers=_core.headers(self.token),
                         timeout=httpx.Timeout(self.timeout, read=None),
                     ) as resp:
@@ -211,9 +219,11 @@ class Client:
                             raise from_response(resp.status_code, _core.parse_json(resp.read()), resp.headers)
                         self.servers.answered(url)
                         failures = 0
-                        for event, data in _sse(resp.iter_lines()):
-                            yield LeaderEvent(event, data.get("name", name), data.get("term"),
-                                              data.get("value"))
+                        sse = _core.Sse()
+                        for line in resp.iter_lines():
+                            got = sse.feed(line)
+                            if got is not None:
+                                yield LeaderEvent.read(name, *got)
                 except (httpx.TransportError, Unavailable):
                     failures += 1
             time.sleep(min(2.0, 0.05 * 2 ** min(failures, 6)))
@@ -277,20 +287,3 @@ class Client:
                     raise
         assert last is not None
         raise last
-
-
-def _sse(lines: Iterator[str]) -> Iterator[Tuple[str, Dict[str, Any]]]:
-    """Server-sent events as (event, JSON data) pairs."""
-    event, data = "message", []
-    for line in lines:
-        if line == "":
-            if data:
-                yield event, _core.parse_json("\n".join(data).encode())
-            event, data = "message", []
-        elif line.startswith("event:"):
-            event = line[6:].strip()
-        elif line.startswith("data:"):
-            data.append(line[5:].lstrip())
-
-
-
