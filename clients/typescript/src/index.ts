@@ -257,8 +257,8 @@ export class Client {
 
   /** One request, tried on each replica in turn while none answers or a replica cannot
    * reach a majority (503). Only requests that are safe to repeat come here: renews and
-   * releases name their lease, and grants carry an Idempotency-Key. */
-  /** @internal */
+   * releases name their lease, and grants carry an Idempotency-Key.
+   * @internal */
   async call(
     method: string,
     route: string,
