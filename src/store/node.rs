@@ -124,9 +124,9 @@ pub struct Idem {
     /// The request the key was first used for (kind, name, TTL, owner), hashed.
     pub fingerprint: String,
     /// This attempt's nonce, which the engine sets for each attempt of each retry (callers
-    /// leave it empty): the hold notes which
-    /// attempt made it and which last answered for it, so that undoing a failed attempt
-    /// never takes away a hold a concurrent attempt of the same key counts on.
+    /// leave it empty): the hold notes which attempt made it and which last answered for
+    /// it, so that undoing a failed attempt never takes away a hold a concurrent attempt of
+    /// the same key counts on.
     pub attempt: String,
 }
 
