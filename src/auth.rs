@@ -50,6 +50,16 @@ pub enum Need {
     Admin,
 }
 
+impl fmt::Display for Role {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Role::Client => "client",
+            Role::Reader => "reader",
+            Role::Admin => "admin",
+        })
+    }
+}
+
 impl Role {
     fn allows(self, need: Need) -> bool {
         matches!(
@@ -77,6 +87,17 @@ pub struct TokenEntry {
 struct TokenFile {
     tokens: Vec<TokenEntry>,
 }
+
+/// The shapes a token file may have: `{"tokens": [...]}`, or the list alone.
+#[derive(Debug, Deserialize)]
+#[serde(untagged)]
+enum FileShape {
+    Object(TokenFile),
+    List(Vec<TokenEntry>),
+}
+
+/// What a token file must look like, for messages.
+const FILE_SHAPE: &str = r#"{"tokens": [{"name", "sha256", "role", "prefixes"}, ...]} (or the list alone)"#;
 
 /// A caller the token file knows: its token's name (for logs), role and prefixes.
 #[derive(Debug, Clone)]
@@ -122,10 +143,21 @@ fn sha256(token: &str) -> [u8; 32] {
 impl Tokens {
     /// Parse the file's text; the error says what is wrong and where, never a hash.
     pub fn parse(text: &str) -> Result<Self, String> {
-        let file: TokenFile =
-            serde_json::from_str(text).map_err(|e| format!("not a token file: {e}"))?;
-        let mut known = Vec::with_capacity(file.tokens.len());
-        for (i, entry) in file.tokens.into_iter().enumerate() {
+        let tokens = match serde_json::from_str::<FileShape>(text) {
+            Ok(FileShape::Object(file)) => file.tokens,
+            Ok(FileShape::List(tokens)) => tokens,
+            // Untagged, serde says only that nothing matched: parse again as the object to
+            // say what is wrong and where.
+            Err(_) => {
+                let why = match serde_json::from_str::<TokenFile>(text) {
+                    Err(e) => e.to_string(),
+                    Ok(_) => "unexpected shape".into(),
+                };
+                return Err(format!("not a token file ({why}); expected {FILE_SHAPE}"));
+            }
+        };
+        let mut known = Vec::with_capacity(tokens.len());
+        for (i, entry) in tokens.into_iter().enumerate() {
             let at = format!("token {} ({:?})", i + 1, entry.name);
             if entry.name.is_empty() || entry.name.chars().any(char::is_control) {
                 return Err(format!("{at}: name must be non-empty text"));
@@ -135,7 +167,7 @@ impl Tokens {
                 .map_err(|_| format!("{at}: sha256 must be 64 hex digits"))?;
             if entry.role != Role::Admin && entry.prefixes.is_empty() {
                 return Err(format!(
-                    "{at}: a {:?} token needs at least one prefix (\"\" for every name)",
+                    "{at}: a {} token needs at least one prefix (\"\" for every name)",
                     entry.role
                 ));
             }
@@ -291,6 +323,26 @@ mod tests {
         assert!(tokens.authenticate("").is_none());
     }
 
+    fn entry_for(name: &str) -> TokenEntry {
+        new_token(name, Role::Admin, vec![]).1
+    }
+
+    #[test]
+    fn a_file_holding_only_the_list_is_read_as_the_list() {
+        let (token, entry) = new_token("ci", Role::Client, vec!["jobs:".into()]);
+        let list = serde_json::to_string(&vec![entry]).unwrap();
+        let tokens = Tokens::parse(&list).expect("the list alone is a token file");
+        assert_eq!(&*tokens.authenticate(&token).expect("known").name, "ci");
+    }
+
+    #[test]
+    fn roles_are_named_in_lowercase_as_the_file_spells_them() {
+        assert_eq!(Role::Client.to_string(), "client");
+        let (_, entry) = new_token("ci", Role::Reader, vec![]);
+        let err = Tokens::parse(&file(&[entry])).unwrap_err();
+        assert!(err.contains("a reader token"), "{err}");
+    }
+
     #[test]
     fn roles_allow_what_the_contract_says() {
         assert!(Role::Reader.allows(Need::Read) && !Role::Reader.allows(Need::Hold));
@@ -310,7 +362,11 @@ mod tests {
         entry.sha256 = "abc".into();
         let err = Tokens::parse(&file(&[entry])).unwrap_err();
         assert!(err.contains("64 hex digits"), "{err}");
-        assert!(Tokens::parse("{\"tokens\": [{\"nom\": 1}]}").is_err());
+        let err = Tokens::parse("{\"tokens\": [{\"nom\": 1}]}").unwrap_err();
+        assert!(err.contains("expected {\"tokens\""), "{err}");
+        // A lone entry (what `redlockd token new` prints) is not a file; say the shape.
+        let err = Tokens::parse(&serde_json::to_string(&entry_for("one")).unwrap()).unwrap_err();
+        assert!(err.contains("expected {\"tokens\""), "{err}");
         let (_, a) = new_token("same", Role::Admin, vec![]);
         let (_, b) = new_token("same", Role::Admin, vec![]);
         assert!(Tokens::parse(&file(&[a, b])).unwrap_err().contains("twice"));

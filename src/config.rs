@@ -10,43 +10,76 @@ use std::time::Duration;
 
 use clap::{Args, CommandFactory, Parser, Subcommand, ValueEnum};
 
+/// The command line: a verb and that verb's own options. With no verb (or with the
+/// server's flags first), `serve` is meant: `redlockd --listen 0.0.0.0:8080` serves.
+///
+/// Each verb takes only its own options and reads only its own variables, so that a
+/// client verb never stumbles over (or silently ignores) a server setting.
 /// Not `Debug`: it holds the configuration as given, passwords included.
 #[derive(Parser)]
 #[command(
     name = "redlockd",
     version,
-    about = "Named locks with leases and fencing tokens over Redis (Redlock)"
+    about = "Named locks with leases and fencing tokens over Redis (Redlock)",
+    after_help = "With no command, or with the server's options first, `serve` is meant \
+                  (`redlockd --listen 0.0.0.0:8080`). `redlockd help serve` lists them."
 )]
 pub struct Cli {
     #[command(subcommand)]
-    pub command: Option<Command>,
-    #[command(flatten)]
-    pub config: Config,
+    pub command: Command,
 }
 
-#[derive(Debug, Subcommand)]
+/// The verbs whose names may come first on the command line.
+const VERBS: &[&str] = &[
+    "serve",
+    "openapi",
+    "healthcheck",
+    "recover",
+    "lock",
+    "inspect",
+    "list",
+    "token",
+    "help",
+];
+
+impl Cli {
+    /// Parse `args` (the program's name first), taking `serve` when no verb is named.
+    pub fn try_parse_args<I, T>(args: I) -> Result<Self, clap::Error>
+    where
+        I: IntoIterator<Item = T>,
+        T: Into<std::ffi::OsString>,
+    {
+        let mut args: Vec<std::ffi::OsString> = args.into_iter().map(Into::into).collect();
+        let first = args.get(1).and_then(|a| a.to_str()).unwrap_or("");
+        let top_level_flag = matches!(first, "-h" | "--help" | "-V" | "--version");
+        if !VERBS.contains(&first) && !top_level_flag {
+            args.insert(1.min(args.len()), "serve".into());
+        }
+        Self::try_parse_from(args)
+    }
+
+    /// The verb the command line names (`serve` when none), for telling client verbs from
+    /// the server's before the line is parsed.
+    pub fn verb_of(args: &[String]) -> &str {
+        let first = args.get(1).map_or("", String::as_str);
+        if VERBS.contains(&first) { first } else { "serve" }
+    }
+}
+
+#[derive(Subcommand)]
 pub enum Command {
-    /// Serve the HTTP API (the default).
-    Serve,
+    /// Serve the HTTP API (the default). Every option is also an environment variable.
+    Serve(Config),
     /// Print the OpenAPI document (as committed in openapi/openapi.json).
     Openapi,
     /// Exit 0 if the server at REDLOCKD_LISTEN answers /healthz, else 1 (for container
     /// health checks).
-    Healthcheck,
+    Healthcheck(HealthcheckArgs),
     /// After a majority of the masters in REDLOCKD_REDIS_URLS lost their data at once: put
     /// every master back in service with its fencing counter above any token that can have
     /// been granted. Refuses while a master that lost its data restarted less than
     /// REDLOCKD_MAX_TTL_MS ago.
-    Recover {
-        /// Raise every fencing counter to at least this (default: the largest counter any
-        /// master still has, or the wall clock in microseconds, whichever is larger).
-        #[arg(long)]
-        fence_floor: Option<u64>,
-        /// Do not wait for the largest TTL since the masters restarted: only when no lease
-        /// can still be live (every client stopped, or the TTLs are known to be over).
-        #[arg(long)]
-        force: bool,
-    },
+    Recover(RecoverArgs),
     /// Run a command while holding a lock: grant NAME, run CMD with the lease in its
     /// environment, renew the lease while CMD runs, end CMD if the lease is lost, release
     /// the lock when CMD exits. Exit status: CMD's own; 64 bad usage; 69 no server or no
@@ -60,6 +93,32 @@ pub enum Command {
     /// Bearer tokens for REDLOCKD_AUTH_FILE.
     #[command(subcommand)]
     Token(TokenCommand),
+}
+
+/// `redlockd healthcheck`: where the server listens, and whether it speaks HTTPS.
+#[derive(Debug, Clone, Args)]
+pub struct HealthcheckArgs {
+    /// The address the server listens on.
+    #[arg(long, env = "REDLOCKD_LISTEN", default_value = "127.0.0.1:8080")]
+    pub listen: String,
+    /// Set when the server serves HTTPS (the check then speaks HTTPS too).
+    #[arg(long, env = "REDLOCKD_TLS_CERT")]
+    pub tls_cert: Option<String>,
+}
+
+/// `redlockd recover`: the server's configuration (its masters), and how to recover.
+#[derive(Args)]
+pub struct RecoverArgs {
+    #[command(flatten)]
+    pub config: Config,
+    /// Raise every fencing counter to at least this (default: the largest counter any
+    /// master still has, or the wall clock in microseconds, whichever is larger).
+    #[arg(long)]
+    pub fence_floor: Option<u64>,
+    /// Do not wait for the largest TTL since the masters restarted: only when no lease
+    /// can still be live (every client stopped, or the TTLs are known to be over).
+    #[arg(long)]
+    pub force: bool,
 }
 
 #[derive(Debug, Clone, Subcommand)]
@@ -110,16 +169,22 @@ pub struct LockArgs {
     #[arg(long)]
     pub owner: Option<String>,
     /// Keep the lock at least this long after the grant, even when CMD finishes sooner, so
-    /// that other instances whose schedule fires a little later skip this tick.
+    /// that other instances whose schedule fires a little later skip this tick. At most
+    /// the server's largest TTL (REDLOCKD_MAX_TTL_MS, 1h by default): longer is refused
+    /// before CMD starts (exit 64).
     #[arg(long, value_parser = humantime::parse_duration)]
     pub hold_at_least: Option<Duration>,
     /// After the lease is lost: how long CMD has between SIGTERM and SIGKILL.
     #[arg(long, default_value = "10s", value_parser = humantime::parse_duration)]
     pub grace: Duration,
     /// Exit status when another holds the lock past --wait (default 75); 0 lets cron treat
-    /// "another instance has it" as success.
+    /// "another instance has it" as success, and then the skip is silent too.
     #[arg(long, default_value_t = 75)]
     pub held_exit_code: u8,
+    /// Say nothing when another holds the lock (the skip), whatever --held-exit-code is;
+    /// errors are still reported.
+    #[arg(long, short)]
+    pub quiet: bool,
     /// The lock's name.
     pub name: String,
     /// The command and its arguments, after `--`.
@@ -161,7 +226,6 @@ pub struct Config {
         long,
         env = "REDLOCKD_LISTEN",
         default_value = "127.0.0.1:8080",
-        global = true
     )]
     pub listen: String,
 
@@ -172,7 +236,6 @@ pub struct Config {
         env = "REDLOCKD_REDIS_URLS",
         value_delimiter = ',',
         hide_env_values = true,
-        global = true
     )]
     pub redis_urls: Vec<String>,
 
@@ -181,7 +244,6 @@ pub struct Config {
         long,
         env = "REDLOCKD_DEFAULT_TTL_MS",
         default_value_t = 30_000,
-        global = true
     )]
     pub default_ttl_ms: u64,
 
@@ -190,7 +252,6 @@ pub struct Config {
         long,
         env = "REDLOCKD_MAX_TTL_MS",
         default_value_t = 3_600_000,
-        global = true
     )]
     pub max_ttl_ms: u64,
 
@@ -199,7 +260,6 @@ pub struct Config {
         long,
         env = "REDLOCKD_MAX_WAIT_MS",
         default_value_t = 60_000,
-        global = true
     )]
     pub max_wait_ms: u64,
 
@@ -208,7 +268,6 @@ pub struct Config {
         long,
         env = "REDLOCKD_DRIFT_FACTOR",
         default_value_t = 0.01,
-        global = true
     )]
     pub drift_factor: f64,
 
@@ -217,7 +276,6 @@ pub struct Config {
         long,
         env = "REDLOCKD_MASTER_TIMEOUT_MS",
         default_value_t = 50,
-        global = true
     )]
     pub master_timeout_ms: u64,
 
@@ -226,13 +284,12 @@ pub struct Config {
         long,
         env = "REDLOCKD_KEY_PREFIX",
         default_value = "redlockd:",
-        global = true
     )]
     pub key_prefix: String,
 
     /// Log format: `text` or `json` (default: text in a terminal, JSON otherwise). Levels
     /// come from RUST_LOG (default `info`).
-    #[arg(long, env = "REDLOCKD_LOG_FORMAT", value_enum, global = true)]
+    #[arg(long, env = "REDLOCKD_LOG_FORMAT", value_enum)]
     pub log_format: Option<LogFormat>,
 
     /// On SIGTERM or ctrl-c, how long requests in flight may take to finish, in ms.
@@ -240,7 +297,6 @@ pub struct Config {
         long,
         env = "REDLOCKD_SHUTDOWN_GRACE_MS",
         default_value_t = 10_000,
-        global = true
     )]
     pub shutdown_grace_ms: u64,
 
@@ -251,7 +307,6 @@ pub struct Config {
         long,
         env = "REDLOCKD_CLIENT_TIMEOUT_MS",
         default_value_t = 10_000,
-        global = true
     )]
     pub client_timeout_ms: u64,
 
@@ -261,7 +316,6 @@ pub struct Config {
         long,
         env = "REDLOCKD_MAX_CONNECTIONS",
         default_value_t = 10_000,
-        global = true
     )]
     pub max_connections: usize,
 
@@ -271,13 +325,12 @@ pub struct Config {
         long,
         env = "REDLOCKD_UNSAFE_SKIP_QUARANTINE",
         hide = true,
-        global = true
     )]
     pub unsafe_skip_quarantine: bool,
 
     /// Refuse to start with an even number of masters (an even count buys no extra fault
     /// tolerance over one master fewer).
-    #[arg(long, env = "REDLOCKD_REQUIRE_ODD", global = true)]
+    #[arg(long, env = "REDLOCKD_REQUIRE_ODD")]
     pub require_odd: bool,
 
     /// Most grants that may wait on one name at once; past it a waiting grant is 429.
@@ -285,7 +338,6 @@ pub struct Config {
         long,
         env = "REDLOCKD_MAX_WAITERS_PER_NAME",
         default_value_t = 1_000,
-        global = true
     )]
     pub max_waiters_per_name: usize,
 
@@ -294,7 +346,6 @@ pub struct Config {
         long,
         env = "REDLOCKD_MAX_WAITERS",
         default_value_t = 10_000,
-        global = true
     )]
     pub max_waiters: u64,
 
@@ -303,37 +354,36 @@ pub struct Config {
         long,
         env = "REDLOCKD_MAX_STREAMS",
         default_value_t = 10_000,
-        global = true
     )]
     pub max_streams: usize,
 
     /// A PEM certificate chain: serve HTTPS with it (and REDLOCKD_TLS_KEY). Re-read when
     /// the file changes.
-    #[arg(long, env = "REDLOCKD_TLS_CERT", global = true)]
+    #[arg(long, env = "REDLOCKD_TLS_CERT")]
     pub tls_cert: Option<String>,
 
     /// The PEM private key of REDLOCKD_TLS_CERT.
-    #[arg(long, env = "REDLOCKD_TLS_KEY", global = true)]
+    #[arg(long, env = "REDLOCKD_TLS_KEY")]
     pub tls_key: Option<String>,
 
     /// A JSON file of bearer tokens (name, SHA-256 of the token, role, name prefixes; see
     /// README, "Security"). Unset: no authentication (logged at start). Re-read on SIGHUP.
-    #[arg(long, env = "REDLOCKD_AUTH_FILE", global = true)]
+    #[arg(long, env = "REDLOCKD_AUTH_FILE")]
     pub auth_file: Option<String>,
 
     /// With REDLOCKD_AUTH_FILE: requests per second each token may make (0: no limit); past
     /// it 429 with Retry-After.
-    #[arg(long, env = "REDLOCKD_AUTH_RATE", default_value_t = 0, global = true)]
+    #[arg(long, env = "REDLOCKD_AUTH_RATE", default_value_t = 0)]
     pub auth_rate: u32,
 
     /// With REDLOCKD_AUTH_RATE: how many requests a token may make at once before the rate
     /// applies (default: one second's worth).
-    #[arg(long, env = "REDLOCKD_AUTH_BURST", global = true)]
+    #[arg(long, env = "REDLOCKD_AUTH_BURST")]
     pub auth_burst: Option<u32>,
 
     /// With REDLOCKD_AUTH_FILE: `/metrics`, `/openapi.json` and `/docs` need a reader token
     /// too (they are open by default; `/healthz` and `/readyz` always are).
-    #[arg(long, env = "REDLOCKD_AUTH_PROTECT_OPERATIONS", global = true)]
+    #[arg(long, env = "REDLOCKD_AUTH_PROTECT_OPERATIONS")]
     pub auth_protect_operations: bool,
 }
 
@@ -365,7 +415,10 @@ impl Config {
     /// The configuration as the environment alone gives it (no command line), for tests
     /// and embedders.
     pub fn from_env() -> Result<Self, clap::Error> {
-        Cli::try_parse_from(["redlockd"]).map(|cli| cli.config)
+        match Cli::try_parse_args(["redlockd"])?.command {
+            Command::Serve(config) => Ok(config),
+            _ => unreachable!("no verb parses as serve"),
+        }
     }
 
     /// Parse and check every value: the settings the program runs with.
@@ -557,7 +610,15 @@ pub struct MasterUrl {
 
 impl MasterUrl {
     pub fn parse(raw: &str) -> Result<Self, String> {
-        let parsed = url::Url::parse(raw).map_err(|e| format!("{}: {e}", redact(raw)))?;
+        if !raw.contains("://") {
+            return Err(format!(
+                "{:?} is not a URL: write it as redis://{}",
+                redact_text(raw),
+                redact_text(raw)
+            ));
+        }
+        let parsed =
+            url::Url::parse(raw).map_err(|e| format!("{:?} is not a URL: {e}", redact_text(raw)))?;
         let redacted = redact_parsed(&parsed);
         if !matches!(parsed.scheme(), "redis" | "rediss") {
             return Err(format!(
@@ -608,13 +669,29 @@ pub fn redact(url: &str) -> String {
     url::Url::parse(url).map_or_else(|_| "<unparsable url>".to_owned(), |p| redact_parsed(&p))
 }
 
+/// Text that failed to parse as a URL, as it may be shown: whatever stands between the
+/// scheme and the last `@` (a user and password) is hidden.
+fn redact_text(raw: &str) -> String {
+    let (scheme, rest) = raw.split_once("://").map_or(("", raw), |(s, r)| (s, r));
+    let shown = match rest.rfind('@') {
+        Some(at) => format!("***{}", &rest[at..]),
+        None => rest.to_owned(),
+    };
+    if scheme.is_empty() {
+        shown
+    } else {
+        format!("{scheme}://{shown}")
+    }
+}
+
 /// Clap names the flag in a parse error; the contract promises the variable is named too.
 pub fn explain_parse_error(err: &clap::Error) -> Option<String> {
     use clap::error::ContextKind;
     let arg = err.get(ContextKind::InvalidArg)?.to_string();
     let cmd = Cli::command();
     let env = cmd
-        .get_arguments()
+        .get_subcommands()
+        .flat_map(|sub| sub.get_arguments())
         .find(|a| {
             a.get_long()
                 .is_some_and(|long| arg.starts_with(&format!("--{long}")))
@@ -632,7 +709,10 @@ mod tests {
     fn config(args: &[&str]) -> Config {
         let mut argv = vec!["redlockd"];
         argv.extend_from_slice(args);
-        Cli::try_parse_from(argv).expect("parses").config
+        match Cli::try_parse_args(argv).expect("parses").command {
+            Command::Serve(config) => config,
+            _ => panic!("not serve"),
+        }
     }
 
     #[test]
@@ -686,8 +766,21 @@ mod tests {
     }
 
     #[test]
+    fn an_entry_that_is_not_a_url_is_named_and_its_password_hidden() {
+        let err = config(&["--redis-urls", "redis://a:1,127.0.0.1:7501"])
+            .settings()
+            .unwrap_err();
+        assert!(err.to_string().contains("\"127.0.0.1:7501\" is not a URL"), "{err}");
+        assert!(err.to_string().contains("redis://127.0.0.1:7501"), "{err}");
+        let err = MasterUrl::parse("redis://:s3cret@[bad").unwrap_err();
+        assert!(err.contains("redis://***@[bad") && !err.contains("s3cret"), "{err}");
+    }
+
+    #[test]
     fn help_hides_the_environments_redis_urls() {
         let hidden = Cli::command()
+            .find_subcommand("serve")
+            .expect("serve")
             .get_arguments()
             .find(|a| a.get_id() == "redis_urls")
             .expect("the argument")
@@ -700,10 +793,57 @@ mod tests {
 
     #[test]
     fn parse_errors_are_explained_with_the_variable() {
-        let Err(err) = Cli::try_parse_from(["redlockd", "--max-wait-ms", "soon"]) else {
+        let Err(err) = Cli::try_parse_args(["redlockd", "--max-wait-ms", "soon"]) else {
             panic!("parsed a bad value");
         };
         let explained = explain_parse_error(&err).expect("explained");
         assert!(explained.contains("REDLOCKD_MAX_WAIT_MS"), "{explained}");
+    }
+
+    #[test]
+    fn client_verbs_take_only_their_own_options() {
+        // A server flag after a client verb is refused, not ignored.
+        assert!(
+            Cli::try_parse_args(["redlockd", "lock", "--listen", "127.0.0.1:1", "a", "--", "true"])
+                .is_err()
+        );
+        assert!(Cli::try_parse_args(["redlockd", "list", "--max-ttl-ms", "5"]).is_err());
+        // ... nor before it: the server's flags make the line `serve`, which has no verbs.
+        assert!(Cli::try_parse_args(["redlockd", "--listen", "127.0.0.1:1", "list"]).is_err());
+        // The verb's help lists its own options only.
+        let mut cmd = Cli::command();
+        let help = cmd
+            .find_subcommand_mut("lock")
+            .expect("lock")
+            .render_long_help()
+            .to_string();
+        assert!(help.contains("--hold-at-least") && help.contains("--server"), "{help}");
+        for server_flag in ["--auth-file", "--listen", "--max-ttl-ms", "--redis-urls"] {
+            assert!(!help.contains(server_flag), "lock --help lists {server_flag}");
+        }
+        // No verb, or the server's flags first: serve.
+        assert!(matches!(
+            Cli::try_parse_args(["redlockd"]).unwrap().command,
+            Command::Serve(_)
+        ));
+        assert!(matches!(
+            Cli::try_parse_args(["redlockd", "--listen", "127.0.0.1:1"]).unwrap().command,
+            Command::Serve(c) if c.listen == "127.0.0.1:1"
+        ));
+    }
+
+    #[test]
+    fn a_bad_server_variable_does_not_stop_a_client_verb() {
+        // The parse reads REDLOCKD_* from the environment; a client verb has none of the
+        // server's, so their values cannot matter. (Set only within this process's test.)
+        let argv = ["redlockd", "list", "--server", "http://127.0.0.1:1"];
+        let mut cmd = Cli::command();
+        let list = cmd.find_subcommand_mut("list").expect("list");
+        assert!(
+            list.get_arguments()
+                .all(|a| a.get_env().is_none_or(|e| e == "REDLOCKD_SERVER" || e == "REDLOCKD_TOKEN")),
+            "list reads a server variable"
+        );
+        assert!(Cli::try_parse_args(argv).is_ok());
     }
 }

@@ -3,7 +3,6 @@
 
 use std::io::IsTerminal as _;
 
-use clap::Parser as _;
 use redlockd::app::App;
 use redlockd::auth::Role;
 use redlockd::config::{Cli, Command, LogFormat, TokenCommand, explain_parse_error};
@@ -49,15 +48,13 @@ async fn shutdown_signal() {
 /// Whether the command line asks for a client verb, whose bad usage exits 64 (as
 /// documented for `redlockd lock`) rather than clap's 2.
 fn client_verb() -> bool {
-    std::env::args()
-        .skip(1)
-        .take_while(|a| a != "--")
-        .any(|a| matches!(a.as_str(), "lock" | "inspect" | "list" | "token"))
+    let args: Vec<String> = std::env::args().collect();
+    matches!(Cli::verb_of(&args), "lock" | "inspect" | "list" | "token")
 }
 
 #[tokio::main]
 async fn main() -> std::process::ExitCode {
-    let cli = match Cli::try_parse() {
+    let cli = match Cli::try_parse_args(std::env::args_os()) {
         Ok(cli) => cli,
         Err(err) => {
             if let Some(explained) = explain_parse_error(&err) {
@@ -70,17 +67,17 @@ async fn main() -> std::process::ExitCode {
             err.exit();
         }
     };
-    init_logging(cli.config.log_format);
-    match cli.command.unwrap_or(Command::Serve) {
+    init_logging(match &cli.command {
+        Command::Serve(config) => config.log_format,
+        Command::Recover(args) => args.config.log_format,
+        _ => None,
+    });
+    match cli.command {
         Command::Openapi => {
             print!("{}", redlockd::http::openapi_json());
         }
-        Command::Healthcheck => {
-            return match redlockd::app::healthcheck(
-                &cli.config.listen,
-                cli.config.tls_cert.is_some(),
-            )
-            .await
+        Command::Healthcheck(args) => {
+            return match redlockd::app::healthcheck(&args.listen, args.tls_cert.is_some()).await
             {
                 Ok(()) => std::process::ExitCode::SUCCESS,
                 Err(e) => {
@@ -89,8 +86,8 @@ async fn main() -> std::process::ExitCode {
                 }
             };
         }
-        Command::Recover { fence_floor, force } => {
-            return match redlockd::app::recover(cli.config, fence_floor, force).await {
+        Command::Recover(args) => {
+            return match redlockd::app::recover(args.config, args.fence_floor, args.force).await {
                 Ok(report) => {
                     for line in report {
                         println!("{line}");
@@ -125,7 +122,7 @@ async fn main() -> std::process::ExitCode {
             };
             if role != Role::Admin && prefixes.is_empty() {
                 eprintln!(
-                    "redlockd token new: a {role:?} token needs at least one --prefix (\"\" for every name)"
+                    "redlockd token new: a {role} token needs at least one --prefix (\"\" for every name)"
                 );
                 return std::process::ExitCode::from(redlockd::client::lock::exit::USAGE);
             }
@@ -134,9 +131,9 @@ async fn main() -> std::process::ExitCode {
             println!("add to the REDLOCKD_AUTH_FILE's \"tokens\" list:");
             println!("{}", serde_json::to_string(&entry).unwrap_or_default());
         }
-        Command::Serve => {
+        Command::Serve(config) => {
             let result = async {
-                let app = App::build(cli.config).await?;
+                let app = App::build(config).await?;
                 tracing::info!(address = %app.local_addr()?, "redlockd serving");
                 app.run_until_stopped(shutdown_signal()).await
             }

@@ -332,8 +332,8 @@ pub struct Readiness {
 #[schema(example = json!({"error": "lock_held", "message": "the lock is held by another lease", "retry_after_ms": 12000}))]
 pub struct ErrorBody {
     /// A stable code: `invalid_request`, `request_timeout`, `unauthorized`, `forbidden`,
-    /// `lock_held`, `lease_not_found`, `quorum_unavailable`, `not_found`,
-    /// `method_not_allowed`, `internal`.
+    /// `lock_held`, `lease_not_found`, `idempotency_mismatch`, `too_many_requests`,
+    /// `quorum_unavailable`, `shutting_down`, `not_found`, `method_not_allowed`, `internal`.
     pub error: String,
     pub message: String,
     /// With `lock_held`: the holder's remaining TTL, best estimate.

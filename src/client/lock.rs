@@ -63,8 +63,12 @@ pub async fn run(args: LockArgs) -> u8 {
         }
     };
     let name = args.name.clone();
+    // A lock kept --hold-at-least after the grant is granted for that long at once (renews
+    // then shorten it to --ttl): a server that cannot keep it so long refuses the grant
+    // before the command runs, rather than after it ran with nothing kept.
+    let hold_at_least = args.hold_at_least.filter(|h| *h > args.ttl);
     let grant = GrantRequest {
-        ttl_ms: Some(millis(args.ttl)),
+        ttl_ms: Some(millis(hold_at_least.unwrap_or(args.ttl))),
         wait_ms: Some(millis(args.wait)),
         owner: Some(
             args.owner
@@ -85,11 +89,23 @@ pub async fn run(args: LockArgs) -> u8 {
     {
         Ok(lease) => lease,
         Err(Failure::Held { retry_after, .. }) => {
-            say(format_args!(
-                "{name} is held by another lease (free in about {} ms at the latest, unless renewed)",
-                millis(retry_after)
-            ));
+            // A skip the user declared a success is silent: cron mails any output.
+            if !args.quiet && args.held_exit_code != 0 {
+                say(format_args!(
+                    "{name} is held by another lease (free in about {} ms at the latest, unless renewed)",
+                    millis(retry_after)
+                ));
+            }
             return args.held_exit_code;
+        }
+        Err(Failure::Invalid(m)) if hold_at_least.is_some() && m.contains("ttl_ms") => {
+            say(format_args!(
+                "the server cannot keep the lock for --hold-at-least {} ({m}); \
+                 nothing was run: use a shorter --hold-at-least, or raise the server's \
+                 REDLOCKD_MAX_TTL_MS",
+                humantime::format_duration(hold_at_least.unwrap_or_default())
+            ));
+            return exit::USAGE;
         }
         Err(Failure::Invalid(m) | Failure::Denied(m)) => {
             say(m);
@@ -147,7 +163,7 @@ pub async fn run(args: LockArgs) -> u8 {
     let lost = run_child(&mut child, group, keeper, signals).await;
     match lost {
         Ok(status) => {
-            finish(&servers, &lease_path, granted, args.hold_at_least).await;
+            finish(&servers, &lease_path, granted, args.ttl, args.hold_at_least).await;
             status_code(status)
         }
         Err(reason) => {
@@ -223,7 +239,10 @@ async fn keep(
     let retry = (every / 4).clamp(MIN_RETRY, MAX_RETRY);
     let mut next = Instant::now() + every;
     let mut last_error = None;
-    let keep_ttl = RenewRequest::default();
+    // Explicitly the TTL asked for: the grant may have been made longer (--hold-at-least).
+    let keep_ttl = RenewRequest {
+        ttl_ms: Some(millis(ttl)),
+    };
     loop {
         sleep_until(next.min(valid_until)).await;
         let sent = Instant::now();
@@ -265,31 +284,58 @@ fn ran_out(last_error: Option<String>) -> String {
 
 /// After the command exited: release the lock, or keep it until `hold_at_least` after the
 /// grant by making the rest of that time the lease's TTL.
-async fn finish(servers: &Servers, path: &str, granted: Instant, hold_at_least: Option<Duration>) {
-    let held = granted.elapsed();
-    if let Some(rest) = hold_at_least.and_then(|h| h.checked_sub(held)) {
-        let ttl_ms = millis(rest).max(MIN_TTL_MS);
-        let shortened = servers
+async fn finish(
+    servers: &Servers,
+    path: &str,
+    granted: Instant,
+    ttl: Duration,
+    hold_at_least: Option<Duration>,
+) {
+    let Some(until) = hold_at_least.map(|h| granted + h) else {
+        release(servers, path).await;
+        return;
+    };
+    if keep_until(servers, path, ttl, until).await.is_err() {
+        say("cannot keep the lock for --hold-at-least; releasing it");
+        release(servers, path).await;
+    }
+}
+
+/// Keep the lease until `until`: one renew whose TTL is the rest of that time, or, where a
+/// server will not take so long a TTL (replicas configured apart), renews of `ttl` until
+/// the rest fits in one. `Err` when no renew got through before the lease ran out.
+async fn keep_until(
+    servers: &Servers,
+    path: &str,
+    ttl: Duration,
+    until: Instant,
+) -> Result<(), Failure> {
+    let mut rest_in_one = true;
+    loop {
+        let Some(rest) = until.checked_duration_since(Instant::now()) else {
+            return Ok(());
+        };
+        let step = if rest_in_one { rest } else { rest.min(ttl) };
+        let renewed = servers
             .call::<_, LeaseBody>(
                 Method::PUT,
                 path,
                 Some(&RenewRequest {
-                    ttl_ms: Some(ttl_ms),
+                    ttl_ms: Some(millis(step).max(MIN_TTL_MS)),
                 }),
                 Duration::ZERO,
                 Repeat::Safe,
             )
             .await;
-        match shortened {
-            Ok(_) => return,
+        match renewed {
+            Ok(_) if step == rest => return Ok(()),
+            Ok(_) => tokio::time::sleep(ttl / 3).await,
             // Gone already: nothing to keep, nothing to release.
-            Err(Failure::NotFound(_)) => return,
-            Err(e) => say(format_args!(
-                "cannot keep the lock for --hold-at-least ({e}); releasing it"
-            )),
+            Err(Failure::NotFound(_)) => return Ok(()),
+            Err(Failure::Invalid(_)) if rest_in_one => rest_in_one = false,
+            Err(e) => return Err(e),
         }
     }
-    release(servers, path).await;
 }
 
 async fn release(servers: &Servers, path: &str) {

@@ -10,9 +10,10 @@ use axum::response::{IntoResponse, Response};
 use super::AppState;
 use super::error::{ApiError, ErrorBody};
 use super::extract::{ElectionLeasePath, ElectionPath, Fields};
-use super::handlers::{grant_or_hold, idempotency_key};
+use super::handlers::{grant_or_hold, idempotency_key, remove_holder};
 use super::stream;
 use super::types::{CampaignRequest, ElectionLease, Leader, NoFields, ProclaimRequest};
+use crate::wire::ForceReleased;
 use crate::auth::Caller;
 use crate::lease::{LeasePolicy, Owner};
 use axum::Extension;
@@ -39,7 +40,7 @@ Events as a held lock's stream, with `elected` (`ElectionLease`) for `granted` a
         (status = 409, description = "`lock_held`: another candidate leads (after `wait_ms`, if any)", body = ErrorBody,
             headers(("Retry-After" = u64, description = "whole seconds, at least 1"))),
         (status = 422, description = "`idempotency_mismatch`", body = ErrorBody),
-        (status = 503, description = "`quorum_unavailable`", body = ErrorBody),
+        (status = 503, description = "`quorum_unavailable`, or `shutting_down` (a waiting campaign on a replica that is stopping)", body = ErrorBody),
     )
 )]
 pub async fn campaign(
@@ -56,6 +57,7 @@ pub async fn campaign(
         Json(ElectionLease::new(lease)).into_response()
     })
     .await
+    .map_err(ApiError::in_election)
 }
 
 /// Who leads now: value, term and remaining TTL, or vacant.
@@ -145,4 +147,26 @@ pub async fn resign(
 ) -> Result<StatusCode, ApiError> {
     state.service.revoke(name, id).await?;
     Ok(StatusCode::NO_CONTENT)
+}
+
+/// Depose (administrators): remove the leader, whatever its lease, so that the next
+/// candidate is elected.
+#[utoipa::path(
+    delete, path = "/elections/{name}", tag = "elections",
+    params(("name" = String, Path)),
+    responses(
+        (status = 200, description = "Removed (or nobody led). The deposed leader's renew answers 404, a stream holding the leadership gets `lost` (`force_released`), the next candidate is elected, and every later term is greater", body = ForceReleased),
+        (status = 400, description = "`invalid_request`", body = ErrorBody),
+        (status = 401, description = "`unauthorized`", body = ErrorBody),
+        (status = 403, description = "`forbidden`: an admin token is required", body = ErrorBody),
+        (status = 503, description = "`quorum_unavailable`", body = ErrorBody),
+    )
+)]
+pub async fn depose(
+    State(state): State<AppState>,
+    caller: Option<Extension<Caller>>,
+    ElectionPath(name): ElectionPath,
+    Fields(NoFields {}): Fields<NoFields>,
+) -> Result<Json<ForceReleased>, ApiError> {
+    remove_holder(&state, caller.as_deref(), name).await
 }

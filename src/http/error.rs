@@ -19,6 +19,15 @@ impl From<&MasterFailure> for MasterError {
     }
 }
 
+/// Why a request is unauthorized: it says which of the two, never which tokens exist.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Credentials {
+    /// No `Authorization: Bearer` header.
+    Missing,
+    /// A token the token file does not know.
+    Unknown,
+}
+
 #[derive(Debug, thiserror::Error)]
 pub enum ApiError {
     /// 400 `invalid_request`: a bad name, lease id, field or value.
@@ -33,6 +42,9 @@ pub enum ApiError {
     /// 409 `lock_held`: another lease holds the lock.
     #[error("the lock is held by another lease")]
     LockHeld { retry_after: Duration },
+    /// 409 `lock_held` on a campaign: another candidate leads the election.
+    #[error("another candidate leads this election")]
+    Led { retry_after: Duration },
     /// 404 `lease_not_found`: no such lease holds the lock (expired, revoked or never granted).
     #[error("no such lease holds this lock: it expired, was revoked, or never existed")]
     LeaseNotFound,
@@ -54,9 +66,16 @@ pub enum ApiError {
         message: String,
         masters: Vec<MasterFailure>,
     },
+    /// 503 `shutting_down`: this replica is stopping; the masters may be healthy, and
+    /// another replica can serve the request.
+    #[error("this replica is shutting down; ask another replica")]
+    ShuttingDown,
     /// 401 `unauthorized`: no bearer token, or one the token file does not know.
-    #[error("a bearer token is required (Authorization: Bearer <token>)")]
-    Unauthorized,
+    #[error("{}", match .0 {
+        Credentials::Missing => "a bearer token is required (Authorization: Bearer <token>)",
+        Credentials::Unknown => "the bearer token is not known to this server (mistyped, revoked, or for another deployment)",
+    })]
+    Unauthorized(Credentials),
     /// 403 `forbidden`: the token's role or prefixes do not allow this.
     #[error("{0}")]
     Forbidden(String),
@@ -83,14 +102,16 @@ impl ApiError {
             ApiError::Invalid(_) => StatusCode::BAD_REQUEST,
             ApiError::TooLarge => StatusCode::PAYLOAD_TOO_LARGE,
             ApiError::RequestTimeout => StatusCode::REQUEST_TIMEOUT,
-            ApiError::LockHeld { .. } => StatusCode::CONFLICT,
+            ApiError::LockHeld { .. } | ApiError::Led { .. } => StatusCode::CONFLICT,
             ApiError::LeaseNotFound | ApiError::KeyEnded | ApiError::NoRoute => {
                 StatusCode::NOT_FOUND
             }
             ApiError::IdempotencyMismatch => StatusCode::UNPROCESSABLE_ENTITY,
-            ApiError::Unavailable { .. } => StatusCode::SERVICE_UNAVAILABLE,
+            ApiError::Unavailable { .. } | ApiError::ShuttingDown => {
+                StatusCode::SERVICE_UNAVAILABLE
+            }
             ApiError::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
-            ApiError::Unauthorized => StatusCode::UNAUTHORIZED,
+            ApiError::Unauthorized(_) => StatusCode::UNAUTHORIZED,
             ApiError::TooMany { .. } => StatusCode::TOO_MANY_REQUESTS,
             ApiError::Forbidden(_) => StatusCode::FORBIDDEN,
             ApiError::Internal => StatusCode::INTERNAL_SERVER_ERROR,
@@ -102,13 +123,14 @@ impl ApiError {
         match self {
             ApiError::Invalid(_) | ApiError::TooLarge => "invalid_request",
             ApiError::RequestTimeout => "request_timeout",
-            ApiError::LockHeld { .. } => "lock_held",
+            ApiError::LockHeld { .. } | ApiError::Led { .. } => "lock_held",
             ApiError::LeaseNotFound | ApiError::KeyEnded => "lease_not_found",
             ApiError::IdempotencyMismatch => "idempotency_mismatch",
             ApiError::Unavailable { .. } => "quorum_unavailable",
+            ApiError::ShuttingDown => "shutting_down",
             ApiError::NoRoute => "not_found",
             ApiError::MethodNotAllowed => "method_not_allowed",
-            ApiError::Unauthorized => "unauthorized",
+            ApiError::Unauthorized(_) => "unauthorized",
             ApiError::TooMany { .. } => "too_many_requests",
             ApiError::Forbidden(_) => "forbidden",
             ApiError::Internal => "internal",
@@ -123,6 +145,14 @@ impl From<InvalidInput> for ApiError {
 }
 
 impl ApiError {
+    /// The same error as a campaign's: "held" there means another candidate leads.
+    pub fn in_election(self) -> Self {
+        match self {
+            ApiError::LockHeld { retry_after } => ApiError::Led { retry_after },
+            e => e,
+        }
+    }
+
     /// 503 for a reason of our own, with no master to blame.
     pub fn unavailable(message: impl Into<String>) -> Self {
         ApiError::Unavailable {
@@ -143,7 +173,7 @@ impl From<LeaseError> for ApiError {
                 message: why.reason,
                 masters: why.masters,
             },
-            e @ LeaseError::ShuttingDown => ApiError::unavailable(e.to_string()),
+            LeaseError::ShuttingDown => ApiError::ShuttingDown,
             LeaseError::TooMany { what } => ApiError::TooMany {
                 message: what,
                 retry_after: Duration::from_secs(1),
@@ -155,9 +185,9 @@ impl From<LeaseError> for ApiError {
 impl ApiError {
     fn retry_after(&self) -> Option<Duration> {
         match self {
-            ApiError::LockHeld { retry_after } | ApiError::TooMany { retry_after, .. } => {
-                Some(*retry_after)
-            }
+            ApiError::LockHeld { retry_after }
+            | ApiError::Led { retry_after }
+            | ApiError::TooMany { retry_after, .. } => Some(*retry_after),
             _ => None,
         }
     }
@@ -196,7 +226,7 @@ impl IntoResponse for ApiError {
         response
             .extensions_mut()
             .insert(super::middleware::Outcome(self.code()));
-        if matches!(self, ApiError::Unauthorized) {
+        if matches!(self, ApiError::Unauthorized(_)) {
             response.headers_mut().insert(
                 header::WWW_AUTHENTICATE,
                 HeaderValue::from_static("Bearer realm=\"redlockd\""),

@@ -50,7 +50,7 @@ Closing the connection revokes the lease at once. Field errors are answered 400 
         (status = 409, description = "`lock_held`: held by another lease (after `wait_ms`, if any)", body = ErrorBody,
             headers(("Retry-After" = u64, description = "whole seconds, at least 1"))),
         (status = 422, description = "`idempotency_mismatch`: the Idempotency-Key was used for another request", body = ErrorBody),
-        (status = 503, description = "`quorum_unavailable`", body = ErrorBody),
+        (status = 503, description = "`quorum_unavailable`, or `shutting_down` (a waiting grant on a replica that is stopping)", body = ErrorBody),
     )
 )]
 pub async fn grant(
@@ -235,10 +235,18 @@ pub async fn force_release(
     LockPath(name): LockPath,
     Fields(NoFields {}): Fields<NoFields>,
 ) -> Result<Json<ForceReleased>, ApiError> {
+    remove_holder(&state, caller.as_deref(), name).await
+}
+
+/// Remove whoever holds `name` (a lock or an election), with an audit line naming the
+/// administrator.
+pub(super) async fn remove_holder(
+    state: &AppState,
+    caller: Option<&Caller>,
+    name: crate::lease::LockName,
+) -> Result<Json<ForceReleased>, ApiError> {
     let removed = state.service.force_release(&name).await?;
-    let by = caller
-        .as_ref()
-        .map_or("anonymous (no REDLOCKD_AUTH_FILE)", |c| &*c.name);
+    let by = caller.map_or("anonymous (no REDLOCKD_AUTH_FILE)", |c| &*c.name);
     tracing::warn!(
         target: "redlockd::audit",
         administrator = by,

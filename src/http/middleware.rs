@@ -16,7 +16,7 @@ use axum::http::{HeaderName, StatusCode};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 
-use super::error::ApiError;
+use super::error::{ApiError, Credentials};
 use crate::auth::{Auth, Need};
 use crate::metrics::{Metrics, Op};
 
@@ -64,7 +64,7 @@ fn op_of(method: &axum::http::Method, route: &str) -> Option<Op> {
         (&Method::GET, "/elections/{name}/observe") => Op::Observe,
         (&Method::PUT, "/elections/{name}/leases/{lease_id}") => Op::Proclaim,
         (&Method::DELETE, "/elections/{name}/leases/{lease_id}") => Op::Resign,
-        (&Method::DELETE, "/locks/{name}") => Op::ForceRelease,
+        (&Method::DELETE, "/locks/{name}" | "/elections/{name}") => Op::ForceRelease,
         _ => return None,
     })
 }
@@ -124,13 +124,16 @@ pub async fn authorize(
                 .or_else(|| v.strip_prefix("bearer "))
         })
         .map(str::trim);
-    let Some(caller) = presented.and_then(|t| auth.tokens().authenticate(t)) else {
-        return ApiError::Unauthorized.into_response();
+    let Some(presented) = presented.filter(|t| !t.is_empty()) else {
+        return ApiError::Unauthorized(Credentials::Missing).into_response();
+    };
+    let Some(caller) = auth.tokens().authenticate(presented) else {
+        return ApiError::Unauthorized(Credentials::Unknown).into_response();
     };
     let name = CallerName(caller.name.clone());
     if !caller.allows(need) {
         let mut response = ApiError::Forbidden(format!(
-            "the token {:?} ({:?}) may not do this",
+            "the token {:?} ({}) may not do this",
             &*caller.name, caller.role
         ))
         .into_response();

@@ -76,7 +76,11 @@ pub fn routes() -> (Router<AppState>, utoipa::openapi::OpenApi) {
             handlers::force_release
         ))
         .routes(routes!(handlers::renew, handlers::revoke, handlers::check))
-        .routes(routes!(elections::campaign, elections::leader))
+        .routes(routes!(
+            elections::campaign,
+            elections::leader,
+            elections::depose
+        ))
         .routes(routes!(elections::observe))
         .routes(routes!(elections::proclaim, elections::resign))
         .routes(routes!(handlers::healthz))

@@ -77,6 +77,9 @@ fn hold_event(held: Held, e: HoldEvent) -> Event {
                 message: reason.message().to_owned(),
             },
         ),
+        HoldEvent::Failed(e) if held == Held::Election => {
+            event("failed", &ApiError::from(e).in_election().body())
+        }
         HoldEvent::Failed(e) => event("failed", &ApiError::from(e).body()),
     }
 }

@@ -198,3 +198,13 @@ def test_a_bearer_token_is_sent_and_scopes_the_lock(tmp_path):
         replica.stop()
         for m in masters:
             m.stop()
+
+
+def test_a_server_url_without_a_scheme_is_a_configuration_error():
+    import pytest as _pytest
+
+    from redlockd import AsyncClient, Client
+
+    for make in (Client, AsyncClient):
+        with _pytest.raises(ValueError, match="http://"):
+            make(["127.0.0.1:8080"])

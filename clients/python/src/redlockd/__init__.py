@@ -8,7 +8,7 @@ safe retries, over one or more redlockd replicas.
         send_report(fence=lease.fencing_token)
 """
 
-from ._async import AsyncClient, AsyncLease
+from ._async import AsyncClient, AsyncLease, PendingLease
 from ._errors import (
     BadRequest,
     LeaseLost,
@@ -30,6 +30,7 @@ __all__ = [
     "Lease",
     "LeaseLost",
     "LockHeld",
+    "PendingLease",
     "RedlockdError",
     "TickResult",
     "TooManyRequests",

@@ -6,7 +6,8 @@ import asyncio
 import inspect
 import logging
 import time
-from typing import Any, AsyncIterator, Awaitable, Callable, Dict, Optional, Sequence, Union
+from typing import (Any, AsyncIterator, Awaitable, Callable, Dict, Generator, Optional, Sequence,
+                    Union)
 
 import httpx
 
@@ -108,6 +109,31 @@ class AsyncLease(_core.LeaseState):
             delay = min(delay, left)
 
 
+class PendingLease(Awaitable[AsyncLease]):
+    """A grant not yet made: `await` it for the `AsyncLease`, or use it directly in
+    `async with` (granted on entering the block, released on leaving it). Nothing is sent
+    until one of the two happens."""
+
+    def __init__(self, grant: Callable[[], Awaitable[AsyncLease]]):
+        self._grant = grant
+        self._lease: Optional[AsyncLease] = None
+
+    async def _get(self) -> AsyncLease:
+        if self._lease is None:
+            self._lease = await self._grant()
+        return self._lease
+
+    def __await__(self) -> Generator[Any, None, AsyncLease]:
+        return self._get().__await__()
+
+    async def __aenter__(self) -> AsyncLease:
+        return await (await self._get()).__aenter__()
+
+    async def __aexit__(self, *exc: Any) -> None:
+        if self._lease is not None:
+            await self._lease.__aexit__(*exc)
+
+
 class AsyncClient:
     """The asyncio flavour of `Client`, with the same behaviour."""
 
@@ -127,16 +153,22 @@ class AsyncClient:
     async def __aexit__(self, *exc: Any) -> None:
         await self.aclose()
 
-    async def lock(self, name: str, ttl: float = 30.0, *, wait: float = 0.0,
-                   owner: Optional[str] = None, on_lost: Optional[OnLost] = None,
-                   auto_renew: bool = True, idempotency_key: Optional[str] = None) -> AsyncLease:
-        grant = await self._grant("locks", name, ttl, wait, owner, idempotency_key)
-        return AsyncLease(self, grant, on_lost, auto_renew)
+    def lock(self, name: str, ttl: float = 30.0, *, wait: float = 0.0,
+             owner: Optional[str] = None, on_lost: Optional[OnLost] = None,
+             auto_renew: bool = True, idempotency_key: Optional[str] = None) -> PendingLease:
+        """`lease = await client.lock(...)`, or `async with client.lock(...) as lease:`."""
+        async def grant() -> AsyncLease:
+            made = await self._grant("locks", name, ttl, wait, owner, idempotency_key)
+            return AsyncLease(self, made, on_lost, auto_renew)
+        return PendingLease(grant)
 
-    async def campaign(self, name: str, value: Optional[str] = None, *, ttl: float = 10.0,
-                       wait: float = 0.0, on_lost: Optional[OnLost] = None) -> AsyncLease:
-        grant = await self._grant("elections", name, ttl, wait, value, None)
-        return AsyncLease(self, grant, on_lost)
+    def campaign(self, name: str, value: Optional[str] = None, *, ttl: float = 10.0,
+                 wait: float = 0.0, on_lost: Optional[OnLost] = None) -> PendingLease:
+        """`lease = await client.campaign(...)`, or `async with client.campaign(...)`."""
+        async def grant() -> AsyncLease:
+            made = await self._grant("elections", name, ttl, wait, value, None)
+            return AsyncLease(self, made, on_lost)
+        return PendingLease(grant)
 
     async def leader(self, name: str) -> Optional[Leader]:
         return Leader.read(await self._call("GET", _core.path("elections", name)))

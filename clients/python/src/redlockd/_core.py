@@ -65,6 +65,11 @@ class Servers:
         self.urls: List[str] = [u.rstrip("/") for u in urls]
         if not self.urls:
             raise ValueError("at least one server URL is required")
+        for url in self.urls:
+            # A configuration error, said at once: not an outage found on the first call.
+            if not url.startswith(("http://", "https://")):
+                raise ValueError(f"server URL {url!r} must start with http:// or https:// "
+                                 f"(for example http://{url.split('://')[-1]})")
         self._preferred = 0
         self._lock = threading.Lock()
 

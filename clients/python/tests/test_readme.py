@@ -1,0 +1,60 @@
+"""The README's examples, run as a newcomer copies them: each ```python block of
+clients/python/README.md, with the test's servers in place of the README's and a
+`send_report` that records the fencing token it was given."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import List
+
+import httpx
+
+README = Path(__file__).resolve().parents[1] / "README.md"
+SERVERS = '"http://redlockd-0:8080", "http://redlockd-1:8080"'
+
+
+def python_blocks() -> List[str]:
+    return re.findall(r"```python\n(.*?)```", README.read_text(), re.S)
+
+
+def run_block(code: str, urls: List[str], send_report) -> None:
+    assert SERVERS in code, "the README's example names its servers as the test expects"
+    code = code.replace(SERVERS, ", ".join(f'"{u}"' for u in urls))
+    exec(compile(code, str(README), "exec"), {"send_report": send_report, "__name__": "readme"})
+
+
+def test_the_readme_has_the_sync_and_the_asyncio_forms():
+    blocks = python_blocks()
+    assert len(blocks) == 2, blocks
+    assert "with client.lock(" in blocks[0]
+    assert "async with client.lock(" in blocks[1]
+
+
+def test_the_five_lines_run_as_written(cluster):
+    fences = []
+
+    def send_report(fence):
+        # While the block runs, the lock is held with this very token.
+        held = httpx.get(f"{cluster.urls[0]}/locks/nightly-report", timeout=2).json()
+        assert held["held"] and held["fencing_token"] == fence
+        fences.append(fence)
+
+    run_block(python_blocks()[0], cluster.urls, send_report)
+    assert len(fences) == 1
+    after = httpx.get(f"{cluster.urls[0]}/locks/nightly-report", timeout=2).json()
+    assert after["held"] is False, "released on leaving the block"
+
+
+def test_the_asyncio_form_runs_as_written(cluster):
+    fences = []
+
+    async def send_report(fence):
+        held = httpx.get(f"{cluster.urls[0]}/locks/nightly-report", timeout=2).json()
+        assert held["held"] and held["fencing_token"] == fence
+        fences.append(fence)
+
+    run_block(python_blocks()[1], cluster.urls, send_report)
+    assert len(fences) == 1
+    after = httpx.get(f"{cluster.urls[0]}/locks/nightly-report", timeout=2).json()
+    assert after["held"] is False, "released on leaving the block"
