@@ -127,6 +127,9 @@ impl App {
                 Announcement::Released(name, token) => {
                     events.publish(name, LockEvent::Released { token })
                 }
+                Announcement::Evicted(name, token) => {
+                    events.publish(name, LockEvent::Evicted { token })
+                }
                 Announcement::Acquired(name, token) => {
                     events.publish(name, LockEvent::Acquired { token })
                 }

@@ -109,6 +109,7 @@ async fn each_route_answers_each_role_and_prefix_as_the_contract_says() {
         ("GET", "/locks/jobs:a".into(), client, 403),
         ("GET", "/locks".into(), client, 403),
         ("DELETE", "/locks/jobs:a".into(), client, 403),
+        ("DELETE", "/elections/jobs:e".into(), client, 403),
         ("POST", "/elections/jobs:e".into(), client, 201),
         ("POST", "/elections/cron:e".into(), client, 403),
         // A reader looks within its prefixes.
@@ -142,6 +143,58 @@ async fn each_route_answers_each_role_and_prefix_as_the_contract_says() {
     }
     let metrics = app.text("/metrics").await;
     assert!(metrics.contains(r#"redlockd_requests_total{op="grant",outcome="forbidden"}"#));
+
+    // No token and a token nobody knows are both 401, told apart, naming no token.
+    let (_, missing) = call(&app, "GET", "/locks/jobs:a", none).await;
+    assert!(missing["message"].as_str().unwrap().contains("is required"), "{missing}");
+    let (_, unknown) = call(&app, "GET", "/locks/jobs:a", bad).await;
+    let unknown = unknown["message"].as_str().unwrap().to_owned();
+    assert!(unknown.contains("not known"), "{unknown}");
+    for name in ["ci-jobs", "grafana", "oncall"] {
+        assert!(!unknown.contains(name), "{unknown}");
+    }
+    // Roles are named as the token file spells them.
+    let (_, refused) = call(&app, "GET", "/locks", client).await;
+    assert!(refused["message"].as_str().unwrap().contains("(client)"), "{refused}");
+}
+
+#[tokio::test]
+async fn an_administrator_deposes_a_stuck_leader_and_the_next_candidate_leads() {
+    let masters = masters(3);
+    let t = tokens();
+    let app = app(&masters, &t).await;
+    let (status, leader) = call(&app, "POST", "/elections/jobs:lead", Some(&t.client)).await;
+    assert_eq!(status, 201, "{leader}");
+    let term = leader["term"].as_u64().unwrap();
+    // Refused while it leads, in the election's own words.
+    let (status, refused) = call(&app, "POST", "/elections/jobs:lead", Some(&t.client)).await;
+    assert_eq!((status, refused["error"].as_str()), (409, Some("lock_held")));
+    assert_eq!(refused["message"], "another candidate leads this election");
+    let candidate = {
+        let (http, url, token) = (
+            app.http.clone(),
+            app.url("/elections/jobs:lead?wait_ms=10000&value=next"),
+            t.client.clone(),
+        );
+        tokio::spawn(async move {
+            let resp = http.post(url).bearer_auth(token).send().await.unwrap();
+            (resp.status().as_u16(), resp.json::<Value>().await.unwrap())
+        })
+    };
+    app.wait_for_contention("jobs", 1).await;
+    let (status, deposed) = call(&app, "DELETE", "/elections/jobs:lead", Some(&t.admin)).await;
+    assert_eq!(status, 200, "{deposed}");
+    assert_eq!(
+        deposed,
+        json!({"name": "jobs:lead", "released": true, "fencing_token": term})
+    );
+    let (status, next) = tokio::time::timeout(Duration::from_secs(2), candidate)
+        .await
+        .expect("the next candidate is elected at once")
+        .unwrap();
+    assert_eq!(status, 201, "{next}");
+    assert!(next["term"].as_u64().unwrap() > term);
+    assert_eq!(next["value"], "next");
 }
 
 #[tokio::test]
@@ -221,9 +274,37 @@ async fn force_release_removes_the_holder_and_the_next_grant_gets_a_greater_toke
     assert_eq!(status, 201, "{next}");
     assert!(next["fencing_token"].as_u64().unwrap() > token);
 
-    call(&app, "DELETE", "/locks/jobs:g", Some(&t.admin)).await;
+    // Through another replica: the stream's replica learns it from the masters, and says
+    // which it was: force-released by an administrator, or revoked with its lease id.
+    let refs: Vec<&RedisMaster> = masters.iter().collect();
+    let mut cfg = config(&refs);
+    cfg.auth_file = Some(t.file.path().to_str().unwrap().to_owned());
+    let other = TestApp::spawn(cfg).await;
+    call(&other, "DELETE", "/locks/jobs:g", Some(&t.admin)).await;
     let lost = stream.expect("lost").await;
+    assert_eq!(lost["reason"], "force_released", "{lost}");
+    assert!(lost["message"].as_str().unwrap().contains("administrator"), "{lost}");
+    let mut revoked = common::EventStream::open(
+        app.http
+            .post(app.url("/locks/jobs:h"))
+            .bearer_auth(&t.client)
+            .json(&json!({"ttl_ms": 30_000})),
+    )
+    .await;
+    let granted = revoked.expect("granted").await;
+    let lease = granted["lease_id"].as_str().unwrap();
+    let (status, _) = call(
+        &other,
+        "DELETE",
+        &format!("/locks/jobs:h/leases/{lease}"),
+        Some(&t.client),
+    )
+    .await;
+    assert_eq!(status, 204);
+    let lost = revoked.expect("lost").await;
     assert_eq!(lost["reason"], "released", "{lost}");
+    assert!(lost["message"].as_str().unwrap().contains("lease id"), "{lost}");
+    assert!(!lost["message"].as_str().unwrap().contains("administrator"), "{lost}");
 
     let (_, nobody) = call(&app, "DELETE", "/locks/jobs:none", Some(&t.admin)).await;
     assert_eq!(nobody, json!({"name": "jobs:none", "released": false}));

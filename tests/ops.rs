@@ -106,9 +106,15 @@ async fn the_docs_are_served_from_the_binary_with_no_external_reference() {
     let app = TestApp::spawn(config(&[&ms[0]])).await;
     let page = app.text("/docs/").await;
     assert!(page.contains("swagger-ui"), "{page}");
+    // `curl localhost:8080/docs` shows the page too, whose assets resolve under /docs/.
+    let bare = app.http.get(app.url("/docs")).send().await.unwrap();
+    assert_eq!(bare.status(), 200);
+    assert_eq!(bare.text().await.unwrap(), page);
+    assert!(page.contains(r#"<base href="/docs/">"#), "{page}");
     let refs = references(&page);
     assert!(refs.len() >= 5, "{refs:?}");
-    for r in &refs {
+    // The `<base>` names the folder itself; every other reference is an asset in it.
+    for r in refs.iter().filter(|r| *r != "/docs/") {
         assert!(
             !r.contains("://") && !r.starts_with("//"),
             "external reference {r}"
@@ -139,7 +145,8 @@ async fn the_docs_render_their_operations_in_headless_chromium() {
     let ms = masters(1);
     let app = TestApp::spawn(config(&[&ms[0]])).await;
     let profile = tempfile::tempdir().unwrap();
-    let url = app.url("/docs/");
+    // Without the slash: the page's relative assets must still load.
+    let url = app.url("/docs");
     let dom = tokio::task::spawn_blocking({
         let chromium = chromium.to_owned();
         let profile = profile.path().to_owned();

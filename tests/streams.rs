@@ -133,3 +133,16 @@ async fn shutdown_tells_the_holder_and_frees_the_lock() {
     })
     .await;
 }
+
+#[tokio::test]
+async fn an_observers_stream_is_told_when_its_replica_shuts_down() {
+    let masters = masters(3);
+    let (a, _b) = replicas(&masters, 200).await;
+    let mut stream = EventStream::open(a.http.get(a.url("/elections/stop/observe"))).await;
+    stream.expect("vacant").await;
+    let stopping = tokio::spawn(a.stop());
+    let closed = stream.expect("closed").await;
+    assert_eq!(closed["reason"], "shutting_down", "{closed}");
+    assert!(stream.next().await.is_none(), "the stream ends after closed");
+    stopping.await.unwrap();
+}

@@ -189,7 +189,8 @@ func (c *Client) observeOnce(ctx context.Context, base, name string, fn func(Lea
 		line := strings.TrimSuffix(scanner.Text(), "\r")
 		switch {
 		case line == "":
-			if len(data) > 0 {
+			// "closed": the replica is stopping and the stream ends; the caller reconnects.
+			if len(data) > 0 && event != "closed" {
 				ev := LeaderEvent{Kind: event}
 				if json.Unmarshal([]byte(strings.Join(data, "\n")), &ev) == nil {
 					fn(ev)

@@ -28,7 +28,6 @@ use tower_http::request_id::{MakeRequestUuid, PropagateRequestIdLayer, SetReques
 use utoipa::OpenApi;
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
-use utoipa_swagger_ui::SwaggerUi;
 
 use crate::config::Settings;
 use crate::lease::LeaseService;
@@ -207,16 +206,61 @@ const COMPRESS_ABOVE_BYTES: u64 = 1024;
 /// How much longer than the largest `wait_ms` a request may take before it is cut off.
 const REQUEST_TIMEOUT_MARGIN: Duration = Duration::from_secs(10);
 
+/// The interactive documentation at `/docs` and `/docs/` alike (a redirect from one to the
+/// other would leave `curl localhost:8080/docs` printing nothing). The UI reads the
+/// document from `/openapi.json`, which serves the committed bytes; every asset of the UI is
+/// in the binary (the `vendored` feature), none from the web. The validator badge would
+/// fetch from validator.swagger.io: off.
+fn docs() -> Router<AppState> {
+    use axum::extract::Path;
+    use axum::routing::get;
+    let config = Arc::new(utoipa_swagger_ui::Config::new(["/openapi.json"]).validator_url("none"));
+    let index = {
+        let config = config.clone();
+        move || std::future::ready(docs_file("", config.clone()))
+    };
+    Router::new()
+        .route("/docs", get(index.clone()))
+        .route("/docs/", get(index))
+        .route(
+            "/docs/{*file}",
+            get(move |Path(file): Path<String>| std::future::ready(docs_file(&file, config.clone()))),
+        )
+}
+
+/// One file of the documentation UI. The page's assets are named relative to `/docs/`; a
+/// `<base>` makes them resolve there when the page is fetched as `/docs`.
+fn docs_file(file: &str, config: Arc<utoipa_swagger_ui::Config<'static>>) -> Response {
+    match utoipa_swagger_ui::serve(file, config) {
+        Ok(Some(found)) => {
+            let mut bytes = found.bytes.into_owned();
+            if file.is_empty() || file == "index.html" {
+                let page = String::from_utf8_lossy(&bytes)
+                    .replacen("<head>", "<head>\n  <base href=\"/docs/\">", 1);
+                bytes = page.into_bytes();
+            }
+            let mut response = ([(header::CONTENT_TYPE, found.content_type)], bytes).into_response();
+            if found.gzpipped {
+                response.headers_mut().insert(
+                    header::CONTENT_ENCODING,
+                    axum::http::HeaderValue::from_static("gzip"),
+                );
+            }
+            response
+        }
+        Ok(None) => ApiError::NoRoute.into_response(),
+        Err(e) => {
+            tracing::error!(error = %e, "documentation file {file} could not be served");
+            ApiError::Internal.into_response()
+        }
+    }
+}
+
 /// The whole application router.
 pub fn router(state: AppState) -> Router {
     let (routes, doc) = routes();
     let doc_json: Arc<str> = render(&doc).into();
     let request_timeout = state.settings.leases.max_wait + REQUEST_TIMEOUT_MARGIN;
-    // The UI reads the document from `/openapi.json`, which serves the committed bytes;
-    // every asset of the UI is in the binary (the `vendored` feature), none from the web.
-    // The validator badge would fetch from validator.swagger.io: off.
-    let docs = SwaggerUi::new("/docs")
-        .config(utoipa_swagger_ui::Config::new(["/openapi.json"]).validator_url("none"));
     routes
         .route(
             "/openapi.json",
@@ -230,7 +274,7 @@ pub fn router(state: AppState) -> Router {
                 }
             }),
         )
-        .merge(Router::from(docs))
+        .merge(docs())
         .fallback(no_route)
         .method_not_allowed_fallback(wrong_method)
         .layer(DefaultBodyLimit::max(BODY_LIMIT_BYTES))

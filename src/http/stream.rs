@@ -98,6 +98,16 @@ pub fn hold(
 
 fn leader_event(name: &str, change: LeaderChange) -> Event {
     let (kind, term, value) = match change {
+        LeaderChange::ShuttingDown => {
+            return event(
+                "closed",
+                &LostEvent {
+                    reason: "shutting_down".to_owned(),
+                    message: "this replica is shutting down; reconnect to another replica"
+                        .to_owned(),
+                },
+            );
+        }
         LeaderChange::Elected { term, value } => ("elected", Some(term), value),
         LeaderChange::Proclaimed { term, value } => ("proclaimed", Some(term), value),
         LeaderChange::Vacant { last_term } => ("vacant", last_term, None),

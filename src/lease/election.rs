@@ -35,6 +35,8 @@ pub enum LeaderChange {
     Proclaimed { term: u64, value: Option<String> },
     /// Nobody leads; `last_term` is the term of the last leader this observer saw.
     Vacant { last_term: Option<u64> },
+    /// This replica is shutting down: the stream ends here (reconnect to another replica).
+    ShuttingDown,
 }
 
 impl LeaseService {
@@ -75,13 +77,21 @@ impl LeaseService {
             };
             tokio::select! {
                 () = tx.closed() => return,
-                () = self.shutdown.cancelled() => return,
+                () = self.shutdown.cancelled() => {
+                    // Told, so that the observer reconnects rather than wonders; a reader
+                    // too far behind to take it is as good as gone.
+                    let _ = tokio::time::timeout(FINAL_EVENT_WAIT, tx.send(LeaderChange::ShuttingDown)).await;
+                    return;
+                }
                 seen = events.next() => if seen.is_none() { return },
                 () = sleep_until(look_again.unwrap_or_else(far_future)), if look_again.is_some() => {}
             }
         }
     }
 }
+
+/// How long the last event of an observer's stream may wait for room in its buffer.
+const FINAL_EVENT_WAIT: Duration = Duration::from_secs(1);
 
 fn far_future() -> Instant {
     Instant::now() + Duration::from_secs(86_400)

@@ -36,6 +36,9 @@ pub enum LockEvent {
     /// The holder of the lease with this token revoked it: the lock is free unless
     /// granted again since (a later `Acquired` says so).
     Released { token: u64 },
+    /// An administrator removed the holder of the lease with this token (force-release):
+    /// for waiters and observers, a release like any other.
+    Evicted { token: u64 },
     /// A lease granted through this replica was found lost when renewed: it expired, or
     /// a majority no longer holds it. Only the replica that renews it knows.
     Lost { token: u64 },
@@ -177,7 +180,7 @@ impl Events {
         };
         let news = match event {
             LockEvent::Acquired { token } => token > topic.last_token,
-            LockEvent::Released { token } => {
+            LockEvent::Released { token } | LockEvent::Evicted { token } => {
                 topic.wake_first();
                 // A release of an older lease than the newest grant seen is old news, and
                 // one heard before its grant's announcement makes that announcement so.
@@ -190,7 +193,10 @@ impl Events {
             // is old news.
             LockEvent::Proclaimed { token } => token >= topic.last_token,
         };
-        if let LockEvent::Acquired { token } | LockEvent::Released { token } = event {
+        if let LockEvent::Acquired { token }
+        | LockEvent::Released { token }
+        | LockEvent::Evicted { token } = event
+        {
             topic.last_token = topic.last_token.max(token);
         }
         if news && let Some(observers) = &topic.observers {

@@ -48,8 +48,10 @@ pub enum LostReason {
     NotFound,
     /// No renew reached a majority before the lease's validity ran out.
     QuorumLost,
-    /// Someone else released it (an administrator).
+    /// It was revoked with its lease id (by a client that knows the id, not this stream).
     Released,
+    /// An administrator force-released it.
+    ForceReleased,
     /// This replica is shutting down; the lease was revoked.
     ShuttingDown,
 }
@@ -61,6 +63,7 @@ impl LostReason {
             LostReason::NotFound => "lease_not_found",
             LostReason::QuorumLost => "quorum_lost",
             LostReason::Released => "released",
+            LostReason::ForceReleased => "force_released",
             LostReason::ShuttingDown => "shutting_down",
         }
     }
@@ -73,7 +76,12 @@ impl LostReason {
             LostReason::QuorumLost => {
                 "no renew reached a majority of masters before the lease's validity ran out"
             }
-            LostReason::Released => "the lease was released by someone else (an administrator)",
+            LostReason::Released => {
+                "the lease was revoked with its lease id (a DELETE of its lease, not this stream)"
+            }
+            LostReason::ForceReleased => {
+                "an administrator force-released the lock (the audit log says who)"
+            }
             LostReason::ShuttingDown => {
                 "the replica holding the stream is shutting down; the lease was revoked"
             }
@@ -144,7 +152,10 @@ impl LeaseService {
         if let Some(reason) = lost {
             deliver(&tx, HoldEvent::Lost(reason)).await;
         }
-        if lost != Some(LostReason::NotFound) && lost != Some(LostReason::Released) {
+        if !matches!(
+            lost,
+            Some(LostReason::NotFound | LostReason::Released | LostReason::ForceReleased)
+        ) {
             let _ = self.revoke(lease.name.clone(), lease.id.clone()).await;
         }
     }
@@ -163,8 +174,9 @@ impl LeaseService {
         let retry = (every / 4).clamp(MIN_RETRY, MAX_RETRY);
         let mut valid_until = lease.at + lease.validity;
         let mut next = Instant::now() + every;
-        // Set when news says someone else released the lease: a renew then confirms it.
-        let mut released = false;
+        // Set when news says the lease was released (revoked, or force-released by an
+        // administrator): a renew then confirms it.
+        let mut released = None;
         loop {
             tokio::select! {
                 () = sleep_until(next.min(valid_until)) => {
@@ -177,13 +189,11 @@ impl LeaseService {
                         Ok(Ok(renewed)) => {
                             valid_until = renewed.at + renewed.validity;
                             next = Instant::now() + every;
-                            released = false;
+                            released = None;
                             // Dropped when the reader is behind: the next one is newer.
                             let _ = tx.try_send(HoldEvent::Renewed(renewed));
                         }
-                        Ok(Err(LeaseError::NotFound)) if released => {
-                            return Some(LostReason::Released);
-                        }
+                        Ok(Err(LeaseError::NotFound)) if released.is_some() => return released,
                         Ok(Err(LeaseError::NotFound)) => return Some(LostReason::NotFound),
                         Ok(Err(_)) => next = Instant::now() + retry,
                     }
@@ -192,7 +202,11 @@ impl LeaseService {
                 () = self.shutdown.cancelled() => return Some(LostReason::ShuttingDown),
                 seen = events.next(), if listening => match seen {
                     Some(Observed::Event(LockEvent::Released { token })) if token == lease.token.0 => {
-                        released = true;
+                        released = Some(LostReason::Released);
+                        next = Instant::now();
+                    }
+                    Some(Observed::Event(LockEvent::Evicted { token })) if token == lease.token.0 => {
+                        released = Some(LostReason::ForceReleased);
                         next = Instant::now();
                     }
                     Some(Observed::Event(LockEvent::Acquired { token })) if token > lease.token.0 => {

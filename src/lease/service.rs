@@ -497,14 +497,14 @@ impl LeaseService {
 
     /// Remove whoever holds `name` (an administrator's force-release): the removed lease's
     /// token, or `None` when nobody held it. Its holder's next renew answers not found, a
-    /// stream holding it is told `released`, waiters are woken.
+    /// stream holding it is told `force_released`, waiters are woken.
     pub async fn force_release(&self, name: &LockName) -> Result<Option<FencingToken>, LeaseError> {
         let removed = self.engine.evict(&name.key()).await?;
         match removed {
             Some(token) => {
                 self.active().retain(|_, t| t.token.0 != token);
                 self.events
-                    .publish(&name.topic(), LockEvent::Released { token });
+                    .publish(&name.topic(), LockEvent::Evicted { token });
             }
             None => self.events.wake(&name.topic()),
         }

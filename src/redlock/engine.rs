@@ -692,8 +692,13 @@ impl Redlock {
     /// from their backlog, so a key set by an acquire they had not yet answered is removed
     /// too.
     pub async fn release(&self, key: &LockKey, lease: &str) -> Result<(), EngineError> {
+        self.end(key, lease, Ending::Revoke).await
+    }
+
+    /// Release `lease` everywhere, announced as `ending` says (a revoke or an eviction).
+    async fn end(&self, key: &LockKey, lease: &str, ending: Ending) -> Result<(), EngineError> {
         let (outcome, failures) = self
-            .release_everywhere(key, &lease.into(), Ending::Revoke, self.config.max_ttl)
+            .release_everywhere(key, &lease.into(), ending, self.config.max_ttl)
             .await;
         match outcome {
             Some(ReleaseOutcome::Released) => Ok(()),
@@ -742,7 +747,7 @@ impl Redlock {
         let Some(held) = self.read(key, None).await?.0 else {
             return Ok(None);
         };
-        match self.release(key, &held.lease).await {
+        match self.end(key, &held.lease, Ending::Evict).await {
             Ok(()) => Ok(Some(held.token)),
             Err(EngineError::NotFound) => Ok(None),
             Err(e) => Err(e),

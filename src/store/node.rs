@@ -137,6 +137,9 @@ pub enum Ending {
     /// and observers learn of it at once. An Idempotency-Key's record stays until the
     /// grant's TTL, so that a late retry of the key does not lock again for nobody.
     Revoke,
+    /// An administrator removed the holder (force-release): announced as an eviction, so
+    /// that the holder's stream can say so rather than "revoked".
+    Evict,
     /// A failed grant attempt is undone: quietly (nothing was granted, and waking waiters
     /// would only make them spin), and its key's record is forgotten. With `attempt` (a
     /// keyed grant's), only a hold that attempt made and that no other attempt of the key
@@ -243,6 +246,8 @@ pub enum Announcement<'a> {
     Freed(&'a str),
     /// The lease of `name` with this token was released by a revoke.
     Released(&'a str, u64),
+    /// The lease of `name` with this token was removed by an administrator.
+    Evicted(&'a str, u64),
     /// A grant of `name` was decided on a majority with this token.
     Acquired(&'a str, u64),
     /// The holder of `name`'s lease with this token changed its owner text (an elected

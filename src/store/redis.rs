@@ -293,8 +293,9 @@ impl LockNode for RedisNode {
 
     async fn release(&self, key: &LockKey, lease: &str, ending: &Ending) -> NodeResult<Owned<()>> {
         let (announce, attempt) = match ending {
-            Ending::Revoke => (true, ""),
-            Ending::Undo { attempt } => (false, attempt.as_deref().unwrap_or("")),
+            Ending::Revoke => ("1", ""),
+            Ending::Evict => ("2", ""),
+            Ending::Undo { attempt } => ("0", attempt.as_deref().unwrap_or("")),
         };
         let reply = self
             .run(
@@ -305,7 +306,7 @@ impl LockNode for RedisNode {
                     .arg(lease)
                     .arg(&self.keys.channel)
                     .arg(&*key.name)
-                    .arg(if announce { "1" } else { "0" })
+                    .arg(announce)
                     .arg(&self.keys.events)
                     .arg(&*key.topic())
                     .arg(attempt),
@@ -494,6 +495,7 @@ fn parse_event(payload: &str) -> Option<Announcement<'_>> {
     match kind {
         "acquired" => Some(Announcement::Acquired(name, token)),
         "released" => Some(Announcement::Released(name, token)),
+        "evicted" => Some(Announcement::Evicted(name, token)),
         "proclaimed" => Some(Announcement::Proclaimed(name, token)),
         _ => None,
     }

@@ -188,6 +188,8 @@ export class Client {
           this.answered(url);
           failures = 0;
           for await (const [event, data] of sse(resp.body)) {
+            // The replica is stopping and the stream ends: reconnect, to another if need be.
+            if (event === "closed") continue;
             yield {
               kind: event as LeaderEvent["kind"],
               name: String(data.name ?? name),

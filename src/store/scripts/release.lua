@@ -7,7 +7,8 @@
 --
 -- KEYS[1] the lock hash, KEYS[2] the marker, KEYS[3] the index of names
 -- ARGV[1] lease id, ARGV[2] the release channel, ARGV[3] the lock name (its member in the
--- index), ARGV[4] '1' to announce, '0' not to, ARGV[5] the events channel, ARGV[6] the name
+-- index), ARGV[4] '1' to announce a revoke, '2' an administrator's eviction (announced as
+-- 'evicted <token> <name>' in place of 'released ...'), '0' not to announce, ARGV[5] the events channel, ARGV[6] the name
 -- as announced (a mutex's bare name; '/elections/<name>' for an election, which no lock
 -- name can spell, so that it wakes no lock's waiters), ARGV[7] when undoing a keyed grant's
 -- attempt, its nonce ('' otherwise)
@@ -38,8 +39,9 @@ if held[3] and ARGV[4] == '0' then
   redis.call('DEL', held[3])
 end
 redis.call('ZREM', KEYS[3], ARGV[3])
-if ARGV[4] == '1' then
+if ARGV[4] ~= '0' then
+  local verb = ARGV[4] == '2' and 'evicted ' or 'released '
   redis.call('PUBLISH', ARGV[2], ARGV[6])
-  redis.call('PUBLISH', ARGV[5], 'released ' .. (held[2] or '0') .. ' ' .. ARGV[6])
+  redis.call('PUBLISH', ARGV[5], verb .. (held[2] or '0') .. ' ' .. ARGV[6])
 end
 return 1

@@ -191,7 +191,7 @@ class AsyncClient:
                         sse = _core.Sse()
                         async for line in resp.aiter_lines():
                             got = sse.feed(line)
-                            if got is not None:
+                            if got is not None and got[0] != "closed":  # the replica stops: reconnect
                                 yield LeaderEvent.read(name, *got)
                 except (httpx.TransportError, Unavailable):
                     failures += 1

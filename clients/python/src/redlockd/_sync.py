@@ -222,7 +222,7 @@ class Client:
                         sse = _core.Sse()
                         for line in resp.iter_lines():
                             got = sse.feed(line)
-                            if got is not None:
+                            if got is not None and got[0] != "closed":  # the replica stops: reconnect
                                 yield LeaderEvent.read(name, *got)
                 except (httpx.TransportError, Unavailable):
                     failures += 1
