@@ -97,7 +97,8 @@ enum FileShape {
 }
 
 /// What a token file must look like, for messages.
-const FILE_SHAPE: &str = r#"{"tokens": [{"name", "sha256", "role", "prefixes"}, ...]} (or the list alone)"#;
+const FILE_SHAPE: &str =
+    r#"{"tokens": [{"name", "sha256", "role", "prefixes"}, ...]} (or the list alone)"#;
 
 /// A caller the token file knows: its token's name (for logs), role and prefixes.
 #[derive(Debug, Clone)]

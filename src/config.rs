@@ -62,7 +62,11 @@ impl Cli {
     /// the server's before the line is parsed.
     pub fn verb_of(args: &[String]) -> &str {
         let first = args.get(1).map_or("", String::as_str);
-        if VERBS.contains(&first) { first } else { "serve" }
+        if VERBS.contains(&first) {
+            first
+        } else {
+            "serve"
+        }
     }
 }
 
@@ -222,11 +226,7 @@ pub struct ListArgs {
 #[command(next_display_order = None)]
 pub struct Config {
     /// Address to serve on.
-    #[arg(
-        long,
-        env = "REDLOCKD_LISTEN",
-        default_value = "127.0.0.1:8080",
-    )]
+    #[arg(long, env = "REDLOCKD_LISTEN", default_value = "127.0.0.1:8080")]
     pub listen: String,
 
     /// Comma-separated redis:// or rediss:// URLs, one per independent master. Unset: the
@@ -235,56 +235,32 @@ pub struct Config {
         long,
         env = "REDLOCKD_REDIS_URLS",
         value_delimiter = ',',
-        hide_env_values = true,
+        hide_env_values = true
     )]
     pub redis_urls: Vec<String>,
 
     /// TTL of a grant that names none, in ms.
-    #[arg(
-        long,
-        env = "REDLOCKD_DEFAULT_TTL_MS",
-        default_value_t = 30_000,
-    )]
+    #[arg(long, env = "REDLOCKD_DEFAULT_TTL_MS", default_value_t = 30_000)]
     pub default_ttl_ms: u64,
 
     /// Largest TTL accepted, in ms; also how long a master that lost its data is quarantined.
-    #[arg(
-        long,
-        env = "REDLOCKD_MAX_TTL_MS",
-        default_value_t = 3_600_000,
-    )]
+    #[arg(long, env = "REDLOCKD_MAX_TTL_MS", default_value_t = 3_600_000)]
     pub max_ttl_ms: u64,
 
     /// Largest wait_ms accepted.
-    #[arg(
-        long,
-        env = "REDLOCKD_MAX_WAIT_MS",
-        default_value_t = 60_000,
-    )]
+    #[arg(long, env = "REDLOCKD_MAX_WAIT_MS", default_value_t = 60_000)]
     pub max_wait_ms: u64,
 
     /// Clock-drift allowance as a share of the TTL (plus 2 ms).
-    #[arg(
-        long,
-        env = "REDLOCKD_DRIFT_FACTOR",
-        default_value_t = 0.01,
-    )]
+    #[arg(long, env = "REDLOCKD_DRIFT_FACTOR", default_value_t = 0.01)]
     pub drift_factor: f64,
 
     /// How long one master may take to answer one step, in ms.
-    #[arg(
-        long,
-        env = "REDLOCKD_MASTER_TIMEOUT_MS",
-        default_value_t = 50,
-    )]
+    #[arg(long, env = "REDLOCKD_MASTER_TIMEOUT_MS", default_value_t = 50)]
     pub master_timeout_ms: u64,
 
     /// Prefix of every key written to Redis.
-    #[arg(
-        long,
-        env = "REDLOCKD_KEY_PREFIX",
-        default_value = "redlockd:",
-    )]
+    #[arg(long, env = "REDLOCKD_KEY_PREFIX", default_value = "redlockd:")]
     pub key_prefix: String,
 
     /// Log format: `text` or `json` (default: text in a terminal, JSON otherwise). Levels
@@ -293,39 +269,23 @@ pub struct Config {
     pub log_format: Option<LogFormat>,
 
     /// On SIGTERM or ctrl-c, how long requests in flight may take to finish, in ms.
-    #[arg(
-        long,
-        env = "REDLOCKD_SHUTDOWN_GRACE_MS",
-        default_value_t = 10_000,
-    )]
+    #[arg(long, env = "REDLOCKD_SHUTDOWN_GRACE_MS", default_value_t = 10_000)]
     pub shutdown_grace_ms: u64,
 
     /// How long a client may take to send a request's headers, and then its body, in ms:
     /// past it the connection is closed (headers) or answered 408 (body), so that slow or
     /// stalled clients cannot hold connections open.
-    #[arg(
-        long,
-        env = "REDLOCKD_CLIENT_TIMEOUT_MS",
-        default_value_t = 10_000,
-    )]
+    #[arg(long, env = "REDLOCKD_CLIENT_TIMEOUT_MS", default_value_t = 10_000)]
     pub client_timeout_ms: u64,
 
     /// Most client connections open at once; more wait in the listen backlog until one
     /// closes.
-    #[arg(
-        long,
-        env = "REDLOCKD_MAX_CONNECTIONS",
-        default_value_t = 10_000,
-    )]
+    #[arg(long, env = "REDLOCKD_MAX_CONNECTIONS", default_value_t = 10_000)]
     pub max_connections: usize,
 
     /// UNSAFE, for the fault suite only: masters that lost their data vote again at once,
     /// which lets two clients hold one lock. Hidden from `--help`.
-    #[arg(
-        long,
-        env = "REDLOCKD_UNSAFE_SKIP_QUARANTINE",
-        hide = true,
-    )]
+    #[arg(long, env = "REDLOCKD_UNSAFE_SKIP_QUARANTINE", hide = true)]
     pub unsafe_skip_quarantine: bool,
 
     /// Refuse to start with an even number of masters (an even count buys no extra fault
@@ -334,27 +294,15 @@ pub struct Config {
     pub require_odd: bool,
 
     /// Most grants that may wait on one name at once; past it a waiting grant is 429.
-    #[arg(
-        long,
-        env = "REDLOCKD_MAX_WAITERS_PER_NAME",
-        default_value_t = 1_000,
-    )]
+    #[arg(long, env = "REDLOCKD_MAX_WAITERS_PER_NAME", default_value_t = 1_000)]
     pub max_waiters_per_name: usize,
 
     /// Most grants that may wait at once, on every name together; past it 429.
-    #[arg(
-        long,
-        env = "REDLOCKD_MAX_WAITERS",
-        default_value_t = 10_000,
-    )]
+    #[arg(long, env = "REDLOCKD_MAX_WAITERS", default_value_t = 10_000)]
     pub max_waiters: u64,
 
     /// Most event streams (held leases, campaigns, observers) open at once; past it 429.
-    #[arg(
-        long,
-        env = "REDLOCKD_MAX_STREAMS",
-        default_value_t = 10_000,
-    )]
+    #[arg(long, env = "REDLOCKD_MAX_STREAMS", default_value_t = 10_000)]
     pub max_streams: usize,
 
     /// A PEM certificate chain: serve HTTPS with it (and REDLOCKD_TLS_KEY). Re-read when
@@ -617,8 +565,8 @@ impl MasterUrl {
                 redact_text(raw)
             ));
         }
-        let parsed =
-            url::Url::parse(raw).map_err(|e| format!("{:?} is not a URL: {e}", redact_text(raw)))?;
+        let parsed = url::Url::parse(raw)
+            .map_err(|e| format!("{:?} is not a URL: {e}", redact_text(raw)))?;
         let redacted = redact_parsed(&parsed);
         if !matches!(parsed.scheme(), "redis" | "rediss") {
             return Err(format!(
@@ -770,10 +718,16 @@ mod tests {
         let err = config(&["--redis-urls", "redis://a:1,127.0.0.1:7501"])
             .settings()
             .unwrap_err();
-        assert!(err.to_string().contains("\"127.0.0.1:7501\" is not a URL"), "{err}");
+        assert!(
+            err.to_string().contains("\"127.0.0.1:7501\" is not a URL"),
+            "{err}"
+        );
         assert!(err.to_string().contains("redis://127.0.0.1:7501"), "{err}");
         let err = MasterUrl::parse("redis://:s3cret@[bad").unwrap_err();
-        assert!(err.contains("redis://***@[bad") && !err.contains("s3cret"), "{err}");
+        assert!(
+            err.contains("redis://***@[bad") && !err.contains("s3cret"),
+            "{err}"
+        );
     }
 
     #[test]
@@ -804,8 +758,16 @@ mod tests {
     fn client_verbs_take_only_their_own_options() {
         // A server flag after a client verb is refused, not ignored.
         assert!(
-            Cli::try_parse_args(["redlockd", "lock", "--listen", "127.0.0.1:1", "a", "--", "true"])
-                .is_err()
+            Cli::try_parse_args([
+                "redlockd",
+                "lock",
+                "--listen",
+                "127.0.0.1:1",
+                "a",
+                "--",
+                "true"
+            ])
+            .is_err()
         );
         assert!(Cli::try_parse_args(["redlockd", "list", "--max-ttl-ms", "5"]).is_err());
         // ... nor before it: the server's flags make the line `serve`, which has no verbs.
@@ -817,9 +779,15 @@ mod tests {
             .expect("lock")
             .render_long_help()
             .to_string();
-        assert!(help.contains("--hold-at-least") && help.contains("--server"), "{help}");
+        assert!(
+            help.contains("--hold-at-least") && help.contains("--server"),
+            "{help}"
+        );
         for server_flag in ["--auth-file", "--listen", "--max-ttl-ms", "--redis-urls"] {
-            assert!(!help.contains(server_flag), "lock --help lists {server_flag}");
+            assert!(
+                !help.contains(server_flag),
+                "lock --help lists {server_flag}"
+            );
         }
         // No verb, or the server's flags first: serve.
         assert!(matches!(
@@ -840,8 +808,9 @@ mod tests {
         let mut cmd = Cli::command();
         let list = cmd.find_subcommand_mut("list").expect("list");
         assert!(
-            list.get_arguments()
-                .all(|a| a.get_env().is_none_or(|e| e == "REDLOCKD_SERVER" || e == "REDLOCKD_TOKEN")),
+            list.get_arguments().all(|a| a
+                .get_env()
+                .is_none_or(|e| e == "REDLOCKD_SERVER" || e == "REDLOCKD_TOKEN")),
             "list reads a server variable"
         );
         assert!(Cli::try_parse_args(argv).is_ok());

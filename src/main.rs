@@ -77,8 +77,7 @@ async fn main() -> std::process::ExitCode {
             print!("{}", redlockd::http::openapi_json());
         }
         Command::Healthcheck(args) => {
-            return match redlockd::app::healthcheck(&args.listen, args.tls_cert.is_some()).await
-            {
+            return match redlockd::app::healthcheck(&args.listen, args.tls_cert.is_some()).await {
                 Ok(()) => std::process::ExitCode::SUCCESS,
                 Err(e) => {
                     eprintln!("redlockd healthcheck: {e:#}");

@@ -229,9 +229,7 @@ impl Metrics {
         }
         #[cfg(target_os = "linux")]
         registry
-            .register(Box::new(
-                prometheus::process_collector::ProcessCollector::for_self(),
-            ))
+            .register(Box::new(ProcessMetrics::new()))
             .expect("the process collector is registered once");
 
         Self {
@@ -343,6 +341,74 @@ impl Metrics {
 impl Default for Metrics {
     fn default() -> Self {
         Self::new()
+    }
+}
+
+/// The prometheus crate's process metrics, with `process_cpu_seconds_total` in fractions
+/// of a second: the crate counts whole seconds, so a process that used 0.24 s of CPU reads
+/// 0, and a rate over a quiet replica reads nothing at all.
+#[cfg(target_os = "linux")]
+struct ProcessMetrics {
+    inner: prometheus::process_collector::ProcessCollector,
+    cpu: prometheus::Counter,
+    ticks_per_second: f64,
+}
+
+#[cfg(target_os = "linux")]
+impl ProcessMetrics {
+    const CPU: &'static str = "process_cpu_seconds_total";
+
+    fn new() -> Self {
+        use nix::unistd::{SysconfVar, sysconf};
+        Self {
+            inner: prometheus::process_collector::ProcessCollector::for_self(),
+            cpu: prometheus::Counter::new(
+                Self::CPU,
+                "Total user and system CPU time spent in seconds.",
+            )
+            .expect("a fixed, valid metric definition"),
+            // 100 on every Linux there is; asked all the same.
+            ticks_per_second: sysconf(SysconfVar::CLK_TCK)
+                .ok()
+                .flatten()
+                .filter(|t| *t > 0)
+                .map_or(100.0, |t| t as f64),
+        }
+    }
+
+    /// User and system CPU time of this process so far, from `/proc/self/stat`.
+    fn cpu_seconds(&self) -> Option<f64> {
+        let stat = std::fs::read_to_string("/proc/self/stat").ok()?;
+        // Fields after the command (which may hold spaces) start at the state, field 3;
+        // utime and stime are fields 14 and 15.
+        let mut fields = stat.rsplit_once(')')?.1.split_whitespace().skip(11);
+        let utime: u64 = fields.next()?.parse().ok()?;
+        let stime: u64 = fields.next()?.parse().ok()?;
+        Some((utime + stime) as f64 / self.ticks_per_second)
+    }
+}
+
+#[cfg(target_os = "linux")]
+impl prometheus::core::Collector for ProcessMetrics {
+    fn desc(&self) -> Vec<&prometheus::core::Desc> {
+        self.inner.desc()
+    }
+
+    fn collect(&self) -> Vec<prometheus::proto::MetricFamily> {
+        let mut families: Vec<_> = self
+            .inner
+            .collect()
+            .into_iter()
+            .filter(|f| f.name() != Self::CPU)
+            .collect();
+        if let Some(seconds) = self.cpu_seconds() {
+            let past = self.cpu.get();
+            if seconds > past {
+                self.cpu.inc_by(seconds - past);
+            }
+            families.extend(prometheus::core::Collector::collect(&self.cpu));
+        }
+        families
     }
 }
 

@@ -146,7 +146,10 @@ async fn each_route_answers_each_role_and_prefix_as_the_contract_says() {
 
     // No token and a token nobody knows are both 401, told apart, naming no token.
     let (_, missing) = call(&app, "GET", "/locks/jobs:a", none).await;
-    assert!(missing["message"].as_str().unwrap().contains("is required"), "{missing}");
+    assert!(
+        missing["message"].as_str().unwrap().contains("is required"),
+        "{missing}"
+    );
     let (_, unknown) = call(&app, "GET", "/locks/jobs:a", bad).await;
     let unknown = unknown["message"].as_str().unwrap().to_owned();
     assert!(unknown.contains("not known"), "{unknown}");
@@ -155,7 +158,10 @@ async fn each_route_answers_each_role_and_prefix_as_the_contract_says() {
     }
     // Roles are named as the token file spells them.
     let (_, refused) = call(&app, "GET", "/locks", client).await;
-    assert!(refused["message"].as_str().unwrap().contains("(client)"), "{refused}");
+    assert!(
+        refused["message"].as_str().unwrap().contains("(client)"),
+        "{refused}"
+    );
 }
 
 #[tokio::test]
@@ -168,7 +174,10 @@ async fn an_administrator_deposes_a_stuck_leader_and_the_next_candidate_leads() 
     let term = leader["term"].as_u64().unwrap();
     // Refused while it leads, in the election's own words.
     let (status, refused) = call(&app, "POST", "/elections/jobs:lead", Some(&t.client)).await;
-    assert_eq!((status, refused["error"].as_str()), (409, Some("lock_held")));
+    assert_eq!(
+        (status, refused["error"].as_str()),
+        (409, Some("lock_held"))
+    );
     assert_eq!(refused["message"], "another candidate leads this election");
     let candidate = {
         let (http, url, token) = (
@@ -283,7 +292,10 @@ async fn force_release_removes_the_holder_and_the_next_grant_gets_a_greater_toke
     call(&other, "DELETE", "/locks/jobs:g", Some(&t.admin)).await;
     let lost = stream.expect("lost").await;
     assert_eq!(lost["reason"], "force_released", "{lost}");
-    assert!(lost["message"].as_str().unwrap().contains("administrator"), "{lost}");
+    assert!(
+        lost["message"].as_str().unwrap().contains("administrator"),
+        "{lost}"
+    );
     let mut revoked = common::EventStream::open(
         app.http
             .post(app.url("/locks/jobs:h"))
@@ -303,8 +315,14 @@ async fn force_release_removes_the_holder_and_the_next_grant_gets_a_greater_toke
     assert_eq!(status, 204);
     let lost = revoked.expect("lost").await;
     assert_eq!(lost["reason"], "released", "{lost}");
-    assert!(lost["message"].as_str().unwrap().contains("lease id"), "{lost}");
-    assert!(!lost["message"].as_str().unwrap().contains("administrator"), "{lost}");
+    assert!(
+        lost["message"].as_str().unwrap().contains("lease id"),
+        "{lost}"
+    );
+    assert!(
+        !lost["message"].as_str().unwrap().contains("administrator"),
+        "{lost}"
+    );
 
     let (_, nobody) = call(&app, "DELETE", "/locks/jobs:none", Some(&t.admin)).await;
     assert_eq!(nobody, json!({"name": "jobs:none", "released": false}));

@@ -456,6 +456,35 @@ async fn bed_unprobed(n: usize, max_ttl: Duration) -> Bed {
 }
 
 #[tokio::test(start_paused = true)]
+async fn a_new_deployment_with_a_master_missing_waits_for_it_and_calls_nobody_amnesic() {
+    // A first start with one master unreachable (a mistyped URL, say): the two that answer
+    // are brand new, not masters that lost their data; none is quarantined, readiness says
+    // what it waits for, and the deployment is initialised as soon as the third answers.
+    let bed = bed_unprobed(3, Duration::from_secs(3600)).await;
+    bed.nodes[2].set_fault(Fault::Down);
+    bed.probe().await;
+    let monitor = bed.engine.monitor();
+    assert!(!monitor.ready());
+    for status in monitor.status() {
+        assert_eq!(status.quarantined_until, None, "{status:?}");
+        assert!(!status.voting, "{status:?}");
+    }
+    let problem = monitor.problem().expect("readiness says why");
+    assert!(
+        problem.contains("new deployment is initialised once every configured master has answered"),
+        "{problem}"
+    );
+    bed.nodes[2].set_fault(Fault::None);
+    tokio::time::advance(Duration::from_secs(1)).await;
+    bed.probe().await;
+    assert!(
+        monitor.ready(),
+        "initialised at the next probe, not an hour later"
+    );
+    assert!(bed.grant("first", "L1").await.is_ok());
+}
+
+#[tokio::test(start_paused = true)]
 async fn a_new_replica_never_initialises_a_master_it_alone_sees() {
     // L1 is held on B and C only (A was down when it was granted). Then C restarts empty
     // and the running replica quarantines it.

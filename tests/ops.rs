@@ -211,6 +211,31 @@ async fn metrics_count_requests_contention_and_master_health() {
         !metrics.contains("invoice:1"),
         "a raw lock name became a label"
     );
+    // CPU time in fractions of a second (the app runs in this process: compare with what
+    // the kernel says of it), not whole seconds that read 0 for a second of work.
+    let cpu = |text: &str| -> f64 {
+        let line = text
+            .lines()
+            .find(|l| l.starts_with("process_cpu_seconds_total "))
+            .expect("process_cpu_seconds_total");
+        line.rsplit(' ').next().unwrap().parse().unwrap()
+    };
+    let stat = std::fs::read_to_string("/proc/self/stat").unwrap();
+    let fields: Vec<u64> = stat
+        .rsplit_once(')')
+        .unwrap()
+        .1
+        .split_whitespace()
+        .skip(11)
+        .take(2)
+        .map(|f| f.parse().unwrap())
+        .collect();
+    let before = (fields[0] + fields[1]) as f64 / 100.0;
+    let reported = cpu(&app.text("/metrics").await);
+    assert!(
+        reported >= before && reported - before < 0.5,
+        "process_cpu_seconds_total {reported}, the kernel said {before} just before"
+    );
 
     let up = |m: &common::RedisMaster, v: u8| {
         format!(

@@ -143,6 +143,9 @@ async fn an_observers_stream_is_told_when_its_replica_shuts_down() {
     let stopping = tokio::spawn(a.stop());
     let closed = stream.expect("closed").await;
     assert_eq!(closed["reason"], "shutting_down", "{closed}");
-    assert!(stream.next().await.is_none(), "the stream ends after closed");
+    assert!(
+        stream.next().await.is_none(),
+        "the stream ends after closed"
+    );
     stopping.await.unwrap();
 }

@@ -13,9 +13,9 @@ use super::extract::{ElectionLeasePath, ElectionPath, Fields};
 use super::handlers::{grant_or_hold, idempotency_key, remove_holder};
 use super::stream;
 use super::types::{CampaignRequest, ElectionLease, Leader, NoFields, ProclaimRequest};
-use crate::wire::ForceReleased;
 use crate::auth::Caller;
 use crate::lease::{LeasePolicy, Owner};
+use crate::wire::ForceReleased;
 use axum::Extension;
 
 /// Campaign: become the leader with a value, waiting like a grant.

@@ -224,7 +224,9 @@ fn docs() -> Router<AppState> {
         .route("/docs/", get(index))
         .route(
             "/docs/{*file}",
-            get(move |Path(file): Path<String>| std::future::ready(docs_file(&file, config.clone()))),
+            get(move |Path(file): Path<String>| {
+                std::future::ready(docs_file(&file, config.clone()))
+            }),
         )
 }
 
@@ -235,11 +237,15 @@ fn docs_file(file: &str, config: Arc<utoipa_swagger_ui::Config<'static>>) -> Res
         Ok(Some(found)) => {
             let mut bytes = found.bytes.into_owned();
             if file.is_empty() || file == "index.html" {
-                let page = String::from_utf8_lossy(&bytes)
-                    .replacen("<head>", "<head>\n  <base href=\"/docs/\">", 1);
+                let page = String::from_utf8_lossy(&bytes).replacen(
+                    "<head>",
+                    "<head>\n  <base href=\"/docs/\">",
+                    1,
+                );
                 bytes = page.into_bytes();
             }
-            let mut response = ([(header::CONTENT_TYPE, found.content_type)], bytes).into_response();
+            let mut response =
+                ([(header::CONTENT_TYPE, found.content_type)], bytes).into_response();
             if found.gzpipped {
                 response.headers_mut().insert(
                     header::CONTENT_ENCODING,

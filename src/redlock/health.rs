@@ -71,12 +71,20 @@ struct NodeState {
     /// it may have restarted without (all) its data. It does not vote until a probe has
     /// compared its counter with everything known about it.
     unverified_since: Option<Instant>,
+    /// Set while the master carries no marker and this process cannot yet tell a new
+    /// deployment from one whose masters lost their data (a master has not answered yet):
+    /// it waits for the deployment to be initialised, and does not vote meanwhile.
+    awaiting_init: bool,
 }
 
 impl NodeState {
-    /// The one rule for a vote: the master answers and is not quarantined.
+    /// The one rule for a vote: the master answers, carries its marker as far as this
+    /// process knows, and is not quarantined.
     fn votes(&self) -> bool {
-        self.up && self.quarantine.is_none() && self.unverified_since.is_none()
+        self.up
+            && self.quarantine.is_none()
+            && self.unverified_since.is_none()
+            && !self.awaiting_init
     }
 }
 
@@ -252,8 +260,22 @@ impl Monitor {
             for &i in &unmarked {
                 self.restore(i, nodes, 0, why).await;
             }
+        } else if !self.ever_marked.load(Ordering::Acquire) {
+            // Not "lost its data": nothing shows it had any. Quarantine starts, if it must,
+            // when a marked master answers; until then these masters cannot vote anyway.
+            for &i in &unmarked {
+                let mut state = self.state(i);
+                if !state.awaiting_init {
+                    state.awaiting_init = true;
+                    tracing::warn!(
+                        master = %self.addresses[i],
+                        "waiting for every master to answer before initialising a new deployment"
+                    );
+                }
+            }
         } else {
             for &i in &unmarked {
+                self.state(i).awaiting_init = false;
                 self.quarantine_or_restore(i, nodes, &probes).await;
             }
         }
@@ -479,6 +501,7 @@ impl Monitor {
                 {
                     let mut state = self.state(i);
                     state.quarantine = None;
+                    state.awaiting_init = false;
                     // Its counter was just set from the others: nothing left to verify.
                     state.unverified_since = None;
                     state.identity = Some(identity);
