@@ -176,8 +176,10 @@ pub struct QueuedEvent {
 #[schema(example = json!({"reason": "quorum_lost", "message": "no renew reached a majority of masters before the lease's validity ran out"}))]
 pub struct LostEvent {
     /// `lease_not_found` (a renew found it expired), `quorum_lost` (no renew reached a
-    /// majority in time), `released` (someone else released it), `shutting_down` (the
-    /// replica holding the stream is stopping; it revoked the lease).
+    /// majority in time), `released` (revoked with its lease id, not by this stream),
+    /// `force_released` (an administrator removed it), `shutting_down` (the replica holding
+    /// the stream is stopping; it revoked the lease). An observer's stream ends with a
+    /// `closed` event of the same shape (`shutting_down`) when its replica stops.
     pub reason: String,
     pub message: String,
 }

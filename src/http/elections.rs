@@ -87,7 +87,8 @@ pub async fn leader(
         (status = 200, content_type = "text/event-stream", body = String,
             description = "First the current state, then each change, as `LeaderEvent`s: `elected` (a new term, with its value), \
 `proclaimed` (the leader's new value, same term), `vacant` (`term` is the last leader's). Terms never go back. \
-An observer more than 16 events behind is disconnected; on reconnecting it is told the current state."),
+An observer more than 16 events behind is disconnected; on reconnecting it is told the current state. \
+When the replica stops, the stream ends with `closed` (a `LostEvent`, reason `shutting_down`): reconnect, to another replica."),
         (status = 400, description = "`invalid_request`", body = ErrorBody),
     )
 )]

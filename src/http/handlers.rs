@@ -222,7 +222,7 @@ pub async fn inspect(
     delete, path = "/locks/{name}", tag = "locks",
     params(("name" = String, Path)),
     responses(
-        (status = 200, description = "Removed (or nobody held it). The removed holder's renew answers 404, a stream holding it gets `lost` (`released`), waiters are woken, and every later grant's fencing token is greater", body = ForceReleased),
+        (status = 200, description = "Removed (or nobody held it). The removed holder's renew answers 404, a stream holding it gets `lost` (`force_released`), waiters are woken, and every later grant's fencing token is greater", body = ForceReleased),
         (status = 400, description = "`invalid_request`", body = ErrorBody),
         (status = 401, description = "`unauthorized`", body = ErrorBody),
         (status = 403, description = "`forbidden`: an admin token is required", body = ErrorBody),
