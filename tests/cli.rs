@@ -347,10 +347,22 @@ async fn bad_usage_exits_64_and_a_missing_command_releases_the_lock() {
         &["lock", "--ttl", "soon", "jobs:d", "--", "true"],
         &["lock", "bad name", "--", "true"],
         &["lock", "--ttl", "10ms", "jobs:d", "--", "true"],
+        // A server's flag is not the client's: refused, not ignored.
+        &["lock", "--listen", "127.0.0.1:7580", "jobs:d", "--", "true"],
+        &["list", "--max-ttl-ms", "5"],
     ] {
         let out = bed.run(args).await;
         assert_eq!(code(&out), USAGE, "{args:?}: {}", stderr(&out));
+        assert!(!bed.held("jobs:d").await, "{args:?} took the lock");
     }
+    // Nor does a server's variable trouble a client verb.
+    let out = bed
+        .cli(&["list", "jobs:"])
+        .env("REDLOCKD_MAX_TTL_MS", "abc")
+        .output()
+        .await
+        .unwrap();
+    assert!(out.status.success(), "{}", stderr(&out));
     let out = bed.run(&["lock", "jobs:d", "--", "/no/such/command"]).await;
     assert_eq!(code(&out), 127, "{}", stderr(&out));
     assert!(

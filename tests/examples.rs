@@ -1,6 +1,8 @@
-//! The runnable examples under `examples/`, run as a user would, against redlockd on real
-//! masters: the cron job runs once on a fleet, the ordered queue is processed exactly once
-//! in order across a leader's death, the standby takes over from a primary.
+//! The runnable examples under `examples/` and the ones README.md shows, run as a user
+//! would, against redlockd on real masters: the cron job runs once on a fleet, the ordered
+//! queue is processed exactly once in order across a leader's death, the standby takes
+//! over from a primary; README's cron line and curl examples are taken from the Markdown
+//! and run as written (only the servers' addresses and the lease ids they return put in).
 
 mod common;
 
@@ -172,4 +174,265 @@ async fn next_line(reader: &mut tokio::io::BufReader<tokio::process::ChildStdout
         .expect("a line within 10 s")
         .expect("read");
     line
+}
+
+/// The text of README.md's first `sh` block under the heading `heading`.
+fn readme_block(heading: &str) -> String {
+    let readme =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md")).unwrap();
+    let section = readme
+        .split_once(&format!("\n{heading}\n"))
+        .unwrap_or_else(|| panic!("README.md has no {heading:?}"))
+        .1;
+    let block = section.split_once("```sh\n").expect("a sh block").1;
+    block.split_once("```").expect("closed").0.to_owned()
+}
+
+/// README's cron line: the first command of "Run a command under a lock".
+fn readme_cron_line() -> String {
+    let block = readme_block("## Run a command under a lock");
+    let line = block
+        .lines()
+        .find(|l| l.starts_with("redlockd lock"))
+        .expect("the cron line");
+    assert!(
+        line.contains("--hold-at-least 10m --held-exit-code 0"),
+        "{line}"
+    );
+    line.to_owned()
+}
+
+/// Run `line` as a user's shell would, in `dir` (where `./send-report.sh` is), with the
+/// binary on the PATH and `REDLOCKD_SERVER` pointing at `server`.
+fn run_as_cron(line: &str, dir: &std::path::Path, server: &str) -> Command {
+    let bin_dir = std::path::Path::new(BIN).parent().unwrap();
+    let path = format!(
+        "{}:{}",
+        bin_dir.display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    let mut cmd = Command::new("bash");
+    cmd.arg("-c")
+        .arg(line)
+        .current_dir(dir)
+        .env("PATH", path)
+        .env("REDLOCKD_SERVER", server)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true);
+    cmd
+}
+
+fn send_report_script(dir: &std::path::Path) -> std::path::PathBuf {
+    use std::os::unix::fs::PermissionsExt as _;
+    let runs = dir.join("runs.log");
+    let script = dir.join("send-report.sh");
+    std::fs::write(
+        &script,
+        format!(
+            "#!/bin/sh\necho \"sent with $REDLOCKD_FENCING_TOKEN\" >>{}\nsleep 0.3\n",
+            runs.display()
+        ),
+    )
+    .unwrap();
+    std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
+    runs
+}
+
+#[tokio::test]
+async fn the_readmes_cron_line_runs_the_job_once_and_the_skips_print_nothing() {
+    let (_masters, app) = server().await;
+    let dir = tempfile::tempdir().unwrap();
+    let runs = send_report_script(dir.path());
+    let line = readme_cron_line();
+    let fleet: Vec<_> = (0..8)
+        .map(|_| run_as_cron(&line, dir.path(), &app.base).spawn().unwrap())
+        .collect();
+    for instance in fleet {
+        let out = instance.wait_with_output().await.unwrap();
+        assert!(out.status.success(), "exit {:?}", out.status);
+        // cron mails any output: a skip, declared a success, says nothing.
+        assert_eq!(
+            (
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            ),
+            ("".into(), "".into())
+        );
+    }
+    let ran = std::fs::read_to_string(&runs).unwrap();
+    assert_eq!(ran.lines().count(), 1, "{ran}");
+    // The lock stays for the rest of the 10 minutes after the job.
+    let (_, held) = app.inspect("nightly-report").await;
+    assert_eq!(held["held"], true, "{held}");
+    assert!(
+        held["ttl_remaining_ms"].as_u64().unwrap() > 500_000,
+        "{held}"
+    );
+}
+
+#[tokio::test]
+async fn the_readmes_cron_line_is_refused_before_the_job_when_the_server_cannot_hold_that_long() {
+    let masters = masters(3);
+    let refs: Vec<&RedisMaster> = masters.iter().collect();
+    let mut cfg = config(&refs);
+    cfg.max_ttl_ms = 300_000;
+    let app = TestApp::spawn(cfg).await;
+    let dir = tempfile::tempdir().unwrap();
+    let runs = send_report_script(dir.path());
+    let out = run_as_cron(&readme_cron_line(), dir.path(), &app.base)
+        .output()
+        .await
+        .unwrap();
+    assert_eq!(out.status.code(), Some(64));
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        said.contains("--hold-at-least 10m") && said.contains("REDLOCKD_MAX_TTL_MS"),
+        "{said}"
+    );
+    assert!(
+        !runs.exists(),
+        "the job ran although the lock could not be kept"
+    );
+    let (_, held) = app.inspect("nightly-report").await;
+    assert_eq!(held["held"], false, "nothing is held: {held}");
+}
+
+/// One `curl` command of a README block and what the README says it answers.
+struct Documented {
+    command: String,
+    status: Option<u16>,
+    /// The keys of the documented JSON body, when one is shown.
+    keys: Option<Vec<String>>,
+}
+
+/// The commands of a README `sh` block, in order, with the lines that set variables kept
+/// in place, and each curl's documented answer (`# → 201 {...}`, which may go on over the
+/// comment lines that follow).
+fn documented(block: &str) -> (String, Vec<Documented>) {
+    let mut script = String::new();
+    let mut steps: Vec<Documented> = Vec::new();
+    let mut answer: Option<String> = None;
+    let close = |answer: &mut Option<String>, steps: &mut Vec<Documented>| {
+        if let (Some(text), Some(step)) = (answer.take(), steps.last_mut()) {
+            let (status, body) = text.trim().split_once(' ').unwrap_or((text.trim(), ""));
+            step.status = Some(status.parse().expect("a status after →"));
+            step.keys = serde_json::from_str::<serde_json::Value>(body)
+                .ok()
+                .and_then(|v| v.as_object().map(|o| o.keys().cloned().collect()));
+        }
+    };
+    let joined = block.replace("\\\n", " ");
+    for line in joined.lines() {
+        if let Some(rest) = line.strip_prefix("# → ") {
+            close(&mut answer, &mut steps);
+            answer = Some(rest.to_owned());
+        } else if let (Some(text), Some(more)) = (answer.as_mut(), line.strip_prefix("#  ")) {
+            text.push_str(more.trim());
+        } else {
+            close(&mut answer, &mut steps);
+            if line.starts_with("curl ") {
+                steps.push(Documented {
+                    command: line.to_owned(),
+                    status: None,
+                    keys: None,
+                });
+                script.push_str(line);
+                script.push('\n');
+            } else if !line.starts_with('#') && !line.trim().is_empty() {
+                script.push_str(line);
+                script.push('\n');
+            }
+        }
+    }
+    close(&mut answer, &mut steps);
+    (script, steps)
+}
+
+/// Run a README block's commands as one shell session against `replicas` (in place of
+/// localhost:8080, :8081), the example lease id replaced by the first one a grant
+/// returns, and hold each answer to what the README says of it.
+async fn run_documented(heading: &str, replicas: &[&TestApp]) {
+    let (script, steps) = documented(&readme_block(heading));
+    assert!(steps.len() >= 2, "{heading}: {script}");
+    let mut script = script.replace("q3JtZ0kPq6Nw2b1xVf8u4A", "$LEASE_ID");
+    for (port, app) in [8080, 8081].iter().zip(replicas) {
+        script = script.replace(
+            &format!("localhost:{port}"),
+            app.base.trim_start_matches("http://"),
+        );
+    }
+    // Each answer followed by its status; the first lease id a grant returns is kept.
+    let prelude = r#"
+curl() {
+  local out
+  out=$(command curl -sS --max-time 15 -w '\n@@STATUS %{http_code}' "$@")
+  printf '%s\n' "$out"
+  if [ -z "${LEASE_ID:-}" ]; then
+    LEASE_ID=$(printf '%s' "$out" | sed -n 's/.*"lease_id":"\([^"]*\)".*/\1/p' | head -n 1)
+  fi
+}
+"#;
+    let out = Command::new("bash")
+        .arg("-c")
+        .arg(format!("{prelude}{script}"))
+        .output()
+        .await
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    // "body\n@@STATUS 201\nbody\n@@STATUS 409\n…": each part but the first opens with the
+    // status of the body before it.
+    let parts: Vec<&str> = text.split("@@STATUS ").collect();
+    let answers: Vec<(String, u16)> = parts
+        .windows(2)
+        .enumerate()
+        .map(|(i, pair)| {
+            let body = if i == 0 {
+                pair[0]
+            } else {
+                pair[0].split_once('\n').map_or("", |(_, b)| b)
+            };
+            let status = pair[1]
+                .lines()
+                .next()
+                .unwrap_or("")
+                .trim()
+                .parse()
+                .unwrap_or(0);
+            (body.to_owned(), status)
+        })
+        .collect();
+    assert_eq!(
+        answers.len(),
+        steps.len(),
+        "{heading}: every command answered:\n{text}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    for (step, (body, status)) in steps.iter().zip(&answers) {
+        let expected = step.status.unwrap_or(200);
+        assert_eq!(*status, expected, "{}\n→ {body}", step.command);
+        if let Some(keys) = &step.keys {
+            let got: serde_json::Value = serde_json::from_str(body.trim())
+                .unwrap_or_else(|e| panic!("{}: {e}: {body}", step.command));
+            let mut got: Vec<String> = got.as_object().unwrap().keys().cloned().collect();
+            let mut keys = keys.clone();
+            got.sort();
+            keys.sort();
+            assert_eq!(
+                got, keys,
+                "{}: the body's fields as the README shows them\n→ {body}",
+                step.command
+            );
+        }
+    }
+}
+
+#[tokio::test]
+async fn the_readmes_curl_examples_answer_as_documented() {
+    let masters = masters(3);
+    let refs: Vec<&RedisMaster> = masters.iter().collect();
+    let a = TestApp::spawn(config(&refs)).await;
+    let b = TestApp::spawn(config(&refs)).await;
+    run_documented("## Using it with curl", &[&a, &b]).await;
+    run_documented("### Retrying a grant safely", &[&a, &b]).await;
 }

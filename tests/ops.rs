@@ -25,6 +25,92 @@ fn the_committed_openapi_document_is_current() {
     );
 }
 
+/// The backticked words of `text` (`` `lock_held` `` → `lock_held`).
+fn backticked(text: &str) -> std::collections::BTreeSet<String> {
+    text.split('`')
+        .skip(1)
+        .step_by(2)
+        .map(str::to_owned)
+        .collect()
+}
+
+#[test]
+fn the_repositorys_contract_page_is_in_step_with_the_openapi_document() {
+    use std::collections::BTreeSet;
+    let page = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/docs/API.md"))
+        .expect("docs/API.md: the contract page users read");
+    let doc: serde_json::Value = serde_json::from_str(&committed()).unwrap();
+    let verbs = ["GET", "POST", "PUT", "DELETE", "PATCH"];
+    // Every route of the document is on the page, as `METHOD /path`, and the page names
+    // no route the document lacks (but the two it serves outside it).
+    let documented: BTreeSet<String> = doc["paths"]
+        .as_object()
+        .unwrap()
+        .iter()
+        .flat_map(|(path, item)| {
+            item.as_object()
+                .unwrap()
+                .keys()
+                .map(move |m| format!("{} {path}", m.to_uppercase()))
+        })
+        .collect();
+    let on_page: BTreeSet<String> = backticked(&page)
+        .into_iter()
+        .filter(|w| verbs.iter().any(|v| w.starts_with(&format!("{v} /"))))
+        .map(|w| w.split('?').next().unwrap().to_owned())
+        .collect();
+    let outside = BTreeSet::from(["GET /openapi.json".to_owned(), "GET /docs".to_owned()]);
+    let missing: Vec<_> = documented.difference(&on_page).collect();
+    assert!(missing.is_empty(), "docs/API.md lacks {missing:?}");
+    let extra: Vec<_> = on_page
+        .difference(&documented)
+        .filter(|r| !outside.contains(*r))
+        .collect();
+    assert!(
+        extra.is_empty(),
+        "docs/API.md names routes the service does not have: {extra:?}"
+    );
+    // Every error code and every `lost` reason the document names, and the name rule the
+    // service enforces.
+    let schemas = &doc["components"]["schemas"];
+    let codes = backticked(
+        schemas["ErrorBody"]["properties"]["error"]["description"]
+            .as_str()
+            .unwrap(),
+    );
+    let reasons = backticked(
+        schemas["LostEvent"]["properties"]["reason"]["description"]
+            .as_str()
+            .unwrap(),
+    );
+    assert!(
+        codes.len() >= 13 && reasons.len() >= 5,
+        "{codes:?} {reasons:?}"
+    );
+    for word in codes.iter().chain(&reasons) {
+        assert!(
+            page.contains(&format!("`{word}`")),
+            "docs/API.md does not explain `{word}`"
+        );
+    }
+    let pattern = doc["paths"]["/locks/{name}"]["post"]["parameters"][0]["schema"]["pattern"]
+        .as_str()
+        .unwrap();
+    assert!(
+        page.contains(pattern),
+        "docs/API.md lacks the name rule {pattern}"
+    );
+    // Every setting of the server.
+    let cli = <redlockd::config::Cli as clap::CommandFactory>::command();
+    let serve = cli.find_subcommand("serve").unwrap();
+    for arg in serve.get_arguments().filter(|a| !a.is_hide_set()) {
+        if let Some(env) = arg.get_env() {
+            let env = env.to_string_lossy();
+            assert!(page.contains(&*env), "docs/API.md lacks {env}");
+        }
+    }
+}
+
 #[tokio::test]
 async fn the_served_document_is_the_committed_one_and_describes_the_contract() {
     let ms = masters(1);
