@@ -21,6 +21,7 @@ use clap::{Args, CommandFactory, Parser, Subcommand, ValueEnum};
     name = "redlockd",
     version,
     about = "Named locks with leases and fencing tokens over Redis (Redlock)",
+    long_about = None,
     after_help = "With no command, or with the server's options first, `serve` is meant \
                   (`redlockd --listen 0.0.0.0:8080`). `redlockd help serve` lists them."
 )]
