@@ -485,6 +485,24 @@ async fn a_new_deployment_with_a_master_missing_waits_for_it_and_calls_nobody_am
 }
 
 #[tokio::test(start_paused = true)]
+async fn a_replica_that_waited_for_a_new_deployment_votes_once_another_initialised_it() {
+    // Two replicas wait for the third master; one of them initialises the deployment when
+    // it answers. The other, finding every master marked, lets them vote.
+    let bed = bed_unprobed(3, Duration::from_secs(3600)).await;
+    let other = replica(&bed, Duration::from_secs(3600));
+    bed.nodes[2].set_fault(Fault::Down);
+    bed.probe().await;
+    probe(&other).await;
+    assert!(!other.monitor().ready());
+    bed.nodes[2].set_fault(Fault::None);
+    tokio::time::advance(Duration::from_secs(1)).await;
+    bed.probe().await;
+    assert!(bed.engine.monitor().ready());
+    probe(&other).await;
+    assert!(other.monitor().ready(), "{:?}", other.monitor().status());
+}
+
+#[tokio::test(start_paused = true)]
 async fn a_new_replica_never_initialises_a_master_it_alone_sees() {
     // L1 is held on B and C only (A was down when it was granted). Then C restarts empty
     // and the running replica quarantines it.

@@ -280,6 +280,10 @@ impl Monitor {
             }
         }
         for (i, probe) in probes.iter().enumerate() {
+            if marked(probe) {
+                // Initialised, by this replica or another.
+                self.state(i).awaiting_init = false;
+            }
             if marked(probe) && self.state(i).quarantine.take().is_some() {
                 // Restored by another redlockd replica, whose quarantine ran out first.
                 tracing::info!(master = %self.addresses[i], "master votes again");
