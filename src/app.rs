@@ -112,6 +112,13 @@ impl App {
             None => None,
         };
         let metrics = Arc::new(Metrics::new());
+        metrics.settings(settings.master_timeout, settings.caps.streams);
+        if auth.is_some() {
+            metrics.reloaded("auth", true);
+        }
+        if tls.is_some() {
+            metrics.reloaded("tls", true);
+        }
         let engine = Arc::new(Redlock::new(
             nodes.clone(),
             engine_config(&settings),
@@ -197,11 +204,16 @@ impl App {
             max_connections: self.state.settings.max_connections,
             tls: self.tls.clone(),
         };
+        let metrics = self.state.metrics.clone();
         if let Some(tls) = self.tls.clone() {
-            tokio::spawn(tls.reload_on_change(shutdown.clone()));
+            let metrics = metrics.clone();
+            tokio::spawn(tls.reload_on_change(
+                move |ok| metrics.reloaded("tls", ok),
+                shutdown.clone(),
+            ));
         }
         if let Some(auth) = self.state.auth.clone() {
-            tokio::spawn(reload_on_sighup(auth, shutdown.clone()));
+            tokio::spawn(reload_on_sighup(auth, metrics, shutdown.clone()));
         }
         let router = http::router(self.state);
         let stopping = shutdown.clone();
@@ -245,7 +257,7 @@ impl App {
 /// Re-read the token file on each SIGHUP, and when it changes (a Kubernetes Secret volume
 /// is updated in place), until shutdown, without touching connections or leases. A
 /// malformed file keeps the tokens in force and says why.
-async fn reload_on_sighup(auth: Arc<Auth>, shutdown: CancellationToken) {
+async fn reload_on_sighup(auth: Arc<Auth>, metrics: Arc<Metrics>, shutdown: CancellationToken) {
     use tokio::signal::unix::{SignalKind, signal};
     let mut hangups = match signal(SignalKind::hangup()) {
         Ok(h) => Some(h),
@@ -276,8 +288,12 @@ async fn reload_on_sighup(auth: Arc<Auth>, shutdown: CancellationToken) {
         }
         seen = auth.modified();
         match auth.reload() {
-            Ok(count) => tracing::info!(tokens = count, "token file re-read"),
+            Ok(count) => {
+                metrics.reloaded("auth", true);
+                tracing::info!(tokens = count, "token file re-read")
+            }
             Err(e) => {
+                metrics.reloaded("auth", false);
                 tracing::error!(error = %e, "token file refused; the tokens in force stay")
             }
         }

@@ -10,8 +10,8 @@ use std::sync::Mutex;
 use std::time::Duration;
 
 use prometheus::{
-    Encoder, Histogram, HistogramOpts, HistogramVec, IntCounterVec, IntGauge, IntGaugeVec, Opts,
-    Registry, TextEncoder,
+    Encoder, Gauge, GaugeVec, Histogram, HistogramOpts, HistogramVec, IntCounterVec, IntGauge,
+    IntGaugeVec, Opts, Registry, TextEncoder,
 };
 
 /// At most this many distinct `lock_class` values; the rest count under `other`.
@@ -95,6 +95,17 @@ pub struct Metrics {
     master_backlog: IntGaugeVec,
     master_backlog_dropped: IntCounterVec,
     streams_active: IntGaugeVec,
+    /// What alerts compare against, read at each scrape: whether a majority votes, each
+    /// master's vote and quarantine.
+    ready: IntGauge,
+    master_voting: IntGaugeVec,
+    master_quarantine_end: GaugeVec,
+    /// Settings that alerts compare against (the master timeout, the cap on streams).
+    master_timeout: Gauge,
+    streams_max: IntGauge,
+    /// Whether the last reading of a file read again at run time (the token file, the TLS
+    /// certificate) succeeded.
+    reload_success: IntGaugeVec,
     /// The lock classes seen so far, to keep `lock_class` bounded.
     classes: Mutex<HashSet<String>>,
 }
@@ -209,6 +220,45 @@ impl Metrics {
         for kind in StreamKind::ALL {
             streams_active.with_label_values(&[kind.as_str()]).set(0);
         }
+        let ready = IntGauge::new(
+            "redlockd_ready",
+            "1 while a majority of masters answer and vote and the process is not shutting down (as /readyz)",
+        )
+        .expect("static metric definition");
+        let master_voting = IntGaugeVec::new(
+            Opts::new(
+                "redlockd_master_voting",
+                "1 while the master's answers count towards a majority (up, marked, verified, not quarantined)",
+            ),
+            &["master"],
+        )
+        .expect("static metric definition");
+        let master_quarantine_end = GaugeVec::new(
+            Opts::new(
+                "redlockd_master_quarantine_end_timestamp_seconds",
+                "While the master is quarantined (it lost its data): when it votes again at the earliest, in Unix seconds; 0 otherwise",
+            ),
+            &["master"],
+        )
+        .expect("static metric definition");
+        let master_timeout = Gauge::new(
+            "redlockd_master_timeout_seconds",
+            "How long one master may take to answer one step (REDLOCKD_MASTER_TIMEOUT_MS)",
+        )
+        .expect("static metric definition");
+        let streams_max = IntGauge::new(
+            "redlockd_streams_max",
+            "Most event streams this replica keeps open at once (REDLOCKD_MAX_STREAMS)",
+        )
+        .expect("static metric definition");
+        let reload_success = IntGaugeVec::new(
+            Opts::new(
+                "redlockd_reload_success",
+                "1 when the last reading of a file read again at run time succeeded: the token file (auth), the TLS certificate (tls)",
+            ),
+            &["file"],
+        )
+        .expect("static metric definition");
 
         for collector in [
             Box::new(requests.clone()) as Box<dyn prometheus::core::Collector>,
@@ -222,6 +272,12 @@ impl Metrics {
             Box::new(master_backlog.clone()),
             Box::new(master_backlog_dropped.clone()),
             Box::new(streams_active.clone()),
+            Box::new(ready.clone()),
+            Box::new(master_voting.clone()),
+            Box::new(master_quarantine_end.clone()),
+            Box::new(master_timeout.clone()),
+            Box::new(streams_max.clone()),
+            Box::new(reload_success.clone()),
         ] {
             registry
                 .register(collector)
@@ -245,6 +301,12 @@ impl Metrics {
             master_backlog,
             master_backlog_dropped,
             streams_active,
+            ready,
+            master_voting,
+            master_quarantine_end,
+            master_timeout,
+            streams_max,
+            reload_success,
             classes: Mutex::new(HashSet::new()),
         }
     }
@@ -292,6 +354,45 @@ impl Metrics {
         }
         self.master_backlog.with_label_values(&[master]).set(0);
         self.master_backlog_dropped.with_label_values(&[master]);
+        self.master_voting.with_label_values(&[master]).set(0);
+        self.master_quarantine_end.with_label_values(&[master]).set(0.0);
+    }
+
+    /// The settings alerts compare against.
+    pub fn settings(&self, master_timeout: Duration, max_streams: usize) {
+        self.master_timeout.set(master_timeout.as_secs_f64());
+        self.streams_max
+            .set(i64::try_from(max_streams).unwrap_or(i64::MAX));
+    }
+
+    /// Whether a majority votes (as `/readyz` says).
+    pub fn set_ready(&self, ready: bool) {
+        self.ready.set(i64::from(ready));
+    }
+
+    /// One master's vote, and when its quarantine ends if it is quarantined.
+    pub fn master_health(
+        &self,
+        master: &str,
+        voting: bool,
+        quarantine_ends: Option<std::time::SystemTime>,
+    ) {
+        self.master_voting
+            .with_label_values(&[master])
+            .set(i64::from(voting));
+        let ends = quarantine_ends
+            .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
+            .map_or(0.0, |d| d.as_secs_f64());
+        self.master_quarantine_end
+            .with_label_values(&[master])
+            .set(ends);
+    }
+
+    /// The outcome of reading `file` (`auth`, `tls`) again.
+    pub fn reloaded(&self, file: &str, ok: bool) {
+        self.reload_success
+            .with_label_values(&[file])
+            .set(i64::from(ok));
     }
 
     pub fn master_backlog(&self, master: &str, depth: usize) {

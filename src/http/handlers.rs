@@ -339,6 +339,13 @@ pub async fn metrics(State(state): State<AppState>) -> Response {
     state
         .metrics
         .set_leases_active(state.service.active_leases());
+    let readiness = state.service.readiness();
+    state.metrics.set_ready(readiness.ready);
+    for master in &readiness.masters {
+        state
+            .metrics
+            .master_health(&master.address, master.voting, master.quarantined_until);
+    }
     (
         [(
             header::CONTENT_TYPE,

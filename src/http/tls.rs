@@ -83,8 +83,13 @@ impl Tls {
         })
     }
 
-    /// Watch the files until `shutdown`, loading the pair again when either changes.
-    pub async fn reload_on_change(self: Arc<Self>, shutdown: CancellationToken) {
+    /// Watch the files until `shutdown`, loading the pair again when either changes;
+    /// `reloaded` is told whether each attempt succeeded.
+    pub async fn reload_on_change(
+        self: Arc<Self>,
+        reloaded: impl Fn(bool) + Send + 'static,
+        shutdown: CancellationToken,
+    ) {
         let mut seen = (modified(&self.cert), modified(&self.key));
         loop {
             tokio::select! {
@@ -99,10 +104,12 @@ impl Tls {
                 Ok(fresh) => {
                     *self.current.0.write().unwrap_or_else(|e| e.into_inner()) = Arc::new(fresh);
                     seen = now;
+                    reloaded(true);
                     tracing::info!("TLS certificate reloaded");
                 }
                 // Half-written (one file renewed before the other): tried again next time.
                 Err(e) => {
+                    reloaded(false);
                     tracing::warn!(error = %e, "TLS certificate not reloaded; the one in force stays")
                 }
             }
