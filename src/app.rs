@@ -207,10 +207,9 @@ impl App {
         let metrics = self.state.metrics.clone();
         if let Some(tls) = self.tls.clone() {
             let metrics = metrics.clone();
-            tokio::spawn(tls.reload_on_change(
-                move |ok| metrics.reloaded("tls", ok),
-                shutdown.clone(),
-            ));
+            tokio::spawn(
+                tls.reload_on_change(move |ok| metrics.reloaded("tls", ok), shutdown.clone()),
+            );
         }
         if let Some(auth) = self.state.auth.clone() {
             tokio::spawn(reload_on_sighup(auth, metrics, shutdown.clone()));

@@ -355,7 +355,9 @@ impl Metrics {
         self.master_backlog.with_label_values(&[master]).set(0);
         self.master_backlog_dropped.with_label_values(&[master]);
         self.master_voting.with_label_values(&[master]).set(0);
-        self.master_quarantine_end.with_label_values(&[master]).set(0.0);
+        self.master_quarantine_end
+            .with_label_values(&[master])
+            .set(0.0);
     }
 
     /// The settings alerts compare against.

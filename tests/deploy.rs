@@ -1,16 +1,25 @@
-//! What ships beside the binary stays true to it: every metric the Grafana dashboard
-//! queries is one redlockd exports (checked against a live `/metrics`), and compose and the
-//! Helm chart use the same dashboard file. The rest of the deployment files are validated by
-//! scripts/validate-deploy (hadolint, the compose schema, helm lint, Kubernetes schemas).
+//! What ships beside the binary stays true to it: the Grafana dashboard draws every metric
+//! redlockd exports and queries only those, and every panel's query, run by a real
+//! Prometheus scraping a replica under a contended workload, is accepted and returns data;
+//! the alerting rules pass `promtool check rules` and their unit tests (`promtool test
+//! rules`, tests/alerts/); `promtool check metrics` has nothing to say about `/metrics`;
+//! compose and the Helm chart use the same dashboard and rules files. The rest of the
+//! deployment files are validated by scripts/validate-deploy (hadolint, the compose schema,
+//! helm lint, Kubernetes schemas, the chart's PrometheusRule).
 
 mod common;
 
 use std::collections::BTreeSet;
+use std::io::Write as _;
+use std::process::{Command, Stdio};
+use std::time::Duration;
 
-use common::{TestApp, config, masters};
-use serde_json::json;
+use common::{RedisMaster, TestApp, config, masters, wait_for};
+use redlockd::auth::{Role, new_token};
+use serde_json::{Value, json};
 
 const DASHBOARD: &str = include_str!("../helm/redlockd/dashboards/redlockd.json");
+const ROOT: &str = env!("CARGO_MANIFEST_DIR");
 
 /// Metric names in PromQL expressions: our own and the process collector's.
 fn metric_names(expr: &str) -> Vec<String> {
@@ -37,50 +46,463 @@ fn family(name: &str) -> &str {
         .unwrap_or(name)
 }
 
-#[tokio::test]
-async fn every_metric_on_the_dashboard_is_exported() {
-    let dashboard: serde_json::Value =
-        serde_json::from_str(DASHBOARD).expect("the dashboard is JSON");
-    let mut used = BTreeSet::new();
+/// Every panel's queries, with the panel's title (rows have none).
+fn panel_queries() -> Vec<(String, String)> {
+    let dashboard: Value = serde_json::from_str(DASHBOARD).expect("the dashboard is JSON");
+    let mut queries = Vec::new();
     for panel in dashboard["panels"].as_array().expect("panels") {
-        for target in panel["targets"].as_array().expect("targets") {
-            used.extend(metric_names(target["expr"].as_str().expect("expr")));
+        if panel["type"] == "row" {
+            continue;
+        }
+        let title = panel["title"].as_str().expect("a title").to_owned();
+        let targets = panel["targets"].as_array().expect("targets");
+        assert!(!targets.is_empty(), "{title} queries nothing");
+        for target in targets {
+            queries.push((
+                title.clone(),
+                target["expr"].as_str().expect("expr").to_owned(),
+            ));
         }
     }
-    assert!(used.len() >= 10, "{used:?}");
+    queries
+}
 
-    // Four masters, one of which is stopped once the deployment is initialised, so that
-    // every family has a sample, master errors included.
-    let mut ms = masters(4);
-    let app = TestApp::spawn(config(&ms.iter().collect::<Vec<_>>())).await;
-    ms[3].stop();
-    app.must_grant("dash:1", json!({})).await;
-    assert_eq!(app.grant("dash:1", json!({"wait_ms": 100})).await.0, 409);
-    let exported: BTreeSet<String> = app
-        .text("/metrics")
-        .await
+/// A replica on three real masters with a token file (so that the reload metric exists)
+/// and a cap of one waiting grant per name (so that 429s happen), and its client token.
+struct Bed {
+    _masters: Vec<RedisMaster>,
+    _tokens: tempfile::NamedTempFile,
+    app: TestApp,
+    token: String,
+}
+
+impl Bed {
+    async fn start() -> Self {
+        let masters = masters(3);
+        let (token, entry) = new_token("workload", Role::Admin, vec![]);
+        let mut tokens = tempfile::NamedTempFile::new().unwrap();
+        write!(tokens, "{}", json!({ "tokens": [entry] })).unwrap();
+        let mut cfg = config(&masters.iter().collect::<Vec<_>>());
+        cfg.auth_file = Some(tokens.path().to_str().unwrap().to_owned());
+        cfg.max_waiters_per_name = 1;
+        let app = TestApp::spawn(cfg).await;
+        Self {
+            _masters: masters,
+            _tokens: tokens,
+            app,
+            token,
+        }
+    }
+
+    fn post(&self, path: &str) -> reqwest::RequestBuilder {
+        self.app
+            .http
+            .post(self.app.url(path))
+            .bearer_auth(&self.token)
+    }
+
+    /// What an operator's dashboard should show a moment of: grants, contention, waits
+    /// granted and given up, a 429 past the waiter cap, a held stream, a campaign and its
+    /// observer, renews, revokes, a leader read. The streams stay open while the caller
+    /// keeps what this returns.
+    async fn contended_workload(&self) -> Workload {
+        let lease: Value = self
+            .post("/locks/dash:1")
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        let id = lease["lease_id"].as_str().expect("granted").to_owned();
+        // One waiter is admitted (the cap is one per name); the next is refused with 429.
+        let waiter = self.post("/locks/dash:1?wait_ms=5000").send();
+        let waiting = tokio::spawn(waiter);
+        self.app.wait_for_contention("dash", 1).await;
+        let refused = self
+            .post("/locks/dash:1?wait_ms=5000")
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(refused.status(), 429);
+        // Renew, then revoke: the waiter is granted.
+        let renew = format!("/locks/dash:1/leases/{id}");
+        let http = &self.app.http;
+        assert_eq!(
+            http.put(self.app.url(&renew))
+                .bearer_auth(&self.token)
+                .send()
+                .await
+                .unwrap()
+                .status(),
+            200
+        );
+        assert_eq!(
+            http.delete(self.app.url(&renew))
+                .bearer_auth(&self.token)
+                .send()
+                .await
+                .unwrap()
+                .status(),
+            204
+        );
+        let granted = waiting.await.unwrap().unwrap();
+        assert_eq!(granted.status(), 201);
+        // A wait that gives up.
+        let gave_up = self.post("/locks/dash:1?wait_ms=200").send().await.unwrap();
+        assert_eq!(gave_up.status(), 409);
+        // A held stream, a campaign and an observer, open while Prometheus scrapes.
+        let hold = common::EventStream::open(
+            self.post("/locks/dash:stream")
+                .header("accept", "text/event-stream"),
+        );
+        let campaign = common::EventStream::open(
+            self.post("/elections/dash:lead?value=a")
+                .header("accept", "text/event-stream"),
+        );
+        let observe = common::EventStream::open(
+            http.get(self.app.url("/elections/dash:lead/observe"))
+                .bearer_auth(&self.token),
+        );
+        let (mut hold, mut campaign, mut observe) = (hold.await, campaign.await, observe.await);
+        hold.expect("granted").await;
+        campaign.expect("elected").await;
+        observe.next().await.expect("the observer's first event");
+        let leader = http
+            .get(self.app.url("/elections/dash:lead"))
+            .bearer_auth(&self.token)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(leader.status(), 200);
+        // And traffic that goes on while Prometheus scrapes (bounded: a minute at most, or
+        // until the test drops it), so that rates and quantiles have something to show.
+        let (http, base, token) = (http.clone(), self.app.base.clone(), self.token.clone());
+        let traffic = tokio::spawn(async move {
+            let started = tokio::time::Instant::now();
+            while started.elapsed() < Duration::from_secs(60) {
+                let call = |method: reqwest::Method, path: &str| {
+                    http.request(method, format!("{base}{path}"))
+                        .bearer_auth(&token)
+                        .send()
+                };
+                let Ok(granted) = call(reqwest::Method::POST, "/locks/dash:bg").await else {
+                    continue;
+                };
+                let lease: Value = granted.json().await.unwrap_or_default();
+                let id = lease["lease_id"].as_str().unwrap_or("none").to_owned();
+                let lease = format!("/locks/dash:bg/leases/{id}");
+                let _ = call(reqwest::Method::POST, "/locks/dash:bg?wait_ms=20").await;
+                let _ = call(reqwest::Method::PUT, &lease).await;
+                let _ = call(reqwest::Method::GET, &lease).await;
+                let _ = call(reqwest::Method::GET, "/locks/dash:bg").await;
+                let _ = call(reqwest::Method::GET, "/locks?prefix=dash").await;
+                let _ = call(reqwest::Method::GET, "/elections/dash:lead").await;
+                let _ = call(reqwest::Method::DELETE, &lease).await;
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        });
+        Workload {
+            _streams: vec![hold, campaign, observe],
+            traffic,
+        }
+    }
+}
+
+/// A workload running: its streams open and its traffic going, until dropped.
+struct Workload {
+    _streams: Vec<common::EventStream>,
+    traffic: tokio::task::JoinHandle<()>,
+}
+
+impl Drop for Workload {
+    fn drop(&mut self) {
+        self.traffic.abort();
+    }
+}
+
+/// The metric families `/metrics` describes.
+fn exported(metrics: &str) -> BTreeSet<String> {
+    metrics
         .lines()
         .filter_map(|l| l.strip_prefix("# TYPE "))
         .filter_map(|l| l.split_whitespace().next())
         .map(str::to_owned)
-        .collect();
+        .collect()
+}
+
+#[tokio::test]
+async fn the_dashboard_draws_every_exported_metric_and_only_those() {
+    let mut used = BTreeSet::new();
+    for (_, expr) in panel_queries() {
+        used.extend(metric_names(&expr).iter().map(|n| family(n).to_owned()));
+    }
+    let bed = Bed::start().await;
+    let _workload = bed.contended_workload().await;
+    let exported = exported(&bed.app.text("/metrics").await);
     for name in &used {
         assert!(
-            exported.contains(family(name)),
+            exported.contains(name),
             "the dashboard queries {name}, which redlockd does not export; exported: {exported:?}"
+        );
+    }
+    let ours: Vec<&String> = exported
+        .iter()
+        .filter(|n| n.starts_with("redlockd_"))
+        .collect();
+    assert!(ours.len() >= 17, "{ours:?}");
+    for name in ours {
+        assert!(
+            used.contains(name),
+            "{name} is exported but on no panel of the dashboard"
+        );
+    }
+}
+
+/// `promtool` from Debian's `prometheus` package (scripts/test installs it).
+fn promtool() -> Command {
+    assert!(
+        which("promtool"),
+        "promtool is not installed: run scripts/test (it installs it), or apt-get install prometheus"
+    );
+    Command::new("promtool")
+}
+
+fn which(program: &str) -> bool {
+    std::env::var_os("PATH")
+        .is_some_and(|path| std::env::split_paths(&path).any(|dir| dir.join(program).is_file()))
+}
+
+fn succeeds(cmd: &mut Command) -> String {
+    let out = cmd.output().expect("run promtool");
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(out.status.success(), "{cmd:?}:\n{text}");
+    text
+}
+
+#[test]
+fn the_alerting_rules_pass_promtool_and_each_alerts_unit_tests() {
+    let rules = format!("{ROOT}/helm/redlockd/alerts/redlockd.rules.yml");
+    let checked = succeeds(promtool().args(["check", "rules", &rules]));
+    assert!(checked.contains("SUCCESS: 12 rules found"), "{checked}");
+    let tested = succeeds(
+        promtool()
+            .current_dir(format!("{ROOT}/tests/alerts"))
+            .args(["test", "rules", "redlockd.rules.test.yml"]),
+    );
+    assert!(tested.contains("SUCCESS"), "{tested}");
+    // Every alert has a unit test that fires it and one where it stays silent, and a
+    // runbook section in README.md.
+    let rules_text = std::fs::read_to_string(&rules).unwrap();
+    let tests_text =
+        std::fs::read_to_string(format!("{ROOT}/tests/alerts/redlockd.rules.test.yml")).unwrap();
+    let readme = std::fs::read_to_string(format!("{ROOT}/README.md")).unwrap();
+    let alerts: Vec<&str> = rules_text
+        .lines()
+        .filter_map(|l| l.trim().strip_prefix("- alert: "))
+        .collect();
+    assert_eq!(alerts.len(), 12, "{alerts:?}");
+    for alert in alerts {
+        let fired = format!("alertname: {alert}\n    exp_alerts:\n    - exp_labels:");
+        let silent = format!("alertname: {alert}\n    exp_alerts: []");
+        assert!(tests_text.contains(&fired), "no test fires {alert}");
+        assert!(tests_text.contains(&silent), "no test keeps {alert} silent");
+        assert!(
+            readme.contains(&format!("#### {alert}\n")),
+            "README.md has no runbook for {alert}"
+        );
+        assert!(rules_text.contains(&format!("README.md#{}", alert.to_lowercase())));
+    }
+    // compose's Prometheus and the chart load this very file.
+    let compose = std::fs::read_to_string(format!("{ROOT}/docker-compose.yml")).unwrap();
+    assert!(compose.contains("./helm/redlockd/alerts/redlockd.rules.yml:"));
+    let chart = std::fs::read_to_string(format!(
+        "{ROOT}/helm/redlockd/templates/prometheusrule.yaml"
+    ))
+    .unwrap();
+    assert!(chart.contains(r#".Files.Get "alerts/redlockd.rules.yml""#));
+}
+
+#[tokio::test]
+async fn promtool_finds_nothing_to_say_about_metrics() {
+    let bed = Bed::start().await;
+    let _workload = bed.contended_workload().await;
+    let metrics = bed.app.text("/metrics").await;
+    let mut check = promtool()
+        .args(["check", "metrics"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    check
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(metrics.as_bytes())
+        .unwrap();
+    let out = check.wait_with_output().unwrap();
+    let said = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        out.status.success() && said.trim().is_empty(),
+        "promtool check metrics:\n{said}"
+    );
+}
+
+/// A Prometheus of our own, scraping `target` every second, stopped on drop.
+struct Prometheus {
+    child: std::process::Child,
+    base: String,
+    _dir: tempfile::TempDir,
+}
+
+impl Prometheus {
+    fn start(target: &str) -> Self {
+        assert!(
+            which("prometheus"),
+            "prometheus is not installed: run scripts/test (it installs it), or apt-get install prometheus"
+        );
+        let dir = tempfile::tempdir().unwrap();
+        let config = dir.path().join("prometheus.yml");
+        std::fs::write(
+            &config,
+            format!(
+                "global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\nscrape_configs:\n  - job_name: redlockd\n    static_configs:\n      - targets: [\"{target}\"]\n"
+            ),
+        )
+        .unwrap();
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let child = Command::new("prometheus")
+            .arg(format!("--config.file={}", config.display()))
+            .arg(format!(
+                "--storage.tsdb.path={}",
+                dir.path().join("data").display()
+            ))
+            .arg(format!("--web.listen-address=127.0.0.1:{port}"))
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("start prometheus");
+        Self {
+            child,
+            base: format!("http://127.0.0.1:{port}"),
+            _dir: dir,
+        }
+    }
+
+    /// The instant query's answer: `Err` with Prometheus's error when it refuses it.
+    async fn query(&self, expr: &str) -> Result<Vec<Value>, String> {
+        let answer: Value = reqwest::Client::new()
+            .get(format!("{}/api/v1/query", self.base))
+            .query(&[("query", expr)])
+            .send()
+            .await
+            .map_err(|e| e.to_string())?
+            .json()
+            .await
+            .map_err(|e| e.to_string())?;
+        if answer["status"] != "success" {
+            return Err(answer.to_string());
+        }
+        Ok(answer["data"]["result"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default())
+    }
+
+    /// The one value of a query that answers a single number.
+    async fn number(&self, expr: &str) -> Option<f64> {
+        let result = self.query(expr).await.ok()?;
+        result.first()?["value"][1].as_str()?.parse().ok()
+    }
+}
+
+impl Drop for Prometheus {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+#[tokio::test]
+async fn every_panels_query_is_accepted_by_prometheus_and_returns_data() {
+    let bed = Bed::start().await;
+    let prometheus = Prometheus::start(bed.app.base.trim_start_matches("http://"));
+    // Scraped before the workload, so that every counter's rate has a sample to start from.
+    wait_for(
+        "Prometheus to scrape the replica",
+        Duration::from_secs(30),
+        async || (prometheus.number(r#"up{job="redlockd"}"#).await? == 1.0).then_some(()),
+    )
+    .await;
+    let _workload = bed.contended_workload().await;
+    let metrics = bed.app.text("/metrics").await;
+    let requests: f64 = metrics
+        .lines()
+        .filter(|l| l.starts_with("redlockd_requests_total{"))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum();
+    wait_for(
+        "Prometheus to scrape the workload",
+        Duration::from_secs(30),
+        async || {
+            let seen = prometheus
+                .number(r#"sum(redlockd_requests_total{job="redlockd"})"#)
+                .await?;
+            (seen >= requests).then_some(())
+        },
+    )
+    .await;
+    // Series the workload made (a 429's, a lock class's) need two samples for a rate.
+    wait_for(
+        "two scrapes of the workload's new series",
+        Duration::from_secs(30),
+        async || {
+            let scrapes = prometheus
+                .number(r#"min(count_over_time(redlockd_requests_total{job="redlockd"}[1m]))"#)
+                .await?;
+            (scrapes >= 2.0).then_some(())
+        },
+    )
+    .await;
+    for (title, expr) in panel_queries() {
+        // Grafana's variables, as Grafana would fill them in.
+        let query = expr
+            .replace("$job", "redlockd")
+            .replace("$__rate_interval", "1m");
+        let result = prometheus
+            .query(&query)
+            .await
+            .unwrap_or_else(|e| panic!("{title}: Prometheus refused {query}: {e}"));
+        let values: Vec<&str> = result
+            .iter()
+            .filter_map(|series| series["value"][1].as_str())
+            .collect();
+        assert!(
+            values.iter().any(|v| *v != "NaN"),
+            "{title}: {query} returned no data under a contended workload: {result:?}"
         );
     }
 }
 
 #[test]
 fn compose_and_the_chart_share_the_dashboard_file() {
-    let compose =
-        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/docker-compose.yml"))
-            .unwrap();
+    let compose = std::fs::read_to_string(format!("{ROOT}/docker-compose.yml")).unwrap();
     assert!(compose.contains("./helm/redlockd/dashboards/redlockd.json:"));
-    let chart = std::fs::read_to_string(concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/helm/redlockd/templates/dashboard-configmap.yaml"
+    let chart = std::fs::read_to_string(format!(
+        "{ROOT}/helm/redlockd/templates/dashboard-configmap.yaml"
     ))
     .unwrap();
     assert!(chart.contains(r#".Files.Get "dashboards/redlockd.json""#));
