@@ -330,6 +330,11 @@ pub struct Config {
     #[arg(long, env = "REDLOCKD_AUTH_BURST")]
     pub auth_burst: Option<u32>,
 
+    /// An OTLP/HTTP collector (`http://otel-collector:4318`): send traces there, a span per
+    /// request with one per master step (JSON to `/v1/traces`). Unset: no traces, no cost.
+    #[arg(long, env = "REDLOCKD_OTLP_ENDPOINT")]
+    pub otlp_endpoint: Option<String>,
+
     /// With REDLOCKD_AUTH_FILE: `/metrics`, `/openapi.json` and `/docs` need a reader token
     /// too (they are open by default; `/healthz` and `/readyz` always are).
     #[arg(long, env = "REDLOCKD_AUTH_PROTECT_OPERATIONS")]
@@ -418,6 +423,16 @@ impl Config {
                 ));
             }
             masters.push(url);
+        }
+        if let Some(endpoint) = self.otlp_endpoint.as_deref().filter(|e| !e.is_empty())
+            && !endpoint.starts_with("http://")
+        {
+            return Err(bad(
+                "REDLOCKD_OTLP_ENDPOINT",
+                format!(
+                    "{endpoint:?}: must be an http:// URL of an OTLP/HTTP collector (http://otel-collector:4318)"
+                ),
+            ));
         }
         if self.require_odd && masters.len().is_multiple_of(2) {
             return Err(bad(

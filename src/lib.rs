@@ -15,7 +15,7 @@
 //! holds the contract's bodies, shared by the server and Rust clients; `config` is the one
 //! typed configuration; `client` is the client side of the contract (the
 //! binary's `lock`, `inspect` and `list` verbs), which knows only `wire` and `config`; `metrics` owns the Prometheus registry; `logging` writes the JSON
-//! log line; `app` builds and runs it all.
+//! log line; `telemetry` sends traces over OTLP when asked to; `app` builds and runs it all.
 
 pub mod app;
 pub mod auth;
@@ -27,4 +27,5 @@ pub mod logging;
 pub mod metrics;
 pub mod redlock;
 pub mod store;
+pub mod telemetry;
 pub mod wire;

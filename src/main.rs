@@ -7,21 +7,46 @@ use redlockd::app::App;
 use redlockd::auth::Role;
 use redlockd::config::{Cli, Command, LogFormat, TokenCommand, explain_parse_error};
 
-fn init_logging(format: Option<LogFormat>) {
-    use tracing_subscriber::EnvFilter;
-    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
+/// Log lines to stderr (levels from RUST_LOG), and traces to `otlp` when given. The log's
+/// filter is its own, so that trace spans never change the log and log levels never
+/// change the traces.
+fn init_logging(
+    format: Option<LogFormat>,
+    otlp: Option<&str>,
+) -> anyhow::Result<Option<redlockd::telemetry::Traces>> {
+    use tracing_subscriber::layer::SubscriberExt as _;
+    use tracing_subscriber::util::SubscriberInitExt as _;
+    use tracing_subscriber::{EnvFilter, Layer as _};
+    // The trace spans are for the OTLP layer alone: the log neither shows nor pays for them.
+    let filter = EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| EnvFilter::new("info"))
+        .add_directive(
+            format!("{}=off", redlockd::telemetry::TARGET)
+                .parse()
+                .expect("a fixed, valid directive"),
+        );
     let terminal = std::io::stderr().is_terminal();
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr);
-    match format.unwrap_or(if terminal {
+    let fmt = tracing_subscriber::fmt::layer().with_writer(std::io::stderr);
+    let log = match format.unwrap_or(if terminal {
         LogFormat::Text
     } else {
         LogFormat::Json
     }) {
-        LogFormat::Text => builder.with_ansi(terminal).init(),
-        LogFormat::Json => builder.event_format(redlockd::logging::JsonLines).init(),
-    }
+        LogFormat::Text => fmt.with_ansi(terminal).with_filter(filter).boxed(),
+        LogFormat::Json => fmt
+            .event_format(redlockd::logging::JsonLines)
+            .with_filter(filter)
+            .boxed(),
+    };
+    let (traces, provider) = match otlp.filter(|e| !e.is_empty()) {
+        Some(endpoint) => {
+            let (layer, provider) = redlockd::telemetry::otlp_layer(endpoint)?;
+            (Some(layer), Some(provider))
+        }
+        None => (None, None),
+    };
+    tracing_subscriber::registry().with(log).with(traces).init();
+    Ok(provider)
 }
 
 async fn shutdown_signal() {
@@ -52,8 +77,9 @@ fn client_verb() -> bool {
     matches!(Cli::verb_of(&args), "lock" | "inspect" | "list" | "token")
 }
 
-#[tokio::main]
-async fn main() -> std::process::ExitCode {
+// Not `#[tokio::main]`: the trace exporter's blocking HTTP client is built, and its last
+// spans sent, outside the runtime, where blocking is allowed.
+fn main() -> std::process::ExitCode {
     let cli = match Cli::try_parse_args(std::env::args_os()) {
         Ok(cli) => cli,
         Err(err) => {
@@ -67,12 +93,38 @@ async fn main() -> std::process::ExitCode {
             err.exit();
         }
     };
-    init_logging(match &cli.command {
-        Command::Serve(config) => config.log_format,
-        Command::Recover(args) => args.config.log_format,
-        _ => None,
-    });
-    match cli.command {
+    let (format, otlp) = match &cli.command {
+        Command::Serve(config) => (config.log_format, config.otlp_endpoint.as_deref()),
+        Command::Recover(args) => (args.config.log_format, None),
+        _ => (None, None),
+    };
+    let traces = match init_logging(format, otlp) {
+        Ok(traces) => traces,
+        Err(e) => {
+            eprintln!("redlockd: REDLOCKD_OTLP_ENDPOINT: {e:#}");
+            return std::process::ExitCode::from(redlockd::client::lock::exit::USAGE);
+        }
+    };
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => runtime,
+        Err(e) => {
+            eprintln!("redlockd: cannot start the runtime: {e}");
+            return std::process::ExitCode::FAILURE;
+        }
+    };
+    let code = runtime.block_on(run(cli.command));
+    drop(runtime);
+    if let Some(traces) = traces {
+        traces.shutdown();
+    }
+    code
+}
+
+async fn run(command: Command) -> std::process::ExitCode {
+    match command {
         Command::Openapi => {
             print!("{}", redlockd::http::openapi_json());
         }

@@ -7,16 +7,20 @@ use std::path::{Path, PathBuf};
 
 /// What each top-level module may name with `crate::` (besides itself).
 const ALLOWED: &[(&str, &[&str])] = &[
-    ("http", &["lease", "wire", "config", "metrics", "auth"]),
+    (
+        "http",
+        &["lease", "wire", "config", "metrics", "auth", "telemetry"],
+    ),
     ("auth", &[]),
     ("lease", &["redlock", "config", "metrics"]),
-    ("redlock", &["store", "metrics"]),
+    ("redlock", &["store", "metrics", "telemetry"]),
     ("store", &["config"]),
     ("client", &["wire", "config"]),
     ("wire", &[]),
     ("config", &[]),
     ("metrics", &[]),
     ("logging", &[]),
+    ("telemetry", &[]),
 ];
 
 fn sources(dir: &Path, out: &mut Vec<PathBuf>) {

@@ -415,3 +415,157 @@ async fn large_responses_are_compressed_and_small_ones_are_not() {
         );
     }
 }
+
+/// An OTLP/HTTP receiver of our own: every JSON body POSTed to `/v1/traces`, kept.
+async fn otlp_receiver() -> (
+    String,
+    std::sync::Arc<std::sync::Mutex<Vec<serde_json::Value>>>,
+) {
+    use axum::routing::post;
+    let bodies = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let kept = bodies.clone();
+    let app = axum::Router::new().route(
+        "/v1/traces",
+        post(move |body: axum::body::Bytes| {
+            let kept = kept.clone();
+            async move {
+                let json: serde_json::Value = serde_json::from_slice(&body).unwrap_or_default();
+                kept.lock().unwrap().push(json);
+                "{}"
+            }
+        }),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let address = listener.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    (format!("http://{address}"), bodies)
+}
+
+/// A span as the receiver got it.
+#[derive(Debug)]
+struct Sent {
+    name: String,
+    trace: String,
+    id: String,
+    parent: String,
+    attributes: serde_json::Map<String, serde_json::Value>,
+}
+
+/// Every span the receiver got.
+fn spans(bodies: &[serde_json::Value]) -> Vec<Sent> {
+    let mut all = Vec::new();
+    for body in bodies {
+        for resource in body["resourceSpans"].as_array().into_iter().flatten() {
+            for scope in resource["scopeSpans"].as_array().into_iter().flatten() {
+                for span in scope["spans"].as_array().into_iter().flatten() {
+                    let attributes = span["attributes"]
+                        .as_array()
+                        .into_iter()
+                        .flatten()
+                        .map(|a| {
+                            let value = a["value"]
+                                .as_object()
+                                .and_then(|v| v.values().next().cloned());
+                            (
+                                a["key"].as_str().unwrap_or("").to_owned(),
+                                value.unwrap_or_default(),
+                            )
+                        })
+                        .collect();
+                    let text = |k: &str| span[k].as_str().unwrap_or("").to_owned();
+                    all.push(Sent {
+                        name: text("name"),
+                        trace: text("traceId"),
+                        id: text("spanId"),
+                        parent: text("parentSpanId"),
+                        attributes,
+                    });
+                }
+            }
+        }
+    }
+    all
+}
+
+#[tokio::test]
+async fn a_traced_grant_shows_one_span_per_master_step_under_the_clients_trace() {
+    let ms = masters(3);
+    let (endpoint, bodies) = otlp_receiver().await;
+    let urls: Vec<String> = ms.iter().map(|m| m.url()).collect();
+    let urls = urls.join(",");
+    let server = common::Server::start(&[
+        ("REDLOCKD_REDIS_URLS", &urls),
+        ("REDLOCKD_OTLP_ENDPOINT", &endpoint),
+    ])
+    .await;
+    server.wait_ready("the replica to be ready").await;
+    // The client's trace: W3C traceparent (version, trace id, parent span id, flags).
+    let trace_id = "4bf92f3577b34da6a3ce929d0e0e4736";
+    let client_span = "00f067aa0ba902b7";
+    let granted: serde_json::Value = reqwest::Client::new()
+        .post(format!("{}/locks/traced:1", server.base))
+        .header("traceparent", format!("00-{trace_id}-{client_span}-01"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let lease_id = granted["lease_id"].as_str().expect("granted").to_owned();
+    // Stopping sends what is still batched.
+    common::signal(server.child.id(), "-TERM");
+    wait_for(
+        "the grant's spans to arrive",
+        Duration::from_secs(10),
+        async || {
+            let got = spans(&bodies.lock().unwrap());
+            got.iter()
+                .any(|s| s.name == "POST /locks/{name}")
+                .then_some(())
+        },
+    )
+    .await;
+    let got = spans(&bodies.lock().unwrap());
+    let requests: Vec<_> = got
+        .iter()
+        .filter(|s| s.name == "POST /locks/{name}")
+        .collect();
+    assert_eq!(requests.len(), 1, "{requests:#?}");
+    let request = requests[0];
+    assert_eq!(
+        request.trace, trace_id,
+        "the request joins the client's trace"
+    );
+    assert_eq!(
+        request.parent, client_span,
+        "as a child of the client's span"
+    );
+    assert_eq!(request.attributes["lock.name"], "traced:1");
+    assert_eq!(request.attributes["lock.kind"], "lock");
+    assert_eq!(request.attributes["http.route"], "/locks/{name}");
+    let steps: Vec<_> = got
+        .iter()
+        .filter(|s| {
+            s.parent == request.id && s.attributes.get("step").is_some_and(|v| v == "acquire")
+        })
+        .collect();
+    assert_eq!(steps.len(), 3, "one acquire span per master: {got:#?}");
+    let mut masters: Vec<&str> = steps
+        .iter()
+        .map(|s| s.attributes["master"].as_str().unwrap())
+        .collect();
+    masters.sort();
+    let mut expected: Vec<String> = ms
+        .iter()
+        .map(|m| format!("redis://127.0.0.1:{}", m.port))
+        .collect();
+    expected.sort();
+    assert_eq!(masters, expected);
+    assert!(
+        steps.iter().all(|s| s.attributes["outcome"] == "ok"),
+        "{steps:#?}"
+    );
+    // Never a lease id, anywhere in what was sent.
+    let sent = serde_json::to_string(&*bodies.lock().unwrap()).unwrap();
+    assert!(!sent.contains(&lease_id), "a lease id reached the traces");
+}

@@ -3,6 +3,9 @@ package redlockd_test
 import (
 	"context"
 	"errors"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -248,5 +251,53 @@ func TestTheCronExampleRunsOnce(t *testing.T) {
 	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
 	if len(lines) != 8 || strings.Count(string(out), "report sent") != 1 {
 		t.Fatalf("one of eight runs it:\n%s", out)
+	}
+}
+
+func TestEveryRequestCarriesTheCallersTraceContext(t *testing.T) {
+	// A stand-in replica that records each request's headers and answers a lease.
+	var mu sync.Mutex
+	var seen []string
+	replica := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		seen = append(seen, r.Method+" "+r.Header.Get("traceparent"))
+		mu.Unlock()
+		if r.Method == http.MethodPost {
+			w.Header().Set("Content-Type", "application/json")
+			w.WriteHeader(http.StatusCreated)
+			fmt.Fprint(w, `{"name":"t","lease_id":"L1","fencing_token":7,"ttl_ms":30000,"validity_ms":29000,"expires_at":"2026-11-24T00:00:00.000Z"}`)
+			return
+		}
+		w.WriteHeader(http.StatusNoContent)
+	}))
+	defer replica.Close()
+	const parent = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+	type traceKey struct{}
+	c, err := redlockd.New(redlockd.Options{
+		Servers: []string{replica.URL},
+		Traceparent: func(ctx context.Context) string {
+			s, _ := ctx.Value(traceKey{}).(string)
+			return s
+		},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.WithValue(context.Background(), traceKey{}, parent)
+	lease, err := c.Lock(ctx, "t", redlockd.LockOptions{NoAutoRenew: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := lease.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Lock(context.Background(), "t", redlockd.LockOptions{NoAutoRenew: true}); err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	want := []string{"POST " + parent, "DELETE " + parent, "POST "}
+	if strings.Join(seen, "|") != strings.Join(want, "|") {
+		t.Fatalf("headers seen %q, want %q", seen, want)
 	}
 }

@@ -37,8 +37,12 @@ type Options struct {
 	Token string
 	// Timeout bounds one request, besides a grant's own Wait. Default 5 s.
 	Timeout time.Duration
-	// HTTPClient, if set, is used for every request.
+	// HTTPClient, if set, is used for every request. (An OpenTelemetry transport, such
+	// as otelhttp's, propagates the caller's trace by itself.)
 	HTTPClient *http.Client
+	// Traceparent, if set, gives the caller's trace for each request as a W3C
+	// traceparent ("" for none), from the request's context: redlockd's spans join it.
+	Traceparent func(ctx context.Context) string
 }
 
 // Client talks to one or more redlockd replicas. Safe for concurrent use.
@@ -47,13 +51,14 @@ type Client struct {
 	token     string
 	timeout   time.Duration
 	http      *http.Client
+	trace     func(ctx context.Context) string
 	mu        sync.Mutex
 	preferred int
 }
 
 // New returns a client for opts.Servers.
 func New(opts Options) (*Client, error) {
-	c := &Client{token: opts.Token, timeout: opts.Timeout, http: opts.HTTPClient}
+	c := &Client{token: opts.Token, timeout: opts.Timeout, http: opts.HTTPClient, trace: opts.Traceparent}
 	for _, s := range opts.Servers {
 		for _, u := range strings.FieldsFunc(s, func(r rune) bool { return r == ',' || r == ' ' }) {
 			c.servers = append(c.servers, strings.TrimRight(u, "/"))
@@ -372,6 +377,11 @@ func (c *Client) setHeaders(req *http.Request, key string, json bool) {
 	}
 	if key != "" {
 		req.Header.Set("Idempotency-Key", key)
+	}
+	if c.trace != nil {
+		if parent := c.trace(req.Context()); parent != "" {
+			req.Header.Set("traceparent", parent)
+		}
 	}
 }
 

@@ -49,6 +49,14 @@ fn lock_name(path: &str) -> Option<&str> {
     (!name.is_empty()).then(|| &name[..end])
 }
 
+/// The kind of lock a route is about, for traces.
+fn kind_of(route: Option<&str>) -> &'static str {
+    match route {
+        Some(r) if r.starts_with("/elections") => "election",
+        _ => "lock",
+    }
+}
+
 /// The operation of a lock route, for `redlockd_requests_total{op}`; none for the others.
 fn op_of(method: &axum::http::Method, route: &str) -> Option<Op> {
     use axum::http::Method;
@@ -179,8 +187,27 @@ pub async fn log_request(
         .and_then(|v| v.to_str().ok())
         .unwrap_or("-")
         .to_owned();
-    let response = next.run(request).await;
+    // The request's span in a trace (a no-op unless traces are sent): the route and the
+    // lock's name and kind, never the raw path (it may carry a lease id).
+    let span = tracing::info_span!(
+        target: crate::telemetry::TARGET,
+        "request",
+        otel.name = %format_args!("{method} {}", route.as_deref().unwrap_or("<unmatched>")),
+        otel.kind = "server",
+        http.request.method = %method,
+        http.route = route.as_deref().unwrap_or("<unmatched>"),
+        lock.name = lock.as_deref(),
+        lock.kind = lock.as_ref().map(|_| kind_of(route.as_deref())),
+        http.response.status_code = tracing::field::Empty,
+        otel.status_code = tracing::field::Empty,
+    );
+    crate::telemetry::follow_client(&span, request.headers());
+    let response = tracing::Instrument::instrument(next.run(request), span.clone()).await;
     let status = response.status().as_u16();
+    span.record("http.response.status_code", status);
+    if response.status().is_server_error() {
+        span.record("otel.status_code", "ERROR");
+    }
     let outcome = response.extensions().get::<Outcome>().map_or_else(
         || {
             if response.status().is_success() {

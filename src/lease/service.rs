@@ -378,7 +378,10 @@ impl LeaseService {
         let engine = self.engine.clone();
         let events = self.events.clone();
         let name = name.clone();
-        self.tasks.spawn(async move {
+        // The attempt's master steps belong to the request's trace, though in a task of
+        // their own (a no-op unless traces are sent).
+        let span = tracing::Span::current();
+        self.tasks.spawn(tracing::Instrument::instrument(async move {
             let (id, idem) = match keyed {
                 Some((id, idem)) => (id, Some(idem)),
                 None => (LeaseId::generate(), None),
@@ -400,7 +403,7 @@ impl LeaseService {
                     },
                 );
             }
-        });
+        }, span));
         rx.await.unwrap_or_else(|_| {
             Err(EngineError::Unavailable(Unavailability::because(
                 "the grant task failed",

@@ -252,6 +252,7 @@ impl Redlock {
     /// caller can issue the next step.
     async fn fan_out<T, D>(
         &self,
+        step: &'static str,
         limit: Duration,
         call: impl Fn(usize, Arc<dyn LockNode>) -> BoxFuture<'static, NodeResult<T>>,
         decide: impl Fn(&[Option<NodeResult<T>>]) -> Option<D>,
@@ -269,24 +270,39 @@ impl Redlock {
                 call(i, node.clone())
             };
             let monitor = self.monitor.clone();
+            // A child of the request's span in a trace (nothing unless traces are sent).
+            let span = tracing::debug_span!(
+                target: crate::telemetry::TARGET,
+                "master step",
+                otel.name = %format_args!("{step} {}", node.address()),
+                step,
+                master = node.address(),
+                outcome = tracing::field::Empty,
+            );
             Call {
                 master: i,
                 // Unconstrained by tokio's cooperative budget: a task that has used its
                 // budget gets Pending from the connection's queue even when there is room,
                 // and a call dropped before it was queued is a step that never reached the
                 // master (seen: a renew that skipped one master, which kept the old TTL).
-                reply: Box::pin(tokio::task::unconstrained(async move {
-                    let started = Instant::now();
-                    let reply = match tokio::time::timeout(limit, fut).await {
-                        Ok(reply) => reply,
-                        Err(_) => Err(NodeError::Timeout),
-                    };
-                    monitor.observe(i, &reply, started.elapsed());
-                    match reply {
-                        Ok(_) if monitor.unverified(i) => Err(NodeError::Unverified),
-                        reply => reply,
-                    }
-                })),
+                reply: Box::pin(tokio::task::unconstrained(tracing::Instrument::instrument(
+                    async move {
+                        let started = Instant::now();
+                        let reply = match tokio::time::timeout(limit, fut).await {
+                            Ok(reply) => reply,
+                            Err(_) => Err(NodeError::Timeout),
+                        };
+                        monitor.observe(i, &reply, started.elapsed());
+                        let reply = match reply {
+                            Ok(_) if monitor.unverified(i) => Err(NodeError::Unverified),
+                            reply => reply,
+                        };
+                        let outcome = reply.as_ref().err().map_or("ok", NodeError::kind);
+                        tracing::Span::current().record("outcome", outcome);
+                        reply
+                    },
+                    span,
+                ))),
             }
         });
         let mut replies: Vec<Option<NodeResult<T>>> = (0..self.nodes.len()).map(|_| None).collect();
@@ -418,6 +434,7 @@ impl Redlock {
             ..
         } = self
             .fan_out(
+                "acquire",
                 self.config.master_timeout,
                 |i, node| {
                     let (key, lease, owner) = (key.clone(), lease.clone(), owner.clone());
@@ -527,6 +544,7 @@ impl Redlock {
     ) -> Result<(), Vec<MasterFailure>> {
         let round = self
             .fan_out(
+                "confirm",
                 self.config.master_timeout,
                 |_, node| {
                     let (key, lease) = (key.clone(), lease.clone());
@@ -578,6 +596,7 @@ impl Redlock {
             errors,
         } = self
             .fan_out(
+                "release",
                 self.config.master_timeout,
                 |_, node| {
                     let (key, lease, ending) = (key.clone(), lease.clone(), ending.clone());
@@ -639,6 +658,7 @@ impl Redlock {
             ..
         } = self
             .fan_out(
+                "renew",
                 self.config.master_timeout,
                 |_, node| {
                     let (key, lease, owner) = (key.clone(), lease.clone(), owner.clone());
@@ -720,6 +740,7 @@ impl Redlock {
             outcome, failures, ..
         } = self
             .fan_out(
+                "read",
                 self.config.master_timeout,
                 |_, node| {
                     let key = key.clone();
@@ -800,6 +821,7 @@ impl Redlock {
             outcome, failures, ..
         } = self
             .fan_out(
+                "list",
                 self.config.master_timeout.max(LIST_TIMEOUT_FLOOR),
                 |_, node| {
                     let (prefix, after) = (prefix.clone(), after.clone());

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 
@@ -208,3 +209,70 @@ def test_a_server_url_without_a_scheme_is_a_configuration_error():
     for make in (Client, AsyncClient):
         with _pytest.raises(ValueError, match="http://"):
             make(["127.0.0.1:8080"])
+
+
+class _Recorder:
+    """A stand-in replica that records each request's headers and answers a lease."""
+
+    def __init__(self) -> None:
+        import http.server
+        import threading
+
+        seen = self.seen = []
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def _answer(self, status: int, body: bytes) -> None:
+                seen.append((self.command, dict(self.headers)))
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def do_POST(self) -> None:  # noqa: N802 - http.server's names
+                self.rfile.read(int(self.headers.get("Content-Length") or 0))
+                self._answer(201, json.dumps({
+                    "name": "t", "lease_id": "L1", "fencing_token": 7, "ttl_ms": 30000,
+                    "validity_ms": 29000, "expires_at": "2026-11-24T00:00:00.000Z"}).encode())
+
+            def do_DELETE(self) -> None:  # noqa: N802
+                self._answer(204, b"")
+
+            def log_message(self, *args) -> None:
+                pass
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def test_every_request_carries_the_callers_trace_context():
+    import asyncio
+
+    from redlockd import AsyncClient, Client
+
+    replica = _Recorder()
+    parent = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+    try:
+        client = Client([replica.url], traceparent=lambda: parent)
+        with client.lock("t", ttl=30, auto_renew=False):
+            pass
+
+        async def main() -> None:
+            async with AsyncClient([replica.url], traceparent=lambda: parent) as aclient:
+                async with aclient.lock("t", ttl=30, auto_renew=False):
+                    pass
+
+        asyncio.run(main())
+        methods = [m for m, _ in replica.seen]
+        assert methods == ["POST", "DELETE", "POST", "DELETE"]
+        assert all(h.get("traceparent") == parent for _, h in replica.seen), replica.seen
+        # Without OpenTelemetry in the application and no function given: no header.
+        Client([replica.url]).lock("t", ttl=30, auto_renew=False).release()
+        assert "traceparent" not in replica.seen[-1][1]
+    finally:
+        replica.close()

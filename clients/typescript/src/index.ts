@@ -85,6 +85,9 @@ export interface ClientOptions {
   token?: string;
   /** How long one request may take, besides a grant's own `waitMs`. Default 5000. */
   timeoutMs?: number;
+  /** The caller's trace, for each request: a W3C `traceparent` (or undefined for none),
+   * e.g. from OpenTelemetry's `propagation.inject`. redlockd's spans then join it. */
+  traceparent?: () => string | undefined;
 }
 
 export interface LockOptions {
@@ -136,6 +139,7 @@ export class Client {
   readonly servers: string[];
   readonly token?: string;
   readonly timeoutMs: number;
+  private readonly traceparent?: () => string | undefined;
   private preferred = 0;
 
   constructor(options: ClientOptions) {
@@ -144,6 +148,7 @@ export class Client {
     if (this.servers.length === 0) throw new TypeError("at least one server URL is required");
     this.token = options.token;
     this.timeoutMs = options.timeoutMs ?? 5000;
+    this.traceparent = options.traceparent;
   }
 
   /** Grant `name`, waiting up to `waitMs` while another holds it. Throws `LockHeld`,
@@ -299,6 +304,8 @@ export class Client {
     if (json) h["content-type"] = "application/json";
     if (this.token) h.authorization = `Bearer ${this.token}`;
     if (idempotencyKey) h["idempotency-key"] = idempotencyKey;
+    const traceparent = this.traceparent?.();
+    if (traceparent) h.traceparent = traceparent;
     return h;
   }
 

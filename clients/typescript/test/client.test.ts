@@ -156,3 +156,35 @@ test("the stream-consumers example processes each message once", () =>
     );
     assert.match(out, /messages processed: 40 of 40, each once: true/);
   }));
+
+test("every request carries the caller's trace context", async () => {
+  // A stand-in replica that records each request's headers and answers a lease.
+  const { createServer } = await import("node:http");
+  const seen: Array<[string, string | undefined]> = [];
+  const replica = createServer((req, res) => {
+    seen.push([req.method ?? "", req.headers.traceparent as string | undefined]);
+    req.resume();
+    req.on("end", () => {
+      if (req.method === "POST") {
+        res.writeHead(201, { "content-type": "application/json" });
+        res.end(JSON.stringify({ name: "t", lease_id: "L1", fencing_token: 7, ttl_ms: 30000, validity_ms: 29000, expires_at: "2026-11-24T00:00:00.000Z" }));
+      } else {
+        res.writeHead(204).end();
+      }
+    });
+  });
+  await new Promise<void>((ok) => replica.listen(0, "127.0.0.1", ok));
+  const { port } = replica.address() as { port: number };
+  const parent = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+  try {
+    const client = new Client({ servers: [`http://127.0.0.1:${port}`], traceparent: () => parent });
+    const lease = await client.lock("t", { autoRenew: false });
+    await lease.release();
+    assert.deepEqual(seen, [["POST", parent], ["DELETE", parent]]);
+    const plain = new Client({ servers: [`http://127.0.0.1:${port}`] });
+    await (await plain.lock("t", { autoRenew: false })).release();
+    assert.equal(seen[2][1], undefined, "no trace context, no header");
+  } finally {
+    replica.close();
+  }
+});

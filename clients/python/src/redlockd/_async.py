@@ -138,9 +138,13 @@ class AsyncClient:
     """The asyncio flavour of `Client`, with the same behaviour."""
 
     def __init__(self, servers: Union[str, Sequence[str]], *, token: Optional[str] = None,
-                 timeout: float = 5.0, http: Optional[httpx.AsyncClient] = None):
+                 timeout: float = 5.0, http: Optional[httpx.AsyncClient] = None,
+                 traceparent: Optional[_core.TraceContext] = None):
         self.servers = _core.Servers(servers)
         self.token = token
+        # Each request carries the caller's trace (W3C `traceparent`): from this function,
+        # or by default from OpenTelemetry when the application uses it.
+        self.traceparent = traceparent or _core.opentelemetry_traceparent
         self.timeout = timeout
         self._http = http or httpx.AsyncClient(timeout=timeout)
 
@@ -180,7 +184,7 @@ class AsyncClient:
                 try:
                     async with self._http.stream(
                         "GET", url + _core.observe_path(name),
-                        headers=_core.headers(self.token),
+                        headers=_core.headers(self.token, traceparent=self.traceparent()),
                         timeout=httpx.Timeout(self.timeout, read=None),
                     ) as resp:
                         if resp.status_code != 200:
@@ -237,7 +241,7 @@ class AsyncClient:
                     try:
                         resp = await self._http.request(
                             method, url + path, json=body,
-                            headers=_core.headers(self.token, idempotency_key),
+                            headers=_core.headers(self.token, idempotency_key, self.traceparent()),
                             timeout=timeout if timeout is not None else self.timeout)
                     except httpx.TransportError as e:
                         raise _core.network_error(url, e) from e

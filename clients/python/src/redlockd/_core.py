@@ -8,7 +8,7 @@ import threading
 import time
 import uuid
 from dataclasses import dataclass
-from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
 from urllib.parse import quote
 
 from ._errors import LeaseLost, RedlockdError, Unavailable, from_response
@@ -97,13 +97,33 @@ def grant_body(kind: str, ttl: float, wait: float, owner: Optional[str]) -> Dict
     return body
 
 
-def headers(token: Optional[str], idempotency_key: Optional[str] = None) -> Dict[str, str]:
+def headers(token: Optional[str], idempotency_key: Optional[str] = None,
+            traceparent: Optional[str] = None) -> Dict[str, str]:
     h = {"Accept": "application/json"}
     if token:
         h["Authorization"] = f"Bearer {token}"
     if idempotency_key:
         h["Idempotency-Key"] = idempotency_key
+    if traceparent:
+        h["traceparent"] = traceparent
     return h
+
+
+#: What names the caller's trace for each request: a function returning a W3C
+#: `traceparent`, or None for none.
+TraceContext = Callable[[], Optional[str]]
+
+
+def opentelemetry_traceparent() -> Optional[str]:
+    """The current OpenTelemetry span's `traceparent`, when the application uses
+    OpenTelemetry (the `opentelemetry-api` package); else None. The default of `Client`."""
+    try:
+        from opentelemetry import propagate
+    except ImportError:
+        return None
+    carrier: Dict[str, str] = {}
+    propagate.inject(carrier)
+    return carrier.get("traceparent")
 
 
 @dataclass
