@@ -5,10 +5,13 @@
 //! free loopback ports and the redlockd binary as a process of its own, then runs each row
 //! for a fixed time:
 //!
-//! - **limit**: the project's own Lua scripts called from Rust through one multiplexed
+//! - **plain Redlock**: what a team writes by hand: `SET key lease NX PX ttl` on every master
+//!   at once through one multiplexed connection per master, a majority required, then the
+//!   compare-and-delete script everywhere. No fencing token, no marker, no index: the floor
+//!   every other row is divided by (`× plain`).
+//! - **scripts**: the project's own Lua scripts called from Rust through one multiplexed
 //!   connection per master (`RedisNode`), every master at once, a majority required; no
-//!   health checks, no backlog, no HTTP. Nothing that keeps the contract's promises can be
-//!   faster on these masters.
+//!   health checks, no backlog, no HTTP. What the scripts cost over plain Redlock.
 //! - **engine**: the Redlock engine in this process, without HTTP.
 //! - **http**: redlockd over HTTP/1.1 keep-alive.
 //!
@@ -211,7 +214,7 @@ fn pct(sorted: &[Duration], p: f64) -> Duration {
 
 fn print_header() {
     println!(
-        "| system | workload | cycles/s | × limit | grant p50 / p99 / max ms | hand-off p50 / p99 ms | to previous holder | timeouts / errors | CPU ms per 1000 cycles: service / masters |"
+        "| system | workload | cycles/s | × plain Redlock (renew-heavy: × scripts) | grant p50 / p99 / max ms | hand-off p50 / p99 ms | to previous holder | timeouts / errors | CPU ms per 1000 cycles: service / masters |"
     );
     println!("|---|---|---|---|---|---|---|---|---|");
 }
@@ -314,7 +317,120 @@ where
 // ---------------------------------------------------------------------------------------
 // The three systems
 
-/// The limit: the project's scripts on every master at once, a majority required.
+/// Plain Redlock: `SET NX PX` and a compare-and-delete script on every master at once, a
+/// majority required.
+struct Plain {
+    masters: Vec<redis::aio::MultiplexedConnection>,
+    unlock: redis::Script,
+}
+
+impl Plain {
+    async fn new(masters: &[RedisMaster]) -> Arc<Self> {
+        let mut connections = Vec::new();
+        for m in masters {
+            connections.push(
+                m.client()
+                    .get_multiplexed_async_connection()
+                    .await
+                    .expect("connect"),
+            );
+        }
+        Arc::new(Self {
+            masters: connections,
+            unlock: redis::Script::new(
+                "if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) else return 0 end",
+            ),
+        })
+    }
+
+    async fn cycle(&self, c: usize) -> Tally {
+        static N: AtomicUsize = AtomicUsize::new(0);
+        let key = format!("plain:{c}");
+        let lease = lease_id(c, N.fetch_add(1, Ordering::Relaxed));
+        let t = Instant::now();
+        let set = join_all(self.masters.iter().map(|conn| {
+            let mut conn = conn.clone();
+            let (key, lease) = (key.clone(), lease.clone());
+            async move {
+                redis::cmd("SET")
+                    .arg(&key)
+                    .arg(&lease)
+                    .arg("NX")
+                    .arg("PX")
+                    .arg(10_000)
+                    .query_async::<Option<String>>(&mut conn)
+                    .await
+            }
+        }))
+        .await;
+        let won = set.iter().filter(|r| matches!(r, Ok(Some(_)))).count();
+        let took = t.elapsed();
+        let unlock = &self.unlock;
+        join_all(self.masters.iter().map(|conn| {
+            let mut conn = conn.clone();
+            let (key, lease) = (&key, &lease);
+            async move {
+                unlock
+                    .key(key)
+                    .arg(lease)
+                    .invoke_async::<i64>(&mut conn)
+                    .await
+            }
+        }))
+        .await;
+        if won > self.masters.len() / 2 {
+            Tally::cycle(took, 0)
+        } else {
+            Tally::error()
+        }
+    }
+}
+
+/// What each Redis command cost the masters per cycle, from `INFO commandstats` (reset
+/// before a row): calls and microseconds inside Redis, scripts' inner calls included.
+async fn commandstats_reset(masters: &[RedisMaster]) {
+    for m in masters {
+        let _: redis::RedisResult<()> = m.cmd(&["CONFIG", "RESETSTAT"]).await;
+    }
+}
+
+async fn commandstats_per_cycle(masters: &[RedisMaster], cycles: usize) -> String {
+    let mut calls: std::collections::BTreeMap<String, (f64, f64)> = Default::default();
+    for m in masters {
+        let info: String = m.cmd(&["INFO", "commandstats"]).await.unwrap_or_default();
+        for line in info.lines() {
+            let Some((name, stats)) = line
+                .strip_prefix("cmdstat_")
+                .and_then(|l| l.split_once(':'))
+            else {
+                continue;
+            };
+            let field = |f: &str| {
+                stats
+                    .split(',')
+                    .find_map(|kv| kv.strip_prefix(f)?.strip_prefix('='))
+                    .and_then(|v| v.parse::<f64>().ok())
+                    .unwrap_or(0.0)
+            };
+            let entry = calls.entry(name.to_owned()).or_default();
+            entry.0 += field("calls");
+            entry.1 += field("usec");
+        }
+    }
+    let cycles = cycles.max(1) as f64;
+    let total: f64 = calls.values().map(|(_, usec)| usec).sum::<f64>() / cycles;
+    let each: Vec<String> = calls
+        .iter()
+        .filter(|(name, _)| !matches!(name.as_str(), "info" | "config" | "ping"))
+        .map(|(name, (n, usec))| format!("{name} {:.2}× {:.1} µs", n / cycles, usec / cycles))
+        .collect();
+    format!(
+        "{total:.1} µs in Redis per cycle (all masters): {}",
+        each.join(", ")
+    )
+}
+
+/// The project's scripts on every master at once, a majority required.
 struct Limit {
     nodes: Vec<Arc<RedisNode>>,
 }
@@ -890,8 +1006,17 @@ fn start_masters(n: usize) -> Vec<RedisMaster> {
     (0..n).map(|_| RedisMaster::start()).collect()
 }
 
-/// The uncontended rows of one master set: limit, engine and HTTP at each client count.
-async fn uncontended(masters: &[RedisMaster], clients: &[usize], plan: Plan, tag: &str) {
+/// The uncontended rows of one master set: plain Redlock, the project's scripts, the engine
+/// and redlockd over HTTP at each client count, each divided by plain Redlock. What each
+/// cost inside Redis per cycle (16 clients) is returned, to print under the table.
+async fn uncontended(
+    masters: &[RedisMaster],
+    clients: &[usize],
+    plan: Plan,
+    tag: &str,
+) -> Vec<String> {
+    let mut notes = Vec::new();
+    let plain = Plain::new(masters).await;
     let limit = Limit::new(masters);
     let redlock = engine(masters);
     let nodes = redlock.nodes().to_vec();
@@ -909,23 +1034,59 @@ async fn uncontended(masters: &[RedisMaster], clients: &[usize], plan: Plan, tag
     };
     for &c in clients {
         let workload = format!("uncontended, {c} clients{tag}");
+        let mut stats = async |row: &Row| {
+            if c == 16 {
+                let per_cycle = commandstats_per_cycle(masters, row.tally.cycles).await;
+                notes.push(format!("- {} ({workload}): {per_cycle}", row.system));
+            }
+            commandstats_reset(masters).await;
+        };
+        commandstats_reset(masters).await;
+        let p = plain.clone();
+        let row = measure(
+            "plain Redlock",
+            workload.clone(),
+            c,
+            &mine,
+            None,
+            move |i| {
+                let p = p.clone();
+                async move { p.cycle(i).await }
+            },
+        )
+        .await;
+        let base = row.rate();
+        stats(&row).await;
         let l = limit.clone();
-        let base = measure("limit", workload.clone(), c, &mine, None, move |i| {
-            limit_cycle(l.clone(), i, 0)
-        })
-        .await
-        .rate();
+        let row = measure(
+            "scripts",
+            workload.clone(),
+            c,
+            &mine,
+            Some(base),
+            move |i| limit_cycle(l.clone(), i, 0),
+        )
+        .await;
+        stats(&row).await;
         let e = redlock.clone();
-        measure("engine", workload.clone(), c, &mine, Some(base), move |i| {
+        let row = measure("engine", workload.clone(), c, &mine, Some(base), move |i| {
             engine_cycle(e.clone(), i)
         })
         .await;
+        stats(&row).await;
         let s = server.clone();
-        measure("redlockd", workload, c, &theirs, Some(base), move |i| {
-            http_cycle(s.clone(), i, 0)
-        })
+        let row = measure(
+            "redlockd",
+            workload.clone(),
+            c,
+            &theirs,
+            Some(base),
+            move |i| http_cycle(s.clone(), i, 0),
+        )
         .await;
+        stats(&row).await;
     }
+    notes
 }
 
 /// `REDLOCKD_BENCH_AB="K=V ..."`: the 16-client HTTP row on two redlockd processes over the
@@ -979,10 +1140,18 @@ async fn main() {
     }
     print_header();
     if only != "contended" {
-        uncontended(&masters, &[1, 16, 64], plan, "").await;
-    }
-    if only == "uncontended" {
-        return;
+        let notes = uncontended(&masters, &[1, 16, 64], plan, "").await;
+        println!(
+            "\nInside Redis, per grant + release cycle (`INFO commandstats`, three masters):\n"
+        );
+        for note in notes {
+            println!("{note}");
+        }
+        println!();
+        if only == "uncontended" {
+            return;
+        }
+        print_header();
     }
 
     let server = Arc::new(Server::start(&masters).await);
@@ -1016,7 +1185,7 @@ async fn main() {
     // Renew-heavy: each grant renewed ten times.
     let workload = "grant, 10 renews, release; 16 clients";
     let limit = Limit::new(&masters);
-    let base = measure("limit", workload.into(), 16, &mine, None, move |c| {
+    let base = measure("scripts", workload.into(), 16, &mine, None, move |c| {
         limit_cycle(limit.clone(), c, 10)
     })
     .await
