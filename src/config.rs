@@ -1,225 +1,15 @@
-//! The one typed configuration: every variable of the contract, each also a command-line
-//! flag, parsed once before anything starts into `Settings`, which the rest of the program
-//! takes. A bad value stops the process with a message that names the variable. Redis URLs
-//! become `MasterUrl`s, which never show their credentials (`--help` hides the
-//! environment's values for the same reason).
+//! The server's one typed configuration: every variable of the contract, each also a flag
+//! of `redlockd serve`, parsed once before anything starts into `Settings`, which the rest
+//! of the program takes. A bad value stops the process with a message that names the
+//! variable. Redis URLs become `MasterUrl`s, which never show their credentials (`--help`
+//! hides the environment's values for the same reason). The command line's grammar (the
+//! verbs and their own options) is `cli`'s.
 
 use std::fmt;
 use std::num::NonZeroU32;
 use std::time::Duration;
 
-use clap::{Args, CommandFactory, Parser, Subcommand, ValueEnum};
-
-/// The command line: a verb and that verb's own options. With no verb (or with the
-/// server's flags first), `serve` is meant: `redlockd --listen 0.0.0.0:8080` serves.
-///
-/// Each verb takes only its own options and reads only its own variables, so that a
-/// client verb never stumbles over (or silently ignores) a server setting.
-/// Not `Debug`: it holds the configuration as given, passwords included.
-#[derive(Parser)]
-#[command(
-    name = "redlockd",
-    version,
-    about = "Named locks with leases and fencing tokens over Redis (Redlock)",
-    long_about = None,
-    after_help = "With no command, or with the server's options first, `serve` is meant \
-                  (`redlockd --listen 0.0.0.0:8080`). `redlockd help serve` lists them."
-)]
-pub struct Cli {
-    #[command(subcommand)]
-    pub command: Command,
-}
-
-/// The verbs whose names may come first on the command line.
-const VERBS: &[&str] = &[
-    "serve",
-    "openapi",
-    "healthcheck",
-    "recover",
-    "lock",
-    "inspect",
-    "list",
-    "token",
-    "help",
-];
-
-impl Cli {
-    /// Parse `args` (the program's name first), taking `serve` when no verb is named.
-    pub fn try_parse_args<I, T>(args: I) -> Result<Self, clap::Error>
-    where
-        I: IntoIterator<Item = T>,
-        T: Into<std::ffi::OsString>,
-    {
-        let mut args: Vec<std::ffi::OsString> = args.into_iter().map(Into::into).collect();
-        let first = args.get(1).and_then(|a| a.to_str()).unwrap_or("");
-        let top_level_flag = matches!(first, "-h" | "--help" | "-V" | "--version");
-        if !VERBS.contains(&first) && !top_level_flag {
-            args.insert(1.min(args.len()), "serve".into());
-        }
-        Self::try_parse_from(args)
-    }
-
-    /// The verb the command line names (`serve` when none), for telling client verbs from
-    /// the server's before the line is parsed.
-    pub fn verb_of(args: &[String]) -> &str {
-        let first = args.get(1).map_or("", String::as_str);
-        if VERBS.contains(&first) {
-            first
-        } else {
-            "serve"
-        }
-    }
-}
-
-#[derive(Subcommand)]
-pub enum Command {
-    /// Serve the HTTP API (the default). Every option is also an environment variable.
-    Serve(Config),
-    /// Print the OpenAPI document (as committed in openapi/openapi.json).
-    Openapi,
-    /// Exit 0 if the server at REDLOCKD_LISTEN answers /healthz, else 1 (for container
-    /// health checks).
-    Healthcheck(HealthcheckArgs),
-    /// After a majority of the masters in REDLOCKD_REDIS_URLS lost their data at once: put
-    /// every master back in service with its fencing counter above any token that can have
-    /// been granted. Refuses while a master that lost its data restarted less than
-    /// REDLOCKD_MAX_TTL_MS ago.
-    Recover(RecoverArgs),
-    /// Run a command while holding a lock: grant NAME, run CMD with the lease in its
-    /// environment, renew the lease while CMD runs, end CMD if the lease is lost, release
-    /// the lock when CMD exits. Exit status: CMD's own; 64 bad usage; 69 no server or no
-    /// quorum; 75 lock held past --wait (or --held-exit-code); 76 lease lost while CMD ran;
-    /// 126/127 CMD could not be started.
-    Lock(LockArgs),
-    /// Show who holds a lock (a client verb: asks the server at --server).
-    Inspect(InspectArgs),
-    /// List held locks, by name (a client verb: asks the server at --server).
-    List(ListArgs),
-    /// Bearer tokens for REDLOCKD_AUTH_FILE.
-    #[command(subcommand)]
-    Token(TokenCommand),
-}
-
-/// `redlockd healthcheck`: where the server listens, and whether it speaks HTTPS.
-#[derive(Debug, Clone, Args)]
-pub struct HealthcheckArgs {
-    /// The address the server listens on.
-    #[arg(long, env = "REDLOCKD_LISTEN", default_value = "127.0.0.1:8080")]
-    pub listen: String,
-    /// Set when the server serves HTTPS (the check then speaks HTTPS too).
-    #[arg(long, env = "REDLOCKD_TLS_CERT")]
-    pub tls_cert: Option<String>,
-}
-
-/// `redlockd recover`: the server's configuration (its masters), and how to recover.
-#[derive(Args)]
-pub struct RecoverArgs {
-    #[command(flatten)]
-    pub config: Config,
-    /// Raise every fencing counter to at least this (default: the largest counter any
-    /// master still has, or the wall clock in microseconds, whichever is larger).
-    #[arg(long)]
-    pub fence_floor: Option<u64>,
-    /// Do not wait for the largest TTL since the masters restarted: only when no lease
-    /// can still be live (every client stopped, or the TTLs are known to be over).
-    #[arg(long)]
-    pub force: bool,
-}
-
-#[derive(Debug, Clone, Subcommand)]
-pub enum TokenCommand {
-    /// Print a new random token once, and the line to add to the token file (which holds
-    /// only its hash).
-    New {
-        /// The token's name, shown in logs.
-        #[arg(long)]
-        name: String,
-        /// `client` (grant, renew, revoke, check), `reader` (inspect, list), `admin`.
-        #[arg(long, value_parser = ["client", "reader", "admin"])]
-        role: String,
-        /// A name prefix the token may use; repeat for several (`""` for every name).
-        #[arg(long = "prefix")]
-        prefixes: Vec<String>,
-    },
-}
-
-/// Where the client verbs find redlockd.
-#[derive(Debug, Clone, Args)]
-pub struct ServerArgs {
-    /// A redlockd replica to ask; repeat for several (tried in order, the next on failure).
-    #[arg(
-        long = "server",
-        env = "REDLOCKD_SERVER",
-        value_delimiter = ',',
-        default_value = "http://127.0.0.1:8080"
-    )]
-    pub servers: Vec<String>,
-    /// The bearer token to send, when the servers require one (REDLOCKD_AUTH_FILE).
-    #[arg(long, env = "REDLOCKD_TOKEN", hide_env_values = true)]
-    pub token: Option<String>,
-}
-
-/// `redlockd lock`.
-#[derive(Debug, Clone, Args)]
-pub struct LockArgs {
-    #[command(flatten)]
-    pub server: ServerArgs,
-    /// Lease TTL (renewed at about a third of it while CMD runs), e.g. `30s`, `500ms`.
-    #[arg(long, default_value = "30s", value_parser = humantime::parse_duration)]
-    pub ttl: Duration,
-    /// How long to wait while another holds the lock (default: do not wait).
-    #[arg(long, default_value = "0s", value_parser = humantime::parse_duration)]
-    pub wait: Duration,
-    /// Shown by inspect and list (default: host name, pid and command).
-    #[arg(long)]
-    pub owner: Option<String>,
-    /// Keep the lock at least this long after the grant, even when CMD finishes sooner, so
-    /// that other instances whose schedule fires a little later skip this tick. At most
-    /// the server's largest TTL (REDLOCKD_MAX_TTL_MS, 1h by default): longer is refused
-    /// before CMD starts (exit 64).
-    #[arg(long, value_parser = humantime::parse_duration)]
-    pub hold_at_least: Option<Duration>,
-    /// After the lease is lost: how long CMD has between SIGTERM and SIGKILL.
-    #[arg(long, default_value = "10s", value_parser = humantime::parse_duration)]
-    pub grace: Duration,
-    /// Exit status when another holds the lock past --wait (default 75); 0 lets cron treat
-    /// "another instance has it" as success, and then the skip is silent too.
-    #[arg(long, default_value_t = 75)]
-    pub held_exit_code: u8,
-    /// Say nothing when another holds the lock (the skip), whatever --held-exit-code is;
-    /// errors are still reported.
-    #[arg(long, short)]
-    pub quiet: bool,
-    /// The lock's name.
-    pub name: String,
-    /// The command and its arguments, after `--`.
-    #[arg(last = true, required = true, num_args = 1..)]
-    pub command: Vec<String>,
-}
-
-/// `redlockd inspect`.
-#[derive(Debug, Clone, Args)]
-pub struct InspectArgs {
-    #[command(flatten)]
-    pub server: ServerArgs,
-    /// Print the server's JSON instead of a table.
-    #[arg(long)]
-    pub json: bool,
-    pub name: String,
-}
-
-/// `redlockd list`.
-#[derive(Debug, Clone, Args)]
-pub struct ListArgs {
-    #[command(flatten)]
-    pub server: ServerArgs,
-    /// Print JSON (`{"locks": [...]}`, every page) instead of a table.
-    #[arg(long)]
-    pub json: bool,
-    /// Only names that start with this.
-    #[arg(default_value = "")]
-    pub prefix: String,
-}
+use clap::{Args, Parser, ValueEnum};
 
 /// The configuration as given: raw values from flags and the environment. `settings()`
 /// parses it. `Debug` is not derived: the Redis URLs may carry passwords.
@@ -369,10 +159,12 @@ impl Config {
     /// The configuration as the environment alone gives it (no command line), for tests
     /// and embedders.
     pub fn from_env() -> Result<Self, clap::Error> {
-        match Cli::try_parse_args(["redlockd"])?.command {
-            Command::Serve(config) => Ok(config),
-            _ => unreachable!("no verb parses as serve"),
+        #[derive(Parser)]
+        struct Serve {
+            #[command(flatten)]
+            config: Config,
         }
+        Serve::try_parse_from(["redlockd"]).map(|serve| serve.config)
     }
 
     /// Parse and check every value: the settings the program runs with.
@@ -648,35 +440,21 @@ fn redact_text(raw: &str) -> String {
     }
 }
 
-/// Clap names the flag in a parse error; the contract promises the variable is named too.
-pub fn explain_parse_error(err: &clap::Error) -> Option<String> {
-    use clap::error::ContextKind;
-    let arg = err.get(ContextKind::InvalidArg)?.to_string();
-    let cmd = Cli::command();
-    let env = cmd
-        .get_subcommands()
-        .flat_map(|sub| sub.get_arguments())
-        .find(|a| {
-            a.get_long()
-                .is_some_and(|long| arg.starts_with(&format!("--{long}")))
-        })?
-        .get_env()?
-        .to_string_lossy()
-        .into_owned();
-    Some(format!("{env} (or {arg}) has a bad value"))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
     fn config(args: &[&str]) -> Config {
+        #[derive(clap::Parser)]
+        struct Serve {
+            #[command(flatten)]
+            config: Config,
+        }
         let mut argv = vec!["redlockd"];
         argv.extend_from_slice(args);
-        match Cli::try_parse_args(argv).expect("parses").command {
-            Command::Serve(config) => config,
-            _ => panic!("not serve"),
-        }
+        <Serve as clap::Parser>::try_parse_from(argv)
+            .expect("parses")
+            .config
     }
 
     #[test]
@@ -744,91 +522,5 @@ mod tests {
             err.contains("redis://***@[bad") && !err.contains("s3cret"),
             "{err}"
         );
-    }
-
-    #[test]
-    fn help_hides_the_environments_redis_urls() {
-        let hidden = Cli::command()
-            .find_subcommand("serve")
-            .expect("serve")
-            .get_arguments()
-            .find(|a| a.get_id() == "redis_urls")
-            .expect("the argument")
-            .is_hide_env_values_set();
-        assert!(
-            hidden,
-            "--help would print REDLOCKD_REDIS_URLS, passwords included"
-        );
-    }
-
-    #[test]
-    fn parse_errors_are_explained_with_the_variable() {
-        let Err(err) = Cli::try_parse_args(["redlockd", "--max-wait-ms", "soon"]) else {
-            panic!("parsed a bad value");
-        };
-        let explained = explain_parse_error(&err).expect("explained");
-        assert!(explained.contains("REDLOCKD_MAX_WAIT_MS"), "{explained}");
-    }
-
-    #[test]
-    fn client_verbs_take_only_their_own_options() {
-        // A server flag after a client verb is refused, not ignored.
-        assert!(
-            Cli::try_parse_args([
-                "redlockd",
-                "lock",
-                "--listen",
-                "127.0.0.1:1",
-                "a",
-                "--",
-                "true"
-            ])
-            .is_err()
-        );
-        assert!(Cli::try_parse_args(["redlockd", "list", "--max-ttl-ms", "5"]).is_err());
-        // ... nor before it: the server's flags make the line `serve`, which has no verbs.
-        assert!(Cli::try_parse_args(["redlockd", "--listen", "127.0.0.1:1", "list"]).is_err());
-        // The verb's help lists its own options only.
-        let mut cmd = Cli::command();
-        let help = cmd
-            .find_subcommand_mut("lock")
-            .expect("lock")
-            .render_long_help()
-            .to_string();
-        assert!(
-            help.contains("--hold-at-least") && help.contains("--server"),
-            "{help}"
-        );
-        for server_flag in ["--auth-file", "--listen", "--max-ttl-ms", "--redis-urls"] {
-            assert!(
-                !help.contains(server_flag),
-                "lock --help lists {server_flag}"
-            );
-        }
-        // No verb, or the server's flags first: serve.
-        assert!(matches!(
-            Cli::try_parse_args(["redlockd"]).unwrap().command,
-            Command::Serve(_)
-        ));
-        assert!(matches!(
-            Cli::try_parse_args(["redlockd", "--listen", "127.0.0.1:1"]).unwrap().command,
-            Command::Serve(c) if c.listen == "127.0.0.1:1"
-        ));
-    }
-
-    #[test]
-    fn a_bad_server_variable_does_not_stop_a_client_verb() {
-        // The parse reads REDLOCKD_* from the environment; a client verb has none of the
-        // server's, so their values cannot matter. (Set only within this process's test.)
-        let argv = ["redlockd", "list", "--server", "http://127.0.0.1:1"];
-        let mut cmd = Cli::command();
-        let list = cmd.find_subcommand_mut("list").expect("list");
-        assert!(
-            list.get_arguments().all(|a| a
-                .get_env()
-                .is_none_or(|e| e == "REDLOCKD_SERVER" || e == "REDLOCKD_TOKEN")),
-            "list reads a server variable"
-        );
-        assert!(Cli::try_parse_args(argv).is_ok());
     }
 }

@@ -13,12 +13,13 @@
 //!
 //! Each layer names only the ones below it (`tests/layers.rs` holds them to it). `wire`
 //! holds the contract's bodies, shared by the server and Rust clients; `config` is the one
-//! typed configuration; `client` is the client side of the contract (the
+//! typed configuration of the server and `cli` the command line's grammar; `client` is the client side of the contract (the
 //! binary's `lock`, `inspect` and `list` verbs), which knows only `wire` and `config`; `metrics` owns the Prometheus registry; `logging` writes the JSON
 //! log line; `telemetry` sends traces over OTLP when asked to; `app` builds and runs it all.
 
 pub mod app;
 pub mod auth;
+pub mod cli;
 pub mod client;
 pub mod config;
 pub mod http;

@@ -5,7 +5,8 @@ use std::io::IsTerminal as _;
 
 use redlockd::app::App;
 use redlockd::auth::Role;
-use redlockd::config::{Cli, Command, LogFormat, TokenCommand, explain_parse_error};
+use redlockd::cli::{Cli, Command, TokenCommand, explain_parse_error};
+use redlockd::config::LogFormat;
 
 /// Log lines to stderr (levels from RUST_LOG), and traces to `otlp` when given. The log's
 /// filter is its own, so that trace spans never change the log and log levels never

@@ -101,7 +101,7 @@ fn the_repositorys_contract_page_is_in_step_with_the_openapi_document() {
         "docs/API.md lacks the name rule {pattern}"
     );
     // Every setting of the server.
-    let cli = <redlockd::config::Cli as clap::CommandFactory>::command();
+    let cli = <redlockd::cli::Cli as clap::CommandFactory>::command();
     let serve = cli.find_subcommand("serve").unwrap();
     for arg in serve.get_arguments().filter(|a| !a.is_hide_set()) {
         if let Some(env) = arg.get_env() {

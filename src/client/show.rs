@@ -8,7 +8,7 @@ use reqwest::Method;
 
 use super::lock::exit;
 use super::{Failure, Repeat, Servers, lock_path};
-use crate::config::{InspectArgs, ListArgs};
+use crate::cli::{InspectArgs, ListArgs};
 use crate::wire::{LockList, LockStatus};
 
 /// Page size of `list`: the contract's largest.
