@@ -11,11 +11,13 @@ from typing import List
 import httpx
 
 README = Path(__file__).resolve().parents[1] / "README.md"
+#: The project's README shows the same five lines in its "Clients" section.
+PROJECT_README = Path(__file__).resolve().parents[3] / "README.md"
 SERVERS = '"http://redlockd-0:8080", "http://redlockd-1:8080"'
 
 
-def python_blocks() -> List[str]:
-    return re.findall(r"```python\n(.*?)```", README.read_text(), re.S)
+def python_blocks(readme: Path = README) -> List[str]:
+    return re.findall(r"```python\n(.*?)```", readme.read_text(), re.S)
 
 
 def run_block(code: str, urls: List[str], send_report) -> None:
@@ -44,6 +46,16 @@ def test_the_five_lines_run_as_written(cluster):
     assert len(fences) == 1
     after = httpx.get(f"{cluster.urls[0]}/locks/nightly-report", timeout=2).json()
     assert after["held"] is False, "released on leaving the block"
+
+
+def test_the_project_readmes_python_lines_run_as_written(cluster):
+    fences = []
+    blocks = python_blocks(PROJECT_README)
+    assert len(blocks) == 1, blocks
+    run_block(blocks[0], cluster.urls, lambda fence: fences.append(fence))
+    assert len(fences) == 1
+    after = httpx.get(f"{cluster.urls[0]}/locks/nightly-report", timeout=2).json()
+    assert after["held"] is False
 
 
 def test_the_asyncio_form_runs_as_written(cluster):
