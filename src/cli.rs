@@ -29,18 +29,10 @@ pub struct Cli {
     pub command: Command,
 }
 
-/// The verbs whose names may come first on the command line.
-const VERBS: &[&str] = &[
-    "serve",
-    "openapi",
-    "healthcheck",
-    "recover",
-    "lock",
-    "inspect",
-    "list",
-    "token",
-    "help",
-];
+/// Whether `word` names a verb (clap's own `help` included), as the grammar defines them.
+fn is_verb(word: &str) -> bool {
+    word == "help" || Cli::command().find_subcommand(word).is_some()
+}
 
 impl Cli {
     /// Parse `args` (the program's name first), taking `serve` when no verb is named.
@@ -52,7 +44,7 @@ impl Cli {
         let mut args: Vec<std::ffi::OsString> = args.into_iter().map(Into::into).collect();
         let first = args.get(1).and_then(|a| a.to_str()).unwrap_or("");
         let top_level_flag = matches!(first, "-h" | "--help" | "-V" | "--version");
-        if !VERBS.contains(&first) && !top_level_flag {
+        if !is_verb(first) && !top_level_flag {
             args.insert(1.min(args.len()), "serve".into());
         }
         Self::try_parse_from(args)
@@ -62,11 +54,7 @@ impl Cli {
     /// the server's before the line is parsed.
     pub fn verb_of(args: &[String]) -> &str {
         let first = args.get(1).map_or("", String::as_str);
-        if VERBS.contains(&first) {
-            first
-        } else {
-            "serve"
-        }
+        if is_verb(first) { first } else { "serve" }
     }
 }
 

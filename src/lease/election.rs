@@ -78,9 +78,8 @@ impl LeaseService {
             tokio::select! {
                 () = tx.closed() => return,
                 () = self.shutdown.cancelled() => {
-                    // Told, so that the observer reconnects rather than wonders; a reader
-                    // too far behind to take it is as good as gone.
-                    let _ = tokio::time::timeout(FINAL_EVENT_WAIT, tx.send(LeaderChange::ShuttingDown)).await;
+                    // Told, so that the observer reconnects rather than wonders.
+                    super::hold::deliver(&tx, LeaderChange::ShuttingDown).await;
                     return;
                 }
                 seen = events.next() => if seen.is_none() { return },
@@ -89,9 +88,6 @@ impl LeaseService {
         }
     }
 }
-
-/// How long the last event of an observer's stream may wait for room in its buffer.
-const FINAL_EVENT_WAIT: Duration = Duration::from_secs(1);
 
 fn far_future() -> Instant {
     Instant::now() + Duration::from_secs(86_400)

@@ -230,8 +230,9 @@ impl Drop for StreamSlot {
     }
 }
 
-/// Send a final event, waiting a little for a slow reader; one that does not make room in
-/// time does not get it (its connection is as good as gone).
-async fn deliver(tx: &mpsc::Sender<HoldEvent>, event: HoldEvent) {
+/// Send a final event (of a held stream, or an observer's), waiting a little for a slow
+/// reader; one that does not make room in time does not get it (its connection is as good
+/// as gone).
+pub(super) async fn deliver<T>(tx: &mpsc::Sender<T>, event: T) {
     let _ = timeout(DELIVER_WAIT, tx.send(event)).await;
 }

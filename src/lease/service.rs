@@ -4,6 +4,7 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
+use tracing::Instrument as _;
 
 use tokio::sync::oneshot;
 use tokio_util::sync::CancellationToken;
@@ -381,7 +382,7 @@ impl LeaseService {
         // The attempt's master steps belong to the request's trace, though in a task of
         // their own (a no-op unless traces are sent).
         let span = tracing::Span::current();
-        self.tasks.spawn(tracing::Instrument::instrument(async move {
+        let attempt = async move {
             let (id, idem) = match keyed {
                 Some((id, idem)) => (id, Some(idem)),
                 None => (LeaseId::generate(), None),
@@ -403,7 +404,8 @@ impl LeaseService {
                     },
                 );
             }
-        }, span));
+        };
+        self.tasks.spawn(attempt.instrument(span));
         rx.await.unwrap_or_else(|_| {
             Err(EngineError::Unavailable(Unavailability::because(
                 "the grant task failed",

@@ -7,6 +7,7 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
+use tracing::Instrument as _;
 
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
@@ -279,13 +280,14 @@ impl Redlock {
                 master = node.address(),
                 outcome = tracing::field::Empty,
             );
+            let recorder = span.clone();
             Call {
                 master: i,
                 // Unconstrained by tokio's cooperative budget: a task that has used its
                 // budget gets Pending from the connection's queue even when there is room,
                 // and a call dropped before it was queued is a step that never reached the
                 // master (seen: a renew that skipped one master, which kept the old TTL).
-                reply: Box::pin(tokio::task::unconstrained(tracing::Instrument::instrument(
+                reply: Box::pin(tokio::task::unconstrained(
                     async move {
                         let started = Instant::now();
                         let reply = match tokio::time::timeout(limit, fut).await {
@@ -297,12 +299,14 @@ impl Redlock {
                             Ok(_) if monitor.unverified(i) => Err(NodeError::Unverified),
                             reply => reply,
                         };
-                        let outcome = reply.as_ref().err().map_or("ok", NodeError::kind);
-                        tracing::Span::current().record("outcome", outcome);
+                        if !recorder.is_disabled() {
+                            let outcome = reply.as_ref().err().map_or("ok", NodeError::kind);
+                            recorder.record("outcome", outcome);
+                        }
                         reply
-                    },
-                    span,
-                ))),
+                    }
+                    .instrument(span),
+                )),
             }
         });
         let mut replies: Vec<Option<NodeResult<T>>> = (0..self.nodes.len()).map(|_| None).collect();
