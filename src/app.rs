@@ -1,6 +1,8 @@
 //! Building and running the service: masters, engine, lease service, HTTP, background
-//! tasks. `build` binds the listener (port 0 works, and `local_addr` says which port was
-//! taken), so tests start a real server without sleeping or guessing ports.
+//! tasks. Three steps kept apart, after axum's testing example: `App::new` builds the
+//! state (no socket), `router` is the whole HTTP surface (tests drive it in process with
+//! `oneshot`), and `serve` runs it on a listener the caller bound (port 0 works), so tests
+//! start a real server without sleeping or guessing ports.
 
 use std::future::Future;
 use std::net::SocketAddr;
@@ -22,7 +24,6 @@ use crate::store::memory::MemoryNode;
 use crate::store::redis::RedisNode;
 
 pub struct App {
-    listener: TcpListener,
     state: AppState,
     tls: Option<Arc<http::tls::Tls>>,
 }
@@ -53,9 +54,9 @@ fn engine_config(settings: &Settings) -> EngineConfig {
 }
 
 impl App {
-    /// Validate `config`, connect (lazily) to the masters, probe them once, start the
-    /// background tasks, and bind the listener.
-    pub async fn build(config: Config) -> anyhow::Result<Self> {
+    /// Validate `config`, connect (lazily) to the masters, probe them once and start the
+    /// background tasks; nothing listens yet (`bind`, then `serve`, or `router` alone).
+    pub async fn new(config: Config) -> anyhow::Result<Self> {
         // For rediss:// masters. Installing twice (several apps in one test process) is
         // refused harmlessly: the provider is the same.
         let _ = rustls::crypto::ring::default_provider().install_default();
@@ -155,11 +156,7 @@ impl App {
             settings.caps,
         );
 
-        let listener = TcpListener::bind(&settings.listen)
-            .await
-            .with_context(|| format!("REDLOCKD_LISTEN: cannot listen on {}", settings.listen))?;
         Ok(Self {
-            listener,
             state: AppState {
                 service,
                 metrics,
@@ -182,17 +179,34 @@ impl App {
         self.state.service.events().clone()
     }
 
-    pub fn local_addr(&self) -> std::io::Result<SocketAddr> {
-        self.listener.local_addr()
+    /// The whole HTTP surface over this app's state, for a listener or for `oneshot`.
+    pub fn router(&self) -> axum::Router {
+        http::router(self.state.clone())
     }
 
-    /// Serve until `signal` completes. Then `/readyz` fails and waiting grants answer 503
+    /// Bind the address the settings name (`REDLOCKD_LISTEN`).
+    pub async fn bind(&self) -> anyhow::Result<TcpListener> {
+        let listen = &self.state.settings.listen;
+        TcpListener::bind(listen)
+            .await
+            .with_context(|| format!("REDLOCKD_LISTEN: cannot listen on {listen}"))
+    }
+
+    /// Stop the background tasks and close the master connections without serving: for an
+    /// app that was only driven through `router` (`serve` does this itself at its end).
+    pub fn stop(&self) {
+        self.state.shutdown.cancel();
+        self.state.service.engine().stop();
+    }
+
+    /// Serve on `listener` until `signal` completes. Then `/readyz` fails and waiting grants answer 503
     /// at once, the listener closes, and requests in flight get the grace period to
     /// finish; then the background tasks stop and the master connections close. Leases
     /// stay held: they belong to their clients, who renew or revoke them through another
     /// replica, or let them expire.
-    pub async fn run_until_stopped(
+    pub async fn serve(
         self,
+        listener: TcpListener,
         signal: impl Future<Output = ()> + Send + 'static,
     ) -> anyhow::Result<()> {
         let shutdown = self.state.shutdown.clone();
@@ -218,7 +232,7 @@ impl App {
         let stopping = shutdown.clone();
         let stopped_at = Arc::new(std::sync::OnceLock::new());
         let signalled = stopped_at.clone();
-        let serve = http::serve::serve(self.listener, router, limits, async move {
+        let serve = http::serve::serve(listener, router, limits, async move {
             signal.await;
             let _ = signalled.set(tokio::time::Instant::now());
             tracing::info!(

@@ -185,9 +185,10 @@ async fn run(command: Command) -> std::process::ExitCode {
         }
         Command::Serve(config) => {
             let result = async {
-                let app = App::build(config).await?;
-                tracing::info!(address = %app.local_addr()?, "redlockd serving");
-                app.run_until_stopped(shutdown_signal()).await
+                let app = App::new(config).await?;
+                let listener = app.bind().await?;
+                tracing::info!(address = %listener.local_addr()?, "redlockd serving");
+                app.serve(listener, shutdown_signal()).await
             }
             .await;
             if let Err(e) = result {

@@ -283,12 +283,17 @@ pub fn config(masters: &[&RedisMaster]) -> Config {
     config
 }
 
-/// A redlockd app running in this process.
+/// A redlockd app running in this process: behind a real listener (`spawn`: the wire, the
+/// connection limits, streams whose client hangs up) or driven through its router with
+/// `oneshot` (`in_process`: no socket, for the contract, validation, auth and ops tests).
+/// The request helpers are the same for both.
 pub struct TestApp {
     pub base: String,
     pub http: reqwest::Client,
     /// The app's event bus, to observe locks as an embedding program would.
     pub events: std::sync::Arc<redlockd::lease::Events>,
+    router: Option<axum::Router>,
+    app: Option<App>,
     stop: Option<oneshot::Sender<()>>,
     task: Option<tokio::task::JoinHandle<anyhow::Result<()>>>,
 }
@@ -302,14 +307,115 @@ pub fn init_test_logging() {
     }
 }
 
+/// A request to a `TestApp`, over either transport.
+pub struct Call<'a> {
+    app: &'a TestApp,
+    method: reqwest::Method,
+    path: String,
+    headers: Vec<(String, String)>,
+    body: Vec<u8>,
+}
+
+/// What a `Call` answered.
+pub struct Answer {
+    pub status: u16,
+    pub headers: reqwest::header::HeaderMap,
+    pub text: String,
+}
+
+impl Answer {
+    /// The body as JSON: `null` when empty, `{"raw": …}` when not JSON.
+    pub fn json(&self) -> Value {
+        if self.text.is_empty() {
+            json!(null)
+        } else {
+            serde_json::from_str(&self.text).unwrap_or_else(|_| json!({ "raw": self.text }))
+        }
+    }
+
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers.get(name).and_then(|v| v.to_str().ok())
+    }
+}
+
+impl Call<'_> {
+    pub fn header(mut self, name: &str, value: &str) -> Self {
+        self.headers.push((name.to_owned(), value.to_owned()));
+        self
+    }
+
+    pub fn bearer(self, token: &str) -> Self {
+        self.header("authorization", &format!("Bearer {token}"))
+    }
+
+    pub fn json(mut self, body: &Value) -> Self {
+        self.body = serde_json::to_vec(body).expect("JSON body");
+        self.header("content-type", "application/json")
+    }
+
+    pub fn body(mut self, body: impl Into<Vec<u8>>) -> Self {
+        self.body = body.into();
+        self
+    }
+
+    pub async fn send(self) -> Answer {
+        let Some(router) = &self.app.router else {
+            let mut request = self
+                .app
+                .http
+                .request(self.method, self.app.url(&self.path))
+                .body(self.body);
+            for (k, v) in &self.headers {
+                request = request.header(k, v);
+            }
+            let response = request.send().await.expect("request");
+            let (status, headers) = (response.status().as_u16(), response.headers().clone());
+            let text = response.text().await.expect("body");
+            return Answer {
+                status,
+                headers,
+                text,
+            };
+        };
+        use tower::ServiceExt as _;
+        let mut request = axum::http::Request::builder()
+            .method(self.method.as_str())
+            .uri(&self.path);
+        for (k, v) in &self.headers {
+            request = request.header(k, v);
+        }
+        let request = request
+            .body(axum::body::Body::from(self.body))
+            .expect("a valid request");
+        let response = router.clone().oneshot(request).await.expect("infallible");
+        let status = response.status().as_u16();
+        let mut headers = reqwest::header::HeaderMap::new();
+        for (k, v) in response.headers() {
+            headers.append(
+                reqwest::header::HeaderName::from_bytes(k.as_str().as_bytes()).expect("name"),
+                reqwest::header::HeaderValue::from_bytes(v.as_bytes()).expect("value"),
+            );
+        }
+        let bytes = axum::body::to_bytes(response.into_body(), 64 << 20)
+            .await
+            .expect("body");
+        Answer {
+            status,
+            headers,
+            text: String::from_utf8_lossy(&bytes).into_owned(),
+        }
+    }
+}
+
 impl TestApp {
     pub async fn spawn(config: Config) -> Self {
         init_test_logging();
-        let app = App::build(config).await.expect("app builds");
-        let addr = app.local_addr().expect("bound");
+        let app = App::new(config).await.expect("app builds");
+        let listener = app.bind().await.expect("bound");
+        let addr = listener.local_addr().expect("bound");
         let events = app.events();
         let (stop, stopped) = oneshot::channel::<()>();
-        let task = tokio::spawn(app.run_until_stopped(async move {
+        let task = tokio::spawn(app.serve(listener, async move {
             let _ = stopped.await;
         }));
         Self {
@@ -318,14 +424,40 @@ impl TestApp {
                 .timeout(Duration::from_secs(90))
                 .build()
                 .expect("http client"),
+            router: None,
+            app: None,
             stop: Some(stop),
             task: Some(task),
             events,
         }
     }
 
+    /// The app with no socket: each request goes through its router with `oneshot`.
+    pub async fn in_process(config: Config) -> Self {
+        init_test_logging();
+        let app = App::new(config).await.expect("app builds");
+        Self {
+            // Nothing listens: a request sent over a socket by mistake fails at once.
+            base: "http://in-process.invalid".into(),
+            http: reqwest::Client::new(),
+            events: app.events(),
+            router: Some(app.router()),
+            app: Some(app),
+            stop: None,
+            task: None,
+        }
+    }
+
+    /// The embedded store, defaults otherwise, in process.
+    pub async fn embedded() -> Self {
+        Self::in_process(config(&[])).await
+    }
+
     /// Stop the app gracefully and wait until it has stopped.
     pub async fn stop(mut self) {
+        if let Some(app) = self.app.take() {
+            app.stop();
+        }
         if let Some(stop) = self.stop.take() {
             let _ = stop.send(());
         }
@@ -338,16 +470,21 @@ impl TestApp {
         format!("{}{path}", self.base)
     }
 
+    /// A request of any method to `path`, over this app's transport.
+    pub fn call(&self, method: &str, path: &str) -> Call<'_> {
+        Call {
+            app: self,
+            method: method.parse().expect("an HTTP method"),
+            path: path.to_owned(),
+            headers: Vec::new(),
+            body: Vec::new(),
+        }
+    }
+
     /// POST /locks/{name} with `body` as JSON; returns the status and the JSON body.
     pub async fn grant(&self, name: &str, body: Value) -> (u16, Value) {
-        let resp = self
-            .http
-            .post(self.url(&format!("/locks/{name}")))
-            .json(&body)
-            .send()
+        self.json_call("POST", &format!("/locks/{name}"), Some(&body))
             .await
-            .expect("grant request");
-        Self::answer(resp).await
     }
 
     /// A grant that must succeed; returns (lease_id, fencing_token).
@@ -367,13 +504,33 @@ impl TestApp {
         name: &str,
         body: Value,
     ) -> tokio::task::JoinHandle<(u16, Value, Instant)> {
-        let request = self
-            .http
-            .post(self.url(&format!("/locks/{name}")))
-            .json(&body);
+        let path = format!("/locks/{name}");
+        if let Some(router) = self.router.clone() {
+            let bed = Self {
+                base: self.base.clone(),
+                http: self.http.clone(),
+                events: self.events.clone(),
+                router: Some(router),
+                app: None,
+                stop: None,
+                task: None,
+            };
+            return tokio::spawn(async move {
+                let (status, body) = bed.json_call("POST", &path, Some(&body)).await;
+                (status, body, Instant::now())
+            });
+        }
+        let request = self.http.post(self.url(&path)).json(&body);
         tokio::spawn(async move {
-            let (status, body) = Self::answer(request.send().await.expect("grant request")).await;
-            (status, body, Instant::now())
+            let response = request.send().await.expect("grant request");
+            let status = response.status().as_u16();
+            let text = response.text().await.expect("body");
+            let answer = Answer {
+                status,
+                headers: Default::default(),
+                text,
+            };
+            (status, answer.json(), Instant::now())
         })
     }
 
@@ -390,24 +547,13 @@ impl TestApp {
     }
 
     pub async fn renew(&self, name: &str, lease: &str, body: Value) -> (u16, Value) {
-        let resp = self
-            .http
-            .put(self.url(&format!("/locks/{name}/leases/{lease}")))
-            .json(&body)
-            .send()
+        self.json_call("PUT", &format!("/locks/{name}/leases/{lease}"), Some(&body))
             .await
-            .expect("renew request");
-        Self::answer(resp).await
     }
 
     pub async fn revoke(&self, name: &str, lease: &str) -> (u16, Value) {
-        let resp = self
-            .http
-            .delete(self.url(&format!("/locks/{name}/leases/{lease}")))
-            .send()
+        self.json_call("DELETE", &format!("/locks/{name}/leases/{lease}"), None)
             .await
-            .expect("revoke request");
-        Self::answer(resp).await
     }
 
     pub async fn check(&self, name: &str, lease: &str) -> (u16, Value) {
@@ -419,30 +565,28 @@ impl TestApp {
     }
 
     pub async fn get(&self, path: &str) -> (u16, Value) {
-        let resp = self.http.get(self.url(path)).send().await.expect("GET");
-        Self::answer(resp).await
+        self.json_call("GET", path, None).await
     }
 
     pub async fn text(&self, path: &str) -> String {
-        self.http
-            .get(self.url(path))
-            .send()
-            .await
-            .expect("GET")
-            .text()
-            .await
-            .expect("text body")
+        self.call("GET", path).send().await.text
     }
 
-    async fn answer(resp: reqwest::Response) -> (u16, Value) {
-        let status = resp.status().as_u16();
-        let text = resp.text().await.expect("body");
-        let body = if text.is_empty() {
-            json!(null)
-        } else {
-            serde_json::from_str(&text).unwrap_or_else(|_| json!({ "raw": text }))
-        };
-        (status, body)
+    async fn json_call(&self, method: &str, path: &str, body: Option<&Value>) -> (u16, Value) {
+        let mut call = self.call(method, path);
+        if let Some(body) = body {
+            call = call.json(body);
+        }
+        let answer = call.send().await;
+        (answer.status, answer.json())
+    }
+}
+
+impl Drop for TestApp {
+    fn drop(&mut self) {
+        if let Some(app) = self.app.take() {
+            app.stop();
+        }
     }
 }
 
