@@ -11,7 +11,7 @@
 //!   implementations: Redis (Lua scripts) and the in-process memory node (the embedded
 //!   store and the fault-injection target).
 //!
-//! Each layer names only the ones below it (`tests/layers.rs` holds them to it). `wire`
+//! Each layer names only the ones below it (`tests/domain/layers.rs` holds them to it). `wire`
 //! holds the contract's bodies, shared by the server and Rust clients; `config` is the one
 //! typed configuration of the server and `cli` the command line's grammar; `client` is the client side of the contract (the
 //! binary's `lock`, `inspect` and `list` verbs), which knows only `wire` and `config`; `metrics` owns the Prometheus registry; `logging` writes the JSON

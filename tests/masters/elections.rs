@@ -3,7 +3,7 @@
 //! higher term, observers on either replica see every change in order, and an election
 //! never collides with a lock of the same name.
 
-mod common;
+use crate::common;
 
 use std::time::{Duration, Instant};
 

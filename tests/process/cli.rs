@@ -1,7 +1,7 @@
 //! `redlockd lock -- cmd`, `inspect` and `list`, as cron and an operator run them: the
 //! binary in client mode against two replicas on three real masters.
 
-mod common;
+use crate::common;
 
 use std::path::Path;
 use std::process::{Output, Stdio};

@@ -1,7 +1,7 @@
 //! The router driven in process with `oneshot`, over the embedded store: every layer a
 //! request passes (extractors, error bodies, the request metrics) without a socket.
 
-mod common;
+use crate::common;
 
 use common::TestApp;
 use serde_json::Value;

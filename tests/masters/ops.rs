@@ -1,7 +1,7 @@
 //! The operations surface: the OpenAPI document (committed, served, current), the offline
 //! docs, metrics an SRE can trust, request ids.
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

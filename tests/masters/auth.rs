@@ -2,7 +2,7 @@
 //! every route, the administrator's force-release, re-reading the file on SIGHUP, and no
 //! token in any log line or metric.
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

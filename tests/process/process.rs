@@ -1,7 +1,7 @@
 //! The redlockd binary as an operator runs it: configuration errors stop it with the
 //! variable named, the embedded store serves with no Redis, secrets never reach the logs.
 
-mod common;
+use crate::common;
 
 use std::io::Read as _;
 use std::net::TcpListener;

@@ -3,7 +3,7 @@
 //! request, a lease that has let go never locked again, and a grant whose client vanished
 //! before the answer found by its retry.
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

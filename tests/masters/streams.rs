@@ -2,7 +2,7 @@
 //! HTTP, on real masters and two replicas: granted, heartbeats, handed over the moment the
 //! client disconnects, `lost` when the quorum is lost or the replica shuts down.
 
-mod common;
+use crate::common;
 
 use std::time::{Duration, Instant};
 

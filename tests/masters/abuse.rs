@@ -1,7 +1,7 @@
 //! HTTP under abuse: clients that trickle their headers or bodies, and more connections
 //! than the service allows. Every answer from our own layers has the contract's error body.
 
-mod common;
+use crate::common;
 
 use std::time::{Duration, Instant};
 

@@ -7,7 +7,7 @@
 //! deployment files are validated by scripts/validate-deploy (hadolint, the compose schema,
 //! helm lint, Kubernetes schemas, the chart's PrometheusRule).
 
-mod common;
+use crate::common;
 
 use std::collections::BTreeSet;
 use std::io::Write as _;
@@ -18,7 +18,7 @@ use common::{RedisMaster, TestApp, config, masters, wait_for};
 use redlockd::auth::{Role, new_token};
 use serde_json::{Value, json};
 
-const DASHBOARD: &str = include_str!("../helm/redlockd/dashboards/redlockd.json");
+const DASHBOARD: &str = include_str!("../../helm/redlockd/dashboards/redlockd.json");
 const ROOT: &str = env!("CARGO_MANIFEST_DIR");
 
 /// Metric names in PromQL expressions: our own and the process collector's.

@@ -2,7 +2,7 @@
 //! Floods of waiting grants leave no key behind, a waiter never spins, and simultaneous
 //! grants of a free lock never all lose.
 
-mod common;
+use crate::common;
 
 use std::time::{Duration, Instant};
 

@@ -1,7 +1,7 @@
 //! The HTTP contract against three real redis-server masters: every row of the locks
 //! table, every error code, and the promises that hold while all masters are healthy.
 
-mod common;
+use crate::common;
 
 use std::time::{Duration, Instant};
 

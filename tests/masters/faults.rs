@@ -1,7 +1,7 @@
 //! Faults on real masters: paused (SIGSTOP), killed, restarted with and without their
 //! data, connections dropped. Waits poll a condition with a deadline.
 
-mod common;
+use crate::common;
 
 use std::time::{Duration, Instant};
 

@@ -4,7 +4,7 @@
 //! over from a primary; README's cron line and curl examples are taken from the Markdown
 //! and run as written (only the servers' addresses and the lease ids they return put in).
 
-mod common;
+use crate::common;
 
 use std::process::Stdio;
 use std::time::Duration;

@@ -2,7 +2,7 @@
 //! served once the files change, plain HTTP refused, and the container health check speaks
 //! TLS too.
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

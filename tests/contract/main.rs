@@ -1,0 +1,9 @@
+//! The HTTP contract driven in process: each request goes through the whole router with
+//! `oneshot` over the embedded store or memory nodes (no socket, no redis-server): routes,
+//! validation and error bodies, the auth matrix, caps, the OpenAPI document and the
+//! operations endpoints.
+
+#[path = "../common/mod.rs"]
+mod common;
+
+mod router;
