@@ -11,6 +11,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use redlockd::app::App;
+use redlockd::auth::{Role, TokenEntry, new_token};
 use redlockd::config::Config;
 use serde_json::{Value, json};
 use tokio::sync::oneshot;
@@ -448,6 +449,20 @@ impl TestApp {
         }
     }
 
+    /// Another handle on the same app, over the same transport, for a request sent from a
+    /// task of its own (the app stays owned by `self`).
+    pub fn handle(&self) -> Self {
+        Self {
+            base: self.base.clone(),
+            http: self.http.clone(),
+            events: self.events.clone(),
+            router: self.router.clone(),
+            app: None,
+            stop: None,
+            task: None,
+        }
+    }
+
     /// The embedded store, defaults otherwise, in process.
     pub async fn embedded() -> Self {
         Self::in_process(config(&[])).await
@@ -505,16 +520,8 @@ impl TestApp {
         body: Value,
     ) -> tokio::task::JoinHandle<(u16, Value, Instant)> {
         let path = format!("/locks/{name}");
-        if let Some(router) = self.router.clone() {
-            let bed = Self {
-                base: self.base.clone(),
-                http: self.http.clone(),
-                events: self.events.clone(),
-                router: Some(router),
-                app: None,
-                stop: None,
-                task: None,
-            };
+        if self.router.is_some() {
+            let bed = self.handle();
             return tokio::spawn(async move {
                 let (status, body) = bed.json_call("POST", &path, Some(&body)).await;
                 (status, body, Instant::now())
@@ -757,4 +764,47 @@ pub fn signal(pid: u32, sig: &str) {
         .expect("kill")
         .success();
     assert!(ok, "kill {sig} {pid} failed");
+}
+
+/// Three tokens in a token file: a client and a reader on `jobs:`, an administrator.
+pub struct Tokens {
+    pub client: String,
+    pub reader: String,
+    pub admin: String,
+    pub file: tempfile::NamedTempFile,
+}
+
+pub fn write_tokens(file: &std::path::Path, entries: &[TokenEntry]) {
+    std::fs::write(file, json!({ "tokens": entries }).to_string()).unwrap();
+}
+
+pub fn tokens() -> Tokens {
+    let (client, c) = new_token("ci-jobs", Role::Client, vec!["jobs:".into()]);
+    let (reader, r) = new_token("grafana", Role::Reader, vec!["jobs:".into()]);
+    let (admin, a) = new_token("oncall", Role::Admin, vec![]);
+    let file = tempfile::NamedTempFile::new().unwrap();
+    write_tokens(file.path(), &[c, r, a]);
+    Tokens {
+        client,
+        reader,
+        admin,
+        file,
+    }
+}
+
+/// `method path` with `token` (if any); the status and the JSON body. A 401 must carry the
+/// `WWW-Authenticate` challenge.
+pub async fn call_as(app: &TestApp, method: &str, path: &str, token: Option<&str>) -> (u16, Value) {
+    let mut call = app.call(method, path);
+    if let Some(token) = token {
+        call = call.bearer(token);
+    }
+    let answer = call.send().await;
+    if answer.status == 401 {
+        assert_eq!(
+            answer.header("www-authenticate"),
+            Some("Bearer realm=\"redlockd\"")
+        );
+    }
+    (answer.status, answer.json())
 }

@@ -6,4 +6,6 @@
 #[path = "../common/mod.rs"]
 mod common;
 
+mod auth;
+mod locks;
 mod router;
