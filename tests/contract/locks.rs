@@ -8,7 +8,7 @@ use crate::common;
 
 use std::time::{Duration, Instant};
 
-use common::TestApp;
+use common::{TestApp, config};
 use serde_json::json;
 
 #[tokio::test]
@@ -214,4 +214,54 @@ async fn list_filters_by_prefix_and_limit() {
     let (_, all) = app.get("/locks").await;
     assert_eq!(all["locks"].as_array().unwrap().len(), 4);
     assert_eq!(all["locks"][0]["owner"], "job:a");
+}
+
+#[tokio::test]
+async fn bad_keys_and_keys_on_streams_are_400() {
+    let a = TestApp::embedded().await;
+    for key in [String::new(), "a b".into(), "x".repeat(256)] {
+        let answer = a
+            .call("POST", "/locks/idem-4")
+            .header("Idempotency-Key", &key)
+            .send()
+            .await;
+        let (status, err) = (answer.status, answer.json());
+        assert_eq!(status, 400, "{key:?}: {err}");
+        assert_eq!(err["error"], "invalid_request");
+    }
+    let resp = a
+        .call("POST", "/locks/idem-4")
+        .header("Idempotency-Key", "k")
+        .header("Accept", "text/event-stream")
+        .send()
+        .await;
+    assert_eq!(resp.status, 400);
+    assert_eq!(a.inspect("idem-4").await.1["held"], false);
+}
+
+#[tokio::test]
+async fn a_waiting_grant_past_the_cap_is_429_with_retry_after_and_room_comes_back() {
+    let mut cfg = config(&[]);
+    cfg.max_waiters_per_name = 1;
+    let app = TestApp::in_process(cfg).await;
+    let (holder, _) = app.must_grant("capped", serde_json::json!({})).await;
+    let first = app.grant_in_background("capped", serde_json::json!({"wait_ms": 10_000}));
+    app.wait_for_contention("capped", 1).await;
+    let resp = app.call("POST", "/locks/capped?wait_ms=10000").send().await;
+    assert_eq!(resp.status, 429);
+    assert_eq!(resp.header("retry-after"), Some("1"));
+    let body: serde_json::Value = resp.json();
+    assert_eq!(body["error"], "too_many_requests", "{body}");
+    app.revoke("capped", &holder).await;
+    let (status, _, _) = first.await.unwrap();
+    assert_eq!(status, 201);
+    // The line is empty again: a grant may wait.
+    let (status, body) = app
+        .grant("capped", serde_json::json!({"wait_ms": 100}))
+        .await;
+    assert_eq!(status, 409, "{body}");
+    let metrics = app.text("/metrics").await;
+    assert!(
+        metrics.contains(r#"redlockd_requests_total{op="grant",outcome="too_many_requests"} 1"#)
+    );
 }

@@ -8,4 +8,5 @@ mod common;
 
 mod auth;
 mod locks;
+mod ops;
 mod router;

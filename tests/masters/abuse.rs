@@ -98,37 +98,3 @@ async fn connections_past_the_cap_wait_for_one_to_close() {
         .unwrap();
     assert_eq!(status, 200);
 }
-
-#[tokio::test]
-async fn a_waiting_grant_past_the_cap_is_429_with_retry_after_and_room_comes_back() {
-    let masters = masters(3);
-    let refs: Vec<&common::RedisMaster> = masters.iter().collect();
-    let mut cfg = config(&refs);
-    cfg.max_waiters_per_name = 1;
-    let app = TestApp::spawn(cfg).await;
-    let (holder, _) = app.must_grant("capped", serde_json::json!({})).await;
-    let first = app.grant_in_background("capped", serde_json::json!({"wait_ms": 10_000}));
-    app.wait_for_contention("capped", 1).await;
-    let resp = app
-        .http
-        .post(app.url("/locks/capped?wait_ms=10000"))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(resp.status(), 429);
-    assert_eq!(resp.headers()["retry-after"], "1");
-    let body: serde_json::Value = resp.json().await.unwrap();
-    assert_eq!(body["error"], "too_many_requests", "{body}");
-    app.revoke("capped", &holder).await;
-    let (status, _, _) = first.await.unwrap();
-    assert_eq!(status, 201);
-    // The line is empty again: a grant may wait.
-    let (status, body) = app
-        .grant("capped", serde_json::json!({"wait_ms": 100}))
-        .await;
-    assert_eq!(status, 409, "{body}");
-    let metrics = app.text("/metrics").await;
-    assert!(
-        metrics.contains(r#"redlockd_requests_total{op="grant",outcome="too_many_requests"} 1"#)
-    );
-}

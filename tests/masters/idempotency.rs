@@ -112,26 +112,6 @@ async fn a_retry_after_the_lease_was_revoked_does_not_lock_again() {
     assert!(next["fencing_token"].as_u64() > first["fencing_token"].as_u64());
 }
 
-#[tokio::test]
-async fn bad_keys_and_keys_on_streams_are_400() {
-    let (_ms, a, _b) = replicas().await;
-    for key in [String::new(), "a b".into(), "x".repeat(256)] {
-        let (status, err) = keyed(&a, "idem-4", &key, json!({})).await;
-        assert_eq!(status, 400, "{key:?}: {err}");
-        assert_eq!(err["error"], "invalid_request");
-    }
-    let resp = a
-        .http
-        .post(a.url("/locks/idem-4"))
-        .header("Idempotency-Key", "k")
-        .header("Accept", "text/event-stream")
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(resp.status(), 400);
-    assert_eq!(a.inspect("idem-4").await.1["held"], false);
-}
-
 /// Send a grant and close the connection before reading a byte of the answer: the answer
 /// is lost, whether the grant was decided before or after the close.
 async fn grant_and_hang_up(app: &TestApp, name: &str, key: Option<&str>) {
