@@ -35,11 +35,11 @@ pub struct Config {
     pub default_ttl_ms: u64,
 
     /// Largest TTL accepted, in ms; also how long a master that lost its data is quarantined.
-    #[arg(long, env = "REDLOCKD_MAX_TTL_MS", default_value_t = 3_600_000)]
+    #[arg(long, env = "REDLOCKD_MAX_TTL_MS", default_value_t = DEFAULT_MAX_TTL_MS)]
     pub max_ttl_ms: u64,
 
     /// Largest wait_ms accepted.
-    #[arg(long, env = "REDLOCKD_MAX_WAIT_MS", default_value_t = 60_000)]
+    #[arg(long, env = "REDLOCKD_MAX_WAIT_MS", default_value_t = DEFAULT_MAX_WAIT_MS)]
     pub max_wait_ms: u64,
 
     /// Clock-drift allowance as a share of the TTL (plus 2 ms).
@@ -139,6 +139,12 @@ pub enum LogFormat {
 
 /// The smallest TTL the contract accepts, in ms.
 pub const MIN_TTL_MS: u64 = 100;
+
+/// The contract's default bounds of `ttl_ms` and `wait_ms` (REDLOCKD_MAX_TTL_MS and
+/// REDLOCKD_MAX_WAIT_MS change them): the committed OpenAPI document states these, a
+/// served one the server's own.
+pub const DEFAULT_MAX_TTL_MS: u64 = 3_600_000;
+pub const DEFAULT_MAX_WAIT_MS: u64 = 60_000;
 
 /// A configuration error: which variable, and what is wrong with it.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]

@@ -137,6 +137,7 @@ pub async fn proclaim(
     params(("name" = String, Path), ("lease_id" = String, Path)),
     responses(
         (status = 204, description = "Resigned"),
+        (status = 400, description = "`invalid_request`: a malformed name or lease id", body = ErrorBody),
         (status = 404, description = "`lease_not_found`: not the leader", body = ErrorBody),
         (status = 503, description = "`quorum_unavailable`", body = ErrorBody),
     )

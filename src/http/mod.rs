@@ -88,24 +88,30 @@ pub fn routes() -> (Router<AppState>, utoipa::openapi::OpenApi) {
         .split_for_parts()
 }
 
-/// The OpenAPI document as committed in `openapi/openapi.json`.
+/// The OpenAPI document as committed in `openapi/openapi.json`: the contract's default
+/// bounds.
 pub fn openapi_json() -> String {
-    render(&routes().1)
+    use crate::config::{DEFAULT_MAX_TTL_MS, DEFAULT_MAX_WAIT_MS};
+    render(&routes().1, DEFAULT_MAX_TTL_MS, DEFAULT_MAX_WAIT_MS)
 }
 
-fn render(doc: &utoipa::openapi::OpenApi) -> String {
+/// The document with the bounds a server enforces (`max_ttl_ms`, `max_wait_ms`).
+fn render(doc: &utoipa::openapi::OpenApi, max_ttl_ms: u64, max_wait_ms: u64) -> String {
     // Serialising a document built from static definitions cannot fail.
     let mut value = serde_json::to_value(doc).unwrap_or_default();
-    constrain(&mut value);
+    constrain(&mut value, max_ttl_ms, max_wait_ms);
     serde_json::to_string_pretty(&value).unwrap_or_default() + "\n"
 }
 
 /// Put the constraints the service enforces into the document, from the same constants the
 /// parsers use, so that generated clients and fuzzers agree with the server: the patterns
 /// and lengths of names, lease ids and prefixes, the bounds of `limit` and `ttl_ms`, and
-/// request bodies that may be absent (not `null`).
-fn constrain(doc: &mut serde_json::Value) {
-    use crate::lease::{MAX_LEASE_ID_LEN, MAX_NAME_BYTES, MAX_OWNER_BYTES, MIN_TTL_MS};
+/// request bodies that may be absent (not `null`). `tests/contract/conformance.rs` holds the
+/// result to what the router answers.
+fn constrain(doc: &mut serde_json::Value, max_ttl_ms: u64, max_wait_ms: u64) {
+    use crate::lease::{
+        MAX_IDEMPOTENCY_KEY_BYTES, MAX_LEASE_ID_LEN, MAX_NAME_BYTES, MAX_OWNER_BYTES, MIN_TTL_MS,
+    };
     use serde_json::json;
     const NAME_CHARS: &str = "A-Za-z0-9._:~-";
     let schema_for = |name: &str| -> Option<serde_json::Value> {
@@ -118,11 +124,37 @@ fn constrain(doc: &mut serde_json::Value) {
                 "pattern": format!("^[A-Za-z0-9_-]{{1,{MAX_LEASE_ID_LEN}}}$")}),
             "limit" => json!({"type": "integer", "format": "int64", "minimum": 1,
                 "maximum": handlers::MAX_LIST_LIMIT}),
-            "ttl_ms" => json!({"type": "integer", "format": "int64", "minimum": MIN_TTL_MS}),
-            "owner" => json!({"type": "string", "maxLength": MAX_OWNER_BYTES}),
+            "ttl_ms" => json!({"type": "integer", "format": "int64", "minimum": MIN_TTL_MS,
+                "maximum": max_ttl_ms}),
+            "wait_ms" => json!({"type": "integer", "format": "int64", "minimum": 0,
+                "maximum": max_wait_ms}),
+            "owner" | "value" => json!({"type": "string", "maxLength": MAX_OWNER_BYTES}),
+            "Idempotency-Key" => json!({"type": "string", "minLength": 1,
+                "maxLength": MAX_IDEMPOTENCY_KEY_BYTES,
+                "pattern": format!("^[!-~]{{1,{MAX_IDEMPOTENCY_KEY_BYTES}}}$")}),
             _ => return None,
         })
     };
+    // The bodies' fields have the bounds of the parameters they stand for.
+    if let Some(schemas) = doc
+        .pointer_mut("/components/schemas")
+        .and_then(|s| s.as_object_mut())
+    {
+        for properties in schemas
+            .values_mut()
+            .filter_map(|s| s.get_mut("properties"))
+            .filter_map(|p| p.as_object_mut())
+        {
+            for field in ["ttl_ms", "wait_ms"] {
+                if let (Some(property), Some(bounded)) =
+                    (properties.get_mut(field), schema_for(field))
+                {
+                    property["minimum"] = bounded["minimum"].clone();
+                    property["maximum"] = bounded["maximum"].clone();
+                }
+            }
+        }
+    }
     let Some(paths) = doc.get_mut("paths").and_then(|p| p.as_object_mut()) else {
         return;
     };
@@ -176,6 +208,19 @@ fn constrain(doc: &mut serde_json::Value) {
         }
         if let Some(body) = operation.get_mut("requestBody") {
             body["required"] = json!(false);
+            if let Some(responses) = operation["responses"].as_object_mut() {
+                responses
+                    .entry("408")
+                    .or_insert_with(|| error("`request_timeout`: the body did not arrive in time"));
+                responses.entry("413").or_insert_with(|| {
+                    error(&format!(
+                        "`invalid_request`: the body is larger than {BODY_LIMIT_BYTES} bytes"
+                    ))
+                });
+            }
+            let Some(body) = operation.get_mut("requestBody") else {
+                continue;
+            };
             if let Some(content) = body.get_mut("content").and_then(|c| c.as_object_mut()) {
                 for media in content.values_mut() {
                     let one_of = media["schema"]["oneOf"]
@@ -265,7 +310,13 @@ fn docs_file(file: &str, config: Arc<utoipa_swagger_ui::Config<'static>>) -> Res
 /// The whole application router.
 pub fn router(state: AppState) -> Router {
     let (routes, doc) = routes();
-    let doc_json: Arc<str> = render(&doc).into();
+    let leases = &state.settings.leases;
+    let doc_json: Arc<str> = render(
+        &doc,
+        leases.max_ttl.as_millis() as u64,
+        leases.max_wait.as_millis() as u64,
+    )
+    .into();
     let request_timeout = state.settings.leases.max_wait + REQUEST_TIMEOUT_MARGIN;
     routes
         .route(

@@ -359,7 +359,17 @@ impl Call<'_> {
         self
     }
 
+    /// The status and headers only: the body is dropped unread (an event stream that would
+    /// not end).
+    pub async fn send_head(self) -> Answer {
+        self.exchange(false).await
+    }
+
     pub async fn send(self) -> Answer {
+        self.exchange(true).await
+    }
+
+    async fn exchange(self, read_body: bool) -> Answer {
         let Some(router) = &self.app.router else {
             let mut request = self
                 .app
@@ -371,7 +381,11 @@ impl Call<'_> {
             }
             let response = request.send().await.expect("request");
             let (status, headers) = (response.status().as_u16(), response.headers().clone());
-            let text = response.text().await.expect("body");
+            let text = if read_body {
+                response.text().await.expect("body")
+            } else {
+                String::new()
+            };
             return Answer {
                 status,
                 headers,
@@ -397,9 +411,13 @@ impl Call<'_> {
                 reqwest::header::HeaderValue::from_bytes(v.as_bytes()).expect("value"),
             );
         }
-        let bytes = axum::body::to_bytes(response.into_body(), 64 << 20)
-            .await
-            .expect("body");
+        let bytes = if read_body {
+            axum::body::to_bytes(response.into_body(), 64 << 20)
+                .await
+                .expect("body")
+        } else {
+            Default::default()
+        };
         Answer {
             status,
             headers,

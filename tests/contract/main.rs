@@ -7,6 +7,7 @@
 mod common;
 
 mod auth;
+mod conformance;
 mod locks;
 mod ops;
 mod router;
