@@ -615,13 +615,58 @@ impl Drop for TestApp {
     }
 }
 
-/// A server-sent event stream, read one event at a time.
+/// A server-sent event stream, read one event at a time. Dropping it is the client
+/// leaving (the connection closes, or the in-process body is dropped).
 pub struct EventStream {
     pub status: u16,
     /// The response's `content-encoding`, if any.
     pub encoding: Option<String>,
-    response: reqwest::Response,
+    body: StreamBody,
     buffer: String,
+}
+
+enum StreamBody {
+    Socket(reqwest::Response),
+    InProcess(axum::body::BodyDataStream),
+}
+
+impl Call<'_> {
+    /// Send the request asking for an event stream (`Accept: text/event-stream`).
+    pub async fn stream(self) -> EventStream {
+        let Some(router) = self.app.router.clone() else {
+            let mut request = self
+                .app
+                .http
+                .request(self.method, self.app.url(&self.path))
+                .body(self.body);
+            for (k, v) in &self.headers {
+                request = request.header(k, v);
+            }
+            return EventStream::open(request).await;
+        };
+        use tower::ServiceExt as _;
+        let mut request = axum::http::Request::builder()
+            .method(self.method.as_str())
+            .uri(&self.path)
+            .header("accept", "text/event-stream");
+        for (k, v) in &self.headers {
+            request = request.header(k, v);
+        }
+        let request = request
+            .body(axum::body::Body::from(self.body))
+            .expect("a valid request");
+        let response = router.oneshot(request).await.expect("infallible");
+        EventStream {
+            status: response.status().as_u16(),
+            encoding: response
+                .headers()
+                .get("content-encoding")
+                .and_then(|v| v.to_str().ok())
+                .map(str::to_owned),
+            body: StreamBody::InProcess(response.into_body().into_data_stream()),
+            buffer: String::new(),
+        }
+    }
 }
 
 impl EventStream {
@@ -639,7 +684,7 @@ impl EventStream {
                 .get("content-encoding")
                 .and_then(|v| v.to_str().ok())
                 .map(str::to_owned),
-            response,
+            body: StreamBody::Socket(response),
             buffer: String::new(),
         }
     }
@@ -665,9 +710,15 @@ impl EventStream {
                 let value = serde_json::from_str(&data).expect("JSON event data");
                 return Some((name, value));
             }
-            match self.response.chunk().await {
-                Ok(Some(chunk)) => self.buffer.push_str(&String::from_utf8_lossy(&chunk)),
-                _ => return None,
+            let chunk = match &mut self.body {
+                StreamBody::Socket(response) => response.chunk().await.ok().flatten(),
+                StreamBody::InProcess(body) => {
+                    futures::StreamExt::next(body).await.and_then(Result::ok)
+                }
+            };
+            match chunk {
+                Some(chunk) => self.buffer.push_str(&String::from_utf8_lossy(&chunk)),
+                None => return None,
             }
         }
     }

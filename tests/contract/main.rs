@@ -8,6 +8,8 @@ mod common;
 
 mod auth;
 mod conformance;
+mod elections;
 mod locks;
 mod ops;
 mod router;
+mod streams;

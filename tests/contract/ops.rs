@@ -5,6 +5,7 @@
 use crate::common;
 
 use common::TestApp;
+use serde_json::json;
 
 const REGENERATE: &str = "cargo run --quiet -- openapi > openapi/openapi.json";
 
@@ -253,4 +254,55 @@ async fn large_responses_are_compressed_and_small_ones_are_not() {
             "{path}: {encoding:?}"
         );
     }
+}
+
+#[tokio::test]
+async fn requests_contention_and_cpu_are_counted_and_no_name_becomes_a_label() {
+    let app = TestApp::embedded().await;
+    app.must_grant("invoice:1", json!({})).await;
+    assert_eq!(app.grant("invoice:1", json!({})).await.0, 409);
+    app.grant("bad%20name", json!({})).await;
+    let metrics = app.text("/metrics").await;
+    for line in [
+        r#"redlockd_requests_total{op="grant",outcome="ok"} 1"#,
+        r#"redlockd_requests_total{op="grant",outcome="lock_held"} 1"#,
+        r#"redlockd_requests_total{op="grant",outcome="invalid_request"} 1"#,
+        r#"redlockd_contention_total{lock_class="invoice"} 1"#,
+        r#"redlockd_leases_active 1"#,
+        r#"redlockd_request_duration_seconds_bucket{op="grant",le="0.0001"}"#,
+        "redlockd_wait_duration_seconds_bucket",
+        "redlockd_master_request_duration_seconds_bucket",
+        "process_resident_memory_bytes",
+    ] {
+        assert!(metrics.contains(line), "missing {line} in\n{metrics}");
+    }
+    assert!(
+        !metrics.contains("invoice:1"),
+        "a raw lock name became a label"
+    );
+    // CPU time in fractions of a second (the app runs in this process: compare with what
+    // the kernel says of it), not whole seconds that read 0 for a second of work.
+    let cpu = |text: &str| -> f64 {
+        let line = text
+            .lines()
+            .find(|l| l.starts_with("process_cpu_seconds_total "))
+            .expect("process_cpu_seconds_total");
+        line.rsplit(' ').next().unwrap().parse().unwrap()
+    };
+    let stat = std::fs::read_to_string("/proc/self/stat").unwrap();
+    let fields: Vec<u64> = stat
+        .rsplit_once(')')
+        .unwrap()
+        .1
+        .split_whitespace()
+        .skip(11)
+        .take(2)
+        .map(|f| f.parse().unwrap())
+        .collect();
+    let before = (fields[0] + fields[1]) as f64 / 100.0;
+    let reported = cpu(&app.text("/metrics").await);
+    assert!(
+        reported >= before && reported - before < 0.5,
+        "process_cpu_seconds_total {reported}, the kernel said {before} just before"
+    );
 }

@@ -60,34 +60,6 @@ async fn a_held_lease_is_renewed_while_connected_and_handed_over_the_moment_the_
 }
 
 #[tokio::test]
-async fn a_waiting_stream_says_queued_then_granted() {
-    let masters = masters(3);
-    let (a, _b) = replicas(&masters, 200).await;
-    let (lease, _) = a.must_grant("line", json!({"ttl_ms": 30_000})).await;
-    let mut stream = EventStream::open(hold(
-        &a,
-        "line",
-        json!({"ttl_ms": 30_000, "wait_ms": 10_000}),
-    ))
-    .await;
-    assert_eq!(stream.expect("queued").await, json!({"position": 1}));
-    a.revoke("line", &lease).await;
-    stream.expect("granted").await;
-
-    // Held after wait_ms: `failed` with the contract's error body, then the end.
-    let mut late = EventStream::open(hold(&a, "line", json!({"wait_ms": 200}))).await;
-    assert_eq!(late.expect("queued").await["position"], 1);
-    let failed = late.expect("failed").await;
-    assert_eq!(failed["error"], "lock_held");
-    assert!(failed["retry_after_ms"].as_u64().is_some());
-    assert!(late.next().await.is_none(), "the stream ends");
-
-    // Bad fields are refused before any stream.
-    let bad = EventStream::open(hold(&a, "line", json!({"ttl_ms": 1}))).await;
-    assert_eq!(bad.status, 400);
-}
-
-#[tokio::test]
 async fn lost_arrives_within_the_ttl_when_a_majority_of_masters_stop() {
     let masters = masters(3);
     let (a, _b) = replicas(&masters, 100).await;

@@ -1,0 +1,121 @@
+//! Leases held while the client's stream lives, and observers, in process: the response
+//! body is the connection, and dropping it is the client leaving. Held streams across
+//! replicas and masters that stop stay in `masters::streams`.
+
+use crate::common;
+
+use std::time::{Duration, Instant};
+
+use common::{EventStream, TestApp};
+use serde_json::{Value, json};
+
+async fn hold(app: &TestApp, name: &str, body: Value) -> EventStream {
+    app.call("POST", &format!("/locks/{name}"))
+        .json(&body)
+        .stream()
+        .await
+}
+
+#[tokio::test]
+async fn a_waiting_stream_says_queued_then_granted() {
+    let a = TestApp::embedded().await;
+    let (lease, _) = a.must_grant("line", json!({"ttl_ms": 30_000})).await;
+    let mut stream = hold(&a, "line", json!({"ttl_ms": 30_000, "wait_ms": 10_000})).await;
+    assert_eq!(stream.expect("queued").await, json!({"position": 1}));
+    a.revoke("line", &lease).await;
+    stream.expect("granted").await;
+
+    // Held after wait_ms: `failed` with the contract's error body, then the end.
+    let mut late = hold(&a, "line", json!({"wait_ms": 200})).await;
+    assert_eq!(late.expect("queued").await["position"], 1);
+    let failed = late.expect("failed").await;
+    assert_eq!(failed["error"], "lock_held");
+    assert!(failed["retry_after_ms"].as_u64().is_some());
+    assert!(late.next().await.is_none(), "the stream ends");
+
+    // Bad fields are refused before any stream.
+    let bad = hold(&a, "line", json!({"ttl_ms": 1})).await;
+    assert_eq!(bad.status, 400);
+}
+
+#[tokio::test]
+async fn a_held_lease_is_renewed_while_its_body_is_read_and_handed_over_when_dropped() {
+    let app = TestApp::embedded().await;
+    let mut stream = hold(&app, "held", json!({"ttl_ms": 300})).await;
+    assert_eq!(stream.status, 200);
+    let granted = stream.expect("granted").await;
+    let token = granted["fencing_token"].as_u64().unwrap();
+    for _ in 0..3 {
+        let beat = stream.expect("heartbeat").await;
+        assert_eq!(beat["fencing_token"].as_u64(), Some(token));
+    }
+    let waiter = app.grant_in_background("held", json!({"wait_ms": 10_000}));
+    app.wait_for_contention("held", 1).await;
+    let left = Instant::now();
+    drop(stream);
+    let (status, lease, answered) = waiter.await.unwrap();
+    assert_eq!(status, 201, "{lease}");
+    assert!(lease["fencing_token"].as_u64().unwrap() > token);
+    assert!(
+        answered - left < Duration::from_millis(250),
+        "handed over after {:?}",
+        answered - left
+    );
+}
+
+#[tokio::test]
+async fn a_revoke_with_the_lease_id_ends_the_stream_with_released() {
+    let app = TestApp::embedded().await;
+    let mut stream = hold(&app, "mine", json!({"ttl_ms": 30_000})).await;
+    let granted = stream.expect("granted").await;
+    let id = granted["lease_id"].as_str().unwrap();
+    assert_eq!(app.revoke("mine", id).await.0, 204);
+    let lost = stream.expect("lost").await;
+    assert_eq!(lost["reason"], "released", "{lost}");
+    assert!(stream.next().await.is_none(), "the stream ends after lost");
+}
+
+#[tokio::test]
+async fn an_observer_sees_an_election_change_hands_in_order() {
+    let app = TestApp::embedded().await;
+    let mut watcher = app.call("GET", "/elections/o/observe").stream().await;
+    assert_eq!(watcher.status, 200);
+    assert_eq!(watcher.expect("vacant").await, json!({"name": "o"}));
+    let first = app
+        .call("POST", "/elections/o")
+        .json(&json!({"value": "a", "ttl_ms": 30_000}))
+        .send()
+        .await
+        .json();
+    let term = first["term"].as_u64().unwrap();
+    assert_eq!(watcher.expect("elected").await["term"].as_u64(), Some(term));
+    let id = first["lease_id"].as_str().unwrap();
+    let path = format!("/elections/o/leases/{id}");
+    let answer = app
+        .call("PUT", &path)
+        .json(&json!({"value": "b"}))
+        .send()
+        .await;
+    assert_eq!(answer.status, 200, "{}", answer.text);
+    assert_eq!(
+        watcher.expect("proclaimed").await,
+        json!({"name": "o", "term": term, "value": "b"})
+    );
+    assert_eq!(app.call("DELETE", &path).send().await.status, 204);
+    let next = watcher.expect("vacant").await;
+    assert_eq!(next["name"], "o", "{next}");
+}
+
+#[tokio::test]
+async fn stopping_tells_holders_and_observers() {
+    let app = TestApp::embedded().await;
+    let mut held = hold(&app, "stop", json!({"ttl_ms": 30_000})).await;
+    held.expect("granted").await;
+    let mut watcher = app.call("GET", "/elections/stop/observe").stream().await;
+    watcher.expect("vacant").await;
+    app.stop().await;
+    assert_eq!(held.expect("lost").await["reason"], "shutting_down");
+    assert!(held.next().await.is_none());
+    assert_eq!(watcher.expect("closed").await["reason"], "shutting_down");
+    assert!(watcher.next().await.is_none());
+}
