@@ -22,8 +22,8 @@ campaign() {
   # campaign that is still waiting then ends with `failed` lock_held, and starts again.
   while [ -z "$term" ]; do
     coproc CAMPAIGN {
-      exec curl -sN -X POST -H 'Accept: text/event-stream' \
-        "$server/elections/$election?value=$value&ttl_ms=$ttl_ms&wait_ms=60000"
+      exec curl -sN -X POST \
+        "$server/elections/$election/hold?value=$value&ttl_ms=$ttl_ms&wait_ms=60000"
     }
     # Leaving ends the campaign (a still-open stream would keep the leadership).
     trap 'kill "${CAMPAIGN_PID:-}" 2>/dev/null || true' EXIT

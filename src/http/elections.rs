@@ -10,7 +10,7 @@ use axum::response::{IntoResponse, Response};
 use super::AppState;
 use super::error::{ApiError, ErrorBody};
 use super::extract::{ElectionLeasePath, ElectionPath, Fields};
-use super::handlers::{grant_or_hold, idempotency_key, remove_holder};
+use super::handlers::{grant_or_hold, hold_stream, remove_holder};
 use super::stream;
 use super::types::{CampaignRequest, ElectionLease, Leader, NoFields, ProclaimRequest};
 use crate::auth::Caller;
@@ -30,11 +30,8 @@ use axum::Extension;
     ),
     request_body(content = Option<CampaignRequest>, description = "May be empty"),
     responses(
-        (status = 201, description = "Elected: this candidate leads for the term in the body", body = ElectionLease,
+        (status = 201, description = "Elected: this candidate leads for the term in the body. (A request with `Accept: text/event-stream` is answered as `POST /elections/{name}/hold`.)", body = ElectionLease,
             headers(("Location" = String, description = "/elections/{name}/leases/{lease_id}"))),
-        (status = 200, content_type = "text/event-stream", body = String,
-            description = "With `Accept: text/event-stream`: leads while the connection stays open. \
-Events as a held lock's stream, with `elected` (`ElectionLease`) for `granted` and `heartbeat` carrying an `ElectionLease`."),
         (status = 400, description = "`invalid_request`", body = ErrorBody),
         (status = 404, description = "`lease_not_found`: with an Idempotency-Key only, its lease has resigned", body = ErrorBody),
         (status = 409, description = "`lock_held`: another candidate leads (after `wait_ms`, if any)", body = ErrorBody,
@@ -47,17 +44,52 @@ pub async fn campaign(
     State(state): State<AppState>,
     ElectionPath(name): ElectionPath,
     caller: Option<Extension<Caller>>,
-    accept: HeaderMap,
+    headers: HeaderMap,
     Fields(req): Fields<CampaignRequest>,
 ) -> Result<Response, ApiError> {
     let held = stream::Held::Election;
     let grant = (req.ttl_ms, req.wait_ms, req.value.as_deref());
-    let key = idempotency_key(&accept, caller.as_deref())?;
-    grant_or_hold(&state, name, grant, key, &accept, held, |lease| {
-        Json(ElectionLease::new(lease)).into_response()
-    })
+    grant_or_hold(
+        &state,
+        name,
+        grant,
+        &headers,
+        caller.as_deref(),
+        held,
+        |lease| Json(ElectionLease::new(lease)).into_response(),
+    )
     .await
     .map_err(ApiError::in_election)
+}
+
+/// Campaign and lead while the connection stays open: a campaign answered as an event
+/// stream.
+#[utoipa::path(
+    post, path = "/elections/{name}/hold", tag = "elections",
+    params(
+        ("name" = String, Path, description = "1 to 256 bytes of A-Z a-z 0-9 . _ : ~ -"),
+        ("value" = Option<String>, Query, description = "as the body field"),
+        ("ttl_ms" = Option<u64>, Query, description = "as the body field: the lease is renewed at a third of it while connected"),
+        ("wait_ms" = Option<u64>, Query, description = "as the body field"),
+    ),
+    request_body(content = Option<CampaignRequest>, description = "May be empty"),
+    responses(
+        (status = 200, content_type = "text/event-stream", body = String,
+            description = "Leads while the connection stays open. Events as a held lock's stream (`POST /locks/{name}/hold`), \
+with `elected` (`ElectionLease`) for `granted` and `heartbeat` carrying an `ElectionLease`."),
+        (status = 400, description = "`invalid_request`: a field, before any stream; an Idempotency-Key", body = ErrorBody),
+        (status = 503, description = "`shutting_down`: the replica is stopping", body = ErrorBody),
+    )
+)]
+pub async fn campaign_held(
+    State(state): State<AppState>,
+    ElectionPath(name): ElectionPath,
+    headers: HeaderMap,
+    Fields(req): Fields<CampaignRequest>,
+) -> Result<Response, ApiError> {
+    let grant = (req.ttl_ms, req.wait_ms, req.value.as_deref());
+    hold_stream(&state, name, grant, &headers, stream::Held::Election)
+        .map_err(ApiError::in_election)
 }
 
 /// Who leads now: value, term and remaining TTL, or vacant.

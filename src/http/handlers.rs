@@ -37,13 +37,8 @@ A retry with the same key and request (name, ttl_ms, owner) answers the lease th
     ),
     request_body(content = Option<GrantRequest>, description = "May be empty: every field has a default"),
     responses(
-        (status = 201, description = "Granted", body = LeaseBody,
+        (status = 201, description = "Granted. (A request with `Accept: text/event-stream` is answered as `POST /locks/{name}/hold`, for clients written before that operation.)", body = LeaseBody,
             headers(("Location" = String, description = "/locks/{name}/leases/{lease_id}"))),
-        (status = 200, content_type = "text/event-stream", body = String,
-            description = "With `Accept: text/event-stream`: the lease is held while the connection stays open. \
-Events: `queued` (`QueuedEvent`, while waiting), `granted` (`LeaseBody`), `heartbeat` (`LeaseBody`, after each renew at a third of the TTL), \
-then `lost` (`LostEvent`) or `failed` (`ErrorBody`: held after `wait_ms`, no quorum), after which the stream ends. \
-Closing the connection revokes the lease at once. Field errors are answered 400 before any stream."),
         (status = 400, description = "`invalid_request`", body = ErrorBody),
         (status = 408, description = "`request_timeout`: the body did not arrive in time", body = ErrorBody),
         (status = 404, description = "`lease_not_found`: with an Idempotency-Key only, the lease it stands for was granted and has been revoked", body = ErrorBody),
@@ -57,16 +52,51 @@ pub async fn grant(
     State(state): State<AppState>,
     LockPath(name): LockPath,
     caller: Option<Extension<Caller>>,
-    accept: HeaderMap,
+    headers: HeaderMap,
     Fields(req): Fields<GrantRequest>,
 ) -> Result<Response, ApiError> {
     let held = stream::Held::Lock;
     let grant = (req.ttl_ms, req.wait_ms, req.owner.as_deref());
-    let key = idempotency_key(&accept, caller.as_deref())?;
-    grant_or_hold(&state, name, grant, key, &accept, held, |lease| {
-        Json(LeaseBody::new(lease, false)).into_response()
-    })
+    grant_or_hold(
+        &state,
+        name,
+        grant,
+        &headers,
+        caller.as_deref(),
+        held,
+        |lease| Json(LeaseBody::new(lease, false)).into_response(),
+    )
     .await
+}
+
+/// Hold a lock while the connection stays open: a grant answered as an event stream.
+#[utoipa::path(
+    post, path = "/locks/{name}/hold", tag = "locks",
+    params(
+        ("name" = String, Path, description = "1 to 256 bytes of A-Z a-z 0-9 . _ : ~ -"),
+        ("ttl_ms" = Option<u64>, Query, description = "as the body field: the lease is renewed at a third of it while connected"),
+        ("wait_ms" = Option<u64>, Query, description = "as the body field"),
+        ("owner" = Option<String>, Query, description = "as the body field"),
+    ),
+    request_body(content = Option<GrantRequest>, description = "May be empty: every field has a default"),
+    responses(
+        (status = 200, content_type = "text/event-stream", body = String,
+            description = "The lease is held while the connection stays open. \
+Events: `queued` (`QueuedEvent`, while waiting), `granted` (`LeaseBody`), `heartbeat` (`LeaseBody`, after each renew at a third of the TTL), \
+then `lost` (`LostEvent`) or `failed` (`ErrorBody`: held after `wait_ms`, no quorum), after which the stream ends. \
+Closing the connection revokes the lease at once."),
+        (status = 400, description = "`invalid_request`: a field, before any stream; an Idempotency-Key (closing the stream revokes its lease, so there is nothing to retry)", body = ErrorBody),
+        (status = 503, description = "`shutting_down`: the replica is stopping", body = ErrorBody),
+    )
+)]
+pub async fn hold(
+    State(state): State<AppState>,
+    LockPath(name): LockPath,
+    headers: HeaderMap,
+    Fields(req): Fields<GrantRequest>,
+) -> Result<Response, ApiError> {
+    let grant = (req.ttl_ms, req.wait_ms, req.owner.as_deref());
+    hold_stream(&state, name, grant, &headers, stream::Held::Lock)
 }
 
 /// A grant's fields: `ttl_ms`, `wait_ms`, and the owner text (a leader's value).
@@ -90,30 +120,27 @@ pub(super) fn idempotency_key(
 }
 
 /// Grant `name` and answer 201 with `body` of the lease and its `Location`, or, when the
-/// client asked for a stream, hold it while the connection lives. Shared by locks and
-/// elections, which differ in the lease's body and the stream's grant event.
+/// client asked for a stream (`Accept: text/event-stream`), hold it while the connection
+/// lives. Shared by locks and elections, which differ in the lease's body and the stream's
+/// grant event.
 pub(super) async fn grant_or_hold(
     state: &AppState,
     name: crate::lease::LockName,
-    (ttl_ms, wait_ms, owner): GrantFields<'_>,
-    key: Option<GrantKey>,
-    accept: &HeaderMap,
+    fields: GrantFields<'_>,
+    headers: &HeaderMap,
+    caller: Option<&Caller>,
     held: stream::Held,
     body: impl FnOnce(&crate::lease::Lease) -> Response,
 ) -> Result<Response, ApiError> {
+    if stream::wants_stream(headers) {
+        return hold_stream(state, name, fields, headers, held);
+    }
+    let (ttl_ms, wait_ms, owner) = fields;
     let policy = LeasePolicy::from(state.settings.leases);
     let ttl = policy.ttl(ttl_ms)?;
     let wait = policy.wait(wait_ms)?;
     let owner = owner.map(Owner::parse).transpose()?;
-    if stream::wants_stream(accept) {
-        if key.is_some() {
-            return Err(ApiError::Invalid(
-                "Idempotency-Key does not apply to a held stream: closing the stream revokes its lease".into(),
-            ));
-        }
-        let events = state.service.hold(name, ttl, wait, owner)?;
-        return Ok(stream::hold(held, events).into_response());
-    }
+    let key = idempotency_key(headers, caller)?;
     let lease = state
         .service
         .grant_keyed(name, ttl, wait, owner, key)
@@ -129,6 +156,29 @@ pub(super) async fn grant_or_hold(
         response.headers_mut().insert(header::LOCATION, value);
     }
     Ok(response)
+}
+
+/// Hold `name` while the connection lives, answering an event stream. A held stream takes
+/// no Idempotency-Key: closing it revokes its lease, so there is nothing to retry.
+pub(super) fn hold_stream(
+    state: &AppState,
+    name: crate::lease::LockName,
+    (ttl_ms, wait_ms, owner): GrantFields<'_>,
+    headers: &HeaderMap,
+    held: stream::Held,
+) -> Result<Response, ApiError> {
+    let policy = LeasePolicy::from(state.settings.leases);
+    let ttl = policy.ttl(ttl_ms)?;
+    let wait = policy.wait(wait_ms)?;
+    let owner = owner.map(Owner::parse).transpose()?;
+    if headers.contains_key("idempotency-key") {
+        return Err(ApiError::Invalid(
+            "Idempotency-Key does not apply to a held stream: closing the stream revokes its lease"
+                .into(),
+        ));
+    }
+    let events = state.service.hold(name, ttl, wait, owner)?;
+    Ok(stream::hold(held, events).into_response())
 }
 
 /// Renew a lease: extend its TTL. The lease id and fencing token stay the same.

@@ -61,13 +61,13 @@ fn kind_of(route: Option<&str>) -> &'static str {
 fn op_of(method: &axum::http::Method, route: &str) -> Option<Op> {
     use axum::http::Method;
     Some(match (method, route) {
-        (&Method::POST, "/locks/{name}") => Op::Grant,
+        (&Method::POST, "/locks/{name}" | "/locks/{name}/hold") => Op::Grant,
         (&Method::GET, "/locks/{name}") => Op::Inspect,
         (&Method::PUT, "/locks/{name}/leases/{lease_id}") => Op::Renew,
         (&Method::DELETE, "/locks/{name}/leases/{lease_id}") => Op::Revoke,
         (&Method::GET, "/locks/{name}/leases/{lease_id}") => Op::Check,
         (&Method::GET, "/locks") => Op::List,
-        (&Method::POST, "/elections/{name}") => Op::Campaign,
+        (&Method::POST, "/elections/{name}" | "/elections/{name}/hold") => Op::Campaign,
         (&Method::GET, "/elections/{name}") => Op::Leader,
         (&Method::GET, "/elections/{name}/observe") => Op::Observe,
         (&Method::PUT, "/elections/{name}/leases/{lease_id}") => Op::Proclaim,

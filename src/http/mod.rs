@@ -74,12 +74,14 @@ pub fn routes() -> (Router<AppState>, utoipa::openapi::OpenApi) {
             handlers::inspect,
             handlers::force_release
         ))
+        .routes(routes!(handlers::hold))
         .routes(routes!(handlers::renew, handlers::revoke, handlers::check))
         .routes(routes!(
             elections::campaign,
             elections::leader,
             elections::depose
         ))
+        .routes(routes!(elections::campaign_held))
         .routes(routes!(elections::observe))
         .routes(routes!(elections::proclaim, elections::resign))
         .routes(routes!(handlers::healthz))

@@ -633,6 +633,13 @@ enum StreamBody {
 impl Call<'_> {
     /// Send the request asking for an event stream (`Accept: text/event-stream`).
     pub async fn stream(self) -> EventStream {
+        self.header("accept", "text/event-stream")
+            .send_stream()
+            .await
+    }
+
+    /// Send the request as it is and read the answer as an event stream.
+    pub async fn send_stream(self) -> EventStream {
         let Some(router) = self.app.router.clone() else {
             let mut request = self
                 .app
@@ -642,13 +649,12 @@ impl Call<'_> {
             for (k, v) in &self.headers {
                 request = request.header(k, v);
             }
-            return EventStream::open(request).await;
+            return EventStream::read(request.send().await.expect("stream request"));
         };
         use tower::ServiceExt as _;
         let mut request = axum::http::Request::builder()
             .method(self.method.as_str())
-            .uri(&self.path)
-            .header("accept", "text/event-stream");
+            .uri(&self.path);
         for (k, v) in &self.headers {
             request = request.header(k, v);
         }
@@ -677,6 +683,11 @@ impl EventStream {
             .send()
             .await
             .expect("stream request");
+        Self::read(response)
+    }
+
+    /// Read `response` as an event stream.
+    fn read(response: reqwest::Response) -> Self {
         Self {
             status: response.status().as_u16(),
             encoding: response

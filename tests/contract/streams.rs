@@ -119,3 +119,39 @@ async fn stopping_tells_holders_and_observers() {
     assert_eq!(watcher.expect("closed").await["reason"], "shutting_down");
     assert!(watcher.next().await.is_none());
 }
+
+#[tokio::test]
+async fn the_hold_operations_stream_without_an_accept_header() {
+    let app = TestApp::embedded().await;
+    let mut held = app
+        .call("POST", "/locks/h/hold")
+        .json(&json!({"ttl_ms": 30_000, "owner": "w"}))
+        .send_stream()
+        .await;
+    assert_eq!(held.status, 200);
+    let granted = held.expect("granted").await;
+    assert_eq!(granted["owner"], "w");
+    assert_eq!(app.inspect("h").await.1["held"], true);
+    let mut leading = app
+        .call("POST", "/elections/h/hold?value=me")
+        .send_stream()
+        .await;
+    assert_eq!(leading.status, 200);
+    let elected = leading.expect("elected").await;
+    assert_eq!(elected["value"], "me");
+    assert!(elected["term"].as_u64().is_some(), "{elected}");
+    drop(held);
+    drop(leading);
+    // Nothing to retry on a stream: a key is refused, before anything is held.
+    for path in ["/locks/k/hold", "/elections/k/hold"] {
+        let refused = app
+            .call("POST", path)
+            .header("Idempotency-Key", "k-1")
+            .send()
+            .await;
+        assert_eq!(refused.status, 400, "{path}: {}", refused.text);
+        assert_eq!(refused.json()["error"], "invalid_request");
+    }
+    assert_eq!(app.inspect("k").await.1["held"], false);
+    assert_eq!(app.get("/elections/k").await.1["vacant"], true);
+}
