@@ -42,10 +42,12 @@ use std::time::{Duration, Instant};
 
 use common::RedisMaster;
 use futures::future::join_all;
-use redlockd::lease::{Events, LeasePolicy, LeaseService, LockName};
+use redlockd::lease::{Events, LeasePolicy, LeaseService};
 use redlockd::metrics::Metrics;
-use redlockd::redlock::node::{Acquired, Ending, LockKey, LockNode, Owned};
+use redlockd::model::LockKey;
+use redlockd::model::LockName;
 use redlockd::redlock::{EngineConfig, Redlock};
+use redlockd::store::node::{Acquired, Ending, LockNode, Owned};
 use redlockd::store::redis::RedisNode;
 use serde_json::{Value, json};
 use tokio::sync::Mutex;

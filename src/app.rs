@@ -17,10 +17,10 @@ use crate::config::{Backend, Config, Settings};
 use crate::http::{self, AppState};
 use crate::lease::{Events, LeaseService, LockEvent};
 use crate::metrics::Metrics;
-use crate::redlock::node::LockNode;
-use crate::redlock::node::{Announcement, Listener};
 use crate::redlock::{EngineConfig, Redlock};
 use crate::store::memory::MemoryNode;
+use crate::store::node::LockNode;
+use crate::store::node::{Announcement, Listener};
 use crate::store::redis::RedisNode;
 
 pub struct App {

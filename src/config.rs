@@ -11,6 +11,8 @@ use std::time::Duration;
 
 use clap::{Args, Parser, ValueEnum};
 
+use crate::model::MIN_TTL_MS;
+
 /// The configuration as given: raw values from flags and the environment. `settings()`
 /// parses it. `Debug` is not derived: the Redis URLs may carry passwords.
 #[derive(Clone, Args)]
@@ -136,9 +138,6 @@ pub enum LogFormat {
     Text,
     Json,
 }
-
-/// The smallest TTL the contract accepts, in ms.
-pub const MIN_TTL_MS: u64 = 100;
 
 /// The contract's default bounds of `ttl_ms` and `wait_ms` (REDLOCKD_MAX_TTL_MS and
 /// REDLOCKD_MAX_WAIT_MS change them): the committed OpenAPI document states these, a

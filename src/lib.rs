@@ -11,6 +11,10 @@
 //!   implementations: Redis (Lua scripts) and the in-process memory node (the embedded
 //!   store and the fault-injection target).
 //!
+//! Under them all, `model` is the vocabulary every layer names as it is: lock names and
+//! keys (kind + name), lease ids, fencing tokens, owners, Idempotency-Key records, and the
+//! reports about masters; no layer re-exports another's items.
+//!
 //! Each layer names only the ones below it (`tests/domain/layers.rs` holds them to it). `wire`
 //! holds the contract's bodies, shared by the server and Rust clients; `config` is the one
 //! typed configuration of the server and `cli` the command line's grammar; `client` is the client side of the contract (the
@@ -26,6 +30,7 @@ pub mod http;
 pub mod lease;
 pub mod logging;
 pub mod metrics;
+pub mod model;
 pub mod redlock;
 pub mod store;
 pub mod telemetry;

@@ -19,7 +19,7 @@ use tokio::time::{Instant, sleep_until, timeout_at};
 
 use super::{Failure, Repeat, Servers, idempotency_key, lock_path};
 use crate::cli::LockArgs;
-use crate::config::MIN_TTL_MS;
+use crate::model::MIN_TTL_MS;
 use crate::wire::{GrantRequest, LeaseBody, RenewRequest};
 
 /// The exit statuses of `redlockd lock` other than the command's own.

@@ -8,14 +8,16 @@ use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 
 use super::AppState;
-use super::error::{ApiError, ErrorBody};
+use super::error::ApiError;
 use super::extract::{ElectionLeasePath, ElectionPath, Fields};
 use super::handlers::{grant_or_hold, hold_stream, remove_holder};
 use super::stream;
-use super::types::{CampaignRequest, ElectionLease, Leader, NoFields, ProclaimRequest};
 use crate::auth::Caller;
-use crate::lease::{LeasePolicy, Owner};
+use crate::lease::LeasePolicy;
+use crate::model::Owner;
+use crate::wire::ErrorBody;
 use crate::wire::ForceReleased;
+use crate::wire::{CampaignRequest, ElectionLease, Leader, NoFields, ProclaimRequest};
 use axum::Extension;
 
 /// Campaign: become the leader with a value, waiting like a grant.

@@ -7,8 +7,9 @@ use axum::Json;
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 
-use crate::lease::{InvalidInput, LeaseError, MasterFailure};
-pub use crate::wire::{ErrorBody, MasterError};
+use crate::lease::LeaseError;
+use crate::model::{InvalidInput, MasterFailure};
+use crate::wire::{ErrorBody, MasterError};
 
 impl From<&MasterFailure> for MasterError {
     fn from(f: &MasterFailure) -> Self {
@@ -204,7 +205,7 @@ impl ApiError {
         ErrorBody {
             error: self.code().to_owned(),
             message: self.to_string(),
-            retry_after_ms: self.retry_after().map(crate::lease::millis),
+            retry_after_ms: self.retry_after().map(crate::model::millis),
             masters,
         }
     }

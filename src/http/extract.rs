@@ -9,7 +9,7 @@ use serde::de::DeserializeOwned;
 use super::error::ApiError;
 use super::types::parse_fields;
 use crate::auth::Caller;
-use crate::lease::{LeaseId, LockName};
+use crate::model::{LeaseId, LockName};
 
 /// The parsed name, if the caller's token may use it (always, without authentication).
 fn in_scope(parts: &Parts, name: LockName) -> Result<LockName, ApiError> {
@@ -40,7 +40,7 @@ pub struct ElectionLeasePath(pub LockName, pub LeaseId);
 pub struct Fields<T>(pub T);
 
 /// How a route's `{name}` is parsed: a lock's or an election's.
-type ParseName = fn(&str) -> Result<LockName, crate::lease::InvalidInput>;
+type ParseName = fn(&str) -> Result<LockName, crate::model::InvalidInput>;
 
 /// The `{name}` of a route, parsed by `parse` and within the caller's prefixes.
 async fn name<S: Send + Sync>(

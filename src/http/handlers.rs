@@ -7,16 +7,18 @@ use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 
 use super::AppState;
-use super::error::{ApiError, ErrorBody};
+use super::error::ApiError;
 use super::extract::{Fields, LeasePath, LockPath};
 use super::stream;
-use super::types::{
+use crate::auth::Caller;
+use crate::lease::LeasePolicy;
+use crate::model::{GrantKey, IdempotencyKey, NamePrefix, Owner};
+use crate::wire::ErrorBody;
+use crate::wire::ForceReleased;
+use crate::wire::{
     GrantRequest, Health, LeaseBody, ListQuery, LockEntry, LockList, LockStatus, NoFields,
     Readiness, RenewRequest,
 };
-use crate::auth::Caller;
-use crate::lease::{GrantKey, IdempotencyKey, LeasePolicy, NamePrefix, Owner};
-use crate::wire::ForceReleased;
 use axum::Extension;
 
 /// Largest `limit` of a list call, and the default.
@@ -125,7 +127,7 @@ pub(super) fn idempotency_key(
 /// grant event.
 pub(super) async fn grant_or_hold(
     state: &AppState,
-    name: crate::lease::LockName,
+    name: crate::model::LockName,
     fields: GrantFields<'_>,
     headers: &HeaderMap,
     caller: Option<&Caller>,
@@ -162,7 +164,7 @@ pub(super) async fn grant_or_hold(
 /// no Idempotency-Key: closing it revokes its lease, so there is nothing to retry.
 pub(super) fn hold_stream(
     state: &AppState,
-    name: crate::lease::LockName,
+    name: crate::model::LockName,
     (ttl_ms, wait_ms, owner): GrantFields<'_>,
     headers: &HeaderMap,
     held: stream::Held,
@@ -293,7 +295,7 @@ pub async fn force_release(
 pub(super) async fn remove_holder(
     state: &AppState,
     caller: Option<&Caller>,
-    name: crate::lease::LockName,
+    name: crate::model::LockName,
 ) -> Result<Json<ForceReleased>, ApiError> {
     let removed = state.service.force_release(&name).await?;
     let by = caller.map_or("anonymous (no REDLOCKD_AUTH_FILE)", |c| &*c.name);

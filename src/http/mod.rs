@@ -111,7 +111,7 @@ fn render(doc: &utoipa::openapi::OpenApi, max_ttl_ms: u64, max_wait_ms: u64) -> 
 /// request bodies that may be absent (not `null`). `tests/contract/conformance.rs` holds the
 /// result to what the router answers.
 fn constrain(doc: &mut serde_json::Value, max_ttl_ms: u64, max_wait_ms: u64) {
-    use crate::lease::{
+    use crate::model::{
         MAX_IDEMPOTENCY_KEY_BYTES, MAX_LEASE_ID_LEN, MAX_NAME_BYTES, MAX_OWNER_BYTES, MIN_TTL_MS,
     };
     use serde_json::json;

@@ -17,8 +17,8 @@ use serde::Serialize;
 use tokio::sync::mpsc;
 
 use super::error::ApiError;
-use super::types::{ElectionLease, LeaderEvent, LeaseBody};
 use crate::lease::{HoldEvent, LeaderChange, Lease};
+use crate::wire::{ElectionLease, LeaderEvent, LeaseBody};
 use crate::wire::{LostEvent, QueuedEvent};
 
 /// A comment line this often keeps proxies from closing a quiet stream (heartbeats come

@@ -8,12 +8,9 @@ use serde::de::DeserializeOwned;
 use serde_json::{Map, Value};
 
 use super::error::ApiError;
-use crate::lease::{Lease, LockHolder, MasterStatus, millis as ms_of};
-pub use crate::wire::{
-    CampaignRequest, ElectionLease, GrantRequest, Health, Leader, LeaderEvent, LeaseBody,
-    ListQuery, LockEntry, LockList, LockStatus, MasterReport, NoFields, ProclaimRequest, Readiness,
-    RenewRequest,
-};
+use crate::lease::{Lease, LockHolder};
+use crate::model::{MasterStatus, millis as ms_of};
+use crate::wire::{ElectionLease, Leader, LeaseBody, LockEntry, LockStatus, MasterReport};
 
 /// An RFC 3339 time in UTC with milliseconds.
 pub fn rfc3339(t: SystemTime) -> String {
@@ -145,6 +142,7 @@ pub fn parse_fields<T: DeserializeOwned>(query: Option<&str>, body: &[u8]) -> Re
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::wire::GrantRequest;
 
     #[test]
     fn fields_come_from_the_body_or_the_query() {

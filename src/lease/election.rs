@@ -15,8 +15,9 @@ use std::time::Duration;
 use tokio::sync::mpsc;
 use tokio::time::{Instant, sleep_until};
 
-use super::{LeaseError, LeaseService, LockName};
+use super::{LeaseError, LeaseService};
 use crate::metrics::StreamKind;
+use crate::model::LockName;
 
 /// Changes an observer may have waiting. One that falls further behind is cut off (its
 /// stream ends) rather than buffered for: on reconnecting it is told the current leader.

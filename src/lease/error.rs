@@ -3,8 +3,8 @@
 
 use std::time::Duration;
 
+use crate::model::Unavailability;
 use crate::redlock::EngineError;
-pub use crate::redlock::{MasterFailure, Unavailability};
 
 /// How long a grant that kept meeting split votes is told to wait: contenders release what
 /// they won at once, so the lock is about to be free.

@@ -12,8 +12,9 @@ use tokio::sync::mpsc;
 use tokio::time::{Instant, sleep_until, timeout, timeout_at};
 
 use super::events::{LockEvent, Observed};
-use super::{Lease, LeaseError, LeaseService, LockName, Owner, Ttl, WaitTime};
+use super::{Lease, LeaseError, LeaseService, Ttl, WaitTime};
 use crate::metrics::StreamKind;
+use crate::model::{LockName, Owner};
 
 /// Events a held stream may have waiting for a slow reader. Heartbeats beyond it are
 /// dropped (the next one says the same, newer), so a client that never reads costs a

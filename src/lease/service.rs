@@ -12,11 +12,14 @@ use tokio_util::task::TaskTracker;
 
 use super::LeaseError;
 use super::events::{Events, LockEvent};
-use super::{FencingToken, GrantKey, LeaseId, LockName, NamePrefix, Owner, Ttl, WaitTime};
+use super::{Ttl, WaitTime};
 use crate::config::Caps;
 use crate::metrics::Metrics;
-use crate::redlock::node::{Idem, Kind, News};
-use crate::redlock::{EngineError, Holder, Leased, MasterStatus, Redlock, Unavailability};
+use crate::model::News;
+use crate::model::{FencingToken, GrantKey, LeaseId, LockName, NamePrefix, Owner};
+use crate::model::{Idem, Kind};
+use crate::model::{MasterStatus, Unavailability};
+use crate::redlock::{EngineError, Holder, Leased, Redlock};
 
 /// A lease as the service hands it to the HTTP layer.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -24,7 +24,8 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use crate::metrics::Metrics;
-use crate::store::node::{Acquired, Ending, LockKey, LockNode, NodeError, NodeResult};
+use crate::model::LockKey;
+use crate::store::node::{Acquired, Ending, LockNode, NodeError, NodeResult};
 
 /// How much work one master's backlog may hold; past it new work is refused (counted in
 /// `redlockd_master_backlog_dropped_total`) and the keys concerned expire at their TTL.

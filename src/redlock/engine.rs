@@ -19,9 +19,9 @@ use futures::stream::FuturesUnordered;
 use super::backlog::{Backlog, Job};
 use super::health::Monitor;
 use super::quorum::{self, GrantOutcome, OwnedOutcome, ReadOutcome, ReleaseOutcome};
-use crate::store::node::{
-    Acquired, Ending, Idem, Kind, LockKey, LockNode, News, NodeError, NodeResult,
-};
+use crate::model::News;
+use crate::model::{Idem, Kind, LockKey, MasterFailure, Unavailability, millis};
+use crate::store::node::{Acquired, Ending, LockNode, NodeError, NodeResult};
 
 use crate::metrics::Metrics;
 
@@ -74,39 +74,12 @@ pub enum EngineError {
     Unavailable(Unavailability),
 }
 
-/// Why a step could not be done on a majority: in words, and what each master that did not
-/// take part said (classified, never collapsed), down to the 503 body.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Unavailability {
-    pub reason: String,
-    pub masters: Vec<MasterFailure>,
-}
-
-impl Unavailability {
-    fn of(reason: impl Into<String>, masters: Vec<MasterFailure>) -> EngineError {
-        EngineError::Unavailable(Self {
-            reason: reason.into(),
-            masters,
-        })
-    }
-
-    /// Unavailable for `reason`, with no master to blame (shutdown, a timeout of our own).
-    pub fn because(reason: impl Into<String>) -> Self {
-        Self {
-            reason: reason.into(),
-            masters: Vec::new(),
-        }
-    }
-}
-
-/// One master that failed a step, and how.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct MasterFailure {
-    /// The master's address, without credentials.
-    pub address: String,
-    /// `timeout`, `connection`, `script`, `amnesic` (lost its data, not voting), `other`,
-    /// or `no_answer` (still pending when the step was decided).
-    pub kind: &'static str,
+/// Unavailable for `reason`, blaming `masters`.
+fn unavailable(reason: impl Into<String>, masters: Vec<MasterFailure>) -> EngineError {
+    EngineError::Unavailable(Unavailability {
+        reason: reason.into(),
+        masters,
+    })
 }
 
 /// A lease as the masters agree on it at the end of a step.
@@ -486,7 +459,7 @@ impl Redlock {
             Some(GrantOutcome::Unavailable) | None => {
                 drop(stragglers);
                 self.abandon(&key, &lease, ttl, idem.as_deref()).await;
-                return Err(Unavailability::of(
+                return Err(unavailable(
                     "fewer than a majority of masters granted the lock",
                     failures,
                 ));
@@ -509,7 +482,7 @@ impl Redlock {
             && let Err(failures) = self.confirm(&key, &lease, token).await
         {
             self.abandon(&key, &lease, ttl, idem.as_deref()).await;
-            return Err(Unavailability::of(
+            return Err(unavailable(
                 "could not record the fencing token on a majority of masters",
                 failures,
             ));
@@ -519,7 +492,7 @@ impl Redlock {
         let elapsed = at - started;
         let Some(validity) = quorum::validity(ttl, elapsed, self.config.drift_factor) else {
             self.abandon(&key, &lease, ttl, idem.as_deref()).await;
-            return Err(Unavailability::of(
+            return Err(unavailable(
                 format!(
                     "the masters took {} ms, leaving no validity of a {} ms TTL",
                     elapsed.as_millis(),
@@ -684,14 +657,14 @@ impl Redlock {
                 return Err(EngineError::NotFound);
             }
             Some(OwnedOutcome::Unavailable) | None => {
-                return Err(Unavailability::of(
+                return Err(unavailable(
                     "fewer than a majority of masters renewed the lease",
                     failures,
                 ));
             }
         };
         let Some(agreed) = quorum::agree(&holdings, self.nodes.len()) else {
-            return Err(Unavailability::of(
+            return Err(unavailable(
                 "the masters disagree about this lease's fencing token",
                 failures,
             ));
@@ -700,7 +673,7 @@ impl Redlock {
         let at = Instant::now();
         let elapsed = at - started;
         let validity = quorum::validity(ttl, elapsed, self.config.drift_factor)
-            .ok_or_else(|| Unavailability::of("renewal took longer than the TTL", failures))?;
+            .ok_or_else(|| unavailable("renewal took longer than the TTL", failures))?;
         Ok(Leased {
             token: agreed.token,
             ttl,
@@ -727,7 +700,7 @@ impl Redlock {
         match outcome {
             Some(ReleaseOutcome::Released) => Ok(()),
             Some(ReleaseOutcome::NotFound) => Err(EngineError::NotFound),
-            Some(ReleaseOutcome::Unavailable) | None => Err(Unavailability::of(
+            Some(ReleaseOutcome::Unavailable) | None => Err(unavailable(
                 "could not confirm the release on a majority of masters",
                 failures,
             )),
@@ -757,7 +730,7 @@ impl Redlock {
         match outcome {
             Some(ReadOutcome::Held(agreed)) => Ok((Some(agreed), started.elapsed())),
             Some(ReadOutcome::Free) => Ok((None, started.elapsed())),
-            Some(ReadOutcome::Unavailable) | None => Err(Unavailability::of(
+            Some(ReadOutcome::Unavailable) | None => Err(unavailable(
                 "fewer than a majority of masters answered, or they disagree",
                 failures,
             )),
@@ -836,10 +809,8 @@ impl Redlock {
             )
             .await;
         let pages = outcome.unwrap_or_default();
-        let quorum::Merged { held, next } =
-            quorum::merge_pages(&pages, limit).ok_or_else(|| {
-                Unavailability::of("fewer than a majority of masters answered", failures)
-            })?;
+        let quorum::Merged { held, next } = quorum::merge_pages(&pages, limit)
+            .ok_or_else(|| unavailable("fewer than a majority of masters answered", failures))?;
         let elapsed = started.elapsed();
         let holders = held
             .into_iter()
@@ -857,10 +828,4 @@ impl Redlock {
 /// A `decide` for steps that need every master's answer (or its timeout).
 fn all_answers<T: Clone>(replies: &[Option<NodeResult<T>>]) -> Option<Vec<NodeResult<T>>> {
     replies.iter().map(Option::clone).collect()
-}
-
-/// A duration in whole milliseconds, as the contract and the masters count them
-/// (saturating): the one conversion every layer uses.
-pub fn millis(d: Duration) -> u64 {
-    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
 }

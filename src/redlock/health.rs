@@ -32,6 +32,7 @@ use tokio_util::sync::CancellationToken;
 use super::EngineConfig;
 use super::quorum;
 use crate::metrics::Metrics;
+use crate::model::MasterStatus;
 use crate::store::clock_floor;
 use crate::store::node::{LockNode, NodeError, NodeResult, Probe};
 
@@ -44,18 +45,6 @@ const FAST_PROBE_INTERVAL: Duration = Duration::from_millis(100);
 /// How long an unverified master waits before a probe may verify it: time for every
 /// replica that knew its counter to have recorded that on the other masters.
 const VERIFY_AFTER: Duration = Duration::from_millis(300);
-
-/// A master as `/readyz` shows it.
-#[derive(Debug, Clone, PartialEq)]
-pub struct MasterStatus {
-    pub address: String,
-    pub up: bool,
-    pub latency: Option<Duration>,
-    /// Whether its answers count towards a majority: it answers and is not quarantined.
-    pub voting: bool,
-    /// Set while the master is quarantined: when it will vote again at the earliest.
-    pub quarantined_until: Option<SystemTime>,
-}
 
 #[derive(Debug, Default)]
 struct NodeState {

@@ -13,9 +13,5 @@ mod engine;
 pub mod health;
 pub mod quorum;
 
-/// The masters' contract, which the engine fans out over (defined with the masters).
-pub use crate::store::node;
-pub use engine::{
-    EngineConfig, EngineError, Holder, Leased, MasterFailure, Redlock, Unavailability, millis,
-};
-pub use health::{MasterStatus, Monitor};
+pub use engine::{EngineConfig, EngineError, Holder, Leased, Redlock};
+pub use health::Monitor;

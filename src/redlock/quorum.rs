@@ -372,7 +372,7 @@ fn agree_on_token(holders: &[&Holding], q: usize) -> Option<u64> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::redlock::node::{NodeError, Owned};
+    use crate::store::node::{NodeError, Owned};
 
     fn ms(v: u64) -> Duration {
         Duration::from_millis(v)

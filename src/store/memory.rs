@@ -16,9 +16,9 @@ use async_trait::async_trait;
 use tokio::time::Instant;
 
 use super::node::{
-    Acquired, Ending, Holding, Idem, Kind, ListPage, LockKey, LockNode, NodeError, NodeResult,
-    Owned, Probe,
+    Acquired, Ending, Holding, ListPage, LockNode, NodeError, NodeResult, Owned, Probe,
 };
+use crate::model::{Idem, Kind, LockKey};
 
 /// How a memory node misbehaves.
 #[derive(Debug, Clone, Copy, Default, PartialEq)]

@@ -9,80 +9,7 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 
-/// The kinds of lock the masters hold. Each kind has a key space of its own on every
-/// master, so that no primitive can ever collide with a user's lock of the same name, and
-/// a node operation always says which kind it acts on. The mutex (one holder at a time:
-/// the contract's locks) is the first; semaphore slots, read/write locks and elections
-/// are to get a variant each, with their own segment.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-#[non_exhaustive]
-pub enum Kind {
-    Mutex,
-    /// An election: one leader at a time, whose lease's token is its term and whose owner
-    /// text is its value.
-    Election,
-}
-
-impl Kind {
-    /// This kind's segment of the key space, after the configured prefix. The mutex's is
-    /// `lock:`, as every version of redlockd has written it, so that upgrades find the
-    /// locks held before them.
-    pub fn segment(self) -> &'static str {
-        match self {
-            Kind::Mutex => "lock:",
-            Kind::Election => "election:",
-        }
-    }
-
-    /// The name of this kind's index of held names (for listing), after the prefix.
-    pub fn index(self) -> &'static str {
-        match self {
-            Kind::Mutex => "names",
-            Kind::Election => "elections",
-        }
-    }
-}
-
-/// What a node operation acts on: a name in one kind's key space.
-#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct LockKey {
-    pub kind: Kind,
-    pub name: Arc<str>,
-}
-
-impl LockKey {
-    /// A mutex: the lock of the contract's `/locks/{name}`.
-    pub fn mutex(name: impl Into<Arc<str>>) -> Self {
-        Self {
-            kind: Kind::Mutex,
-            name: name.into(),
-        }
-    }
-
-    /// The election of `/elections/{name}`.
-    pub fn election(name: impl Into<Arc<str>>) -> Self {
-        Self {
-            kind: Kind::Election,
-            name: name.into(),
-        }
-    }
-
-    /// How announcements and the event bus name this key: a mutex by its bare name (as
-    /// every version of redlockd announces it), other kinds by a path no lock name can
-    /// spell (names have no `/`), so that an election never wakes a lock's waiters.
-    pub fn topic(&self) -> std::borrow::Cow<'_, str> {
-        match self.kind {
-            Kind::Mutex => std::borrow::Cow::Borrowed(&self.name),
-            Kind::Election => std::borrow::Cow::Owned(format!("/elections/{}", self.name)),
-        }
-    }
-}
-
-impl std::fmt::Display for LockKey {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(&self.name)
-    }
-}
+use crate::model::{Idem, Kind, LockKey, News};
 
 /// What one master holds for one lock, for one of its holders.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -111,23 +38,6 @@ pub enum Acquired {
     /// The key's lease held the lock here and has ended (revoked, or force-released): a
     /// retry must not lock again for a holder that has let go. Nothing was written.
     Ended,
-}
-
-/// What makes a grant idempotent on a master: the record its Idempotency-Key leaves there
-/// (named by a hash of the key, never the key itself) and the request it stands for. The
-/// lease id of such a grant is derived from both, so that a retry asks for the very lease
-/// the first attempt may have won, and acquire answers "granted" with that lease's token.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Idem {
-    /// Names the record: a hash of the caller's scope and the key.
-    pub record: String,
-    /// The request the key was first used for (kind, name, TTL, owner), hashed.
-    pub fingerprint: String,
-    /// This attempt's nonce, which the engine sets for each attempt of each retry (callers
-    /// leave it empty): the hold notes which attempt made it and which last answered for
-    /// it, so that undoing a failed attempt never takes away a hold a concurrent attempt of
-    /// the same key counts on.
-    pub attempt: String,
 }
 
 /// How a lease's hold on one master ends.
@@ -256,25 +166,6 @@ pub enum Announcement<'a> {
     /// Announcements may have been missed (the subscription was re-established): whatever
     /// waits for one should look again.
     Missed,
-}
-
-/// What a replica announces through the masters besides releases.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum News {
-    /// A grant was decided on a majority.
-    Acquired,
-    /// A holder changed its owner text (a leader's value).
-    Proclaimed,
-}
-
-impl News {
-    /// The verb of the events channel's `<verb> <token> <name>`.
-    pub fn verb(self) -> &'static str {
-        match self {
-            News::Acquired => "acquired",
-            News::Proclaimed => "proclaimed",
-        }
-    }
 }
 
 /// Called with every announcement a master relays, so that waiting grants and observers

@@ -17,10 +17,12 @@ use redis::{Script, Value};
 use tokio_util::sync::CancellationToken;
 
 use super::node::{
-    Acquired, Announcement, Ending, Holding, Idem, Kind, ListPage, Listener, LockKey, LockNode,
-    News, NodeError, NodeResult, Owned, Probe,
+    Acquired, Announcement, Ending, Holding, ListPage, Listener, LockNode, NodeError, NodeResult,
+    Owned, Probe,
 };
 use crate::config::MasterUrl;
+use crate::model::News;
+use crate::model::{Idem, Kind, LockKey};
 
 macro_rules! script {
     ($name:ident, $file:literal) => {

@@ -6,9 +6,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use redlockd::metrics::Metrics;
-use redlockd::redlock::node::{Acquired, Ending, Idem, Kind, LockKey, LockNode, Owned};
+use redlockd::model::{Idem, Kind, LockKey};
 use redlockd::redlock::{EngineConfig, EngineError, Redlock};
 use redlockd::store::memory::{Fault, MemoryNode};
+use redlockd::store::node::{Acquired, Ending, LockNode, Owned};
 use tokio::time::Instant;
 
 const TIMEOUT: Duration = Duration::from_millis(50);
@@ -734,7 +735,8 @@ async fn simultaneous_minorities_are_a_split_not_a_holder() {
 
 #[tokio::test(start_paused = true)]
 async fn a_split_is_retried_and_never_answered_with_a_contenders_ttl() {
-    use redlockd::lease::{Events, LeasePolicy, LeaseService, LockName, WaitTime};
+    use redlockd::lease::{Events, LeasePolicy, LeaseService, WaitTime};
+    use redlockd::model::LockName;
     let policy = LeasePolicy::new(TTL, TTL, TTL);
     let ttl = policy.ttl(None).unwrap();
     let bed = bed(3).await;

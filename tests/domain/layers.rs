@@ -1,6 +1,8 @@
 //! The layers read top to bottom: http → lease → redlock → store, with wire, config and
-//! metrics below them, and app above all. A module that reaches up (or sideways past the
-//! layer below it) fails here, naming the file and the reference.
+//! metrics below them, `model` (the vocabulary) under everything, and app above all. A
+//! module that reaches up (or sideways past the layer below it) fails here, naming the
+//! file and the reference; so does a module that re-exports another's items (`pub use
+//! crate::…`), which would let a layer above name them through it.
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
@@ -9,19 +11,28 @@ use std::path::{Path, PathBuf};
 const ALLOWED: &[(&str, &[&str])] = &[
     (
         "http",
-        &["lease", "wire", "config", "metrics", "auth", "telemetry"],
+        &[
+            "lease",
+            "wire",
+            "config",
+            "metrics",
+            "auth",
+            "telemetry",
+            "model",
+        ],
     ),
     ("auth", &[]),
-    ("lease", &["redlock", "config", "metrics"]),
-    ("redlock", &["store", "metrics", "telemetry"]),
-    ("store", &["config"]),
-    ("client", &["wire", "config", "cli"]),
+    ("lease", &["redlock", "config", "metrics", "model"]),
+    ("redlock", &["store", "metrics", "telemetry", "model"]),
+    ("store", &["config", "model"]),
+    ("client", &["wire", "config", "cli", "model"]),
     ("cli", &["config"]),
-    ("wire", &[]),
-    ("config", &[]),
+    ("wire", &["model"]),
+    ("config", &["model"]),
     ("metrics", &[]),
     ("logging", &[]),
     ("telemetry", &[]),
+    ("model", &[]),
 ];
 
 fn sources(dir: &Path, out: &mut Vec<PathBuf>) {
@@ -86,6 +97,32 @@ fn no_module_reaches_up_or_past_the_layer_below_it() {
     assert!(
         wrong.is_empty(),
         "references against the layers:\n{}",
+        wrong.join("\n")
+    );
+}
+
+#[test]
+fn no_module_re_exports_another_modules_items() {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let mut files = Vec::new();
+    sources(&src, &mut files);
+    let mut wrong = Vec::new();
+    for file in &files {
+        let module = module_of(&src, file);
+        if matches!(module.as_str(), "lib" | "main" | "app") {
+            continue;
+        }
+        let text = std::fs::read_to_string(file).expect("read source");
+        for line in text
+            .lines()
+            .filter(|l| l.trim_start().starts_with("pub use crate::"))
+        {
+            wrong.push(format!("{}: {}", file.display(), line.trim()));
+        }
+    }
+    assert!(
+        wrong.is_empty(),
+        "re-exports of another module's items (name them where they live):\n{}",
         wrong.join("\n")
     );
 }

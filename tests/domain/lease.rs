@@ -6,13 +6,13 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use redlockd::lease::{
-    Events, Lease, LeaseError, LeasePolicy, LeaseService, LockName, Ttl, WaitTime,
-};
+use redlockd::lease::{Events, Lease, LeaseError, LeasePolicy, LeaseService, Ttl, WaitTime};
 use redlockd::metrics::Metrics;
-use redlockd::redlock::node::{LockKey, LockNode};
+use redlockd::model::LockKey;
+use redlockd::model::LockName;
 use redlockd::redlock::{EngineConfig, Redlock};
 use redlockd::store::memory::{Fault, MemoryNode};
+use redlockd::store::node::LockNode;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 

@@ -1,0 +1,517 @@
+//! The ground floor: the vocabulary every layer names as it is. What a client hands us,
+//! parsed once at the edge into types that cannot hold an invalid value (a `LockName` is
+//! always a valid name, a `LeaseId` always looks like one we could have minted), the key a
+//! lock has on the masters (its kind and name), the fencing token, the record that makes a
+//! grant idempotent, and the reports about masters that reach `/readyz` and 503 bodies.
+//!
+//! It names no other module of the crate: the HTTP edge, the lease service, the engine and
+//! the masters all speak it, so that no layer re-exports another's types.
+
+use std::fmt;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use base64::Engine as _;
+use rand::RngCore as _;
+use serde::Serialize;
+
+/// The smallest TTL the contract accepts, in ms.
+pub const MIN_TTL_MS: u64 = 100;
+
+/// A duration in whole milliseconds, as the contract and the masters count them
+/// (saturating): the one conversion every layer uses.
+pub fn millis(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
+}
+
+/// Why a value from a client was refused; the message is shown to the client as is.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct InvalidInput(pub String);
+
+/// A lock name: 1 to 256 bytes of `A-Z a-z 0-9 . _ : ~ -` (the contract's alphabet, which
+/// is also safe inside a Redis key, a glob pattern and a URL path segment unescaped), and
+/// the kind of lock it names: a `/locks/{name}` mutex or an `/elections/{name}` election,
+/// which never collide.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct LockName {
+    name: String,
+    kind: Kind,
+}
+
+impl Serialize for LockName {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&self.name)
+    }
+}
+
+/// Longest lock name and longest lock-name prefix, in bytes.
+pub const MAX_NAME_BYTES: usize = 256;
+
+fn is_name_byte(b: u8) -> bool {
+    b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b':' | b'~' | b'-')
+}
+
+impl LockName {
+    pub fn parse(raw: &str) -> Result<Self, InvalidInput> {
+        if raw.is_empty() || raw.len() > MAX_NAME_BYTES {
+            return Err(InvalidInput(format!(
+                "lock name must be 1 to {MAX_NAME_BYTES} bytes, got {}",
+                raw.len()
+            )));
+        }
+        check_alphabet(raw, "lock name")?;
+        Ok(Self {
+            name: raw.to_owned(),
+            kind: Kind::Mutex,
+        })
+    }
+
+    /// The name of an election (`/elections/{name}`), with the same alphabet.
+    pub fn election(raw: &str) -> Result<Self, InvalidInput> {
+        let mut name = Self::parse(raw)
+            .map_err(|e| InvalidInput(e.0.replace("lock name", "election name")))?;
+        name.kind = Kind::Election;
+        Ok(name)
+    }
+
+    /// The masters' key of this name.
+    pub fn key(&self) -> LockKey {
+        LockKey {
+            kind: self.kind,
+            name: self.name.as_str().into(),
+        }
+    }
+
+    /// What the event bus and the masters' announcements call it (see `LockKey::topic`).
+    pub fn topic(&self) -> std::borrow::Cow<'_, str> {
+        match self.kind {
+            Kind::Mutex => std::borrow::Cow::Borrowed(&self.name),
+            _ => std::borrow::Cow::Owned(self.key().topic().into_owned()),
+        }
+    }
+
+    pub fn is_election(&self) -> bool {
+        self.kind == Kind::Election
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.name
+    }
+
+    /// The metric label for this name: everything up to the first `:` or `.`, so that
+    /// `invoice:42` and `invoice:43` count as one class and no raw name becomes a label.
+    pub fn class(&self) -> &str {
+        self.name.split([':', '.']).next().unwrap_or(&self.name)
+    }
+}
+
+impl fmt::Display for LockName {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.name)
+    }
+}
+
+fn check_alphabet(raw: &str, what: &str) -> Result<(), InvalidInput> {
+    match raw.bytes().position(|b| !is_name_byte(b)) {
+        None => Ok(()),
+        Some(at) => Err(InvalidInput(format!(
+            "{what} may contain only A-Z a-z 0-9 . _ : ~ - (bad byte at offset {at})"
+        ))),
+    }
+}
+
+/// A prefix filter for listing locks: like a name, but may be empty.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct NamePrefix(String);
+
+impl NamePrefix {
+    pub fn parse(raw: &str) -> Result<Self, InvalidInput> {
+        if raw.len() > MAX_NAME_BYTES {
+            return Err(InvalidInput(format!(
+                "prefix must be at most {MAX_NAME_BYTES} bytes"
+            )));
+        }
+        check_alphabet(raw, "prefix")?;
+        Ok(Self(raw.to_owned()))
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+/// A lease id: 128 bits from a CSPRNG, base64url without padding.
+///
+/// Knowing it is what authorises renew and revoke, so it is never logged or shown by
+/// inspect; `Debug` prints a short prefix only.
+#[derive(Clone, PartialEq, Eq, Hash)]
+pub struct LeaseId(String);
+
+const LEASE_ID_BYTES: usize = 16;
+/// Ids we mint are 22 characters; parsing accepts up to 64 so that the format can grow.
+pub const MAX_LEASE_ID_LEN: usize = 64;
+
+impl LeaseId {
+    pub fn generate() -> Self {
+        let mut bytes = [0u8; LEASE_ID_BYTES];
+        // ThreadRng is a CSPRNG (ChaCha12) seeded and periodically reseeded from the OS.
+        rand::rng().fill_bytes(&mut bytes);
+        Self(base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(bytes))
+    }
+
+    pub fn parse(raw: &str) -> Result<Self, InvalidInput> {
+        let ok = !raw.is_empty()
+            && raw.len() <= MAX_LEASE_ID_LEN
+            && raw
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_');
+        if ok {
+            Ok(Self(raw.to_owned()))
+        } else {
+            Err(InvalidInput("malformed lease id".into()))
+        }
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Debug for LeaseId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let shown: String = self.0.chars().take(4).collect();
+        write!(f, "LeaseId({shown}…)")
+    }
+}
+
+/// The fencing token of a grant: strictly greater than every earlier grant of the same
+/// name, so the protected resource can refuse a holder whose lease has lapsed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+#[serde(transparent)]
+pub struct FencingToken(pub u64);
+
+/// Free text naming the holder, shown by inspect and list: at most 256 bytes, no control
+/// characters (it ends up in log lines). Shared, not copied, on its way to the masters.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(transparent)]
+pub struct Owner(Arc<str>);
+
+/// Longest owner, in bytes.
+pub const MAX_OWNER_BYTES: usize = 256;
+
+impl Owner {
+    pub fn parse(raw: &str) -> Result<Self, InvalidInput> {
+        if raw.len() > MAX_OWNER_BYTES {
+            return Err(InvalidInput(format!(
+                "owner must be at most {MAX_OWNER_BYTES} bytes"
+            )));
+        }
+        if raw.chars().any(char::is_control) {
+            return Err(InvalidInput(
+                "owner must not contain control characters".into(),
+            ));
+        }
+        Ok(Self(raw.into()))
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+
+    /// The text, shared.
+    pub fn shared(&self) -> Arc<str> {
+        self.0.clone()
+    }
+}
+
+/// An `Idempotency-Key`: 1 to 255 bytes of visible ASCII, chosen by the client for one
+/// grant and sent again with each retry of it (a random UUID is the usual choice). It is as
+/// secret as the lease it stands for: anyone who sends it again with the same request gets
+/// that lease. `Debug` shows no more than a lease id's does.
+#[derive(Clone, PartialEq, Eq)]
+pub struct IdempotencyKey(String);
+
+/// Longest Idempotency-Key, in bytes.
+pub const MAX_IDEMPOTENCY_KEY_BYTES: usize = 255;
+
+impl IdempotencyKey {
+    pub fn parse(raw: &str) -> Result<Self, InvalidInput> {
+        if raw.is_empty() || raw.len() > MAX_IDEMPOTENCY_KEY_BYTES {
+            return Err(InvalidInput(format!(
+                "Idempotency-Key must be 1 to {MAX_IDEMPOTENCY_KEY_BYTES} bytes"
+            )));
+        }
+        if !raw.bytes().all(|b| b.is_ascii_graphic()) {
+            return Err(InvalidInput(
+                "Idempotency-Key may contain only visible ASCII characters".into(),
+            ));
+        }
+        Ok(Self(raw.to_owned()))
+    }
+}
+
+impl fmt::Debug for IdempotencyKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("IdempotencyKey(…)")
+    }
+}
+
+/// A grant's Idempotency-Key in the scope of its caller (the token's name; empty without
+/// authentication): two callers' keys never meet.
+#[derive(Debug, Clone)]
+pub struct GrantKey {
+    scope: Arc<str>,
+    key: IdempotencyKey,
+}
+
+impl GrantKey {
+    pub fn new(scope: impl Into<Arc<str>>, key: IdempotencyKey) -> Self {
+        Self {
+            scope: scope.into(),
+            key,
+        }
+    }
+
+    /// The lease id a grant of `name` with these parameters gets, and what the masters
+    /// record for the key. Both are hashes: the key itself never reaches the masters, and
+    /// the lease id depends on the request, so that a key sent again with other parameters
+    /// asks for another lease (and meets the record's mismatch) instead of the first one.
+    pub fn derive(&self, name: &LockName, ttl: Duration, owner: Option<&str>) -> (LeaseId, Idem) {
+        use sha2::{Digest, Sha256};
+        let hash = |parts: &[&[u8]]| {
+            let mut h = Sha256::new();
+            for part in parts {
+                // Length-prefixed, so that no two different lists of parts hash alike.
+                h.update((part.len() as u64).to_be_bytes());
+                h.update(part);
+            }
+            h.finalize()
+        };
+        let kind = name.key().kind.segment().as_bytes();
+        let ttl_ms = millis(ttl).to_string();
+        let owner = owner.map(str::as_bytes);
+        let fingerprint = hex::encode(
+            &hash(&[
+                kind,
+                name.as_str().as_bytes(),
+                ttl_ms.as_bytes(),
+                owner.unwrap_or(b""),
+                if owner.is_some() { b"1" } else { b"0" },
+            ])[..16],
+        );
+        let scope = self.scope.as_bytes();
+        let key = self.key.0.as_bytes();
+        let record = b64(&hash(&[b"record", scope, key])[..18]);
+        let lease = hash(&[b"lease", scope, key, fingerprint.as_bytes()]);
+        let lease = LeaseId(b64(&lease[..LEASE_ID_BYTES]));
+        (
+            lease,
+            Idem {
+                record,
+                fingerprint,
+                attempt: String::new(),
+            },
+        )
+    }
+}
+
+fn b64(bytes: &[u8]) -> String {
+    base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(bytes)
+}
+
+/// The kinds of lock the masters hold. Each kind has a key space of its own on every
+/// master, so that no primitive can ever collide with a user's lock of the same name, and
+/// a node operation always says which kind it acts on. The mutex (one holder at a time:
+/// the contract's locks) is the first; semaphore slots, read/write locks and elections
+/// are to get a variant each, with their own segment.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[non_exhaustive]
+pub enum Kind {
+    Mutex,
+    /// An election: one leader at a time, whose lease's token is its term and whose owner
+    /// text is its value.
+    Election,
+}
+
+impl Kind {
+    /// This kind's segment of the key space, after the configured prefix. The mutex's is
+    /// `lock:`, as every version of redlockd has written it, so that upgrades find the
+    /// locks held before them.
+    pub fn segment(self) -> &'static str {
+        match self {
+            Kind::Mutex => "lock:",
+            Kind::Election => "election:",
+        }
+    }
+
+    /// The name of this kind's index of held names (for listing), after the prefix.
+    pub fn index(self) -> &'static str {
+        match self {
+            Kind::Mutex => "names",
+            Kind::Election => "elections",
+        }
+    }
+}
+
+/// What a node operation acts on: a name in one kind's key space.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct LockKey {
+    pub kind: Kind,
+    pub name: Arc<str>,
+}
+
+impl LockKey {
+    /// A mutex: the lock of the contract's `/locks/{name}`.
+    pub fn mutex(name: impl Into<Arc<str>>) -> Self {
+        Self {
+            kind: Kind::Mutex,
+            name: name.into(),
+        }
+    }
+
+    /// The election of `/elections/{name}`.
+    pub fn election(name: impl Into<Arc<str>>) -> Self {
+        Self {
+            kind: Kind::Election,
+            name: name.into(),
+        }
+    }
+
+    /// How announcements and the event bus name this key: a mutex by its bare name (as
+    /// every version of redlockd announces it), other kinds by a path no lock name can
+    /// spell (names have no `/`), so that an election never wakes a lock's waiters.
+    pub fn topic(&self) -> std::borrow::Cow<'_, str> {
+        match self.kind {
+            Kind::Mutex => std::borrow::Cow::Borrowed(&self.name),
+            Kind::Election => std::borrow::Cow::Owned(format!("/elections/{}", self.name)),
+        }
+    }
+}
+
+impl std::fmt::Display for LockKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.name)
+    }
+}
+
+/// What makes a grant idempotent on a master: the record its Idempotency-Key leaves there
+/// (named by a hash of the key, never the key itself) and the request it stands for. The
+/// lease id of such a grant is derived from both, so that a retry asks for the very lease
+/// the first attempt may have won, and acquire answers "granted" with that lease's token.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Idem {
+    /// Names the record: a hash of the caller's scope and the key.
+    pub record: String,
+    /// The request the key was first used for (kind, name, TTL, owner), hashed.
+    pub fingerprint: String,
+    /// This attempt's nonce, which the engine sets for each attempt of each retry (callers
+    /// leave it empty): the hold notes which attempt made it and which last answered for
+    /// it, so that undoing a failed attempt never takes away a hold a concurrent attempt of
+    /// the same key counts on.
+    pub attempt: String,
+}
+
+/// Why a step could not be done on a majority: in words, and what each master that did not
+/// take part said (classified, never collapsed), down to the 503 body.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Unavailability {
+    pub reason: String,
+    pub masters: Vec<MasterFailure>,
+}
+
+impl Unavailability {
+    /// Unavailable for `reason`, with no master to blame (shutdown, a timeout of our own).
+    pub fn because(reason: impl Into<String>) -> Self {
+        Self {
+            reason: reason.into(),
+            masters: Vec::new(),
+        }
+    }
+}
+
+/// One master that failed a step, and how.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MasterFailure {
+    /// The master's address, without credentials.
+    pub address: String,
+    /// `timeout`, `connection`, `script`, `amnesic` (lost its data, not voting), `other`,
+    /// or `no_answer` (still pending when the step was decided).
+    pub kind: &'static str,
+}
+
+/// A master as `/readyz` shows it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct MasterStatus {
+    pub address: String,
+    pub up: bool,
+    pub latency: Option<Duration>,
+    /// Whether its answers count towards a majority: it answers and is not quarantined.
+    pub voting: bool,
+    /// Set while the master is quarantined: when it will vote again at the earliest.
+    pub quarantined_until: Option<SystemTime>,
+}
+
+/// What a replica announces through the masters besides releases.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum News {
+    /// A grant was decided on a majority.
+    Acquired,
+    /// A holder changed its owner text (a leader's value).
+    Proclaimed,
+}
+
+impl News {
+    /// The verb of the events channel's `<verb> <token> <name>`.
+    pub fn verb(self) -> &'static str {
+        match self {
+            News::Acquired => "acquired",
+            News::Proclaimed => "proclaimed",
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_follow_the_contract_alphabet() {
+        assert!(LockName::parse("nightly-report").is_ok());
+        assert!(LockName::parse("a.b_c:d~e-F9").is_ok());
+        assert!(LockName::parse(&"x".repeat(256)).is_ok());
+        assert!(LockName::parse("").is_err());
+        assert!(LockName::parse(&"x".repeat(257)).is_err());
+        for bad in ["a b", "a/b", "a*", "a?", "é", "a[1]", "a\\b", "a%20"] {
+            assert!(LockName::parse(bad).is_err(), "{bad} accepted");
+        }
+    }
+
+    #[test]
+    fn class_is_the_name_up_to_the_first_separator() {
+        let class = |n: &str| LockName::parse(n).unwrap().class().to_owned();
+        assert_eq!(class("invoice:42"), "invoice");
+        assert_eq!(class("mail.daily:x"), "mail");
+        assert_eq!(class("plain"), "plain");
+        assert_eq!(class(":leading"), "");
+    }
+
+    #[test]
+    fn lease_ids_are_long_random_and_url_safe() {
+        let a = LeaseId::generate();
+        let b = LeaseId::generate();
+        assert_ne!(a, b);
+        assert_eq!(a.as_str().len(), 22);
+        assert!(LeaseId::parse(a.as_str()).is_ok());
+        assert!(LeaseId::parse("has space").is_err());
+        assert!(LeaseId::parse("").is_err());
+        assert!(!format!("{a:?}").contains(a.as_str()));
+    }
+
+    #[test]
+    fn owner_is_bounded_and_printable() {
+        assert!(Owner::parse("worker-7 on host a").is_ok());
+        assert!(Owner::parse(&"o".repeat(257)).is_err());
+        assert!(Owner::parse("line\nbreak").is_err());
+    }
+}
