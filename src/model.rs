@@ -13,7 +13,7 @@ use std::time::{Duration, SystemTime};
 
 use base64::Engine as _;
 use rand::RngCore as _;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 /// The smallest TTL the contract accepts, in ms.
 pub const MIN_TTL_MS: u64 = 100;
@@ -187,9 +187,19 @@ impl fmt::Debug for LeaseId {
 
 /// The fencing token of a grant: strictly greater than every earlier grant of the same
 /// name, so the protected resource can refuse a holder whose lease has lapsed.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+/// Every layer passes it as it is; the masters' scripts count it as an integer, and the
+/// contract's bodies write it as one (`0` is below every grant's).
+#[derive(
+    Debug, Clone, Copy, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize,
+)]
 #[serde(transparent)]
 pub struct FencingToken(pub u64);
+
+impl fmt::Display for FencingToken {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.0.fmt(f)
+    }
+}
 
 /// Free text naming the holder, shown by inspect and list: at most 256 bytes, no control
 /// characters (it ends up in log lines). Shared, not copied, on its way to the masters.

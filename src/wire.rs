@@ -6,6 +6,8 @@
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
+use crate::model::FencingToken;
+
 /// A non-negative integer field given as a JSON number or, from a query string, as text.
 fn millis<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<u64>, D::Error> {
     struct Millis;
@@ -112,7 +114,8 @@ pub struct LeaseBody {
     pub lease_id: String,
     /// Greater than the token of every earlier grant of this name. Pass it to the resource
     /// you protect, and have it refuse tokens lower than the highest it has seen.
-    pub fencing_token: u64,
+    #[schema(value_type = u64)]
+    pub fencing_token: FencingToken,
     /// The TTL the lease was granted or last renewed with.
     pub ttl_ms: u64,
     /// How long you may rely on the lock from the moment this response was written: the
@@ -135,7 +138,8 @@ pub struct LockStatus {
     pub name: String,
     pub held: bool,
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub fencing_token: Option<u64>,
+    #[schema(value_type = Option<u64>)]
+    pub fencing_token: Option<FencingToken>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub ttl_remaining_ms: Option<u64>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -146,7 +150,8 @@ pub struct LockStatus {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 pub struct LockEntry {
     pub name: String,
-    pub fencing_token: u64,
+    #[schema(value_type = u64)]
+    pub fencing_token: FencingToken,
     pub ttl_remaining_ms: u64,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub owner: Option<String>,
@@ -243,7 +248,8 @@ pub struct ElectionLease {
     pub lease_id: String,
     /// The term: the lease's fencing token, greater than every earlier term of this
     /// election. Stamp the leader's writes with it.
-    pub term: u64,
+    #[schema(value_type = u64)]
+    pub term: FencingToken,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub value: Option<String>,
     pub ttl_ms: u64,
@@ -259,7 +265,8 @@ pub struct Leader {
     pub name: String,
     pub vacant: bool,
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub term: Option<u64>,
+    #[schema(value_type = Option<u64>)]
+    pub term: Option<FencingToken>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub value: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -273,7 +280,8 @@ pub struct Leader {
 pub struct LeaderEvent {
     pub name: String,
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub term: Option<u64>,
+    #[schema(value_type = Option<u64>)]
+    pub term: Option<FencingToken>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub value: Option<String>,
 }
@@ -287,7 +295,8 @@ pub struct ForceReleased {
     pub released: bool,
     /// The removed lease's token; every later grant's is greater.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub fencing_token: Option<u64>,
+    #[schema(value_type = Option<u64>)]
+    pub fencing_token: Option<FencingToken>,
 }
 
 /// `/healthz`.
@@ -383,7 +392,7 @@ mod tests {
         round_trip(LeaseBody {
             name: "a".into(),
             lease_id: "q3JtZ0kPq6Nw2b1xVf8u4A".into(),
-            fencing_token: 42,
+            fencing_token: FencingToken(42),
             ttl_ms: 30000,
             validity_ms: 29697,
             expires_at: "2026-11-22T03:00:30.000Z".into(),
@@ -393,7 +402,7 @@ mod tests {
         round_trip(LockList {
             locks: vec![LockEntry {
                 name: "a".into(),
-                fencing_token: 7,
+                fencing_token: FencingToken(7),
                 ttl_remaining_ms: 2900,
                 owner: Some("w".into()),
             }],

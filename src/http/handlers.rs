@@ -309,7 +309,7 @@ pub(super) async fn remove_holder(
     Ok(Json(ForceReleased {
         name: name.to_string(),
         released: removed.is_some(),
-        fencing_token: removed.map(|t| t.0),
+        fencing_token: removed,
     }))
 }
 

@@ -22,7 +22,7 @@ impl LeaseBody {
         Self {
             name: lease.name.to_string(),
             lease_id: lease.id.as_str().to_owned(),
-            fencing_token: lease.token.0,
+            fencing_token: lease.token,
             ttl_ms: ms_of(lease.ttl),
             validity_ms: ms_of(lease.validity_now()),
             expires_at: rfc3339(SystemTime::now() + lease.remaining_now()),
@@ -37,7 +37,7 @@ impl ElectionLease {
         Self {
             name: lease.name.to_string(),
             lease_id: lease.id.as_str().to_owned(),
-            term: lease.token.0,
+            term: lease.token,
             value: lease.owner.as_deref().map(str::to_owned),
             ttl_ms: ms_of(lease.ttl),
             validity_ms: ms_of(lease.validity_now()),
@@ -52,7 +52,7 @@ impl Leader {
             Some(h) => Self {
                 name: name.to_owned(),
                 vacant: false,
-                term: Some(h.token.0),
+                term: Some(h.token),
                 value: h.owner,
                 ttl_remaining_ms: Some(ms_of(h.remaining)),
             },
@@ -73,7 +73,7 @@ impl LockStatus {
             Some(h) => Self {
                 name: name.to_owned(),
                 held: true,
-                fencing_token: Some(h.token.0),
+                fencing_token: Some(h.token),
                 ttl_remaining_ms: Some(ms_of(h.remaining)),
                 owner: h.owner,
             },
@@ -92,7 +92,7 @@ impl From<LockHolder> for LockEntry {
     fn from(h: LockHolder) -> Self {
         Self {
             name: h.name,
-            fencing_token: h.token.0,
+            fencing_token: h.token,
             ttl_remaining_ms: ms_of(h.remaining),
             owner: h.owner,
         }

@@ -17,7 +17,7 @@ use tokio::time::{Instant, sleep_until};
 
 use super::{LeaseError, LeaseService};
 use crate::metrics::StreamKind;
-use crate::model::LockName;
+use crate::model::{FencingToken, LockName};
 
 /// Changes an observer may have waiting. One that falls further behind is cut off (its
 /// stream ends) rather than buffered for: on reconnecting it is told the current leader.
@@ -31,11 +31,17 @@ const LAPSE_MARGIN: Duration = Duration::from_millis(5);
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum LeaderChange {
     /// A leader was elected for a new term.
-    Elected { term: u64, value: Option<String> },
+    Elected {
+        term: FencingToken,
+        value: Option<String>,
+    },
     /// The leader of `term` proclaimed a new value.
-    Proclaimed { term: u64, value: Option<String> },
+    Proclaimed {
+        term: FencingToken,
+        value: Option<String>,
+    },
     /// Nobody leads; `last_term` is the term of the last leader this observer saw.
-    Vacant { last_term: Option<u64> },
+    Vacant { last_term: Option<FencingToken> },
     /// This replica is shutting down: the stream ends here (reconnect to another replica).
     ShuttingDown,
 }
@@ -66,7 +72,7 @@ impl LeaseService {
             let look_again = match self.inspect(&name).await {
                 Ok(leader) => {
                     let remaining = leader.as_ref().map(|l| l.remaining);
-                    let change = known.update(leader.map(|l| (l.token.0, l.owner)));
+                    let change = known.update(leader.map(|l| (l.token, l.owner)));
                     if let Some(change) = change
                         && tx.try_send(change).is_err()
                     {
@@ -100,14 +106,14 @@ struct Known {
     /// Nothing told yet: the first read is told whatever it finds.
     started: bool,
     /// The last leader told: its term and value.
-    leader: Option<(u64, Option<String>)>,
+    leader: Option<(FencingToken, Option<String>)>,
     /// The highest term told.
-    last_term: Option<u64>,
+    last_term: Option<FencingToken>,
 }
 
 impl Known {
     /// The change a read of the leader (`(term, value)`, or none) makes, if any.
-    fn update(&mut self, read: Option<(u64, Option<String>)>) -> Option<LeaderChange> {
+    fn update(&mut self, read: Option<(FencingToken, Option<String>)>) -> Option<LeaderChange> {
         let first = !std::mem::replace(&mut self.started, true);
         match read {
             // A read behind what was told already (a lagging majority): not news.
@@ -142,6 +148,7 @@ impl Known {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::model::FencingToken;
 
     #[test]
     fn observers_are_told_each_change_once_and_never_an_older_term() {
@@ -153,29 +160,35 @@ mod tests {
         );
         assert_eq!(k.update(None), None);
         assert_eq!(
-            k.update(Some((5, v("a")))),
+            k.update(Some((FencingToken(5), v("a")))),
             Some(LeaderChange::Elected {
-                term: 5,
+                term: FencingToken(5),
                 value: v("a")
             })
         );
-        assert_eq!(k.update(Some((5, v("a")))), None);
+        assert_eq!(k.update(Some((FencingToken(5), v("a")))), None);
         assert_eq!(
-            k.update(Some((5, v("b")))),
+            k.update(Some((FencingToken(5), v("b")))),
             Some(LeaderChange::Proclaimed {
-                term: 5,
+                term: FencingToken(5),
                 value: v("b")
             })
         );
-        assert_eq!(k.update(Some((4, v("old")))), None, "a lagging read");
         assert_eq!(
-            k.update(None),
-            Some(LeaderChange::Vacant { last_term: Some(5) })
+            k.update(Some((FencingToken(4), v("old")))),
+            None,
+            "a lagging read"
         );
         assert_eq!(
-            k.update(Some((9, None))),
+            k.update(None),
+            Some(LeaderChange::Vacant {
+                last_term: Some(FencingToken(5))
+            })
+        );
+        assert_eq!(
+            k.update(Some((FencingToken(9), None))),
             Some(LeaderChange::Elected {
-                term: 9,
+                term: FencingToken(9),
                 value: None
             })
         );
@@ -185,8 +198,11 @@ mod tests {
     fn the_first_read_is_told_even_when_a_leader_is_there() {
         let mut k = Known::default();
         assert!(matches!(
-            k.update(Some((3, None))),
-            Some(LeaderChange::Elected { term: 3, .. })
+            k.update(Some((FencingToken(3), None))),
+            Some(LeaderChange::Elected {
+                term: FencingToken(3),
+                ..
+            })
         ));
     }
 }

@@ -25,6 +25,8 @@ use std::sync::{Arc, Mutex};
 
 use tokio::sync::{broadcast, watch};
 
+use crate::model::FencingToken;
+
 /// How many events an observer may fall behind before it is told it missed some.
 const OBSERVER_BACKLOG: usize = 64;
 
@@ -32,19 +34,19 @@ const OBSERVER_BACKLOG: usize = 64;
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum LockEvent {
     /// A lease was granted with this fencing token (by this replica or another).
-    Acquired { token: u64 },
+    Acquired { token: FencingToken },
     /// The holder of the lease with this token revoked it: the lock is free unless
     /// granted again since (a later `Acquired` says so).
-    Released { token: u64 },
+    Released { token: FencingToken },
     /// An administrator removed the holder of the lease with this token (force-release):
     /// for waiters and observers, a release like any other.
-    Evicted { token: u64 },
+    Evicted { token: FencingToken },
     /// A lease granted through this replica was found lost when renewed: it expired, or
     /// a majority no longer holds it. Only the replica that renews it knows.
-    Lost { token: u64 },
+    Lost { token: FencingToken },
     /// The holder of the lease with this token changed its owner text (an elected leader
     /// proclaimed a new value).
-    Proclaimed { token: u64 },
+    Proclaimed { token: FencingToken },
 }
 
 #[derive(Default)]
@@ -66,9 +68,9 @@ struct Topic {
     /// The highest token announced (granted or released), so that a grant announced by
     /// several masters (and by this replica itself) reaches observers once, and news older
     /// than what they were told does not.
-    last_token: u64,
+    last_token: FencingToken,
     /// The highest token whose release observers were told of.
-    last_released: u64,
+    last_released: FencingToken,
 }
 
 impl Topic {
@@ -398,19 +400,69 @@ mod tests {
         let events = Events::new();
         let mut watch = events.subscribe("a");
         let waiter = events.join("a");
-        events.publish("a", LockEvent::Acquired { token: 7 });
+        events.publish(
+            "a",
+            LockEvent::Acquired {
+                token: FencingToken(7),
+            },
+        );
         // The same grant announced again (by another master, or echoed back): once.
-        events.publish("a", LockEvent::Acquired { token: 7 });
-        events.publish("a", LockEvent::Released { token: 7 });
-        events.publish("a", LockEvent::Released { token: 7 });
-        events.publish("b", LockEvent::Released { token: 1 });
+        events.publish(
+            "a",
+            LockEvent::Acquired {
+                token: FencingToken(7),
+            },
+        );
+        events.publish(
+            "a",
+            LockEvent::Released {
+                token: FencingToken(7),
+            },
+        );
+        events.publish(
+            "a",
+            LockEvent::Released {
+                token: FencingToken(7),
+            },
+        );
+        events.publish(
+            "b",
+            LockEvent::Released {
+                token: FencingToken(1),
+            },
+        );
         // A release heard before its grant's announcement: the late grant is old news.
-        events.publish("a", LockEvent::Released { token: 8 });
-        events.publish("a", LockEvent::Acquired { token: 8 });
-        events.publish("a", LockEvent::Acquired { token: 9 });
+        events.publish(
+            "a",
+            LockEvent::Released {
+                token: FencingToken(8),
+            },
+        );
+        events.publish(
+            "a",
+            LockEvent::Acquired {
+                token: FencingToken(8),
+            },
+        );
+        events.publish(
+            "a",
+            LockEvent::Acquired {
+                token: FencingToken(9),
+            },
+        );
         // A late release of an older lease does not say the lock is free.
-        events.publish("a", LockEvent::Released { token: 7 });
-        events.publish("a", LockEvent::Lost { token: 9 });
+        events.publish(
+            "a",
+            LockEvent::Released {
+                token: FencingToken(7),
+            },
+        );
+        events.publish(
+            "a",
+            LockEvent::Lost {
+                token: FencingToken(9),
+            },
+        );
         let mut seen = Vec::new();
         for _ in 0..5 {
             seen.push(watch.next().await.expect("event"));
@@ -418,11 +470,21 @@ mod tests {
         assert_eq!(
             seen,
             [
-                Observed::Event(LockEvent::Acquired { token: 7 }),
-                Observed::Event(LockEvent::Released { token: 7 }),
-                Observed::Event(LockEvent::Released { token: 8 }),
-                Observed::Event(LockEvent::Acquired { token: 9 }),
-                Observed::Event(LockEvent::Lost { token: 9 }),
+                Observed::Event(LockEvent::Acquired {
+                    token: FencingToken(7)
+                }),
+                Observed::Event(LockEvent::Released {
+                    token: FencingToken(7)
+                }),
+                Observed::Event(LockEvent::Released {
+                    token: FencingToken(8)
+                }),
+                Observed::Event(LockEvent::Acquired {
+                    token: FencingToken(9)
+                }),
+                Observed::Event(LockEvent::Lost {
+                    token: FencingToken(9)
+                }),
             ]
         );
         drop(waiter);
@@ -436,12 +498,19 @@ mod tests {
         let events = Events::new();
         let mut watch = events.subscribe("a");
         for token in 1..=(OBSERVER_BACKLOG as u64 + 10) {
-            events.publish("a", LockEvent::Acquired { token });
+            events.publish(
+                "a",
+                LockEvent::Acquired {
+                    token: FencingToken(token),
+                },
+            );
         }
         assert_eq!(watch.next().await, Some(Observed::Missed(10)));
         assert_eq!(
             watch.next().await,
-            Some(Observed::Event(LockEvent::Acquired { token: 11 }))
+            Some(Observed::Event(LockEvent::Acquired {
+                token: FencingToken(11)
+            }))
         );
     }
 }

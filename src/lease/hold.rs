@@ -202,15 +202,15 @@ impl LeaseService {
                 () = tx.closed() => return None,
                 () = self.shutdown.cancelled() => return Some(LostReason::ShuttingDown),
                 seen = events.next(), if listening => match seen {
-                    Some(Observed::Event(LockEvent::Released { token })) if token == lease.token.0 => {
+                    Some(Observed::Event(LockEvent::Released { token })) if token == lease.token => {
                         released = Some(LostReason::Released);
                         next = Instant::now();
                     }
-                    Some(Observed::Event(LockEvent::Evicted { token })) if token == lease.token.0 => {
+                    Some(Observed::Event(LockEvent::Evicted { token })) if token == lease.token => {
                         released = Some(LostReason::ForceReleased);
                         next = Instant::now();
                     }
-                    Some(Observed::Event(LockEvent::Acquired { token })) if token > lease.token.0 => {
+                    Some(Observed::Event(LockEvent::Acquired { token })) if token > lease.token => {
                         next = Instant::now();
                     }
                     Some(Observed::Missed(_)) => next = Instant::now(),

@@ -40,7 +40,7 @@ impl Lease {
         Self {
             name,
             id,
-            token: FencingToken(leased.token),
+            token: leased.token,
             ttl: leased.ttl,
             validity: leased.validity,
             remaining: leased.remaining,
@@ -74,7 +74,7 @@ impl From<Holder> for LockHolder {
     fn from(h: Holder) -> Self {
         Self {
             name: h.name,
-            token: FencingToken(h.token),
+            token: h.token,
             remaining: h.remaining,
             owner: h.owner,
         }
@@ -324,7 +324,7 @@ impl LeaseService {
         match result {
             Ok(lease) => {
                 self.track(lease);
-                let token = lease.token.0;
+                let token = lease.token;
                 self.events
                     .publish(&name.topic(), LockEvent::Acquired { token });
                 self.engine.announce(&name.key(), News::Acquired, token);
@@ -403,7 +403,7 @@ impl LeaseService {
                 events.publish(
                     &name.topic(),
                     LockEvent::Released {
-                        token: unwanted.token.0,
+                        token: unwanted.token,
                     },
                 );
             }
@@ -435,7 +435,7 @@ impl LeaseService {
         value: Owner,
     ) -> Result<Lease, LeaseError> {
         let lease = self.renew_with(name, id, ttl, Some(value)).await?;
-        let token = lease.token.0;
+        let token = lease.token;
         self.events
             .publish(&lease.name.topic(), LockEvent::Proclaimed { token });
         self.engine
@@ -463,7 +463,7 @@ impl LeaseService {
             Ok(leased) => leased,
             Err(EngineError::NotFound) => {
                 if let Some(lost) = self.active().remove(&id) {
-                    let token = lost.token.0;
+                    let token = lost.token;
                     self.events
                         .publish(&name.topic(), LockEvent::Lost { token });
                 }
@@ -487,7 +487,7 @@ impl LeaseService {
             // the embedded store, which has no pub/sub.
             match self.active().remove(&id) {
                 Some(revoked) => {
-                    let token = revoked.token.0;
+                    let token = revoked.token;
                     self.events
                         .publish(&name.topic(), LockEvent::Released { token });
                 }
@@ -510,13 +510,13 @@ impl LeaseService {
         let removed = self.engine.evict(&name.key()).await?;
         match removed {
             Some(token) => {
-                self.active().retain(|_, t| t.token.0 != token);
+                self.active().retain(|_, t| t.token != token);
                 self.events
                     .publish(&name.topic(), LockEvent::Evicted { token });
             }
             None => self.events.wake(&name.topic()),
         }
-        Ok(removed.map(FencingToken))
+        Ok(removed)
     }
 
     /// Who holds `name`, if a majority agree that someone does.

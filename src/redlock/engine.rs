@@ -20,7 +20,7 @@ use super::backlog::{Backlog, Job};
 use super::health::Monitor;
 use super::quorum::{self, GrantOutcome, OwnedOutcome, ReadOutcome, ReleaseOutcome};
 use crate::model::News;
-use crate::model::{Idem, Kind, LockKey, MasterFailure, Unavailability, millis};
+use crate::model::{FencingToken, Idem, Kind, LockKey, MasterFailure, Unavailability, millis};
 use crate::store::node::{Acquired, Ending, LockNode, NodeError, NodeResult};
 
 use crate::metrics::Metrics;
@@ -85,7 +85,7 @@ fn unavailable(reason: impl Into<String>, masters: Vec<MasterFailure>) -> Engine
 /// A lease as the masters agree on it at the end of a step.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Leased {
-    pub token: u64,
+    pub token: FencingToken,
     /// The TTL the lease was granted or last renewed with.
     pub ttl: Duration,
     /// How long the client may rely on the lease from `at`.
@@ -102,7 +102,7 @@ pub struct Leased {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Holder {
     pub name: String,
-    pub token: u64,
+    pub token: FencingToken,
     pub remaining: Duration,
     pub owner: Option<String>,
 }
@@ -352,7 +352,7 @@ impl Redlock {
     /// Tell the other replicas that a grant of `name` was decided with `token`, through
     /// one master (every replica listens to all of them), without waiting: the master's
     /// backlog sends it, bounded like the rest of its work. The masters take turns.
-    pub fn announce(&self, key: &LockKey, news: News, token: u64) {
+    pub fn announce(&self, key: &LockKey, news: News, token: FencingToken) {
         let n = self.nodes.len();
         let start = self
             .announcer
@@ -368,7 +368,7 @@ impl Redlock {
         self.backlog.push(
             i,
             Job::Finish(Box::pin(async move {
-                let _ = tokio::time::timeout(limit, node.announce(&key, news, token)).await;
+                let _ = tokio::time::timeout(limit, node.announce(&key, news, token.0)).await;
             })),
         );
     }
@@ -502,7 +502,7 @@ impl Redlock {
             ));
         };
         Ok(Leased {
-            token,
+            token: FencingToken(token),
             ttl,
             validity,
             remaining: ttl.saturating_sub(elapsed),
@@ -675,7 +675,7 @@ impl Redlock {
         let validity = quorum::validity(ttl, elapsed, self.config.drift_factor)
             .ok_or_else(|| unavailable("renewal took longer than the TTL", failures))?;
         Ok(Leased {
-            token: agreed.token,
+            token: FencingToken(agreed.token),
             ttl,
             validity,
             remaining: ttl.saturating_sub(elapsed),
@@ -741,12 +741,12 @@ impl Redlock {
     /// force-release): the lease found is released everywhere, announced like a revoke.
     /// The removed lease's token, or `None` when nobody held it (or its holder released it
     /// meanwhile). Later grants' tokens are greater, as every grant's are.
-    pub async fn evict(&self, key: &LockKey) -> Result<Option<u64>, EngineError> {
+    pub async fn evict(&self, key: &LockKey) -> Result<Option<FencingToken>, EngineError> {
         let Some(held) = self.read(key, None).await?.0 else {
             return Ok(None);
         };
         match self.end(key, &held.lease, Ending::Evict).await {
-            Ok(()) => Ok(Some(held.token)),
+            Ok(()) => Ok(Some(FencingToken(held.token))),
             Err(EngineError::NotFound) => Ok(None),
             Err(e) => Err(e),
         }
@@ -763,7 +763,7 @@ impl Redlock {
             return Err(EngineError::NotFound);
         }
         Ok(Leased {
-            token: agreed.token,
+            token: FencingToken(agreed.token),
             ttl,
             validity,
             remaining,
@@ -777,7 +777,7 @@ impl Redlock {
         let (agreed, elapsed) = self.read(key, None).await?;
         Ok(agreed.map(|a| Holder {
             name: key.name.to_string(),
-            token: a.token,
+            token: FencingToken(a.token),
             remaining: Duration::from_millis(a.pttl_ms).saturating_sub(elapsed),
             owner: a.owner,
         }))
@@ -816,7 +816,7 @@ impl Redlock {
             .into_iter()
             .map(|(name, a)| Holder {
                 name,
-                token: a.token,
+                token: FencingToken(a.token),
                 remaining: Duration::from_millis(a.pttl_ms).saturating_sub(elapsed),
                 owner: a.owner,
             })

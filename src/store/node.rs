@@ -9,7 +9,7 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 
-use crate::model::{Idem, Kind, LockKey, News};
+use crate::model::{FencingToken, Idem, Kind, LockKey, News};
 
 /// What one master holds for one lock, for one of its holders.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -155,14 +155,14 @@ pub enum Announcement<'a> {
     /// enough to wake its waiting grants.
     Freed(&'a str),
     /// The lease of `name` with this token was released by a revoke.
-    Released(&'a str, u64),
+    Released(&'a str, FencingToken),
     /// The lease of `name` with this token was removed by an administrator.
-    Evicted(&'a str, u64),
+    Evicted(&'a str, FencingToken),
     /// A grant of `name` was decided on a majority with this token.
-    Acquired(&'a str, u64),
+    Acquired(&'a str, FencingToken),
     /// The holder of `name`'s lease with this token changed its owner text (an elected
     /// leader proclaimed a new value).
-    Proclaimed(&'a str, u64),
+    Proclaimed(&'a str, FencingToken),
     /// Announcements may have been missed (the subscription was re-established): whatever
     /// waits for one should look again.
     Missed,

@@ -22,7 +22,7 @@ use super::node::{
 };
 use crate::config::MasterUrl;
 use crate::model::News;
-use crate::model::{Idem, Kind, LockKey};
+use crate::model::{FencingToken, Idem, Kind, LockKey};
 
 macro_rules! script {
     ($name:ident, $file:literal) => {
@@ -494,6 +494,7 @@ const SUBSCRIPTION_PING: Duration = Duration::from_secs(1);
 fn parse_event(payload: &str) -> Option<Announcement<'_>> {
     let mut parts = payload.splitn(3, ' ');
     let (kind, token, name) = (parts.next()?, parts.next()?.parse().ok()?, parts.next()?);
+    let token = FencingToken(token);
     match kind {
         "acquired" => Some(Announcement::Acquired(name, token)),
         "released" => Some(Announcement::Released(name, token)),

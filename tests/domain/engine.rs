@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use redlockd::metrics::Metrics;
-use redlockd::model::{Idem, Kind, LockKey};
+use redlockd::model::{FencingToken, Idem, Kind, LockKey};
 use redlockd::redlock::{EngineConfig, EngineError, Redlock};
 use redlockd::store::memory::{Fault, MemoryNode};
 use redlockd::store::node::{Acquired, Ending, LockNode, Owned};
@@ -69,7 +69,7 @@ impl Bed {
         self.engine.monitor().probe_round(&nodes).await;
     }
 
-    async fn grant(&self, name: &str, lease: &str) -> Result<u64, EngineError> {
+    async fn grant(&self, name: &str, lease: &str) -> Result<FencingToken, EngineError> {
         self.engine
             .acquire(&key(name), lease, TTL, None)
             .await
@@ -92,7 +92,7 @@ async fn a_healthy_majority_never_waits_for_a_hung_master() {
         Duration::ZERO,
         "decided on the two answers in hand"
     );
-    assert_eq!(leased.token, 1);
+    assert_eq!(leased.token, FencingToken(1));
     assert_eq!(leased.owner.as_deref(), Some("me"));
     // validity = 10 s - 0 elapsed - (1% of 10 s + 2 ms)
     assert_eq!(leased.validity, Duration::from_millis(9_898));
@@ -199,7 +199,7 @@ async fn tokens_rise_when_the_counters_diverge() {
     let bed = bed(3).await;
     let (a, b, c) = (&bed.nodes[0], &bed.nodes[1], &bed.nodes[2]);
     c.set_fault(Fault::Down);
-    let mut last = 0;
+    let mut last = FencingToken::default();
     for i in 0..10 {
         let lease = format!("ab{i}");
         let token = bed.grant("x", &lease).await.expect("granted on A, B");
@@ -216,7 +216,7 @@ async fn tokens_rise_when_the_counters_diverge() {
     bed.reverify(&[&bed.engine]).await;
     b.set_fault(Fault::Down);
     let token = bed.grant("x", "ac").await.expect("granted on A, C");
-    assert_eq!(token, 11);
+    assert_eq!(token, FencingToken(11));
     assert_eq!(c.fence(), 11, "the chosen token was written back to C");
     bed.engine.release(&key("x"), "ac").await.expect("released");
 
@@ -224,7 +224,7 @@ async fn tokens_rise_when_the_counters_diverge() {
     bed.reverify(&[&bed.engine]).await;
     a.set_fault(Fault::Down);
     let token = bed.grant("x", "bc").await.expect("granted on B, C");
-    assert!(token > 11, "token {token} must exceed 11");
+    assert!(token > FencingToken(11), "token {token} must exceed 11");
 }
 
 #[tokio::test(start_paused = true)]
@@ -237,7 +237,7 @@ async fn a_straggler_that_granted_late_gets_the_chosen_token() {
         .expect("raised");
     bed.nodes[2].set_fault(Fault::Slow(Duration::from_millis(30)));
     let token = bed.grant("s", "L1").await.expect("granted");
-    assert_eq!(token, 1);
+    assert_eq!(token, FencingToken(1));
     // The straggler answers 30 ms in and is settled in the background. In paused time the
     // clock moves only when every task waits, so stepping it settles C deterministically.
     bed.nodes[2].set_fault(Fault::None);
@@ -263,7 +263,7 @@ async fn a_straggler_that_granted_late_gets_the_chosen_token() {
         .check(&key("s"), "L1")
         .await
         .expect("check agrees");
-    assert_eq!(checked.token, 1);
+    assert_eq!(checked.token, FencingToken(1));
 }
 
 #[tokio::test(start_paused = true)]
@@ -359,7 +359,7 @@ async fn a_master_that_restarts_empty_is_quarantined_then_restored() {
     bed.probe().await;
     assert!(bed.engine.monitor().status()[2].quarantined_until.is_none());
     assert!(
-        bed.nodes[2].fence() >= second,
+        bed.nodes[2].fence() >= second.0,
         "C's counter was raised before it voted again"
     );
 
@@ -567,7 +567,11 @@ async fn a_new_deployment_whose_masters_boot_apart_is_ready_once_all_answer() {
         bed.engine.monitor().status()
     );
     assert_eq!(bed.engine.monitor().problem(), None);
-    assert_eq!(bed.grant("a", "L1").await, Ok(1), "tokens start at 1");
+    assert_eq!(
+        bed.grant("a", "L1").await,
+        Ok(FencingToken(1)),
+        "tokens start at 1"
+    );
 }
 
 #[tokio::test(start_paused = true)]

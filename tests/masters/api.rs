@@ -189,6 +189,7 @@ async fn waiters_in_another_replica_are_woken_through_redis() {
 async fn observers_in_another_replica_see_grants_releases_and_losses() {
     use redlockd::lease::LockEvent;
     use redlockd::lease::events::Observed;
+    use redlockd::model::FencingToken;
     let ms = masters(3);
     let refs: Vec<&RedisMaster> = ms.iter().collect();
     let a = TestApp::spawn(config(&refs)).await;
@@ -203,6 +204,7 @@ async fn observers_in_another_replica_see_grants_releases_and_losses() {
     };
 
     let (id, token) = a.must_grant("watched", json!({"ttl_ms": 30000})).await;
+    let token = FencingToken(token);
     let acquired = Observed::Event(LockEvent::Acquired { token });
     assert_eq!(next(&mut on_a).await, acquired, "where it was granted");
     assert_eq!(
@@ -217,6 +219,7 @@ async fn observers_in_another_replica_see_grants_releases_and_losses() {
 
     // Granted through b this time, with a short TTL.
     let (id, token) = b.must_grant("watched", json!({"ttl_ms": 200})).await;
+    let token = FencingToken(token);
     let acquired = Observed::Event(LockEvent::Acquired { token });
     assert_eq!(next(&mut on_a).await, acquired);
     assert_eq!(next(&mut on_b).await, acquired);
