@@ -9,10 +9,11 @@
 use std::any::Any;
 use std::time::Instant;
 
+use std::collections::HashMap;
 use std::sync::Arc;
 
 use axum::extract::{MatchedPath, Request, State};
-use axum::http::{HeaderName, StatusCode};
+use axum::http::{HeaderName, Method, StatusCode};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 
@@ -57,59 +58,62 @@ fn kind_of(route: Option<&str>) -> &'static str {
     }
 }
 
-/// The operation of a lock route, for `redlockd_requests_total{op}`; none for the others.
-fn op_of(method: &axum::http::Method, route: &str) -> Option<Op> {
-    use axum::http::Method;
-    Some(match (method, route) {
-        (&Method::POST, "/locks/{name}" | "/locks/{name}/hold") => Op::Grant,
-        (&Method::GET, "/locks/{name}") => Op::Inspect,
-        (&Method::PUT, "/locks/{name}/leases/{lease_id}") => Op::Renew,
-        (&Method::DELETE, "/locks/{name}/leases/{lease_id}") => Op::Revoke,
-        (&Method::GET, "/locks/{name}/leases/{lease_id}") => Op::Check,
-        (&Method::GET, "/locks") => Op::List,
-        (&Method::POST, "/elections/{name}" | "/elections/{name}/hold") => Op::Campaign,
-        (&Method::GET, "/elections/{name}") => Op::Leader,
-        (&Method::GET, "/elections/{name}/observe") => Op::Observe,
-        (&Method::PUT, "/elections/{name}/leases/{lease_id}") => Op::Proclaim,
-        (&Method::DELETE, "/elections/{name}/leases/{lease_id}") => Op::Resign,
-        (&Method::DELETE, "/locks/{name}" | "/elections/{name}") => Op::ForceRelease,
-        _ => return None,
-    })
-}
-
 /// The name of the token a request was made with, for its log line (never the token).
 #[derive(Debug, Clone)]
 pub struct CallerName(pub Arc<str>);
 
-/// What a route needs of its caller's token, or `None` for a route that is open.
-fn need_of(
-    method: &axum::http::Method,
-    route: Option<&str>,
-    guard_operations: bool,
-) -> Option<Need> {
-    let route = route?;
-    if let Some(op) = op_of(method, route) {
-        return Some(match op {
-            Op::Grant
-            | Op::Renew
-            | Op::Revoke
-            | Op::Check
-            | Op::Campaign
-            | Op::Proclaim
-            | Op::Resign => Need::Hold,
-            Op::Inspect | Op::List | Op::Leader | Op::Observe => Need::Read,
-            Op::ForceRelease => Need::Admin,
-        });
+/// Who may call a route.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Access {
+    /// Anyone: the probes.
+    Open,
+    /// Anyone, unless REDLOCKD_AUTH_PROTECT_OPERATIONS asks for a reader's token: metrics
+    /// and the API's documents.
+    Operations,
+    /// A token whose role allows this.
+    Token(Need),
+}
+
+/// What the middleware knows of a route: the op it counts as and who may call it, keyed
+/// by method and matched path. Filled as the routes are registered (`http::registry`).
+#[derive(Debug, Default)]
+pub struct RouteTable(HashMap<Method, HashMap<String, (Option<Op>, Access)>>);
+
+impl RouteTable {
+    pub fn insert(&mut self, method: Method, path: &str, op: Option<Op>, access: Access) {
+        let previous = self
+            .0
+            .entry(method)
+            .or_default()
+            .insert(path.to_owned(), (op, access));
+        debug_assert!(previous.is_none(), "{path} registered twice");
     }
-    let operations = route == "/metrics" || route == "/openapi.json" || route.starts_with("/docs");
-    (operations && guard_operations).then_some(Need::Read)
+
+    fn get(&self, method: &Method, route: &str) -> Option<(Option<Op>, Access)> {
+        self.0.get(method)?.get(route).copied()
+    }
+
+    /// The op a request on `route` counts as, if any.
+    fn op(&self, method: &Method, route: &str) -> Option<Op> {
+        self.get(method, route).and_then(|(op, _)| op)
+    }
+
+    /// What a route needs of its caller's token, or `None` when it is open. A route with
+    /// no entry has no handler (the 404 and 405 fallbacks), so it reveals nothing.
+    fn need(&self, method: &Method, route: Option<&str>, guard_operations: bool) -> Option<Need> {
+        match self.get(method, route?)?.1 {
+            Access::Open => None,
+            Access::Operations => guard_operations.then_some(Need::Read),
+            Access::Token(need) => Some(need),
+        }
+    }
 }
 
 /// With authentication on: the request's bearer token must be known (else 401) and its
 /// role must allow the route (else 403). The caller goes into the request's extensions,
 /// where the name extractors check its prefixes against the parsed name.
 pub async fn authorize(
-    State(auth): State<Option<Arc<Auth>>>,
+    State((auth, routes)): State<(Option<Arc<Auth>>, Arc<RouteTable>)>,
     mut request: Request,
     next: Next,
 ) -> Response {
@@ -120,7 +124,7 @@ pub async fn authorize(
         .extensions()
         .get::<MatchedPath>()
         .map(|p| p.as_str().to_owned());
-    let Some(need) = need_of(request.method(), route.as_deref(), auth.guard_operations) else {
+    let Some(need) = routes.need(request.method(), route.as_deref(), auth.guard_operations) else {
         return next.run(request).await;
     };
     let presented = request
@@ -170,7 +174,7 @@ pub async fn authorize(
 /// the metrics: timed once, here, from what the handler (or a rejection) left in the
 /// response.
 pub async fn log_request(
-    State(metrics): State<Arc<Metrics>>,
+    State((metrics, routes)): State<(Arc<Metrics>, Arc<RouteTable>)>,
     request: Request,
     next: Next,
 ) -> Response {
@@ -224,7 +228,7 @@ pub async fn log_request(
         .get::<CallerName>()
         .map(|c| c.0.clone());
     let took = started.elapsed();
-    if let Some(op) = op_of(&method, route) {
+    if let Some(op) = routes.op(&method, route) {
         metrics.request(op, outcome, took);
     }
     let latency_ms = took.as_secs_f64() * 1e3;

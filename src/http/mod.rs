@@ -29,10 +29,67 @@ use utoipa::OpenApi;
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
+use crate::auth::Need;
 use crate::config::Settings;
 use crate::lease::LeaseService;
-use crate::metrics::Metrics;
+use crate::metrics::{Metrics, Op};
 use error::ApiError;
+pub use middleware::{Access, RouteTable};
+use utoipa_axum::router::UtoipaMethodRouter;
+
+/// Routes being registered with what the middleware needs to know of each: the router,
+/// its document and the table.
+struct Registry {
+    api: OpenApiRouter<AppState>,
+    table: RouteTable,
+}
+
+impl Registry {
+    fn new() -> Self {
+        Self {
+            api: OpenApiRouter::with_openapi(ApiDoc::openapi()),
+            table: RouteTable::default(),
+        }
+    }
+
+    /// A lock or election route: counted as `op`, allowed by `access`.
+    fn add(self, route: UtoipaMethodRouter<AppState>, op: Op, access: Access) -> Self {
+        self.register(route, Some(op), access)
+    }
+
+    /// A route outside the request metrics (probes, scrapes).
+    fn unmetered(self, route: UtoipaMethodRouter<AppState>, access: Access) -> Self {
+        self.register(route, None, access)
+    }
+
+    fn register(
+        mut self,
+        route: UtoipaMethodRouter<AppState>,
+        op: Option<Op>,
+        access: Access,
+    ) -> Self {
+        for (path, item) in route.1.paths.iter() {
+            let methods = [
+                (axum::http::Method::GET, item.get.is_some()),
+                (axum::http::Method::PUT, item.put.is_some()),
+                (axum::http::Method::POST, item.post.is_some()),
+                (axum::http::Method::DELETE, item.delete.is_some()),
+            ];
+            for (method, present) in methods {
+                if present {
+                    self.table.insert(method, path, op, access);
+                }
+            }
+        }
+        self.api = self.api.routes(route);
+        self
+    }
+
+    fn finish(self) -> (Router<AppState>, utoipa::openapi::OpenApi, RouteTable) {
+        let (router, doc) = self.api.split_for_parts();
+        (router, doc, self.table)
+    }
+}
 
 /// Largest request body accepted: lock requests are a few small fields.
 pub const BODY_LIMIT_BYTES: usize = 16 * 1024;
@@ -65,29 +122,41 @@ pub struct AppState {
 )]
 struct ApiDoc;
 
+/// Each route with what it is besides its handler: the op it counts as in
+/// `redlockd_requests_total` and what it needs of a bearer token. A handler is registered
+/// only with them, so a new route cannot be left open by forgetting to list it.
+fn registry() -> Registry {
+    use Access::{Open, Operations, Token};
+    use Need::{Admin, Hold, Read};
+    Registry::new()
+        .add(routes!(handlers::grant), Op::Grant, Token(Hold))
+        .add(routes!(handlers::hold), Op::Grant, Token(Hold))
+        .add(routes!(handlers::renew), Op::Renew, Token(Hold))
+        .add(routes!(handlers::revoke), Op::Revoke, Token(Hold))
+        .add(routes!(handlers::check), Op::Check, Token(Hold))
+        .add(routes!(handlers::inspect), Op::Inspect, Token(Read))
+        .add(routes!(handlers::list), Op::List, Token(Read))
+        .add(
+            routes!(handlers::force_release),
+            Op::ForceRelease,
+            Token(Admin),
+        )
+        .add(routes!(elections::campaign), Op::Campaign, Token(Hold))
+        .add(routes!(elections::campaign_held), Op::Campaign, Token(Hold))
+        .add(routes!(elections::proclaim), Op::Proclaim, Token(Hold))
+        .add(routes!(elections::resign), Op::Resign, Token(Hold))
+        .add(routes!(elections::leader), Op::Leader, Token(Read))
+        .add(routes!(elections::observe), Op::Observe, Token(Read))
+        .add(routes!(elections::depose), Op::ForceRelease, Token(Admin))
+        .unmetered(routes!(handlers::healthz), Open)
+        .unmetered(routes!(handlers::readyz), Open)
+        .unmetered(routes!(handlers::metrics), Operations)
+}
+
 /// The routes and the OpenAPI document that describes them.
 pub fn routes() -> (Router<AppState>, utoipa::openapi::OpenApi) {
-    OpenApiRouter::with_openapi(ApiDoc::openapi())
-        .routes(routes!(handlers::list))
-        .routes(routes!(
-            handlers::grant,
-            handlers::inspect,
-            handlers::force_release
-        ))
-        .routes(routes!(handlers::hold))
-        .routes(routes!(handlers::renew, handlers::revoke, handlers::check))
-        .routes(routes!(
-            elections::campaign,
-            elections::leader,
-            elections::depose
-        ))
-        .routes(routes!(elections::campaign_held))
-        .routes(routes!(elections::observe))
-        .routes(routes!(elections::proclaim, elections::resign))
-        .routes(routes!(handlers::healthz))
-        .routes(routes!(handlers::readyz))
-        .routes(routes!(handlers::metrics))
-        .split_for_parts()
+    let (router, doc, _) = registry().finish();
+    (router, doc)
 }
 
 /// The OpenAPI document as committed in `openapi/openapi.json`: the contract's default
@@ -311,7 +380,12 @@ fn docs_file(file: &str, config: Arc<utoipa_swagger_ui::Config<'static>>) -> Res
 
 /// The whole application router.
 pub fn router(state: AppState) -> Router {
-    let (routes, doc) = routes();
+    let (routes, doc, mut table) = registry().finish();
+    // Served beside the registered routes: the document and its UI.
+    for path in ["/openapi.json", "/docs", "/docs/", "/docs/{*file}"] {
+        table.insert(axum::http::Method::GET, path, None, Access::Operations);
+    }
+    let table = Arc::new(table);
     let leases = &state.settings.leases;
     let doc_json: Arc<str> = render(
         &doc,
@@ -348,11 +422,11 @@ pub fn router(state: AppState) -> Router {
                 ))
                 .layer(PropagateRequestIdLayer::new(middleware::REQUEST_ID.clone()))
                 .layer(axum::middleware::from_fn_with_state(
-                    state.metrics.clone(),
+                    (state.metrics.clone(), table.clone()),
                     middleware::log_request,
                 ))
                 .layer(axum::middleware::from_fn_with_state(
-                    state.auth.clone(),
+                    (state.auth.clone(), table),
                     middleware::authorize,
                 ))
                 .layer(CatchPanicLayer::custom(middleware::panic_response))

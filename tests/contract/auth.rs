@@ -215,3 +215,25 @@ async fn a_token_over_its_rate_is_429_and_others_are_not_slowed() {
     )
     .await;
 }
+
+#[tokio::test]
+async fn every_documented_lock_and_election_operation_needs_a_token() {
+    let t = tokens();
+    let app = app(&t).await;
+    let doc: Value = serde_json::from_str(&app.text("/openapi.json").await).unwrap();
+    let mut checked = 0;
+    for (path, item) in doc["paths"].as_object().unwrap() {
+        if !(path.starts_with("/locks") || path.starts_with("/elections")) {
+            continue;
+        }
+        let uri = path
+            .replace("{name}", "jobs:x")
+            .replace("{lease_id}", "AAAAAAAAAAAAAAAAAAAAAA");
+        for method in item.as_object().unwrap().keys() {
+            let answer = app.call(&method.to_uppercase(), &uri).send_head().await;
+            assert_eq!(answer.status, 401, "{method} {path} without a token");
+            checked += 1;
+        }
+    }
+    assert!(checked >= 15, "only {checked} operations");
+}
