@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use clap::{Args, Parser, ValueEnum};
 
-use crate::model::MIN_TTL_MS;
+use crate::model::{DEFAULT_MAX_TTL_MS, DEFAULT_MAX_WAIT_MS, MIN_TTL_MS};
 
 /// The configuration as given: raw values from flags and the environment. `settings()`
 /// parses it. `Debug` is not derived: the Redis URLs may carry passwords.
@@ -138,12 +138,6 @@ pub enum LogFormat {
     Text,
     Json,
 }
-
-/// The contract's default bounds of `ttl_ms` and `wait_ms` (REDLOCKD_MAX_TTL_MS and
-/// REDLOCKD_MAX_WAIT_MS change them): the committed OpenAPI document states these, a
-/// served one the server's own.
-pub const DEFAULT_MAX_TTL_MS: u64 = 3_600_000;
-pub const DEFAULT_MAX_WAIT_MS: u64 = 60_000;
 
 /// A configuration error: which variable, and what is wrong with it.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]

@@ -18,6 +18,15 @@ use serde::{Deserialize, Serialize};
 /// The smallest TTL the contract accepts, in ms.
 pub const MIN_TTL_MS: u64 = 100;
 
+/// The contract's default bounds of `ttl_ms` and `wait_ms` (REDLOCKD_MAX_TTL_MS and
+/// REDLOCKD_MAX_WAIT_MS change them): the OpenAPI document states these.
+pub const DEFAULT_MAX_TTL_MS: u64 = 3_600_000;
+pub const DEFAULT_MAX_WAIT_MS: u64 = 60_000;
+
+/// Largest `limit` of a list call, and the default.
+pub const MAX_LIST_LIMIT: u64 = 1000;
+pub const DEFAULT_LIST_LIMIT: u64 = 100;
+
 /// A duration in whole milliseconds, as the contract and the masters count them
 /// (saturating): the one conversion every layer uses.
 pub fn millis(d: Duration) -> u64 {

@@ -8,6 +8,103 @@ use utoipa::ToSchema;
 
 use crate::model::FencingToken;
 
+/// The schemas of the values the server parses, built from the constants its parsers use,
+/// so that the OpenAPI document states exactly what the edge accepts (`lock_name` is what
+/// `LockName::parse` takes, and so on). The path, query and header parameters use them
+/// through the newtypes' `PartialSchema` (in `http::schema`); the bodies' fields state the
+/// same bounds as literals (utoipa takes no constant there), held to these by a test.
+pub mod schema {
+    use utoipa::openapi::schema::{KnownFormat, ObjectBuilder, SchemaFormat, Type};
+    use utoipa::openapi::{Object, RefOr, Schema};
+
+    use crate::model::{
+        DEFAULT_MAX_TTL_MS, DEFAULT_MAX_WAIT_MS, MAX_IDEMPOTENCY_KEY_BYTES, MAX_LEASE_ID_LEN,
+        MAX_LIST_LIMIT, MAX_NAME_BYTES, MAX_OWNER_BYTES, MIN_TTL_MS,
+    };
+
+    /// The bytes a lock name is made of, as a regular expression class.
+    const NAME_CHARS: &str = "A-Za-z0-9._:~-";
+
+    fn text(min: usize, max: usize, pattern: Option<String>) -> Object {
+        ObjectBuilder::new()
+            .schema_type(Type::String)
+            .min_length((min > 0).then_some(min))
+            .max_length(Some(max))
+            .pattern(pattern)
+            .build()
+    }
+
+    fn integer(min: u64, max: u64) -> Object {
+        ObjectBuilder::new()
+            .schema_type(Type::Integer)
+            .format(Some(SchemaFormat::KnownFormat(KnownFormat::Int64)))
+            .minimum(Some(min as f64))
+            .maximum(Some(max as f64))
+            .build()
+    }
+
+    /// 1 to 256 bytes of `A-Z a-z 0-9 . _ : ~ -`.
+    pub fn lock_name() -> Object {
+        text(
+            1,
+            MAX_NAME_BYTES,
+            Some(format!("^[{NAME_CHARS}]{{1,{MAX_NAME_BYTES}}}$")),
+        )
+    }
+
+    /// A name's first bytes (`prefix`) or a whole name to list after (`after`); may be empty.
+    pub fn name_prefix() -> Object {
+        text(
+            0,
+            MAX_NAME_BYTES,
+            Some(format!("^[{NAME_CHARS}]{{0,{MAX_NAME_BYTES}}}$")),
+        )
+    }
+
+    pub fn lease_id() -> Object {
+        text(
+            1,
+            MAX_LEASE_ID_LEN,
+            Some(format!("^[A-Za-z0-9_-]{{1,{MAX_LEASE_ID_LEN}}}$")),
+        )
+    }
+
+    /// An owner (a leader's value): free text, no control characters.
+    pub fn owner() -> Object {
+        text(0, MAX_OWNER_BYTES, None)
+    }
+
+    /// 1 to 255 visible ASCII characters.
+    pub fn idempotency_key() -> Object {
+        text(
+            1,
+            MAX_IDEMPOTENCY_KEY_BYTES,
+            Some(format!("^[!-~]{{1,{MAX_IDEMPOTENCY_KEY_BYTES}}}$")),
+        )
+    }
+
+    /// A TTL in ms, within the contract's default bounds (REDLOCKD_MAX_TTL_MS moves the
+    /// upper one).
+    pub fn ttl_ms() -> Object {
+        integer(MIN_TTL_MS, DEFAULT_MAX_TTL_MS)
+    }
+
+    /// A wait in ms (REDLOCKD_MAX_WAIT_MS moves the upper bound).
+    pub fn wait_ms() -> Object {
+        integer(0, DEFAULT_MAX_WAIT_MS)
+    }
+
+    /// A list call's page size.
+    pub fn list_limit() -> Object {
+        integer(1, MAX_LIST_LIMIT)
+    }
+
+    /// `f` as a schema, for `PartialSchema` impls.
+    pub fn of(f: fn() -> Object) -> RefOr<Schema> {
+        RefOr::T(Schema::Object(f()))
+    }
+}
+
 /// A non-negative integer field given as a JSON number or, from a query string, as text.
 fn millis<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<u64>, D::Error> {
     struct Millis;
@@ -45,12 +142,12 @@ fn millis<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<u64>, D::Erro
 #[schema(example = json!({"ttl_ms": 60000, "wait_ms": 5000, "owner": "report-worker-3"}))]
 pub struct GrantRequest {
     /// Lease TTL in ms: from 100 to the configured maximum (default 3600000). Default 30000.
-    #[schema(minimum = 100)]
     #[serde(
         default,
         deserialize_with = "millis",
         skip_serializing_if = "Option::is_none"
     )]
+    #[schema(minimum = 100, maximum = 3600000)]
     pub ttl_ms: Option<u64>,
     /// How long to wait while another lease holds the lock, in ms (default 0: do not wait).
     #[serde(
@@ -58,6 +155,7 @@ pub struct GrantRequest {
         deserialize_with = "millis",
         skip_serializing_if = "Option::is_none"
     )]
+    #[schema(minimum = 0, maximum = 60000)]
     pub wait_ms: Option<u64>,
     /// Free text naming the holder (at most 256 bytes), shown by inspect and list.
     #[schema(max_length = 256)]
@@ -71,12 +169,12 @@ pub struct GrantRequest {
 #[schema(example = json!({"ttl_ms": 60000}))]
 pub struct RenewRequest {
     /// The new TTL in ms (default: the lease's own).
-    #[schema(minimum = 100)]
     #[serde(
         default,
         deserialize_with = "millis",
         skip_serializing_if = "Option::is_none"
     )]
+    #[schema(minimum = 100, maximum = 3600000)]
     pub ttl_ms: Option<u64>,
 }
 
@@ -117,6 +215,7 @@ pub struct LeaseBody {
     #[schema(value_type = u64)]
     pub fencing_token: FencingToken,
     /// The TTL the lease was granted or last renewed with.
+    #[schema(minimum = 100, maximum = 3600000)]
     pub ttl_ms: u64,
     /// How long you may rely on the lock from the moment this response was written: the
     /// TTL less the time the quorum took and less the clock-drift allowance.
@@ -200,12 +299,12 @@ pub struct CampaignRequest {
     pub value: Option<String>,
     /// Term TTL in ms, renewed like a lease's: from 100 to the configured maximum.
     /// Default 30000.
-    #[schema(minimum = 100)]
     #[serde(
         default,
         deserialize_with = "millis",
         skip_serializing_if = "Option::is_none"
     )]
+    #[schema(minimum = 100, maximum = 3600000)]
     pub ttl_ms: Option<u64>,
     /// How long to wait while another candidate leads, in ms (default 0).
     #[serde(
@@ -213,6 +312,7 @@ pub struct CampaignRequest {
         deserialize_with = "millis",
         skip_serializing_if = "Option::is_none"
     )]
+    #[schema(minimum = 0, maximum = 60000)]
     pub wait_ms: Option<u64>,
 }
 
@@ -226,12 +326,12 @@ pub struct ProclaimRequest {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub value: Option<String>,
     /// The new TTL in ms (default: the term's own).
-    #[schema(minimum = 100)]
     #[serde(
         default,
         deserialize_with = "millis",
         skip_serializing_if = "Option::is_none"
     )]
+    #[schema(minimum = 100, maximum = 3600000)]
     pub ttl_ms: Option<u64>,
 }
 
@@ -252,6 +352,7 @@ pub struct ElectionLease {
     pub term: FencingToken,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub value: Option<String>,
+    #[schema(minimum = 100, maximum = 3600000)]
     pub ttl_ms: u64,
     /// How long the leader may rely on leading from the moment this response was written.
     pub validity_ms: u64,

@@ -11,10 +11,11 @@ use super::AppState;
 use super::error::ApiError;
 use super::extract::{ElectionLeasePath, ElectionPath, Fields};
 use super::handlers::{grant_or_hold, hold_stream, remove_holder};
+use super::schema::{BodyRefusals, Refusals, TtlMs, WaitMs};
 use super::stream;
 use crate::auth::Caller;
 use crate::lease::LeasePolicy;
-use crate::model::Owner;
+use crate::model::{IdempotencyKey, LeaseId, LockName, Owner};
 use crate::wire::ErrorBody;
 use crate::wire::ForceReleased;
 use crate::wire::{CampaignRequest, ElectionLease, Leader, NoFields, ProclaimRequest};
@@ -24,14 +25,15 @@ use axum::Extension;
 #[utoipa::path(
     post, path = "/elections/{name}", tag = "elections",
     params(
-        ("name" = String, Path, description = "1 to 256 bytes of A-Z a-z 0-9 . _ : ~ -"),
-        ("value" = Option<String>, Query, description = "as the body field"),
-        ("ttl_ms" = Option<u64>, Query, description = "as the body field"),
-        ("wait_ms" = Option<u64>, Query, description = "as the body field"),
-        ("Idempotency-Key" = Option<String>, Header, description = "as for a lock's grant"),
+        ("name" = inline(LockName), Path, description = "1 to 256 bytes of A-Z a-z 0-9 . _ : ~ -"),
+        ("value" = inline(Option<Owner>), Query, description = "as the body field"),
+        ("ttl_ms" = inline(Option<TtlMs>), Query, description = "as the body field"),
+        ("wait_ms" = inline(Option<WaitMs>), Query, description = "as the body field"),
+        ("Idempotency-Key" = inline(Option<IdempotencyKey>), Header, nullable = false, description = "as for a lock's grant"),
     ),
     request_body(content = Option<CampaignRequest>, description = "May be empty"),
     responses(
+        Refusals, BodyRefusals,
         (status = 201, description = "Elected: this candidate leads for the term in the body. (A request with `Accept: text/event-stream` is answered as `POST /elections/{name}/hold`.)", body = ElectionLease,
             headers(("Location" = String, description = "/elections/{name}/leases/{lease_id}"))),
         (status = 400, description = "`invalid_request`", body = ErrorBody),
@@ -69,13 +71,14 @@ pub async fn campaign(
 #[utoipa::path(
     post, path = "/elections/{name}/hold", tag = "elections",
     params(
-        ("name" = String, Path, description = "1 to 256 bytes of A-Z a-z 0-9 . _ : ~ -"),
-        ("value" = Option<String>, Query, description = "as the body field"),
-        ("ttl_ms" = Option<u64>, Query, description = "as the body field: the lease is renewed at a third of it while connected"),
-        ("wait_ms" = Option<u64>, Query, description = "as the body field"),
+        ("name" = inline(LockName), Path, description = "1 to 256 bytes of A-Z a-z 0-9 . _ : ~ -"),
+        ("value" = inline(Option<Owner>), Query, description = "as the body field"),
+        ("ttl_ms" = inline(Option<TtlMs>), Query, description = "as the body field: the lease is renewed at a third of it while connected"),
+        ("wait_ms" = inline(Option<WaitMs>), Query, description = "as the body field"),
     ),
     request_body(content = Option<CampaignRequest>, description = "May be empty"),
     responses(
+        Refusals, BodyRefusals,
         (status = 200, content_type = "text/event-stream", body = String,
             description = "Leads while the connection stays open. Events as a held lock's stream (`POST /locks/{name}/hold`), \
 with `elected` (`ElectionLease`) for `granted` and `heartbeat` carrying an `ElectionLease`."),
@@ -97,8 +100,9 @@ pub async fn campaign_held(
 /// Who leads now: value, term and remaining TTL, or vacant.
 #[utoipa::path(
     get, path = "/elections/{name}", tag = "elections",
-    params(("name" = String, Path)),
+    params(("name" = inline(LockName), Path)),
     responses(
+        Refusals, BodyRefusals,
         (status = 200, description = "The election's state", body = Leader),
         (status = 400, description = "`invalid_request`", body = ErrorBody),
         (status = 503, description = "`quorum_unavailable`", body = ErrorBody),
@@ -116,8 +120,9 @@ pub async fn leader(
 /// Observe: a stream of leadership changes, starting with the current state.
 #[utoipa::path(
     get, path = "/elections/{name}/observe", tag = "elections",
-    params(("name" = String, Path)),
+    params(("name" = inline(LockName), Path)),
     responses(
+        Refusals, BodyRefusals,
         (status = 200, content_type = "text/event-stream", body = String,
             description = "First the current state, then each change, as `LeaderEvent`s: `elected` (a new term, with its value), \
 `proclaimed` (the leader's new value, same term), `vacant` (`term` is the last leader's). Terms never go back. \
@@ -140,12 +145,13 @@ pub async fn observe(
 #[utoipa::path(
     put, path = "/elections/{name}/leases/{lease_id}", tag = "elections",
     params(
-        ("name" = String, Path), ("lease_id" = String, Path),
-        ("value" = Option<String>, Query, description = "as the body field"),
-        ("ttl_ms" = Option<u64>, Query, description = "as the body field"),
+        ("name" = inline(LockName), Path), ("lease_id" = inline(LeaseId), Path),
+        ("value" = inline(Option<Owner>), Query, description = "as the body field"),
+        ("ttl_ms" = inline(Option<TtlMs>), Query, description = "as the body field"),
     ),
     request_body(content = Option<ProclaimRequest>, description = "May be empty"),
     responses(
+        Refusals, BodyRefusals,
         (status = 200, description = "Renewed (and proclaimed)", body = ElectionLease),
         (status = 400, description = "`invalid_request`", body = ErrorBody),
         (status = 404, description = "`lease_not_found`: no longer the leader", body = ErrorBody),
@@ -168,8 +174,9 @@ pub async fn proclaim(
 /// Resign: step down now; the next candidate is woken at once.
 #[utoipa::path(
     delete, path = "/elections/{name}/leases/{lease_id}", tag = "elections",
-    params(("name" = String, Path), ("lease_id" = String, Path)),
+    params(("name" = inline(LockName), Path), ("lease_id" = inline(LeaseId), Path)),
     responses(
+        Refusals, BodyRefusals,
         (status = 204, description = "Resigned"),
         (status = 400, description = "`invalid_request`: a malformed name or lease id", body = ErrorBody),
         (status = 404, description = "`lease_not_found`: not the leader", body = ErrorBody),
@@ -189,8 +196,9 @@ pub async fn resign(
 /// candidate is elected.
 #[utoipa::path(
     delete, path = "/elections/{name}", tag = "elections",
-    params(("name" = String, Path)),
+    params(("name" = inline(LockName), Path)),
     responses(
+        Refusals, BodyRefusals,
         (status = 200, description = "Removed (or nobody led). The deposed leader's renew answers 404, a stream holding the leadership gets `lost` (`force_released`), the next candidate is elected, and every later term is greater", body = ForceReleased),
         (status = 400, description = "`invalid_request`", body = ErrorBody),
         (status = 401, description = "`unauthorized`", body = ErrorBody),

@@ -9,10 +9,14 @@ use axum::response::{IntoResponse, Response};
 use super::AppState;
 use super::error::ApiError;
 use super::extract::{Fields, LeasePath, LockPath};
+use super::schema::{BodyRefusals, ListLimit, Refusals, TtlMs, WaitMs};
 use super::stream;
 use crate::auth::Caller;
 use crate::lease::LeasePolicy;
-use crate::model::{GrantKey, IdempotencyKey, NamePrefix, Owner};
+use crate::model::{
+    DEFAULT_LIST_LIMIT, GrantKey, IdempotencyKey, LeaseId, LockName, MAX_LIST_LIMIT, NamePrefix,
+    Owner,
+};
 use crate::wire::ErrorBody;
 use crate::wire::ForceReleased;
 use crate::wire::{
@@ -21,28 +25,24 @@ use crate::wire::{
 };
 use axum::Extension;
 
-/// Largest `limit` of a list call, and the default.
-pub const MAX_LIST_LIMIT: u64 = 1000;
-pub const DEFAULT_LIST_LIMIT: u64 = 100;
-
 /// Grant a lease on a lock.
 #[utoipa::path(
     post, path = "/locks/{name}", tag = "locks",
     params(
-        ("name" = String, Path, description = "1 to 256 bytes of A-Z a-z 0-9 . _ : ~ -"),
-        ("ttl_ms" = Option<u64>, Query, description = "as the body field"),
-        ("wait_ms" = Option<u64>, Query, description = "as the body field"),
-        ("owner" = Option<String>, Query, description = "as the body field"),
-        ("Idempotency-Key" = Option<String>, Header, description = "1 to 255 visible ASCII characters, new for each grant (a random UUID) and sent again with each retry of it. \
+        ("name" = inline(LockName), Path, description = "1 to 256 bytes of A-Z a-z 0-9 . _ : ~ -"),
+        ("ttl_ms" = inline(Option<TtlMs>), Query, description = "as the body field"),
+        ("wait_ms" = inline(Option<WaitMs>), Query, description = "as the body field"),
+        ("owner" = inline(Option<Owner>), Query, description = "as the body field"),
+        ("Idempotency-Key" = inline(Option<IdempotencyKey>), Header, nullable = false, description = "1 to 255 visible ASCII characters, new for each grant (a random UUID) and sent again with each retry of it. \
 A retry with the same key and request (name, ttl_ms, owner) answers the lease the first attempt won, with the same lease_id and fencing_token, while it holds the lock; \
 404 once that lease has been revoked (within the grant's TTL); 422 for another request. Keys are scoped to the caller's token. Not with a held stream."),
     ),
     request_body(content = Option<GrantRequest>, description = "May be empty: every field has a default"),
     responses(
+        Refusals, BodyRefusals,
         (status = 201, description = "Granted. (A request with `Accept: text/event-stream` is answered as `POST /locks/{name}/hold`, for clients written before that operation.)", body = LeaseBody,
             headers(("Location" = String, description = "/locks/{name}/leases/{lease_id}"))),
         (status = 400, description = "`invalid_request`", body = ErrorBody),
-        (status = 408, description = "`request_timeout`: the body did not arrive in time", body = ErrorBody),
         (status = 404, description = "`lease_not_found`: with an Idempotency-Key only, the lease it stands for was granted and has been revoked", body = ErrorBody),
         (status = 409, description = "`lock_held`: held by another lease (after `wait_ms`, if any)", body = ErrorBody,
             headers(("Retry-After" = u64, description = "whole seconds, at least 1"))),
@@ -75,13 +75,14 @@ pub async fn grant(
 #[utoipa::path(
     post, path = "/locks/{name}/hold", tag = "locks",
     params(
-        ("name" = String, Path, description = "1 to 256 bytes of A-Z a-z 0-9 . _ : ~ -"),
-        ("ttl_ms" = Option<u64>, Query, description = "as the body field: the lease is renewed at a third of it while connected"),
-        ("wait_ms" = Option<u64>, Query, description = "as the body field"),
-        ("owner" = Option<String>, Query, description = "as the body field"),
+        ("name" = inline(LockName), Path, description = "1 to 256 bytes of A-Z a-z 0-9 . _ : ~ -"),
+        ("ttl_ms" = inline(Option<TtlMs>), Query, description = "as the body field: the lease is renewed at a third of it while connected"),
+        ("wait_ms" = inline(Option<WaitMs>), Query, description = "as the body field"),
+        ("owner" = inline(Option<Owner>), Query, description = "as the body field"),
     ),
     request_body(content = Option<GrantRequest>, description = "May be empty: every field has a default"),
     responses(
+        Refusals, BodyRefusals,
         (status = 200, content_type = "text/event-stream", body = String,
             description = "The lease is held while the connection stays open. \
 Events: `queued` (`QueuedEvent`, while waiting), `granted` (`LeaseBody`), `heartbeat` (`LeaseBody`, after each renew at a third of the TTL), \
@@ -187,14 +188,14 @@ pub(super) fn hold_stream(
 #[utoipa::path(
     put, path = "/locks/{name}/leases/{lease_id}", tag = "locks",
     params(
-        ("name" = String, Path), ("lease_id" = String, Path),
-        ("ttl_ms" = Option<u64>, Query, description = "as the body field"),
+        ("name" = inline(LockName), Path), ("lease_id" = inline(LeaseId), Path),
+        ("ttl_ms" = inline(Option<TtlMs>), Query, description = "as the body field"),
     ),
     request_body(content = Option<RenewRequest>, description = "May be empty"),
     responses(
+        Refusals, BodyRefusals,
         (status = 200, description = "Renewed", body = LeaseBody),
         (status = 400, description = "`invalid_request`", body = ErrorBody),
-        (status = 408, description = "`request_timeout`: the body did not arrive in time", body = ErrorBody),
         (status = 404, description = "`lease_not_found`: expired, revoked, or not this lock's", body = ErrorBody),
         (status = 503, description = "`quorum_unavailable`", body = ErrorBody),
     )
@@ -212,12 +213,12 @@ pub async fn renew(
 /// Revoke a lease: free the lock now.
 #[utoipa::path(
     delete, path = "/locks/{name}/leases/{lease_id}", tag = "locks",
-    params(("name" = String, Path), ("lease_id" = String, Path)),
+    params(("name" = inline(LockName), Path), ("lease_id" = inline(LeaseId), Path)),
     responses(
+        Refusals, BodyRefusals,
         (status = 204, description = "Revoked; waiting grants are woken"),
         (status = 400, description = "`invalid_request`", body = ErrorBody),
         (status = 404, description = "`lease_not_found`: not held on a majority (expired, revoked, or never granted)", body = ErrorBody),
-        (status = 408, description = "`request_timeout`: the body did not arrive in time", body = ErrorBody),
         (status = 503, description = "`quorum_unavailable`", body = ErrorBody),
     )
 )]
@@ -233,8 +234,9 @@ pub async fn revoke(
 /// Check a lease: is it still held, and for how long.
 #[utoipa::path(
     get, path = "/locks/{name}/leases/{lease_id}", tag = "locks",
-    params(("name" = String, Path), ("lease_id" = String, Path)),
+    params(("name" = inline(LockName), Path), ("lease_id" = inline(LeaseId), Path)),
     responses(
+        Refusals, BodyRefusals,
         (status = 200, description = "Held, with `ttl_remaining_ms`", body = LeaseBody),
         (status = 400, description = "`invalid_request`", body = ErrorBody),
         (status = 404, description = "`lease_not_found`", body = ErrorBody),
@@ -253,8 +255,9 @@ pub async fn check(
 /// Inspect a lock: who holds it, if anyone. Never shows a lease id.
 #[utoipa::path(
     get, path = "/locks/{name}", tag = "locks",
-    params(("name" = String, Path)),
+    params(("name" = inline(LockName), Path)),
     responses(
+        Refusals, BodyRefusals,
         (status = 200, description = "The lock's state", body = LockStatus),
         (status = 400, description = "`invalid_request`", body = ErrorBody),
         (status = 503, description = "`quorum_unavailable`", body = ErrorBody),
@@ -272,8 +275,9 @@ pub async fn inspect(
 /// Force-release (administrators): remove whoever holds the lock, whatever its lease.
 #[utoipa::path(
     delete, path = "/locks/{name}", tag = "locks",
-    params(("name" = String, Path)),
+    params(("name" = inline(LockName), Path)),
     responses(
+        Refusals, BodyRefusals,
         (status = 200, description = "Removed (or nobody held it). The removed holder's renew answers 404, a stream holding it gets `lost` (`force_released`), waiters are woken, and every later grant's fencing token is greater", body = ForceReleased),
         (status = 400, description = "`invalid_request`", body = ErrorBody),
         (status = 401, description = "`unauthorized`", body = ErrorBody),
@@ -317,11 +321,12 @@ pub(super) async fn remove_holder(
 #[utoipa::path(
     get, path = "/locks", tag = "locks",
     params(
-        ("prefix" = Option<String>, Query, description = "only names starting with this"),
-        ("after" = Option<String>, Query, description = "only names after this one: the `next` of the previous page"),
-        ("limit" = Option<u64>, Query, description = "at most this many (1 to 1000, default 100)"),
+        ("prefix" = inline(Option<NamePrefix>), Query, description = "only names starting with this"),
+        ("after" = inline(Option<NamePrefix>), Query, description = "only names after this one: the `next` of the previous page"),
+        ("limit" = inline(Option<ListLimit>), Query, description = "at most this many (1 to 1000, default 100)"),
     ),
     responses(
+        Refusals, BodyRefusals,
         (status = 200, description = "Held locks", body = LockList),
         (status = 400, description = "`invalid_request`", body = ErrorBody),
         (status = 503, description = "`quorum_unavailable`", body = ErrorBody),

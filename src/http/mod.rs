@@ -6,6 +6,7 @@ pub mod error;
 pub mod extract;
 pub mod handlers;
 pub mod middleware;
+pub mod schema;
 pub mod serve;
 pub mod stream;
 pub mod tls;
@@ -159,152 +160,17 @@ pub fn routes() -> (Router<AppState>, utoipa::openapi::OpenApi) {
     (router, doc)
 }
 
-/// The OpenAPI document as committed in `openapi/openapi.json`: the contract's default
-/// bounds.
+/// The OpenAPI document as committed in `openapi/openapi.json` and served at
+/// `/openapi.json`.
 pub fn openapi_json() -> String {
-    use crate::config::{DEFAULT_MAX_TTL_MS, DEFAULT_MAX_WAIT_MS};
-    render(&routes().1, DEFAULT_MAX_TTL_MS, DEFAULT_MAX_WAIT_MS)
+    render(&routes().1)
 }
 
-/// The document with the bounds a server enforces (`max_ttl_ms`, `max_wait_ms`).
-fn render(doc: &utoipa::openapi::OpenApi, max_ttl_ms: u64, max_wait_ms: u64) -> String {
-    // Serialising a document built from static definitions cannot fail.
-    let mut value = serde_json::to_value(doc).unwrap_or_default();
-    constrain(&mut value, max_ttl_ms, max_wait_ms);
+fn render(doc: &utoipa::openapi::OpenApi) -> String {
+    // Serialising a document built from static definitions cannot fail. Through a `Value`,
+    // so that keys are written in a stable (sorted) order.
+    let value = serde_json::to_value(doc).unwrap_or_default();
     serde_json::to_string_pretty(&value).unwrap_or_default() + "\n"
-}
-
-/// Put the constraints the service enforces into the document, from the same constants the
-/// parsers use, so that generated clients and fuzzers agree with the server: the patterns
-/// and lengths of names, lease ids and prefixes, the bounds of `limit` and `ttl_ms`, and
-/// request bodies that may be absent (not `null`). `tests/contract/conformance.rs` holds the
-/// result to what the router answers.
-fn constrain(doc: &mut serde_json::Value, max_ttl_ms: u64, max_wait_ms: u64) {
-    use crate::model::{
-        MAX_IDEMPOTENCY_KEY_BYTES, MAX_LEASE_ID_LEN, MAX_NAME_BYTES, MAX_OWNER_BYTES, MIN_TTL_MS,
-    };
-    use serde_json::json;
-    const NAME_CHARS: &str = "A-Za-z0-9._:~-";
-    let schema_for = |name: &str| -> Option<serde_json::Value> {
-        Some(match name {
-            "name" => json!({"type": "string", "minLength": 1, "maxLength": MAX_NAME_BYTES,
-                "pattern": format!("^[{NAME_CHARS}]{{1,{MAX_NAME_BYTES}}}$")}),
-            "prefix" | "after" => json!({"type": "string", "maxLength": MAX_NAME_BYTES,
-                "pattern": format!("^[{NAME_CHARS}]{{0,{MAX_NAME_BYTES}}}$")}),
-            "lease_id" => json!({"type": "string", "minLength": 1, "maxLength": MAX_LEASE_ID_LEN,
-                "pattern": format!("^[A-Za-z0-9_-]{{1,{MAX_LEASE_ID_LEN}}}$")}),
-            "limit" => json!({"type": "integer", "format": "int64", "minimum": 1,
-                "maximum": handlers::MAX_LIST_LIMIT}),
-            "ttl_ms" => json!({"type": "integer", "format": "int64", "minimum": MIN_TTL_MS,
-                "maximum": max_ttl_ms}),
-            "wait_ms" => json!({"type": "integer", "format": "int64", "minimum": 0,
-                "maximum": max_wait_ms}),
-            "owner" | "value" => json!({"type": "string", "maxLength": MAX_OWNER_BYTES}),
-            "Idempotency-Key" => json!({"type": "string", "minLength": 1,
-                "maxLength": MAX_IDEMPOTENCY_KEY_BYTES,
-                "pattern": format!("^[!-~]{{1,{MAX_IDEMPOTENCY_KEY_BYTES}}}$")}),
-            _ => return None,
-        })
-    };
-    // The bodies' fields have the bounds of the parameters they stand for.
-    if let Some(schemas) = doc
-        .pointer_mut("/components/schemas")
-        .and_then(|s| s.as_object_mut())
-    {
-        for properties in schemas
-            .values_mut()
-            .filter_map(|s| s.get_mut("properties"))
-            .filter_map(|p| p.as_object_mut())
-        {
-            for field in ["ttl_ms", "wait_ms"] {
-                if let (Some(property), Some(bounded)) =
-                    (properties.get_mut(field), schema_for(field))
-                {
-                    property["minimum"] = bounded["minimum"].clone();
-                    property["maximum"] = bounded["maximum"].clone();
-                }
-            }
-        }
-    }
-    let Some(paths) = doc.get_mut("paths").and_then(|p| p.as_object_mut()) else {
-        return;
-    };
-    // What every lock and election route may answer besides its own outcomes: the bearer
-    // token's refusals and the caps.
-    let error = |what: &str| {
-        json!({"description": what,
-            "content": {"application/json": {"schema": {"$ref": "#/components/schemas/ErrorBody"}}}})
-    };
-    for (path, item) in paths.iter_mut() {
-        if !(path.starts_with("/locks") || path.starts_with("/elections")) {
-            continue;
-        }
-        for operation in item
-            .as_object_mut()
-            .into_iter()
-            .flat_map(|o| o.values_mut())
-        {
-            let Some(responses) = operation
-                .get_mut("responses")
-                .and_then(|r| r.as_object_mut())
-            else {
-                continue;
-            };
-            responses.entry("401").or_insert_with(|| {
-                error("`unauthorized`: with REDLOCKD_AUTH_FILE, no bearer token or an unknown one (`WWW-Authenticate: Bearer`)")
-            });
-            responses.entry("403").or_insert_with(|| {
-                error("`forbidden`: the token's role, or a name outside its prefixes")
-            });
-            responses.entry("429").or_insert_with(|| {
-                error("`too_many_requests`: past a cap (waiting grants, streams) or the token's rate; `Retry-After` says when to try again")
-            });
-        }
-    }
-    for operation in paths
-        .values_mut()
-        .filter_map(|p| p.as_object_mut())
-        .flat_map(|p| p.values_mut())
-    {
-        if let Some(params) = operation
-            .get_mut("parameters")
-            .and_then(|p| p.as_array_mut())
-        {
-            for param in params {
-                let name = param["name"].as_str().unwrap_or_default().to_owned();
-                if let Some(schema) = schema_for(&name) {
-                    param["schema"] = schema;
-                }
-            }
-        }
-        if let Some(body) = operation.get_mut("requestBody") {
-            body["required"] = json!(false);
-            if let Some(responses) = operation["responses"].as_object_mut() {
-                responses
-                    .entry("408")
-                    .or_insert_with(|| error("`request_timeout`: the body did not arrive in time"));
-                responses.entry("413").or_insert_with(|| {
-                    error(&format!(
-                        "`invalid_request`: the body is larger than {BODY_LIMIT_BYTES} bytes"
-                    ))
-                });
-            }
-            let Some(body) = operation.get_mut("requestBody") else {
-                continue;
-            };
-            if let Some(content) = body.get_mut("content").and_then(|c| c.as_object_mut()) {
-                for media in content.values_mut() {
-                    let one_of = media["schema"]["oneOf"]
-                        .as_array()
-                        .cloned()
-                        .unwrap_or_default();
-                    if let Some(reference) = one_of.into_iter().find(|s| s.get("$ref").is_some()) {
-                        media["schema"] = reference;
-                    }
-                }
-            }
-        }
-    }
 }
 
 async fn no_route() -> Response {
@@ -386,13 +252,7 @@ pub fn router(state: AppState) -> Router {
         table.insert(axum::http::Method::GET, path, None, Access::Operations);
     }
     let table = Arc::new(table);
-    let leases = &state.settings.leases;
-    let doc_json: Arc<str> = render(
-        &doc,
-        leases.max_ttl.as_millis() as u64,
-        leases.max_wait.as_millis() as u64,
-    )
-    .into();
+    let doc_json: Arc<str> = render(&doc).into();
     let request_timeout = state.settings.leases.max_wait + REQUEST_TIMEOUT_MARGIN;
     routes
         .route(
@@ -452,8 +312,10 @@ mod tests {
         let name = &grant["parameters"][0];
         assert_eq!(name["name"], "name");
         assert_eq!(name["schema"]["pattern"], "^[A-Za-z0-9._:~-]{1,256}$");
-        assert_eq!(grant["requestBody"]["required"], false);
-        assert!(grant["requestBody"]["content"]["application/json"]["schema"]["$ref"].is_string());
+        // An absent body (not required) or `null`, which the parser takes as no fields.
+        assert_ne!(grant["requestBody"]["required"], true);
+        let body = &grant["requestBody"]["content"]["application/json"]["schema"]["oneOf"];
+        assert_eq!(body[1]["type"], "null", "{body}");
         let list = doc["paths"]["/locks"]["get"]["parameters"]
             .as_array()
             .unwrap();
@@ -467,5 +329,31 @@ mod tests {
         );
         let lease = &doc["paths"]["/locks/{name}/leases/{lease_id}"]["put"]["parameters"][1];
         assert_eq!(lease["schema"]["maxLength"], 64);
+    }
+
+    /// The bodies' fields state their bounds as literals (utoipa's attributes take no
+    /// constant): they must be the parsers' bounds.
+    #[test]
+    fn the_bodies_bounds_are_the_parsers() {
+        use crate::model::{DEFAULT_MAX_TTL_MS, DEFAULT_MAX_WAIT_MS, MIN_TTL_MS};
+        let doc: serde_json::Value = serde_json::from_str(&super::openapi_json()).unwrap();
+        let mut seen = 0;
+        for (name, schema) in doc["components"]["schemas"].as_object().unwrap() {
+            for (field, min, max) in [
+                ("ttl_ms", MIN_TTL_MS, DEFAULT_MAX_TTL_MS),
+                ("wait_ms", 0, DEFAULT_MAX_WAIT_MS),
+            ] {
+                let property = &schema["properties"][field];
+                if property.is_object() {
+                    seen += 1;
+                    assert_eq!(
+                        (property["minimum"].as_u64(), property["maximum"].as_u64()),
+                        (Some(min), Some(max)),
+                        "{name}.{field}"
+                    );
+                }
+            }
+        }
+        assert!(seen >= 8, "{seen} bounded fields");
     }
 }
