@@ -12,67 +12,35 @@ use utoipa::{IntoResponses, PartialSchema, ToSchema};
 use crate::model::{IdempotencyKey, LeaseId, LockName, NamePrefix, Owner};
 use crate::wire::schema;
 
-impl PartialSchema for LockName {
-    fn schema() -> RefOr<Schema> {
-        schema::of(schema::lock_name)
-    }
+/// Each type's schema is the `wire::schema` function of the same value.
+macro_rules! schema_of {
+    ($($ty:ty => $f:ident),* $(,)?) => {$(
+        impl PartialSchema for $ty {
+            fn schema() -> RefOr<Schema> {
+                schema::of(schema::$f)
+            }
+        }
+        impl ToSchema for $ty {}
+    )*};
 }
-impl ToSchema for LockName {}
-
-impl PartialSchema for NamePrefix {
-    fn schema() -> RefOr<Schema> {
-        schema::of(schema::name_prefix)
-    }
-}
-impl ToSchema for NamePrefix {}
-
-impl PartialSchema for LeaseId {
-    fn schema() -> RefOr<Schema> {
-        schema::of(schema::lease_id)
-    }
-}
-impl ToSchema for LeaseId {}
-
-impl PartialSchema for Owner {
-    fn schema() -> RefOr<Schema> {
-        schema::of(schema::owner)
-    }
-}
-impl ToSchema for Owner {}
-
-impl PartialSchema for IdempotencyKey {
-    fn schema() -> RefOr<Schema> {
-        schema::of(schema::idempotency_key)
-    }
-}
-impl ToSchema for IdempotencyKey {}
 
 /// `ttl_ms` as a query parameter.
 pub struct TtlMs;
-impl PartialSchema for TtlMs {
-    fn schema() -> RefOr<Schema> {
-        schema::of(schema::ttl_ms)
-    }
-}
-impl ToSchema for TtlMs {}
-
 /// `wait_ms` as a query parameter.
 pub struct WaitMs;
-impl PartialSchema for WaitMs {
-    fn schema() -> RefOr<Schema> {
-        schema::of(schema::wait_ms)
-    }
-}
-impl ToSchema for WaitMs {}
-
 /// A list call's `limit`.
 pub struct ListLimit;
-impl PartialSchema for ListLimit {
-    fn schema() -> RefOr<Schema> {
-        schema::of(schema::list_limit)
-    }
+
+schema_of! {
+    LockName => lock_name,
+    NamePrefix => name_prefix,
+    LeaseId => lease_id,
+    Owner => owner,
+    IdempotencyKey => idempotency_key,
+    TtlMs => ttl_ms,
+    WaitMs => wait_ms,
+    ListLimit => list_limit,
 }
-impl ToSchema for ListLimit {}
 
 /// An answer with the contract's error body.
 fn error(description: &str) -> RefOr<Response> {
