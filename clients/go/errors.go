@@ -21,8 +21,12 @@ var (
 	// ErrBadRequest: the request is wrong (a bad name or TTL, an Idempotency-Key reused
 	// for another request); retrying it as is will not help.
 	ErrBadRequest = errors.New("bad request")
-	// ErrUnauthorized: no token, an unknown one (401), or one not allowed to do this (403).
+	// ErrUnauthorized: no token, or an unknown one (401). A 403 is ErrForbidden, which
+	// errors.Is also reports as ErrUnauthorized.
 	ErrUnauthorized = errors.New("unauthorized")
+	// ErrForbidden: the token is known, but its role or name prefixes do not allow this
+	// (403).
+	ErrForbidden = errors.New("forbidden")
 	// ErrTooManyRequests: past a server cap or the token's rate (429).
 	ErrTooManyRequests = errors.New("too many requests")
 )
@@ -47,6 +51,12 @@ func (e *Error) Error() string {
 
 func (e *Error) Unwrap() error { return e.Kind }
 
+// Is reports a 403 (ErrForbidden) as an ErrUnauthorized too, so that a check for either
+// catches it.
+func (e *Error) Is(target error) bool {
+	return target == ErrUnauthorized && e.Kind == ErrForbidden
+}
+
 type errorBody struct {
 	Error        string `json:"error"`
 	Message      string `json:"message"`
@@ -66,14 +76,17 @@ func errorFrom(status int, body errorBody, retryAfterHeader string) *Error {
 		e.Kind = ErrLockHeld
 	case status == 404 && body.Error == "lease_not_found":
 		e.Kind = ErrLeaseLost
-	case status == 401 || status == 403:
+	case status == 401:
 		e.Kind = ErrUnauthorized
+	case status == 403:
+		e.Kind = ErrForbidden
 	case status == 429:
 		e.Kind = ErrTooManyRequests
 		if secs, err := strconv.Atoi(retryAfterHeader); err == nil {
 			e.RetryAfter = time.Duration(secs) * time.Second
 		}
-	case status == 503:
+	case status == 408 || status == 503:
+		// 408: the body did not reach the server in time; another try (or replica) may.
 		e.Kind = ErrUnavailable
 	case status >= 400 && status < 500:
 		e.Kind = ErrBadRequest

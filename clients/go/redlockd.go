@@ -243,11 +243,27 @@ func (c *Client) RunOncePerTick(ctx context.Context, name string, holdAtLeast, t
 	return true, nil
 }
 
-// Inspect returns the lock's state as the contract's inspect answers it.
-func (c *Client) Inspect(ctx context.Context, name string) (map[string]any, error) {
-	var body map[string]any
-	err := c.call(ctx, "GET", path("locks", name, ""), nil, "", 0, &body)
-	return body, err
+// LockStatus is a lock's state as inspect answers it; it never names a lease id.
+type LockStatus struct {
+	Name string `json:"name"`
+	Held bool   `json:"held"`
+	// FencingToken is the holder's token, 0 when nobody holds the lock.
+	FencingToken uint64 `json:"fencing_token"`
+	// TTLRemainingMs is what is left of the holder's lease, in ms.
+	TTLRemainingMs int64  `json:"ttl_remaining_ms"`
+	Owner          string `json:"owner"`
+}
+
+// TTLRemaining is what is left of the holder's lease.
+func (s LockStatus) TTLRemaining() time.Duration {
+	return time.Duration(s.TTLRemainingMs) * time.Millisecond
+}
+
+// Inspect returns the lock's state: who holds it, if anyone.
+func (c *Client) Inspect(ctx context.Context, name string) (LockStatus, error) {
+	var status LockStatus
+	err := c.call(ctx, "GET", path("locks", name, ""), nil, "", 0, &status)
+	return status, err
 }
 
 type leaseBody struct {
@@ -326,7 +342,12 @@ func (c *Client) call(ctx context.Context, method, route string, body any, key s
 				continue
 			}
 			if out != nil && len(raw) > 0 {
-				return json.Unmarshal(raw, out)
+				if err := json.Unmarshal(raw, out); err != nil {
+					// Not the contract's answer (a proxy's page, say): the lock's state is
+					// unknown, as with no answer.
+					return &Error{Kind: ErrUnavailable, Code: "bad_answer", Status: resp.StatusCode,
+						Message: fmt.Sprintf("%s answered %d with a body that is not the contract's: %v", base, resp.StatusCode, err)}
+				}
 			}
 			return nil
 		}

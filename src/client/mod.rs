@@ -177,9 +177,15 @@ fn failure(status: StatusCode, body: &[u8], base: &str) -> Failure {
             ),
             message,
         },
-        StatusCode::NOT_FOUND => Failure::NotFound(message),
+        StatusCode::NOT_FOUND if parsed.is_some_and(|b| b.error == "lease_not_found") => {
+            Failure::NotFound(message)
+        }
         StatusCode::UNAUTHORIZED | StatusCode::FORBIDDEN => Failure::Denied(message),
-        s if s.is_client_error() && s != StatusCode::REQUEST_TIMEOUT => Failure::Invalid(message),
+        // Past a cap or the token's rate, or a body that did not arrive in time: try later.
+        StatusCode::TOO_MANY_REQUESTS | StatusCode::REQUEST_TIMEOUT => {
+            Failure::Unavailable(format!("{base}: {message}"))
+        }
+        s if s.is_client_error() => Failure::Invalid(message),
         _ => Failure::Unavailable(format!("{base}: {message}")),
     }
 }
@@ -242,6 +248,35 @@ mod tests {
             failure(StatusCode::REQUEST_TIMEOUT, b"", "s"),
             Failure::Unavailable(_)
         ));
+    }
+
+    /// The table every client runs (clients/cases/errors.json). The command line tells
+    /// 401 from 403 by the message only, and a 429 is "try later", as unavailability is.
+    #[test]
+    fn each_answer_is_classified_as_the_shared_table_says() {
+        let table: serde_json::Value =
+            serde_json::from_str(include_str!("../../clients/cases/errors.json")).unwrap();
+        for case in table["cases"].as_array().unwrap() {
+            let status = StatusCode::from_u16(case["status"].as_u64().unwrap() as u16).unwrap();
+            let body = match &case["body"] {
+                serde_json::Value::String(text) => text.clone().into_bytes(),
+                body => body.to_string().into_bytes(),
+            };
+            let got = failure(status, &body, "s");
+            let class = case["class"].as_str().unwrap();
+            let expected = match (class, &got) {
+                ("held", Failure::Held { retry_after, .. }) => {
+                    let ms = case["retry_after_ms"].as_u64().unwrap();
+                    *retry_after == Duration::from_millis(ms)
+                }
+                ("lease_lost", Failure::NotFound(_)) => true,
+                ("bad_request", Failure::Invalid(_)) => true,
+                ("unauthorized" | "forbidden", Failure::Denied(_)) => true,
+                ("too_many_requests" | "unavailable", Failure::Unavailable(_)) => true,
+                _ => false,
+            };
+            assert!(expected, "{case}: {got:?}");
+        }
     }
 
     #[test]

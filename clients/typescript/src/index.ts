@@ -47,8 +47,13 @@ export class LeaseLost extends RedlockdError {}
  * request): retrying it as is will not help. */
 export class BadRequest extends RedlockdError {}
 
-/** No token, an unknown one (401), or one not allowed to do this (403). */
+/** No token, or an unknown one (401); or, as `Forbidden`, one not allowed to do this
+ * (403). */
 export class Unauthorized extends RedlockdError {}
+
+/** The token is known, but its role or name prefixes do not allow this (403). An
+ * `Unauthorized` too, so `instanceof Unauthorized` catches both. */
+export class Forbidden extends Unauthorized {}
 
 /** Past a server cap or the token's rate (429). */
 export class TooManyRequests extends RedlockdError {
@@ -63,17 +68,22 @@ export class TooManyRequests extends RedlockdError {
   }
 }
 
-function errorFrom(status: number, body: Record<string, unknown>, headers?: Headers): RedlockdError {
+/** The typed error an answer that is not a success stands for (the table every client
+ * shares: clients/cases/errors.json).
+ * @internal */
+export function errorFrom(status: number, body: Record<string, unknown>, headers?: Headers): RedlockdError {
   const code = typeof body.error === "string" ? body.error : "";
   const text = `${code ? code + ": " : ""}${typeof body.message === "string" ? body.message : `HTTP ${status}`}`;
   if (status === 409) return new LockHeld(text, code, status, body);
   if (status === 404 && code === "lease_not_found") return new LeaseLost(text, code, status, body);
-  if (status === 401 || status === 403) return new Unauthorized(text, code, status, body);
+  if (status === 401) return new Unauthorized(text, code, status, body);
+  if (status === 403) return new Forbidden(text, code, status, body);
   if (status === 429) {
     const after = Number(headers?.get("retry-after") ?? "1");
     return new TooManyRequests(text, code, status, body, (Number.isFinite(after) ? after : 1) * 1000);
   }
-  if (status === 503) return new Unavailable(text, code, status, body);
+  // 408: the body did not reach the server in time; another try (or replica) may.
+  if (status === 408 || status === 503) return new Unavailable(text, code, status, body);
   if (status >= 400 && status < 500) return new BadRequest(text, code, status, body);
   return new Unavailable(text, code || "server_error", status, body);
 }

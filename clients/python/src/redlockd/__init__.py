@@ -11,6 +11,7 @@ safe retries, over one or more redlockd replicas.
 from ._async import AsyncClient, AsyncLease, PendingLease
 from ._errors import (
     BadRequest,
+    Forbidden,
     LeaseLost,
     LockHeld,
     RedlockdError,
@@ -25,6 +26,7 @@ __all__ = [
     "AsyncLease",
     "BadRequest",
     "Client",
+    "Forbidden",
     "Leader",
     "LeaderEvent",
     "Lease",

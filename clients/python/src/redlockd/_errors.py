@@ -41,7 +41,13 @@ class BadRequest(RedlockdError):
 
 
 class Unauthorized(RedlockdError):
-    """No token, or one the server does not know (401), or one not allowed to do this (403)."""
+    """No token, or one the server does not know (401); or, as `Forbidden`, one not allowed
+    to do this (403)."""
+
+
+class Forbidden(Unauthorized):
+    """The token is known, but its role or name prefixes do not allow this (403). An
+    `Unauthorized` too, so `except Unauthorized` catches both."""
 
 
 class TooManyRequests(RedlockdError):
@@ -64,8 +70,10 @@ def from_response(status: int, body: Any, headers: Any = None) -> RedlockdError:
         return LockHeld(text, code, status, body)
     if status == 404 and code == "lease_not_found":
         return LeaseLost(text, code, status, body)
-    if status in (401, 403):
+    if status == 401:
         return Unauthorized(text, code, status, body)
+    if status == 403:
+        return Forbidden(text, code, status, body)
     if status == 429:
         after = 1.0
         if headers is not None and headers.get("retry-after"):
@@ -74,7 +82,8 @@ def from_response(status: int, body: Any, headers: Any = None) -> RedlockdError:
             except ValueError:
                 pass
         return TooManyRequests(text, code, status, body, retry_after=after)
-    if status == 503:
+    if status in (408, 503):
+        # 408: the body did not reach the server in time; another try (or replica) may.
         return Unavailable(text, code, status, body)
     if 400 <= status < 500:
         return BadRequest(text, code, status, body)
