@@ -116,6 +116,7 @@ impl Backlog {
     }
 
     /// How much work master `i` still owes.
+    #[cfg(any(test, feature = "test-util"))]
     pub(super) fn depth(&self, i: usize) -> usize {
         self.queues[i].depth.load(Ordering::Acquire)
     }

@@ -207,6 +207,7 @@ impl Redlock {
     }
 
     /// How much work master `i` still owes (late acquires to settle, releases to repeat).
+    #[cfg(any(test, feature = "test-util"))]
     pub fn backlog(&self, i: usize) -> usize {
         self.backlog.depth(i)
     }

@@ -9,6 +9,7 @@
 
 use std::collections::HashMap;
 use std::sync::Mutex;
+#[cfg(any(test, feature = "test-util"))]
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
@@ -118,6 +119,7 @@ impl Data {
 
 /// A copy of a node's data at one moment: what a master restarted from an old RDB
 /// snapshot (or an `appendfsync everysec` tail) comes back with.
+#[cfg(any(test, feature = "test-util"))]
 #[derive(Debug, Clone)]
 pub struct Snapshot {
     locks: HashMap<LockKey, Entry>,
@@ -132,6 +134,7 @@ pub struct MemoryNode {
     data: Mutex<Data>,
     fault: Mutex<Fault>,
     /// Source of run ids: each restart gets a new one, as a Redis restart does.
+    #[cfg(any(test, feature = "test-util"))]
     restarts: AtomicU64,
 }
 
@@ -151,6 +154,7 @@ impl MemoryNode {
                 since_sweep: 0,
             }),
             fault: Mutex::new(Fault::None),
+            #[cfg(any(test, feature = "test-util"))]
             restarts: AtomicU64::new(0),
         }
     }
@@ -161,10 +165,12 @@ impl MemoryNode {
         self.data.lock().unwrap_or_else(|e| e.into_inner())
     }
 
+    #[cfg(any(test, feature = "test-util"))]
     pub fn set_fault(&self, fault: Fault) {
         *self.fault.lock().unwrap_or_else(|e| e.into_inner()) = fault;
     }
 
+    #[cfg(any(test, feature = "test-util"))]
     /// Make the node's clock run `rate` times as fast as the process's: its keys expire early.
     pub fn set_clock_rate(&self, rate: f64) {
         self.data().clock_rate = rate;
@@ -184,6 +190,7 @@ impl MemoryNode {
         node
     }
 
+    #[cfg(any(test, feature = "test-util"))]
     /// Lose everything, as a master without persistence does when it restarts: locks,
     /// fencing counter and marker. The node gets a new run id.
     pub fn restart_empty(&self) {
@@ -196,6 +203,7 @@ impl MemoryNode {
         });
     }
 
+    #[cfg(any(test, feature = "test-util"))]
     /// The node's data now, to restart from later.
     pub fn snapshot(&self) -> Snapshot {
         let data = self.data();
@@ -208,6 +216,7 @@ impl MemoryNode {
         }
     }
 
+    #[cfg(any(test, feature = "test-util"))]
     /// Restart with `snapshot`'s data, as a master restarted from an old snapshot does:
     /// whatever happened since is lost. The node gets a new run id.
     pub fn restart_from(&self, snapshot: Snapshot) {
@@ -221,16 +230,19 @@ impl MemoryNode {
         data.started = Instant::now();
     }
 
+    #[cfg(any(test, feature = "test-util"))]
     /// Whether the node carries its marker (votes), for tests.
     pub fn marked(&self) -> bool {
         self.data().marker.is_some()
     }
 
+    #[cfg(any(test, feature = "test-util"))]
     /// The node's fencing counter, for tests.
     pub fn fence(&self) -> u64 {
         self.data().fence
     }
 
+    #[cfg(any(test, feature = "test-util"))]
     /// Whether the node holds the mutex `name` for `lease` now, for tests.
     pub fn holds(&self, name: &str, lease: &str) -> bool {
         self.data()
