@@ -1,16 +1,16 @@
 //! The HTTP surface: routes, state, and the OpenAPI document generated from the same
 //! route definitions (utoipa-axum), so the document cannot drift from what is served.
 
-pub mod elections;
-pub mod error;
-pub mod extract;
-pub mod handlers;
-pub mod middleware;
-pub mod schema;
-pub mod serve;
-pub mod stream;
-pub mod tls;
-pub mod types;
+mod elections;
+mod error;
+mod extract;
+mod handlers;
+mod middleware;
+mod schema;
+pub(crate) mod serve;
+mod stream;
+pub(crate) mod tls;
+mod types;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -35,7 +35,7 @@ use crate::config::Settings;
 use crate::lease::LeaseService;
 use crate::metrics::{Metrics, Op};
 use error::ApiError;
-pub use middleware::{Access, RouteTable};
+use middleware::{Access, RouteTable};
 use utoipa_axum::router::UtoipaMethodRouter;
 
 /// Routes being registered with what the middleware needs to know of each: the router,

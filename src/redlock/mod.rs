@@ -10,8 +10,8 @@
 
 pub mod backlog;
 mod engine;
-pub mod health;
-pub mod quorum;
+mod health;
+mod quorum;
 
 pub use engine::{EngineConfig, EngineError, Holder, Leased, Redlock};
 pub use health::Monitor;
