@@ -276,3 +276,15 @@ def test_every_request_carries_the_callers_trace_context():
         assert "traceparent" not in replica.seen[-1][1]
     finally:
         replica.close()
+
+
+def test_inspect_says_who_holds_a_lock_typed(cluster):
+    client = Client(cluster.urls)
+    free = client.inspect("inspected")
+    assert (free.held, free.fencing_token, free.owner) == (False, None, None)
+    with client.lock("inspected", ttl=30.0, owner="worker-7") as lease:
+        status = client.inspect("inspected")
+        assert status.held and status.name == "inspected"
+        assert status.fencing_token == lease.fencing_token
+        assert status.owner == "worker-7"
+        assert 0 < status.ttl_remaining <= 30.0

@@ -113,6 +113,26 @@ export interface LockOptions {
   onLost?: (lease: Lease) => void;
   /** Sent with the grant and with each retry of it. Default: a random UUID. */
   idempotencyKey?: string;
+  /** Give up the grant (a waiting one, say) when this aborts: the call rejects with the
+   * signal's reason, and a lease the server may have granted meanwhile is released. */
+  signal?: AbortSignal;
+}
+
+/** Options of a call that only reads. */
+export interface CallOptions {
+  /** Give up when this aborts: the call rejects with the signal's reason. */
+  signal?: AbortSignal;
+}
+
+/** A lock's state as inspect answers it; it never names a lease id. */
+export interface LockStatus {
+  name: string;
+  held: boolean;
+  /** The holder's token, when held. */
+  fencingToken?: number;
+  /** What is left of the holder's lease, when held. */
+  ttlRemainingMs?: number;
+  owner?: string;
 }
 
 export interface Leader {
@@ -175,8 +195,8 @@ export class Client {
   }
 
   /** Who leads `name` now, or null when vacant. */
-  async leader(name: string): Promise<Leader | null> {
-    const body = await this.call("GET", path("elections", name));
+  async leader(name: string, options: CallOptions = {}): Promise<Leader | null> {
+    const body = await this.call("GET", path("elections", name), { signal: options.signal });
     if (body.vacant) return null;
     return {
       name: String(body.name),
@@ -222,9 +242,16 @@ export class Client {
     }
   }
 
-  /** The lock's state, as the contract's inspect answers it. */
-  async inspect(name: string): Promise<Json> {
-    return this.call("GET", path("locks", name));
+  /** Who holds lock `name`, if anyone. */
+  async inspect(name: string, options: CallOptions = {}): Promise<LockStatus> {
+    const body = await this.call("GET", path("locks", name), { signal: options.signal });
+    return {
+      name: String(body.name),
+      held: body.held === true,
+      fencingToken: body.fencing_token === undefined ? undefined : Number(body.fencing_token),
+      ttlRemainingMs: body.ttl_remaining_ms === undefined ? undefined : Number(body.ttl_remaining_ms),
+      owner: body.owner as string | undefined,
+    };
   }
 
   /** Run `fn` on this instance only if no other runs it this tick: take `name` without
@@ -234,11 +261,14 @@ export class Client {
   async runOncePerTick<T>(
     name: string,
     fn: (lease: Lease) => Promise<T> | T,
-    options: { holdAtLeastMs: number; ttlMs?: number },
+    options: { holdAtLeastMs: number; ttlMs?: number; signal?: AbortSignal },
   ): Promise<{ ran: boolean; value?: T }> {
     let lease: Lease;
     try {
-      lease = await this.lock(name, { ttlMs: options.ttlMs ?? Math.max(options.holdAtLeastMs * 2, 1000) });
+      lease = await this.lock(name, {
+        ttlMs: options.ttlMs ?? Math.max(options.holdAtLeastMs * 2, 1000),
+        signal: options.signal,
+      });
     } catch (e) {
       if (e instanceof LockHeld) return { ran: false };
       throw e;
@@ -264,12 +294,38 @@ export class Client {
     const body: Json = { ttl_ms: options.ttlMs ?? 30_000, wait_ms: waitMs };
     if (options.owner !== undefined) body[kind === "elections" ? "value" : "owner"] = options.owner;
     const sent = performance.now();
-    const answer = await this.call("POST", path(kind, name), {
-      body,
-      idempotencyKey: options.idempotencyKey ?? randomUUID(),
-      timeoutMs: this.timeoutMs + waitMs,
-    });
+    const idempotencyKey = options.idempotencyKey ?? randomUUID();
+    let answer: Json;
+    try {
+      answer = await this.call("POST", path(kind, name), {
+        body,
+        idempotencyKey,
+        timeoutMs: this.timeoutMs + waitMs,
+        signal: options.signal,
+      });
+    } catch (e) {
+      if (options.signal?.aborted) {
+        // The server may still be waiting on the grant's behalf until its wait ends.
+        const waitLeft = Math.max(0, sent + waitMs - performance.now());
+        this.abandon(kind, name, body, idempotencyKey, waitLeft);
+      }
+      throw e;
+    }
     return new Lease(this, kind, answer, sent, options);
+  }
+
+  /** A grant given up by its caller may still be won: the server keeps a keyed grant
+   * whose client left for a retry, and goes on waiting for it until its `wait_ms` ends.
+   * Once that wait is over, ask once more with the same key, not waiting, and release
+   * what it answers, in the background (a process that exits first leaves the lease to
+   * expire at its TTL). */
+  private abandon(kind: Kind, name: string, body: Json, idempotencyKey: string, afterMs: number): void {
+    const ask = { ...body, wait_ms: 0 };
+    setTimeout(() => {
+      void this.call("POST", path(kind, name), { body: ask, idempotencyKey })
+        .then((won) => this.call("DELETE", path(kind, name, String(won.lease_id))))
+        .catch(() => undefined);
+    }, afterMs + 50).unref();
   }
 
   /** One request, tried on each replica in turn while none answers or a replica cannot
@@ -279,7 +335,7 @@ export class Client {
   async call(
     method: string,
     route: string,
-    options: { body?: Json; idempotencyKey?: string; timeoutMs?: number } = {},
+    options: { body?: Json; idempotencyKey?: string; timeoutMs?: number; signal?: AbortSignal } = {},
   ): Promise<Json> {
     let last: RedlockdError | undefined;
     for (let round = 0; round < ROUNDS; round++) {
@@ -290,9 +346,14 @@ export class Client {
             method,
             headers: this.headers(options.idempotencyKey, options.body !== undefined),
             body: options.body === undefined ? undefined : JSON.stringify(options.body),
-            signal: AbortSignal.timeout(Math.max(1, Math.ceil(options.timeoutMs ?? this.timeoutMs))),
+            signal: AbortSignal.any([
+              AbortSignal.timeout(Math.max(1, Math.ceil(options.timeoutMs ?? this.timeoutMs))),
+              ...(options.signal ? [options.signal] : []),
+            ]),
           });
         } catch (e) {
+          // The caller gave up: no other replica is asked.
+          if (options.signal?.aborted) throw options.signal.reason;
           last = new Unavailable(`${url}: ${(e as Error).message}`, "network");
           continue;
         }

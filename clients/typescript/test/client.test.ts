@@ -188,3 +188,31 @@ test("every request carries the caller's trace context", async () => {
     replica.close();
   }
 });
+
+test("inspect is typed, and a waiting grant given up by its signal leaves nothing held", () =>
+  withCluster({}, async (cluster) => {
+    const client = new Client({ servers: cluster.urls });
+    const holder = await client.lock("busy", { ttlMs: 30_000, owner: "a" });
+    const status = await client.inspect("busy");
+    assert.deepEqual(
+      [status.held, status.fencingToken, status.owner],
+      [true, holder.fencingToken, "a"],
+    );
+    const giveUp = new AbortController();
+    const waiting = client.lock("busy", { waitMs: 2000, signal: giveUp.signal });
+    await sleep(200);
+    const abortedAt = performance.now();
+    giveUp.abort(new Error("the caller gave up"));
+    await assert.rejects(waiting, /the caller gave up/);
+    assert.ok(performance.now() - abortedAt < 500, "rejected at once");
+    // Whether the server dropped the abandoned grant or won it as the holder let go (the
+    // client then releases it once the wait is over), nothing stays held.
+    await holder.release();
+    await waitFor("the abandoned grant to be released", async () => {
+      const now = await client.inspect("busy");
+      return now.held ? undefined : true;
+    }, 8000);
+    const inspectGivenUp = new AbortController();
+    inspectGivenUp.abort(new Error("not wanted"));
+    await assert.rejects(client.inspect("busy", { signal: inspectGivenUp.signal }), /not wanted/);
+  }));

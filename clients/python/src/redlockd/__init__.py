@@ -19,7 +19,8 @@ from ._errors import (
     Unauthorized,
     Unavailable,
 )
-from ._sync import Client, Leader, LeaderEvent, Lease, TickResult
+from ._models import Leader, LeaderEvent, LockStatus, TickResult
+from ._sync import Client, Lease
 
 __all__ = [
     "AsyncClient",
@@ -32,6 +33,7 @@ __all__ = [
     "Lease",
     "LeaseLost",
     "LockHeld",
+    "LockStatus",
     "PendingLease",
     "RedlockdError",
     "TickResult",

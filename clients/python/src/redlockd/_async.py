@@ -13,7 +13,7 @@ import httpx
 
 from . import _core
 from ._errors import LeaseLost, LockHeld, RedlockdError, Unavailable, from_response
-from ._sync import Leader, LeaderEvent, TickResult
+from ._models import Leader, LeaderEvent, LockStatus, TickResult
 
 log = logging.getLogger("redlockd")
 
@@ -201,8 +201,9 @@ class AsyncClient:
                     failures += 1
             await asyncio.sleep(min(2.0, 0.05 * 2 ** min(failures, 6)))
 
-    async def inspect(self, name: str) -> Dict[str, Any]:
-        return await self._call("GET", _core.path("locks", name))
+    async def inspect(self, name: str) -> LockStatus:
+        """Who holds lock `name`, if anyone (never a lease id)."""
+        return LockStatus.read(await self._call("GET", _core.path("locks", name)))
 
     async def run_once_per_tick(self, name: str, fn: Callable[[AsyncLease], Awaitable[Any]], *,
                                 hold_at_least: float, ttl: Optional[float] = None) -> TickResult:

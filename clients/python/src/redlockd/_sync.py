@@ -5,55 +5,15 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from dataclasses import dataclass
-from typing import Any, Callable, Dict, Iterator, NamedTuple, Optional, Sequence, Union
+from typing import Any, Callable, Dict, Iterator, Optional, Sequence, Union
 
 import httpx
 
 from . import _core
 from ._errors import LeaseLost, LockHeld, RedlockdError, Unavailable, from_response
+from ._models import Leader, LeaderEvent, LockStatus, TickResult
 
 log = logging.getLogger("redlockd")
-
-
-@dataclass(frozen=True)
-class Leader:
-    """Who leads an election now (`term` is the leader's fencing token)."""
-
-    name: str
-    term: int
-    value: Optional[str]
-    ttl_remaining: float
-
-    @classmethod
-    def read(cls, body: Dict[str, Any]) -> Optional["Leader"]:
-        """The leader in a `GET /elections/{name}` answer, or None when vacant."""
-        if body.get("vacant"):
-            return None
-        return cls(body["name"], int(body["term"]), body.get("value"),
-                   float(body.get("ttl_remaining_ms", 0)) / 1000.0)
-
-
-@dataclass(frozen=True)
-class LeaderEvent:
-    """One change an observer is told of: `elected` (a new term), `proclaimed` (the
-    leader's new value, same term) or `vacant` (`term` is the last leader's, if known)."""
-
-    kind: str
-    name: str
-    term: Optional[int]
-    value: Optional[str]
-
-    @classmethod
-    def read(cls, name: str, kind: str, data: Dict[str, Any]) -> "LeaderEvent":
-        return cls(kind, data.get("name", name), data.get("term"), data.get("value"))
-
-
-class TickResult(NamedTuple):
-    """What `run_once_per_tick` did: `ran` is False when another instance held the tick."""
-
-    ran: bool
-    value: Any = None
 
 
 class Lease(_core.LeaseState):
@@ -232,9 +192,9 @@ class Client:
                     failures += 1
             time.sleep(min(2.0, 0.05 * 2 ** min(failures, 6)))
 
-    def inspect(self, name: str) -> Dict[str, Any]:
-        """The lock's state as the contract's inspect answers it."""
-        return self._call("GET", _core.path("locks", name))
+    def inspect(self, name: str) -> LockStatus:
+        """Who holds lock `name`, if anyone (never a lease id)."""
+        return LockStatus.read(self._call("GET", _core.path("locks", name)))
 
     def run_once_per_tick(self, name: str, fn: Callable[[Lease], Any], *, hold_at_least: float,
                           ttl: Optional[float] = None) -> TickResult:
