@@ -374,6 +374,42 @@ pub struct Leader {
     pub ttl_remaining_ms: Option<u64>,
 }
 
+/// The `data` of a held lock's stream events, by event: `queued` (`QueuedEvent`),
+/// `granted` and `heartbeat` (`LeaseBody`), `lost` (`LostEvent`), `failed` (`ErrorBody`).
+// The three stream-data types document the streams for the OpenAPI document; they are
+// never built (each event is written from its own body type).
+#[derive(Serialize, ToSchema)]
+#[serde(untagged)]
+#[allow(dead_code)]
+pub enum HoldStreamData {
+    Queued(QueuedEvent),
+    Lease(LeaseBody),
+    Lost(LostEvent),
+    Failed(ErrorBody),
+}
+
+/// The `data` of an election's held stream events: as a held lock's, with
+/// `ElectionLease` for `elected` and `heartbeat`.
+#[derive(Serialize, ToSchema)]
+#[serde(untagged)]
+#[allow(dead_code)]
+pub enum CampaignStreamData {
+    Queued(QueuedEvent),
+    Lease(ElectionLease),
+    Lost(LostEvent),
+    Failed(ErrorBody),
+}
+
+/// The `data` of an observer's stream events: `elected`, `proclaimed` and `vacant`
+/// (`LeaderEvent`), then `closed` (`LostEvent`) when the replica stops.
+#[derive(Serialize, ToSchema)]
+#[serde(untagged)]
+#[allow(dead_code)]
+pub enum ObserveStreamData {
+    Change(LeaderEvent),
+    Closed(LostEvent),
+}
+
 /// An event of an election's observe stream: `elected` (a new term), `proclaimed` (the
 /// leader's new value), `vacant` (`term` is the last leader's, if one was seen).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]

@@ -79,7 +79,7 @@ pub async fn campaign(
     request_body(content = Option<CampaignRequest>, description = "May be empty"),
     responses(
         Refusals, BodyRefusals,
-        (status = 200, content_type = "text/event-stream", body = String,
+        (status = 200, content_type = "text/event-stream", body = crate::wire::CampaignStreamData,
             description = "Leads while the connection stays open. Events as a held lock's stream (`POST /locks/{name}/hold`), \
 with `elected` (`ElectionLease`) for `granted` and `heartbeat` carrying an `ElectionLease`."),
         (status = 400, description = "`invalid_request`: a field, before any stream; an Idempotency-Key", body = ErrorBody),
@@ -123,7 +123,7 @@ pub async fn leader(
     params(("name" = inline(LockName), Path)),
     responses(
         Refusals, BodyRefusals,
-        (status = 200, content_type = "text/event-stream", body = String,
+        (status = 200, content_type = "text/event-stream", body = crate::wire::ObserveStreamData,
             description = "First the current state, then each change, as `LeaderEvent`s: `elected` (a new term, with its value), \
 `proclaimed` (the leader's new value, same term), `vacant` (`term` is the last leader's). Terms never go back. \
 An observer more than 16 events behind is disconnected; on reconnecting it is told the current state. \

@@ -83,7 +83,7 @@ pub async fn grant(
     request_body(content = Option<GrantRequest>, description = "May be empty: every field has a default"),
     responses(
         Refusals, BodyRefusals,
-        (status = 200, content_type = "text/event-stream", body = String,
+        (status = 200, content_type = "text/event-stream", body = crate::wire::HoldStreamData,
             description = "The lease is held while the connection stays open. \
 Events: `queued` (`QueuedEvent`, while waiting), `granted` (`LeaseBody`), `heartbeat` (`LeaseBody`, after each renew at a third of the TTL), \
 then `lost` (`LostEvent`) or `failed` (`ErrorBody`: held after `wait_ms`, no quorum), after which the stream ends. \
