@@ -84,6 +84,11 @@ impl LockName {
         Ok(name)
     }
 
+    /// The kind of lock it names.
+    pub fn kind(&self) -> Kind {
+        self.kind
+    }
+
     /// The masters' key of this name.
     pub fn key(&self) -> LockKey {
         LockKey {
@@ -361,6 +366,14 @@ impl Kind {
         match self {
             Kind::Mutex => "lock:",
             Kind::Election => "election:",
+        }
+    }
+
+    /// The contract's collection of this kind: its routes are `/<route>/{name}…`.
+    pub fn route(self) -> &'static str {
+        match self {
+            Kind::Mutex => "locks",
+            Kind::Election => "elections",
         }
     }
 

@@ -51,17 +51,10 @@ pub async fn campaign(
     headers: HeaderMap,
     Fields(req): Fields<CampaignRequest>,
 ) -> Result<Response, ApiError> {
-    let held = stream::Held::Election;
     let grant = (req.ttl_ms, req.wait_ms, req.value.as_deref());
-    grant_or_hold(
-        &state,
-        name,
-        grant,
-        &headers,
-        caller.as_deref(),
-        held,
-        |lease| Json(ElectionLease::new(lease)).into_response(),
-    )
+    grant_or_hold(&state, name, grant, &headers, caller.as_deref(), |lease| {
+        Json(ElectionLease::new(lease)).into_response()
+    })
     .await
     .map_err(ApiError::in_election)
 }
@@ -93,8 +86,7 @@ pub async fn campaign_held(
     Fields(req): Fields<CampaignRequest>,
 ) -> Result<Response, ApiError> {
     let grant = (req.ttl_ms, req.wait_ms, req.value.as_deref());
-    hold_stream(&state, name, grant, &headers, stream::Held::Election)
-        .map_err(ApiError::in_election)
+    hold_stream(&state, name, grant, &headers).map_err(ApiError::in_election)
 }
 
 /// Who leads now: value, term and remaining TTL, or vacant.

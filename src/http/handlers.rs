@@ -57,17 +57,10 @@ pub async fn grant(
     headers: HeaderMap,
     Fields(req): Fields<GrantRequest>,
 ) -> Result<Response, ApiError> {
-    let held = stream::Held::Lock;
     let grant = (req.ttl_ms, req.wait_ms, req.owner.as_deref());
-    grant_or_hold(
-        &state,
-        name,
-        grant,
-        &headers,
-        caller.as_deref(),
-        held,
-        |lease| Json(LeaseBody::new(lease, false)).into_response(),
-    )
+    grant_or_hold(&state, name, grant, &headers, caller.as_deref(), |lease| {
+        Json(LeaseBody::new(lease, false)).into_response()
+    })
     .await
 }
 
@@ -99,7 +92,7 @@ pub async fn hold(
     Fields(req): Fields<GrantRequest>,
 ) -> Result<Response, ApiError> {
     let grant = (req.ttl_ms, req.wait_ms, req.owner.as_deref());
-    hold_stream(&state, name, grant, &headers, stream::Held::Lock)
+    hold_stream(&state, name, grant, &headers)
 }
 
 /// A grant's fields: `ttl_ms`, `wait_ms`, and the owner text (a leader's value).
@@ -132,11 +125,10 @@ pub(super) async fn grant_or_hold(
     fields: GrantFields<'_>,
     headers: &HeaderMap,
     caller: Option<&Caller>,
-    held: stream::Held,
     body: impl FnOnce(&crate::lease::Lease) -> Response,
 ) -> Result<Response, ApiError> {
     if stream::wants_stream(headers) {
-        return hold_stream(state, name, fields, headers, held);
+        return hold_stream(state, name, fields, headers);
     }
     let (ttl_ms, wait_ms, owner) = fields;
     let policy = LeasePolicy::from(state.settings.leases);
@@ -148,11 +140,12 @@ pub(super) async fn grant_or_hold(
         .service
         .grant_keyed(name, ttl, wait, owner, key)
         .await?;
-    let route = match held {
-        stream::Held::Lock => "locks",
-        stream::Held::Election => "elections",
-    };
-    let location = format!("/{route}/{}/leases/{}", lease.name, lease.id.as_str());
+    let location = format!(
+        "/{}/{}/leases/{}",
+        lease.name.kind().route(),
+        lease.name,
+        lease.id.as_str()
+    );
     let mut response = body(&lease);
     *response.status_mut() = StatusCode::CREATED;
     if let Ok(value) = HeaderValue::from_str(&location) {
@@ -168,7 +161,6 @@ pub(super) fn hold_stream(
     name: crate::model::LockName,
     (ttl_ms, wait_ms, owner): GrantFields<'_>,
     headers: &HeaderMap,
-    held: stream::Held,
 ) -> Result<Response, ApiError> {
     let policy = LeasePolicy::from(state.settings.leases);
     let ttl = policy.ttl(ttl_ms)?;
@@ -180,8 +172,9 @@ pub(super) fn hold_stream(
                 .into(),
         ));
     }
+    let kind = name.kind();
     let events = state.service.hold(name, ttl, wait, owner)?;
-    Ok(stream::hold(held, events).into_response())
+    Ok(stream::hold(kind, events).into_response())
 }
 
 /// Renew a lease: extend its TTL. The lease id and fencing token stay the same.

@@ -18,6 +18,7 @@ use tokio::sync::mpsc;
 
 use super::error::ApiError;
 use crate::lease::{HoldEvent, LeaderChange, Lease};
+use crate::model::Kind;
 use crate::wire::{ElectionLease, LeaderEvent, LeaseBody};
 use crate::wire::{LostEvent, QueuedEvent};
 
@@ -47,18 +48,16 @@ fn event<T: Serialize>(name: &'static str, data: &T) -> Event {
         .unwrap_or_else(|_| Event::default().event(name))
 }
 
-/// What a held stream holds: a lock's lease, or an election's leadership (whose grant is
-/// told as `elected`, with the leader's lease body).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Held {
-    Lock,
-    Election,
-}
-
-fn hold_event(held: Held, e: HoldEvent) -> Event {
-    let lease = |name, lease: &Lease| match held {
-        Held::Lock => event(name, &LeaseBody::new(lease, false)),
-        Held::Election => event(name, &ElectionLease::new(lease)),
+/// One event of a held stream, in its kind's words: an election's grant is told as
+/// `elected`, with the leader's lease body.
+fn hold_event(kind: Kind, e: HoldEvent) -> Event {
+    let election = kind == Kind::Election;
+    let lease = |name, lease: &Lease| {
+        if election {
+            event(name, &ElectionLease::new(lease))
+        } else {
+            event(name, &LeaseBody::new(lease, false))
+        }
     };
     match e {
         HoldEvent::Queued { position } => event(
@@ -67,7 +66,7 @@ fn hold_event(held: Held, e: HoldEvent) -> Event {
                 position: position as u64,
             },
         ),
-        HoldEvent::Granted(l) if held == Held::Election => lease("elected", &l),
+        HoldEvent::Granted(l) if election => lease("elected", &l),
         HoldEvent::Granted(l) => lease("granted", &l),
         HoldEvent::Renewed(l) => lease("heartbeat", &l),
         HoldEvent::Lost(reason) => event(
@@ -77,7 +76,7 @@ fn hold_event(held: Held, e: HoldEvent) -> Event {
                 message: reason.message().to_owned(),
             },
         ),
-        HoldEvent::Failed(e) if held == Held::Election => {
+        HoldEvent::Failed(e) if election => {
             event("failed", &ApiError::from(e).in_election().body())
         }
         HoldEvent::Failed(e) => event("failed", &ApiError::from(e).body()),
@@ -86,12 +85,12 @@ fn hold_event(held: Held, e: HoldEvent) -> Event {
 
 /// The SSE response for a held lease's events.
 pub fn hold(
-    held: Held,
+    kind: Kind,
     rx: mpsc::Receiver<HoldEvent>,
 ) -> Sse<impl Stream<Item = Result<Event, Infallible>> + Send + 'static> {
     let events = futures::stream::unfold(rx, move |mut rx| async move {
         let next = rx.recv().await?;
-        Some((Ok(hold_event(held, next)), rx))
+        Some((Ok(hold_event(kind, next)), rx))
     });
     Sse::new(events).keep_alive(KeepAlive::new().interval(KEEP_ALIVE))
 }
