@@ -369,8 +369,9 @@ impl Call<'_> {
         self.exchange(true).await
     }
 
-    async fn exchange(self, read_body: bool) -> Answer {
-        let Some(router) = &self.app.router else {
+    /// Send over whichever transport the app has.
+    async fn dispatch(self) -> Dispatched {
+        let Some(router) = self.app.router.clone() else {
             let mut request = self
                 .app
                 .http
@@ -379,18 +380,7 @@ impl Call<'_> {
             for (k, v) in &self.headers {
                 request = request.header(k, v);
             }
-            let response = request.send().await.expect("request");
-            let (status, headers) = (response.status().as_u16(), response.headers().clone());
-            let text = if read_body {
-                response.text().await.expect("body")
-            } else {
-                String::new()
-            };
-            return Answer {
-                status,
-                headers,
-                text,
-            };
+            return Dispatched::Socket(request.send().await.expect("request"));
         };
         use tower::ServiceExt as _;
         let mut request = axum::http::Request::builder()
@@ -402,7 +392,26 @@ impl Call<'_> {
         let request = request
             .body(axum::body::Body::from(self.body))
             .expect("a valid request");
-        let response = router.clone().oneshot(request).await.expect("infallible");
+        Dispatched::InProcess(router.oneshot(request).await.expect("infallible"))
+    }
+
+    async fn exchange(self, read_body: bool) -> Answer {
+        let response = match self.dispatch().await {
+            Dispatched::Socket(response) => {
+                let (status, headers) = (response.status().as_u16(), response.headers().clone());
+                let text = if read_body {
+                    response.text().await.expect("body")
+                } else {
+                    String::new()
+                };
+                return Answer {
+                    status,
+                    headers,
+                    text,
+                };
+            }
+            Dispatched::InProcess(response) => response,
+        };
         let status = response.status().as_u16();
         let mut headers = reqwest::header::HeaderMap::new();
         for (k, v) in response.headers() {
@@ -424,6 +433,12 @@ impl Call<'_> {
             text: String::from_utf8_lossy(&bytes).into_owned(),
         }
     }
+}
+
+/// A request's raw answer, from either transport.
+enum Dispatched {
+    Socket(reqwest::Response),
+    InProcess(axum::response::Response),
 }
 
 impl TestApp {
@@ -640,28 +655,10 @@ impl Call<'_> {
 
     /// Send the request as it is and read the answer as an event stream.
     pub async fn send_stream(self) -> EventStream {
-        let Some(router) = self.app.router.clone() else {
-            let mut request = self
-                .app
-                .http
-                .request(self.method, self.app.url(&self.path))
-                .body(self.body);
-            for (k, v) in &self.headers {
-                request = request.header(k, v);
-            }
-            return EventStream::read(request.send().await.expect("stream request"));
+        let response = match self.dispatch().await {
+            Dispatched::Socket(response) => return EventStream::read(response),
+            Dispatched::InProcess(response) => response,
         };
-        use tower::ServiceExt as _;
-        let mut request = axum::http::Request::builder()
-            .method(self.method.as_str())
-            .uri(&self.path);
-        for (k, v) in &self.headers {
-            request = request.header(k, v);
-        }
-        let request = request
-            .body(axum::body::Body::from(self.body))
-            .expect("a valid request");
-        let response = router.oneshot(request).await.expect("infallible");
         EventStream {
             status: response.status().as_u16(),
             encoding: response

@@ -75,19 +75,29 @@ fn references(text: &str) -> BTreeSet<String> {
         .collect()
 }
 
-#[test]
-fn no_module_reaches_up_or_past_the_layer_below_it() {
+/// Every source file under `src/`: its path, its top-level module and its text.
+fn modules() -> Vec<(PathBuf, String, String)> {
     let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
     let mut files = Vec::new();
     sources(&src, &mut files);
+    files
+        .into_iter()
+        .map(|file| {
+            let module = module_of(&src, &file);
+            let text = std::fs::read_to_string(&file).expect("read source");
+            (file, module, text)
+        })
+        .collect()
+}
+
+#[test]
+fn no_module_reaches_up_or_past_the_layer_below_it() {
     let mut wrong = Vec::new();
-    for file in &files {
-        let module = module_of(&src, file);
+    for (file, module, text) in modules() {
         let Some((_, allowed)) = ALLOWED.iter().find(|(m, _)| *m == module) else {
             // lib.rs, main.rs and app.rs wire everything together.
             continue;
         };
-        let text = std::fs::read_to_string(file).expect("read source");
         for target in references(&text) {
             if target != module && !allowed.contains(&target.as_str()) {
                 wrong.push(format!("{} names crate::{target}", file.display()));
@@ -103,16 +113,11 @@ fn no_module_reaches_up_or_past_the_layer_below_it() {
 
 #[test]
 fn no_module_re_exports_another_modules_items() {
-    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
-    let mut files = Vec::new();
-    sources(&src, &mut files);
     let mut wrong = Vec::new();
-    for file in &files {
-        let module = module_of(&src, file);
+    for (file, module, text) in modules() {
         if matches!(module.as_str(), "lib" | "main" | "app") {
             continue;
         }
-        let text = std::fs::read_to_string(file).expect("read source");
         for line in text
             .lines()
             .filter(|l| l.trim_start().starts_with("pub use crate::"))
