@@ -70,11 +70,16 @@ impl Registry {
         access: Access,
     ) -> Self {
         for (path, item) in route.1.paths.iter() {
+            use axum::http::Method;
             let methods = [
-                (axum::http::Method::GET, item.get.is_some()),
-                (axum::http::Method::PUT, item.put.is_some()),
-                (axum::http::Method::POST, item.post.is_some()),
-                (axum::http::Method::DELETE, item.delete.is_some()),
+                (Method::GET, item.get.is_some()),
+                (Method::PUT, item.put.is_some()),
+                (Method::POST, item.post.is_some()),
+                (Method::DELETE, item.delete.is_some()),
+                (Method::PATCH, item.patch.is_some()),
+                (Method::HEAD, item.head.is_some()),
+                (Method::OPTIONS, item.options.is_some()),
+                (Method::TRACE, item.trace.is_some()),
             ];
             for (method, present) in methods {
                 if present {
