@@ -661,15 +661,19 @@ impl Call<'_> {
         };
         EventStream {
             status: response.status().as_u16(),
-            encoding: response
-                .headers()
-                .get("content-encoding")
-                .and_then(|v| v.to_str().ok())
-                .map(str::to_owned),
+            encoding: content_encoding(response.headers()),
             body: StreamBody::InProcess(response.into_body().into_data_stream()),
             buffer: String::new(),
         }
     }
+}
+
+/// A response's `content-encoding`, if any.
+fn content_encoding(headers: &axum::http::HeaderMap) -> Option<String> {
+    headers
+        .get("content-encoding")
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_owned)
 }
 
 impl EventStream {
@@ -687,11 +691,7 @@ impl EventStream {
     fn read(response: reqwest::Response) -> Self {
         Self {
             status: response.status().as_u16(),
-            encoding: response
-                .headers()
-                .get("content-encoding")
-                .and_then(|v| v.to_str().ok())
-                .map(str::to_owned),
+            encoding: content_encoding(response.headers()),
             body: StreamBody::Socket(response),
             buffer: String::new(),
         }
