@@ -4,6 +4,7 @@
 
 import { spawn } from "node:child_process";
 import { existsSync, mkdtempSync, rmSync } from "node:fs";
+import http from "node:http";
 import net from "node:net";
 import { tmpdir } from "node:os";
 import { join, resolve, dirname } from "node:path";
@@ -206,8 +207,26 @@ export class LosingProxy {
   }
 }
 
-/** @returns {Promise<any>} */
-export async function held(url, name) {
-  const resp = await fetch(`${url}/locks/${name}`);
-  return resp.json();
+/**
+ * A lock's status, read on a connection of its own: a test that blocks the event loop (a
+ * child process run synchronously) for longer than the server's client timeout would find
+ * a pooled keep-alive connection closed under it ("other side closed").
+ * @returns {Promise<any>}
+ */
+export function held(url, name) {
+  return new Promise((resolve, reject) => {
+    const req = http.get(`${url}/locks/${name}`, { agent: false }, (resp) => {
+      let body = "";
+      resp.setEncoding("utf8");
+      resp.on("data", (chunk) => (body += chunk));
+      resp.on("end", () => {
+        try {
+          resolve(JSON.parse(body));
+        } catch (error) {
+          reject(error);
+        }
+      });
+    });
+    req.on("error", reject);
+  });
 }
