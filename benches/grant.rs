@@ -47,7 +47,7 @@ use redlockd::metrics::Metrics;
 use redlockd::model::LockKey;
 use redlockd::model::LockName;
 use redlockd::redlock::{EngineConfig, Redlock};
-use redlockd::store::node::{Acquired, Ending, LockNode, Owned};
+use redlockd::store::node::{Acquired, Claim, Ending, LockNode, Owned, Renewal};
 use redlockd::store::redis::RedisNode;
 use serde_json::{Value, json};
 use tokio::sync::Mutex;
@@ -452,7 +452,7 @@ impl Limit {
         let replies = join_all(
             self.nodes
                 .iter()
-                .map(|n| n.acquire(key, lease, ttl_ms, None, None)),
+                .map(|n| n.acquire(Claim::new(key, lease, ttl_ms))),
         )
         .await;
         let won = replies
@@ -463,7 +463,15 @@ impl Limit {
     }
 
     async fn renew(&self, key: &LockKey, lease: &str) -> bool {
-        let replies = join_all(self.nodes.iter().map(|n| n.renew(key, lease, None, None))).await;
+        let replies = join_all(self.nodes.iter().map(|n| {
+            n.renew(Renewal {
+                key,
+                lease,
+                ttl_ms: None,
+                owner: None,
+            })
+        }))
+        .await;
         replies
             .iter()
             .filter(|r| matches!(r, Ok(Owned::Yes(_))))

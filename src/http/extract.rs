@@ -22,18 +22,6 @@ fn in_scope(parts: &Parts, name: LockName) -> Result<LockName, ApiError> {
     }
 }
 
-/// The `{name}` of a lock route, parsed.
-pub struct LockPath(pub LockName);
-
-/// The `{name}` and `{lease_id}` of a lease route, parsed.
-pub struct LeasePath(pub LockName, pub LeaseId);
-
-/// The `{name}` of an election route, parsed.
-pub struct ElectionPath(pub LockName);
-
-/// The `{name}` and `{lease_id}` of a leader's lease route, parsed.
-pub struct ElectionLeasePath(pub LockName, pub LeaseId);
-
 /// A request's fields, from its JSON body or its query parameters (either, not both), with
 /// unknown fields refused. The body has already been read, within the client timeout and
 /// the size limit, by the `read_body` middleware.
@@ -66,38 +54,38 @@ async fn name_and_lease<S: Send + Sync>(
     Ok((in_scope(parts, parse(&name)?)?, LeaseId::parse(&id)?))
 }
 
-impl<S: Send + Sync> FromRequestParts<S> for LockPath {
-    type Rejection = ApiError;
+/// Each kind's path extractors, `{name}` and `{name}` with `{lease_id}`, parsed as that
+/// kind's name and within the caller's prefixes: a new kind is a line below.
+macro_rules! kind_paths {
+    ($($kind:literal: $name_path:ident, $lease_path:ident => $parse:path;)*) => {$(
+        #[doc = concat!("The `{name}` of ", $kind, " route, parsed.")]
+        pub struct $name_path(pub LockName);
 
-    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, ApiError> {
-        name(parts, state, LockName::parse).await.map(Self)
-    }
+        #[doc = concat!("The `{name}` and `{lease_id}` of ", $kind, "'s lease route, parsed.")]
+        pub struct $lease_path(pub LockName, pub LeaseId);
+
+        impl<S: Send + Sync> FromRequestParts<S> for $name_path {
+            type Rejection = ApiError;
+
+            async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, ApiError> {
+                name(parts, state, $parse).await.map(Self)
+            }
+        }
+
+        impl<S: Send + Sync> FromRequestParts<S> for $lease_path {
+            type Rejection = ApiError;
+
+            async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, ApiError> {
+                let (name, id) = name_and_lease(parts, state, $parse).await?;
+                Ok(Self(name, id))
+            }
+        }
+    )*};
 }
 
-impl<S: Send + Sync> FromRequestParts<S> for LeasePath {
-    type Rejection = ApiError;
-
-    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, ApiError> {
-        let (name, id) = name_and_lease(parts, state, LockName::parse).await?;
-        Ok(Self(name, id))
-    }
-}
-
-impl<S: Send + Sync> FromRequestParts<S> for ElectionPath {
-    type Rejection = ApiError;
-
-    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, ApiError> {
-        name(parts, state, LockName::election).await.map(Self)
-    }
-}
-
-impl<S: Send + Sync> FromRequestParts<S> for ElectionLeasePath {
-    type Rejection = ApiError;
-
-    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, ApiError> {
-        let (name, id) = name_and_lease(parts, state, LockName::election).await?;
-        Ok(Self(name, id))
-    }
+kind_paths! {
+    "a lock": LockPath, LeasePath => LockName::parse;
+    "an election": ElectionPath, ElectionLeasePath => LockName::election;
 }
 
 impl<S: Send + Sync, T: DeserializeOwned> FromRequest<S> for Fields<T> {

@@ -360,13 +360,18 @@ mod tests {
         assert_eq!(events.names_listened_to(), 0);
     }
 
+    /// Two waiting grants, of `one` and of `other`, that have both looked at their locks.
+    fn two_waiters(events: &Arc<Events>, one: &str, other: &str) -> (Ticket, Ticket) {
+        let (mut first, mut second) = (events.join(one), events.join(other));
+        first.mark_seen();
+        second.mark_seen();
+        (first, second)
+    }
+
     #[tokio::test]
     async fn a_release_wakes_only_the_first_waiter() {
         let events = Events::new();
-        let mut first = events.join("a");
-        let mut second = events.join("a");
-        first.mark_seen();
-        second.mark_seen();
+        let (first, second) = two_waiters(&events, "a", "a");
         events.wake("a");
         assert!(first.wake.has_changed().unwrap_or(false), "first woken");
         assert!(
@@ -383,10 +388,7 @@ mod tests {
     #[tokio::test]
     async fn a_release_wakes_the_waiters_of_that_name_only() {
         let events = Events::new();
-        let mut a = events.join("a");
-        let mut b = events.join("b");
-        a.mark_seen();
-        b.mark_seen();
+        let (mut a, b) = two_waiters(&events, "a", "b");
         events.wake("a");
         events.wake("nobody-waits");
         tokio::time::timeout(std::time::Duration::from_secs(1), a.woken())
@@ -400,93 +402,41 @@ mod tests {
         let events = Events::new();
         let mut watch = events.subscribe("a");
         let waiter = events.join("a");
-        events.publish(
-            "a",
-            LockEvent::Acquired {
-                token: FencingToken(7),
+        let (acquired, released, lost) = (
+            |t| LockEvent::Acquired {
+                token: FencingToken(t),
+            },
+            |t| LockEvent::Released {
+                token: FencingToken(t),
+            },
+            |t| LockEvent::Lost {
+                token: FencingToken(t),
             },
         );
-        // The same grant announced again (by another master, or echoed back): once.
-        events.publish(
-            "a",
-            LockEvent::Acquired {
-                token: FencingToken(7),
-            },
-        );
-        events.publish(
-            "a",
-            LockEvent::Released {
-                token: FencingToken(7),
-            },
-        );
-        events.publish(
-            "a",
-            LockEvent::Released {
-                token: FencingToken(7),
-            },
-        );
-        events.publish(
-            "b",
-            LockEvent::Released {
-                token: FencingToken(1),
-            },
-        );
-        // A release heard before its grant's announcement: the late grant is old news.
-        events.publish(
-            "a",
-            LockEvent::Released {
-                token: FencingToken(8),
-            },
-        );
-        events.publish(
-            "a",
-            LockEvent::Acquired {
-                token: FencingToken(8),
-            },
-        );
-        events.publish(
-            "a",
-            LockEvent::Acquired {
-                token: FencingToken(9),
-            },
-        );
-        // A late release of an older lease does not say the lock is free.
-        events.publish(
-            "a",
-            LockEvent::Released {
-                token: FencingToken(7),
-            },
-        );
-        events.publish(
-            "a",
-            LockEvent::Lost {
-                token: FencingToken(9),
-            },
-        );
+        let told = [
+            ("a", acquired(7)),
+            // The same grant announced again (by another master, or echoed back): once.
+            ("a", acquired(7)),
+            ("a", released(7)),
+            ("a", released(7)),
+            ("b", released(1)),
+            // A release heard before its grant's announcement: the late grant is old news.
+            ("a", released(8)),
+            ("a", acquired(8)),
+            ("a", acquired(9)),
+            // A late release of an older lease does not say the lock is free.
+            ("a", released(7)),
+            ("a", lost(9)),
+        ];
+        for (name, event) in told {
+            events.publish(name, event);
+        }
         let mut seen = Vec::new();
         for _ in 0..5 {
             seen.push(watch.next().await.expect("event"));
         }
-        assert_eq!(
-            seen,
-            [
-                Observed::Event(LockEvent::Acquired {
-                    token: FencingToken(7)
-                }),
-                Observed::Event(LockEvent::Released {
-                    token: FencingToken(7)
-                }),
-                Observed::Event(LockEvent::Released {
-                    token: FencingToken(8)
-                }),
-                Observed::Event(LockEvent::Acquired {
-                    token: FencingToken(9)
-                }),
-                Observed::Event(LockEvent::Lost {
-                    token: FencingToken(9)
-                }),
-            ]
-        );
+        let expected = [acquired(7), released(7), released(8), acquired(9), lost(9)];
+        assert_eq!(seen, expected.map(Observed::Event));
         drop(waiter);
         assert_eq!(events.names_listened_to(), 1, "the observer still listens");
         drop(watch);

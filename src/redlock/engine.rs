@@ -21,7 +21,9 @@ use super::health::Monitor;
 use super::quorum::{self, GrantOutcome, OwnedOutcome, ReadOutcome, ReleaseOutcome};
 use crate::model::News;
 use crate::model::{FencingToken, Idem, Kind, LockKey, MasterFailure, Unavailability, millis};
-use crate::store::node::{Acquired, Ending, LockNode, NodeError, NodeResult};
+use crate::store::node::{
+    Acquired, Claim, Ending, Listing, LockNode, NodeError, NodeResult, Renewal,
+};
 
 use crate::metrics::Metrics;
 
@@ -419,9 +421,14 @@ impl Redlock {
                     let idem = idem.clone();
                     let monitor = self.monitor.clone();
                     Box::pin(async move {
-                        let reply = node
-                            .acquire(&key, &lease, ttl_ms, owner.as_deref(), idem.as_deref())
-                            .await;
+                        let claim = Claim {
+                            key: &key,
+                            lease: &lease,
+                            ttl_ms,
+                            owner: owner.as_deref(),
+                            idem: idem.as_deref(),
+                        };
+                        let reply = node.acquire(claim).await;
                         if let Ok(Acquired::Granted { token }) = &reply {
                             monitor.saw_fence(i, *token);
                         }
@@ -640,9 +647,15 @@ impl Redlock {
                 self.config.master_timeout,
                 |_, node| {
                     let (key, lease, owner) = (key.clone(), lease.clone(), owner.clone());
-                    Box::pin(
-                        async move { node.renew(&key, &lease, ttl_ms, owner.as_deref()).await },
-                    )
+                    Box::pin(async move {
+                        let renewal = Renewal {
+                            key: &key,
+                            lease: &lease,
+                            ttl_ms,
+                            owner: owner.as_deref(),
+                        };
+                        node.renew(renewal).await
+                    })
                 },
                 quorum::decide_owned,
             )
@@ -804,7 +817,15 @@ impl Redlock {
                 |_, node| {
                     let (prefix, after) = (prefix.clone(), after.clone());
                     // One more than asked, so that a full page knows whether more follow.
-                    Box::pin(async move { node.list(kind, &prefix, &after, limit + 1).await })
+                    Box::pin(async move {
+                        let listing = Listing {
+                            kind,
+                            prefix: &prefix,
+                            after: &after,
+                            limit: limit + 1,
+                        };
+                        node.list(listing).await
+                    })
                 },
                 all_answers,
             )

@@ -17,9 +17,10 @@ use async_trait::async_trait;
 use tokio::time::Instant;
 
 use super::node::{
-    Acquired, Ending, Holding, ListPage, LockNode, NodeError, NodeResult, Owned, Probe,
+    Acquired, Claim, Ending, Holding, ListPage, Listing, LockNode, NodeError, NodeResult, Owned,
+    Probe, Renewal,
 };
-use crate::model::{Idem, Kind, LockKey};
+use crate::model::LockKey;
 
 /// How a memory node misbehaves.
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
@@ -286,14 +287,14 @@ impl LockNode for MemoryNode {
         &self.address
     }
 
-    async fn acquire(
-        &self,
-        key: &LockKey,
-        lease: &str,
-        ttl_ms: u64,
-        owner: Option<&str>,
-        idem: Option<&Idem>,
-    ) -> NodeResult<Acquired> {
+    async fn acquire(&self, claim: Claim<'_>) -> NodeResult<Acquired> {
+        let Claim {
+            key,
+            lease,
+            ttl_ms,
+            owner,
+            idem,
+        } = claim;
         self.step(|data, now| {
             data.check_marker()?;
             let record = idem.and_then(|i| {
@@ -362,13 +363,9 @@ impl LockNode for MemoryNode {
         .await
     }
 
-    async fn renew(
-        &self,
-        key: &LockKey,
-        lease: &str,
-        ttl_ms: Option<u64>,
-        owner: Option<&str>,
-    ) -> NodeResult<Owned<Holding>> {
+    async fn renew(&self, renewal: Renewal<'_>) -> NodeResult<Owned<Holding>> {
+        let (key, lease) = (renewal.key, renewal.lease);
+        let (ttl_ms, owner) = (renewal.ttl_ms, renewal.owner);
         self.step(|data, now| {
             data.check_marker()?;
             let rate = data.clock_rate;
@@ -435,21 +432,16 @@ impl LockNode for MemoryNode {
         .await
     }
 
-    async fn list(
-        &self,
-        kind: Kind,
-        prefix: &str,
-        after: &str,
-        limit: usize,
-    ) -> NodeResult<ListPage> {
+    async fn list(&self, listing: Listing<'_>) -> NodeResult<ListPage> {
+        let (after, limit) = (listing.after, listing.limit);
         self.step(|data, now| {
             data.check_marker()?;
             let mut keys: Vec<&LockKey> = data
                 .locks
                 .iter()
                 .filter(|(key, e)| {
-                    key.kind == kind
-                        && key.name.starts_with(prefix)
+                    key.kind == listing.kind
+                        && key.name.starts_with(listing.prefix)
                         && &*key.name > after
                         && e.expires > now
                 })
@@ -525,7 +517,7 @@ mod tests {
     #[tokio::test]
     async fn the_embedded_store_keeps_tokens_rising_across_restarts_of_redlockd() {
         let grant = async |node: &MemoryNode| match node
-            .acquire(&LockKey::mutex("a"), "L", 1000, None, None)
+            .acquire(Claim::new(&LockKey::mutex("a"), "L", 1000))
             .await
         {
             Ok(Acquired::Granted { token }) => token,

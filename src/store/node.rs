@@ -168,6 +168,58 @@ pub enum Announcement<'a> {
     Missed,
 }
 
+/// One grant's step on one master: `lease` asks for `key` for `ttl_ms`, with the owner
+/// text it shows and, for a grant with an Idempotency-Key, its record.
+#[derive(Debug, Clone, Copy)]
+pub struct Claim<'a> {
+    pub key: &'a LockKey,
+    pub lease: &'a str,
+    pub ttl_ms: u64,
+    pub owner: Option<&'a str>,
+    pub idem: Option<&'a Idem>,
+}
+
+impl<'a> Claim<'a> {
+    /// A claim with no owner text and no Idempotency-Key.
+    pub fn new(key: &'a LockKey, lease: &'a str, ttl_ms: u64) -> Self {
+        Self {
+            key,
+            lease,
+            ttl_ms,
+            owner: None,
+            idem: None,
+        }
+    }
+
+    /// The same claim, made under an Idempotency-Key's record.
+    pub fn with_idem(self, idem: &'a Idem) -> Self {
+        Self {
+            idem: Some(idem),
+            ..self
+        }
+    }
+}
+
+/// One renew's step on one master: `lease`'s hold on `key` is extended to `ttl_ms` (its
+/// own TTL when `None`), and its owner text replaced with `owner` when given.
+#[derive(Debug, Clone, Copy)]
+pub struct Renewal<'a> {
+    pub key: &'a LockKey,
+    pub lease: &'a str,
+    pub ttl_ms: Option<u64>,
+    pub owner: Option<&'a str>,
+}
+
+/// One page of a list on one master: up to `limit` held locks of `kind` whose names start
+/// with `prefix` and sort after `after` (from the start when empty), in name order.
+#[derive(Debug, Clone, Copy)]
+pub struct Listing<'a> {
+    pub kind: Kind,
+    pub prefix: &'a str,
+    pub after: &'a str,
+    pub limit: usize,
+}
+
 /// Called with every announcement a master relays, so that waiting grants and observers
 /// in every redlockd replica learn of releases and grants at once.
 pub type Listener = Arc<dyn Fn(Announcement<'_>) + Send + Sync>;
@@ -184,28 +236,14 @@ pub trait LockNode: Send + Sync + 'static {
     /// `idem`, a lease that holds the key already is answered as granted with its token,
     /// and the key's record decides `Mismatch` and `Ended`; a grant leaves the record for
     /// `ttl_ms`.
-    async fn acquire(
-        &self,
-        key: &LockKey,
-        lease: &str,
-        ttl_ms: u64,
-        owner: Option<&str>,
-        idem: Option<&Idem>,
-    ) -> NodeResult<Acquired>;
+    async fn acquire(&self, claim: Claim<'_>) -> NodeResult<Acquired>;
 
     /// Raise this master's counter to at least `token` and, if `lease` holds `key` here,
     /// record `token` as its fencing token. Makes a chosen token known to a majority.
     async fn confirm(&self, key: &LockKey, lease: &str, token: u64) -> NodeResult<()>;
 
-    /// Extend `lease`'s hold on `key` to `ttl_ms` (its own TTL when `None`), if it holds it,
-    /// and replace its owner text with `owner` when given.
-    async fn renew(
-        &self,
-        key: &LockKey,
-        lease: &str,
-        ttl_ms: Option<u64>,
-        owner: Option<&str>,
-    ) -> NodeResult<Owned<Holding>>;
+    /// Extend the renewal's hold, if its lease holds its key (see `Renewal`).
+    async fn renew(&self, renewal: Renewal<'_>) -> NodeResult<Owned<Holding>>;
 
     /// End `lease`'s hold on `key`, if it holds it, as `ending` says (see `Ending`).
     async fn release(&self, key: &LockKey, lease: &str, ending: &Ending) -> NodeResult<Owned<()>>;
@@ -213,16 +251,9 @@ pub trait LockNode: Send + Sync + 'static {
     /// Every holder of `key` here (for a mutex, none or one).
     async fn read(&self, key: &LockKey) -> NodeResult<Vec<Holding>>;
 
-    /// Up to `limit` held locks of `kind` whose names start with `prefix` and sort after
-    /// `after` (from the start when empty), in name order. A master may stop early to keep
-    /// one call short; `ListPage::more` says so.
-    async fn list(
-        &self,
-        kind: Kind,
-        prefix: &str,
-        after: &str,
-        limit: usize,
-    ) -> NodeResult<ListPage>;
+    /// A page of held locks (see `Listing`). A master may stop early to keep one call
+    /// short; `ListPage::more` says so.
+    async fn list(&self, listing: Listing<'_>) -> NodeResult<ListPage>;
 
     async fn probe(&self) -> NodeResult<Probe>;
 

@@ -17,12 +17,12 @@ use redis::{Script, Value};
 use tokio_util::sync::CancellationToken;
 
 use super::node::{
-    Acquired, Announcement, Ending, Holding, ListPage, Listener, LockNode, NodeError, NodeResult,
-    Owned, Probe,
+    Acquired, Announcement, Claim, Ending, Holding, ListPage, Listener, Listing, LockNode,
+    NodeError, NodeResult, Owned, Probe, Renewal,
 };
 use crate::config::MasterUrl;
 use crate::model::News;
-use crate::model::{FencingToken, Idem, Kind, LockKey};
+use crate::model::{FencingToken, Kind, LockKey};
 
 macro_rules! script {
     ($name:ident, $file:literal) => {
@@ -215,25 +215,19 @@ impl LockNode for RedisNode {
         &self.address
     }
 
-    async fn acquire(
-        &self,
-        key: &LockKey,
-        lease: &str,
-        ttl_ms: u64,
-        owner: Option<&str>,
-        idem: Option<&Idem>,
-    ) -> NodeResult<Acquired> {
+    async fn acquire(&self, claim: Claim<'_>) -> NodeResult<Acquired> {
+        let key = claim.key;
         let mut invocation = ACQUIRE.key(self.keys.lock(key));
         invocation
             .key(&self.keys.fence)
             .key(&self.keys.marker)
             .key(self.keys.index(key.kind))
-            .arg(lease)
-            .arg(ttl_ms)
-            .arg(owner.unwrap_or(""))
+            .arg(claim.lease)
+            .arg(claim.ttl_ms)
+            .arg(claim.owner.unwrap_or(""))
             .arg(&*key.name)
             .arg(self.keys.segment(key.kind));
-        if let Some(idem) = idem {
+        if let Some(idem) = claim.idem {
             invocation
                 .key(format!("{}{}", self.keys.idem, idem.record))
                 .arg(&idem.fingerprint)
@@ -267,17 +261,12 @@ impl LockNode for RedisNode {
         reply.status().map(drop)
     }
 
-    async fn renew(
-        &self,
-        key: &LockKey,
-        lease: &str,
-        ttl_ms: Option<u64>,
-        owner: Option<&str>,
-    ) -> NodeResult<Owned<Holding>> {
+    async fn renew(&self, renewal: Renewal<'_>) -> NodeResult<Owned<Holding>> {
+        let (lease, ttl_ms) = (renewal.lease, renewal.ttl_ms);
         let ttl = ttl_ms.map(|t| t.to_string()).unwrap_or_default();
-        let mut invocation = RENEW.key(self.keys.lock(key));
+        let mut invocation = RENEW.key(self.keys.lock(renewal.key));
         invocation.key(&self.keys.marker).arg(lease).arg(ttl);
-        if let Some(owner) = owner {
+        if let Some(owner) = renewal.owner {
             invocation.arg(owner);
         }
         let reply = self.run(&invocation).await?;
@@ -336,13 +325,8 @@ impl LockNode for RedisNode {
         }])
     }
 
-    async fn list(
-        &self,
-        kind: Kind,
-        prefix: &str,
-        after: &str,
-        limit: usize,
-    ) -> NodeResult<ListPage> {
+    async fn list(&self, listing: Listing<'_>) -> NodeResult<ListPage> {
+        let (kind, after, limit) = (listing.kind, listing.after, listing.limit);
         // Each name looked at costs the master a hash read: a few thousand keep one call to
         // milliseconds, well inside the response timeout, however large the keyspace.
         let budget = limit.saturating_mul(4).clamp(100, 4000);
@@ -352,7 +336,7 @@ impl LockNode for RedisNode {
                     .key(&self.keys.marker)
                     .arg(self.keys.segment(kind))
                     .arg(after)
-                    .arg(prefix)
+                    .arg(listing.prefix)
                     .arg(limit)
                     .arg(budget),
             )

@@ -9,7 +9,7 @@ use redlockd::metrics::Metrics;
 use redlockd::model::{FencingToken, Idem, Kind, LockKey};
 use redlockd::redlock::{EngineConfig, EngineError, Redlock};
 use redlockd::store::memory::{Fault, MemoryNode};
-use redlockd::store::node::{Acquired, Ending, LockNode, Owned};
+use redlockd::store::node::{Acquired, Claim, Ending, LockNode, Owned};
 use tokio::time::Instant;
 
 const TIMEOUT: Duration = Duration::from_millis(50);
@@ -21,7 +21,7 @@ fn key(name: &str) -> LockKey {
 
 /// Set `name` for `lease` on one master directly, as a grant elsewhere would have.
 async fn hold(node: &(impl LockNode + ?Sized), name: &str, lease: &str, ttl_ms: u64) {
-    node.acquire(&key(name), lease, ttl_ms, None, None)
+    node.acquire(Claim::new(&key(name), lease, ttl_ms))
         .await
         .expect("set");
 }
@@ -401,7 +401,7 @@ async fn list_merges_what_a_majority_hold() {
     }
     // Held on one master only: not a lock.
     bed.nodes[0]
-        .acquire(&key("inv:3"), "stray", 10_000, None, None)
+        .acquire(Claim::new(&key("inv:3"), "stray", 10_000))
         .await
         .expect("set");
     let names: Vec<String> = bed
@@ -691,7 +691,7 @@ async fn a_revoke_reaches_a_master_that_answers_late() {
     // C comes back holding the key (its acquire ran late).
     bed.nodes[2].set_fault(Fault::None);
     bed.nodes[2]
-        .acquire(&key("r"), "L1", 10_000, None, None)
+        .acquire(Claim::new(&key("r"), "L1", 10_000))
         .await
         .expect("late acquire");
     for _ in 0..50 {
@@ -927,7 +927,7 @@ async fn a_failed_keyed_attempt_forgets_its_key_and_a_stale_minority_record_does
     ));
     assert_eq!(
         bed.nodes[0]
-            .acquire(&key("s"), "S1", 10_000, None, Some(&idem("r", "f")))
+            .acquire(Claim::new(&key("s"), "S1", 10_000).with_idem(&idem("r", "f")))
             .await,
         Ok(Acquired::Granted { token: 2 }),
         "master 0 forgot the failed attempt's key (else: Ended)"
@@ -941,7 +941,7 @@ async fn a_failed_keyed_attempt_forgets_its_key_and_a_stale_minority_record_does
     // A record left on one master (its lease revoked there alone) is a minority's word.
     let record = idem("r2", "f");
     bed.nodes[0]
-        .acquire(&key("t"), "T1", 10_000, None, Some(&record))
+        .acquire(Claim::new(&key("t"), "T1", 10_000).with_idem(&record))
         .await
         .expect("set");
     bed.nodes[0]
@@ -964,7 +964,7 @@ async fn a_failed_attempt_never_undoes_a_hold_a_concurrent_retry_counts_on() {
     // Attempt 1 made holds on masters 0 and 1 (its answer lost); attempt 2, a retry of the
     // same key, answers for them and wins.
     for node in &bed.nodes[..2] {
-        node.acquire(&key("c"), "C1", 10_000, None, Some(&record("one")))
+        node.acquire(Claim::new(&key("c"), "C1", 10_000).with_idem(&record("one")))
             .await
             .expect("set");
     }
