@@ -9,6 +9,7 @@ use std::collections::HashSet;
 use std::sync::Mutex;
 use std::time::Duration;
 
+use prometheus::core::Collector;
 use prometheus::{
     Encoder, Gauge, GaugeVec, Histogram, HistogramOpts, HistogramVec, IntCounterVec, IntGauge,
     IntGaugeVec, Opts, Registry, TextEncoder,
@@ -126,189 +127,153 @@ fn master_buckets() -> Vec<f64> {
     ]
 }
 
+/// Defines each metric and registers it, in one step.
+struct Define<'a>(&'a Registry);
+
+impl Define<'_> {
+    fn add<C: Collector + Clone + 'static>(&self, metric: prometheus::Result<C>) -> C {
+        // Every definition is fixed and registered once into a fresh registry: none can
+        // fail at run time, and a wrong one fails every test.
+        let metric = metric.expect("static metric definition");
+        self.0
+            .register(Box::new(metric.clone()))
+            .expect("each metric is registered once");
+        metric
+    }
+
+    fn counters(&self, name: &str, help: &str, labels: &[&str]) -> IntCounterVec {
+        self.add(IntCounterVec::new(Opts::new(name, help), labels))
+    }
+
+    fn gauges(&self, name: &str, help: &str, labels: &[&str]) -> IntGaugeVec {
+        self.add(IntGaugeVec::new(Opts::new(name, help), labels))
+    }
+
+    fn gauge(&self, name: &str, help: &str) -> IntGauge {
+        self.add(IntGauge::new(name, help))
+    }
+
+    fn histograms(
+        &self,
+        name: &str,
+        help: &str,
+        buckets: Vec<f64>,
+        labels: &[&str],
+    ) -> HistogramVec {
+        self.add(HistogramVec::new(
+            HistogramOpts::new(name, help).buckets(buckets),
+            labels,
+        ))
+    }
+}
+
 impl Metrics {
     pub fn new() -> Self {
-        // Every `expect` here is on a fixed definition registered once into a fresh
-        // registry: none can fail at run time, and a wrong definition fails every test.
         let registry = Registry::new();
-        let requests = IntCounterVec::new(
-            Opts::new(
+        let define = Define(&registry);
+        let metrics = Self {
+            requests: define.counters(
                 "redlockd_requests_total",
                 "Lock requests by operation and outcome",
+                &["op", "outcome"],
             ),
-            &["op", "outcome"],
-        )
-        .expect("static metric definition");
-        let request_duration = HistogramVec::new(
-            HistogramOpts::new(
+            request_duration: define.histograms(
                 "redlockd_request_duration_seconds",
                 "Time to answer a lock request, waiting included",
-            )
-            .buckets(wide_buckets()),
-            &["op"],
-        )
-        .expect("static metric definition");
-        let wait_duration = Histogram::with_opts(
-            HistogramOpts::new(
-                "redlockd_wait_duration_seconds",
-                "Time grants spent waiting for a held lock",
-            )
-            .buckets(wide_buckets()),
-        )
-        .expect("static metric definition");
-        let contention = IntCounterVec::new(
-            Opts::new(
+                wide_buckets(),
+                &["op"],
+            ),
+            wait_duration: define.add(Histogram::with_opts(
+                HistogramOpts::new(
+                    "redlockd_wait_duration_seconds",
+                    "Time grants spent waiting for a held lock",
+                )
+                .buckets(wide_buckets()),
+            )),
+            contention: define.counters(
                 "redlockd_contention_total",
                 "Grants that found their lock held, by lock class",
+                &["lock_class"],
             ),
-            &["lock_class"],
-        )
-        .expect("static metric definition");
-        let master_up = IntGaugeVec::new(
-            Opts::new("redlockd_master_up", "1 while the master answers and votes"),
-            &["master"],
-        )
-        .expect("static metric definition");
-        let master_duration = HistogramVec::new(
-            HistogramOpts::new(
+            master_up: define.gauges(
+                "redlockd_master_up",
+                "1 while the master answers and votes",
+                &["master"],
+            ),
+            master_duration: define.histograms(
                 "redlockd_master_request_duration_seconds",
                 "Time one master took to answer one step",
-            )
-            .buckets(master_buckets()),
-            &["master"],
-        )
-        .expect("static metric definition");
-        let master_errors = IntCounterVec::new(
-            Opts::new(
+                master_buckets(),
+                &["master"],
+            ),
+            master_errors: define.counters(
                 "redlockd_master_errors_total",
                 "Master steps that failed, by kind",
+                &["master", "kind"],
             ),
-            &["master", "kind"],
-        )
-        .expect("static metric definition");
-        let leases_active = IntGauge::new(
-            "redlockd_leases_active",
-            "Leases granted by this process and neither revoked nor expired",
-        )
-        .expect("static metric definition");
-
-        let master_backlog = IntGaugeVec::new(
-            Opts::new(
+            leases_active: define.gauge(
+                "redlockd_leases_active",
+                "Leases granted by this process and neither revoked nor expired",
+            ),
+            master_backlog: define.gauges(
                 "redlockd_master_backlog",
                 "Work a master still owes after its request was answered: late acquires to settle, releases to repeat",
+                &["master"],
             ),
-            &["master"],
-        )
-        .expect("static metric definition");
-        let master_backlog_dropped = IntCounterVec::new(
-            Opts::new(
+            master_backlog_dropped: define.counters(
                 "redlockd_master_backlog_dropped_total",
                 "Backlog work refused because the master's backlog was full (the keys expire at their TTL instead)",
+                &["master"],
             ),
-            &["master"],
-        )
-        .expect("static metric definition");
-
-        let streams_active = IntGaugeVec::new(
-            Opts::new(
+            streams_active: define.gauges(
                 "redlockd_streams_active",
                 "Event streams open: held leases (hold), election campaigns (campaign), observers (observe)",
+                &["kind"],
             ),
-            &["kind"],
-        )
-        .expect("static metric definition");
-        for kind in StreamKind::ALL {
-            streams_active.with_label_values(&[kind.as_str()]).set(0);
-        }
-        let ready = IntGauge::new(
-            "redlockd_ready",
-            "1 while a majority of masters answer and vote and the process is not shutting down (as /readyz)",
-        )
-        .expect("static metric definition");
-        let master_voting = IntGaugeVec::new(
-            Opts::new(
+            ready: define.gauge(
+                "redlockd_ready",
+                "1 while a majority of masters answer and vote and the process is not shutting down (as /readyz)",
+            ),
+            master_voting: define.gauges(
                 "redlockd_master_voting",
                 "1 while the master's answers count towards a majority (up, marked, verified, not quarantined)",
+                &["master"],
             ),
-            &["master"],
-        )
-        .expect("static metric definition");
-        let master_quarantine_end = GaugeVec::new(
-            Opts::new(
-                "redlockd_master_quarantine_end_timestamp_seconds",
-                "While the master is quarantined (it lost its data): when it votes again at the earliest, in Unix seconds; 0 otherwise",
+            master_quarantine_end: define.add(GaugeVec::new(
+                Opts::new(
+                    "redlockd_master_quarantine_end_timestamp_seconds",
+                    "While the master is quarantined (it lost its data): when it votes again at the earliest, in Unix seconds; 0 otherwise",
+                ),
+                &["master"],
+            )),
+            master_timeout: define.add(Gauge::new(
+                "redlockd_master_timeout_seconds",
+                "How long one master may take to answer one step (REDLOCKD_MASTER_TIMEOUT_MS)",
+            )),
+            streams_max: define.gauge(
+                "redlockd_streams_max",
+                "Most event streams this replica keeps open at once (REDLOCKD_MAX_STREAMS)",
             ),
-            &["master"],
-        )
-        .expect("static metric definition");
-        let master_timeout = Gauge::new(
-            "redlockd_master_timeout_seconds",
-            "How long one master may take to answer one step (REDLOCKD_MASTER_TIMEOUT_MS)",
-        )
-        .expect("static metric definition");
-        let streams_max = IntGauge::new(
-            "redlockd_streams_max",
-            "Most event streams this replica keeps open at once (REDLOCKD_MAX_STREAMS)",
-        )
-        .expect("static metric definition");
-        let reload_success = IntGaugeVec::new(
-            Opts::new(
+            reload_success: define.gauges(
                 "redlockd_reload_success",
                 "1 when the last reading of a file read again at run time succeeded: the token file (auth), the TLS certificate (tls)",
+                &["file"],
             ),
-            &["file"],
-        )
-        .expect("static metric definition");
-
-        for collector in [
-            Box::new(requests.clone()) as Box<dyn prometheus::core::Collector>,
-            Box::new(request_duration.clone()),
-            Box::new(wait_duration.clone()),
-            Box::new(contention.clone()),
-            Box::new(master_up.clone()),
-            Box::new(master_duration.clone()),
-            Box::new(master_errors.clone()),
-            Box::new(leases_active.clone()),
-            Box::new(master_backlog.clone()),
-            Box::new(master_backlog_dropped.clone()),
-            Box::new(streams_active.clone()),
-            Box::new(ready.clone()),
-            Box::new(master_voting.clone()),
-            Box::new(master_quarantine_end.clone()),
-            Box::new(master_timeout.clone()),
-            Box::new(streams_max.clone()),
-            Box::new(reload_success.clone()),
-        ] {
-            registry
-                .register(collector)
-                .expect("each metric is registered once");
+            classes: Mutex::new(HashSet::new()),
+            registry,
+        };
+        for kind in StreamKind::ALL {
+            metrics
+                .streams_active
+                .with_label_values(&[kind.as_str()])
+                .set(0);
         }
         #[cfg(target_os = "linux")]
-        registry
+        metrics
+            .registry
             .register(Box::new(ProcessMetrics::new()))
             .expect("the process collector is registered once");
-
-        Self {
-            registry,
-            requests,
-            request_duration,
-            wait_duration,
-            contention,
-            master_up,
-            master_duration,
-            master_errors,
-            leases_active,
-            master_backlog,
-            master_backlog_dropped,
-            streams_active,
-            ready,
-            master_voting,
-            master_quarantine_end,
-            master_timeout,
-            streams_max,
-            reload_success,
-            classes: Mutex::new(HashSet::new()),
-        }
+        metrics
     }
 
     pub fn request(&self, op: Op, outcome: &str, took: Duration) {
