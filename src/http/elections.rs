@@ -11,7 +11,7 @@ use super::AppState;
 use super::error::ApiError;
 use super::extract::{ElectionLeasePath, ElectionPath, Fields};
 use super::handlers::{grant_or_hold, hold_stream, remove_holder};
-use super::schema::{BodyRefusals, Refusals, TtlMs, WaitMs};
+use super::schema::{AdminOnly, NoQuorum, Refusals, TtlMs, WaitMs};
 use super::stream;
 use crate::auth::Caller;
 use crate::lease::LeasePolicy;
@@ -33,10 +33,9 @@ use axum::Extension;
     ),
     request_body(content = Option<CampaignRequest>, description = "May be empty"),
     responses(
-        Refusals, BodyRefusals,
+        Refusals,
         (status = 201, description = "Elected: this candidate leads for the term in the body. (A request with `Accept: text/event-stream` is answered as `POST /elections/{name}/hold`.)", body = ElectionLease,
             headers(("Location" = String, description = "/elections/{name}/leases/{lease_id}"))),
-        (status = 400, description = "`invalid_request`", body = ErrorBody),
         (status = 404, description = "`lease_not_found`: with an Idempotency-Key only, its lease has resigned", body = ErrorBody),
         (status = 409, description = "`lock_held`: another candidate leads (after `wait_ms`, if any)", body = ErrorBody,
             headers(("Retry-After" = u64, description = "whole seconds, at least 1"))),
@@ -71,7 +70,7 @@ pub async fn campaign(
     ),
     request_body(content = Option<CampaignRequest>, description = "May be empty"),
     responses(
-        Refusals, BodyRefusals,
+        Refusals,
         (status = 200, content_type = "text/event-stream", body = crate::wire::CampaignStreamData,
             description = "Leads while the connection stays open. Events as a held lock's stream (`POST /locks/{name}/hold`), \
 with `elected` (`ElectionLease`) for `granted` and `heartbeat` carrying an `ElectionLease`."),
@@ -94,10 +93,8 @@ pub async fn campaign_held(
     get, path = "/elections/{name}", tag = "elections",
     params(("name" = inline(LockName), Path)),
     responses(
-        Refusals, BodyRefusals,
+        Refusals, NoQuorum,
         (status = 200, description = "The election's state", body = Leader),
-        (status = 400, description = "`invalid_request`", body = ErrorBody),
-        (status = 503, description = "`quorum_unavailable`", body = ErrorBody),
     )
 )]
 pub async fn leader(
@@ -114,13 +111,12 @@ pub async fn leader(
     get, path = "/elections/{name}/observe", tag = "elections",
     params(("name" = inline(LockName), Path)),
     responses(
-        Refusals, BodyRefusals,
+        Refusals,
         (status = 200, content_type = "text/event-stream", body = crate::wire::ObserveStreamData,
             description = "First the current state, then each change, as `LeaderEvent`s: `elected` (a new term, with its value), \
 `proclaimed` (the leader's new value, same term), `vacant` (`term` is the last leader's). Terms never go back. \
 An observer more than 16 events behind is disconnected; on reconnecting it is told the current state. \
 When the replica stops, the stream ends with `closed` (a `LostEvent`, reason `shutting_down`): reconnect, to another replica."),
-        (status = 400, description = "`invalid_request`", body = ErrorBody),
     )
 )]
 pub async fn observe(
@@ -143,11 +139,9 @@ pub async fn observe(
     ),
     request_body(content = Option<ProclaimRequest>, description = "May be empty"),
     responses(
-        Refusals, BodyRefusals,
+        Refusals, NoQuorum,
         (status = 200, description = "Renewed (and proclaimed)", body = ElectionLease),
-        (status = 400, description = "`invalid_request`", body = ErrorBody),
         (status = 404, description = "`lease_not_found`: no longer the leader", body = ErrorBody),
-        (status = 503, description = "`quorum_unavailable`", body = ErrorBody),
     )
 )]
 pub async fn proclaim(
@@ -168,11 +162,9 @@ pub async fn proclaim(
     delete, path = "/elections/{name}/leases/{lease_id}", tag = "elections",
     params(("name" = inline(LockName), Path), ("lease_id" = inline(LeaseId), Path)),
     responses(
-        Refusals, BodyRefusals,
+        Refusals, NoQuorum,
         (status = 204, description = "Resigned"),
-        (status = 400, description = "`invalid_request`: a malformed name or lease id", body = ErrorBody),
         (status = 404, description = "`lease_not_found`: not the leader", body = ErrorBody),
-        (status = 503, description = "`quorum_unavailable`", body = ErrorBody),
     )
 )]
 pub async fn resign(
@@ -190,12 +182,8 @@ pub async fn resign(
     delete, path = "/elections/{name}", tag = "elections",
     params(("name" = inline(LockName), Path)),
     responses(
-        Refusals, BodyRefusals,
+        Refusals, NoQuorum, AdminOnly,
         (status = 200, description = "Removed (or nobody led). The deposed leader's renew answers 404, a stream holding the leadership gets `lost` (`force_released`), the next candidate is elected, and every later term is greater", body = ForceReleased),
-        (status = 400, description = "`invalid_request`", body = ErrorBody),
-        (status = 401, description = "`unauthorized`", body = ErrorBody),
-        (status = 403, description = "`forbidden`: an admin token is required", body = ErrorBody),
-        (status = 503, description = "`quorum_unavailable`", body = ErrorBody),
     )
 )]
 pub async fn depose(

@@ -9,7 +9,7 @@ use axum::response::{IntoResponse, Response};
 use super::AppState;
 use super::error::ApiError;
 use super::extract::{Fields, LeasePath, LockPath};
-use super::schema::{BodyRefusals, ListLimit, Refusals, TtlMs, WaitMs};
+use super::schema::{AdminOnly, ListLimit, NoQuorum, Refusals, TtlMs, WaitMs};
 use super::stream;
 use crate::auth::Caller;
 use crate::lease::LeasePolicy;
@@ -39,10 +39,9 @@ A retry with the same key and request (name, ttl_ms, owner) answers the lease th
     ),
     request_body(content = Option<GrantRequest>, description = "May be empty: every field has a default"),
     responses(
-        Refusals, BodyRefusals,
+        Refusals,
         (status = 201, description = "Granted. (A request with `Accept: text/event-stream` is answered as `POST /locks/{name}/hold`, for clients written before that operation.)", body = LeaseBody,
             headers(("Location" = String, description = "/locks/{name}/leases/{lease_id}"))),
-        (status = 400, description = "`invalid_request`", body = ErrorBody),
         (status = 404, description = "`lease_not_found`: with an Idempotency-Key only, the lease it stands for was granted and has been revoked", body = ErrorBody),
         (status = 409, description = "`lock_held`: held by another lease (after `wait_ms`, if any)", body = ErrorBody,
             headers(("Retry-After" = u64, description = "whole seconds, at least 1"))),
@@ -75,7 +74,7 @@ pub async fn grant(
     ),
     request_body(content = Option<GrantRequest>, description = "May be empty: every field has a default"),
     responses(
-        Refusals, BodyRefusals,
+        Refusals,
         (status = 200, content_type = "text/event-stream", body = crate::wire::HoldStreamData,
             description = "The lease is held while the connection stays open. \
 Events: `queued` (`QueuedEvent`, while waiting), `granted` (`LeaseBody`), `heartbeat` (`LeaseBody`, after each renew at a third of the TTL), \
@@ -186,11 +185,9 @@ pub(super) fn hold_stream(
     ),
     request_body(content = Option<RenewRequest>, description = "May be empty"),
     responses(
-        Refusals, BodyRefusals,
+        Refusals, NoQuorum,
         (status = 200, description = "Renewed", body = LeaseBody),
-        (status = 400, description = "`invalid_request`", body = ErrorBody),
         (status = 404, description = "`lease_not_found`: expired, revoked, or not this lock's", body = ErrorBody),
-        (status = 503, description = "`quorum_unavailable`", body = ErrorBody),
     )
 )]
 pub async fn renew(
@@ -208,11 +205,9 @@ pub async fn renew(
     delete, path = "/locks/{name}/leases/{lease_id}", tag = "locks",
     params(("name" = inline(LockName), Path), ("lease_id" = inline(LeaseId), Path)),
     responses(
-        Refusals, BodyRefusals,
+        Refusals, NoQuorum,
         (status = 204, description = "Revoked; waiting grants are woken"),
-        (status = 400, description = "`invalid_request`", body = ErrorBody),
         (status = 404, description = "`lease_not_found`: not held on a majority (expired, revoked, or never granted)", body = ErrorBody),
-        (status = 503, description = "`quorum_unavailable`", body = ErrorBody),
     )
 )]
 pub async fn revoke(
@@ -229,11 +224,9 @@ pub async fn revoke(
     get, path = "/locks/{name}/leases/{lease_id}", tag = "locks",
     params(("name" = inline(LockName), Path), ("lease_id" = inline(LeaseId), Path)),
     responses(
-        Refusals, BodyRefusals,
+        Refusals, NoQuorum,
         (status = 200, description = "Held, with `ttl_remaining_ms`", body = LeaseBody),
-        (status = 400, description = "`invalid_request`", body = ErrorBody),
         (status = 404, description = "`lease_not_found`", body = ErrorBody),
-        (status = 503, description = "`quorum_unavailable`", body = ErrorBody),
     )
 )]
 pub async fn check(
@@ -250,10 +243,8 @@ pub async fn check(
     get, path = "/locks/{name}", tag = "locks",
     params(("name" = inline(LockName), Path)),
     responses(
-        Refusals, BodyRefusals,
+        Refusals, NoQuorum,
         (status = 200, description = "The lock's state", body = LockStatus),
-        (status = 400, description = "`invalid_request`", body = ErrorBody),
-        (status = 503, description = "`quorum_unavailable`", body = ErrorBody),
     )
 )]
 pub async fn inspect(
@@ -270,12 +261,8 @@ pub async fn inspect(
     delete, path = "/locks/{name}", tag = "locks",
     params(("name" = inline(LockName), Path)),
     responses(
-        Refusals, BodyRefusals,
+        Refusals, NoQuorum, AdminOnly,
         (status = 200, description = "Removed (or nobody held it). The removed holder's renew answers 404, a stream holding it gets `lost` (`force_released`), waiters are woken, and every later grant's fencing token is greater", body = ForceReleased),
-        (status = 400, description = "`invalid_request`", body = ErrorBody),
-        (status = 401, description = "`unauthorized`", body = ErrorBody),
-        (status = 403, description = "`forbidden`: an admin token is required", body = ErrorBody),
-        (status = 503, description = "`quorum_unavailable`", body = ErrorBody),
     )
 )]
 pub async fn force_release(
@@ -319,10 +306,8 @@ pub(super) async fn remove_holder(
         ("limit" = inline(Option<ListLimit>), Query, description = "at most this many (1 to 1000, default 100)"),
     ),
     responses(
-        Refusals, BodyRefusals,
+        Refusals, NoQuorum,
         (status = 200, description = "Held locks", body = LockList),
-        (status = 400, description = "`invalid_request`", body = ErrorBody),
-        (status = 503, description = "`quorum_unavailable`", body = ErrorBody),
     )
 )]
 pub async fn list(

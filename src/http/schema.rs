@@ -58,39 +58,46 @@ fn error(description: &str) -> RefOr<Response> {
         .into()
 }
 
-/// What every lock and election route may answer besides its own outcomes: the bearer
-/// token's refusals and the caps.
-pub struct Refusals;
+/// Each set of answers that many routes share, as rows of status and description, every
+/// one with the contract's error body. A route lists the sets, then its own rows (which
+/// replace a set's row of the same status).
+macro_rules! answer_sets {
+    ($($(#[$doc:meta])* $set:ident { $($status:literal => $description:expr),* $(,)? })*) => {$(
+        $(#[$doc])*
+        pub struct $set;
 
-impl IntoResponses for Refusals {
-    fn responses() -> BTreeMap<String, RefOr<Response>> {
-        ResponsesBuilder::new()
-            .response("401", error("`unauthorized`: with REDLOCKD_AUTH_FILE, no bearer token or an unknown one (`WWW-Authenticate: Bearer`)"))
-            .response("403", error("`forbidden`: the token's role, or a name outside its prefixes"))
-            .response("429", error("`too_many_requests`: past a cap (waiting grants, streams) or the token's rate; `Retry-After` says when to try again"))
-            .build()
-            .into()
-    }
+        impl IntoResponses for $set {
+            fn responses() -> BTreeMap<String, RefOr<Response>> {
+                let rows = ResponsesBuilder::new();
+                $(let rows = rows.response($status, error(&$description));)*
+                rows.build().into()
+            }
+        }
+    )*};
 }
 
-/// What a route that reads a body may answer about the body itself.
-pub struct BodyRefusals;
+answer_sets! {
+    /// What every lock and election route may answer besides its own outcomes: a refused
+    /// input, the bearer token's refusals, the caps, and a body that came too slowly or
+    /// too large.
+    Refusals {
+        "400" => "`invalid_request`",
+        "401" => "`unauthorized`: with REDLOCKD_AUTH_FILE, no bearer token or an unknown one (`WWW-Authenticate: Bearer`)",
+        "403" => "`forbidden`: the token's role, or a name outside its prefixes",
+        "408" => "`request_timeout`: the body did not arrive in time",
+        "413" => format!("`invalid_request`: the body is larger than {} bytes", super::BODY_LIMIT_BYTES),
+        "429" => "`too_many_requests`: past a cap (waiting grants, streams) or the token's rate; `Retry-After` says when to try again",
+    }
 
-impl IntoResponses for BodyRefusals {
-    fn responses() -> BTreeMap<String, RefOr<Response>> {
-        ResponsesBuilder::new()
-            .response(
-                "408",
-                error("`request_timeout`: the body did not arrive in time"),
-            )
-            .response(
-                "413",
-                error(&format!(
-                    "`invalid_request`: the body is larger than {} bytes",
-                    super::BODY_LIMIT_BYTES
-                )),
-            )
-            .build()
-            .into()
+    /// What a route that asks the masters answers when a majority cannot be reached.
+    NoQuorum {
+        "503" => "`quorum_unavailable`",
+    }
+
+    /// The refusals of a route for administrators only (listed after `Refusals`, whose
+    /// rows these replace).
+    AdminOnly {
+        "401" => "`unauthorized`",
+        "403" => "`forbidden`: an admin token is required",
     }
 }
