@@ -5,6 +5,7 @@ mod elections;
 mod error;
 mod extract;
 mod handlers;
+mod kinds;
 mod middleware;
 mod schema;
 pub(crate) mod serve;
@@ -135,25 +136,29 @@ fn registry() -> Registry {
     use Access::{Open, Operations, Token};
     use Need::{Admin, Hold, Read};
     Registry::new()
-        .add(routes!(handlers::grant), Op::Grant, Token(Hold))
-        .add(routes!(handlers::hold), Op::Grant, Token(Hold))
-        .add(routes!(handlers::renew), Op::Renew, Token(Hold))
-        .add(routes!(handlers::revoke), Op::Revoke, Token(Hold))
+        .add(routes!(kinds::locks::grant), Op::Grant, Token(Hold))
+        .add(routes!(kinds::locks::hold), Op::Grant, Token(Hold))
+        .add(routes!(kinds::locks::renew), Op::Renew, Token(Hold))
+        .add(routes!(kinds::locks::revoke), Op::Revoke, Token(Hold))
         .add(routes!(handlers::check), Op::Check, Token(Hold))
-        .add(routes!(handlers::inspect), Op::Inspect, Token(Read))
+        .add(routes!(kinds::locks::inspect), Op::Inspect, Token(Read))
         .add(routes!(handlers::list), Op::List, Token(Read))
         .add(
-            routes!(handlers::force_release),
+            routes!(kinds::locks::force_release),
             Op::ForceRelease,
             Token(Admin),
         )
-        .add(routes!(elections::campaign), Op::Campaign, Token(Hold))
-        .add(routes!(elections::campaign_held), Op::Campaign, Token(Hold))
-        .add(routes!(elections::proclaim), Op::Proclaim, Token(Hold))
-        .add(routes!(elections::resign), Op::Resign, Token(Hold))
-        .add(routes!(elections::leader), Op::Leader, Token(Read))
+        .add(routes!(kinds::elections::grant), Op::Campaign, Token(Hold))
+        .add(routes!(kinds::elections::hold), Op::Campaign, Token(Hold))
+        .add(routes!(kinds::elections::renew), Op::Proclaim, Token(Hold))
+        .add(routes!(kinds::elections::revoke), Op::Resign, Token(Hold))
+        .add(routes!(kinds::elections::inspect), Op::Leader, Token(Read))
         .add(routes!(elections::observe), Op::Observe, Token(Read))
-        .add(routes!(elections::depose), Op::ForceRelease, Token(Admin))
+        .add(
+            routes!(kinds::elections::force_release),
+            Op::ForceRelease,
+            Token(Admin),
+        )
         .unmetered(routes!(handlers::healthz), Open)
         .unmetered(routes!(handlers::readyz), Open)
         .unmetered(routes!(handlers::metrics), Operations)

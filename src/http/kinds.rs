@@ -1,0 +1,453 @@
+//! The operations every kind of hold shares (grant, hold, renew, revoke, inspect and
+//! force-release), written once for all kinds. A kind brings three things: its
+//! `Vocabulary` (its bodies and how it reads its fields), its words in `kinds.json` (the
+//! OpenAPI document's operation ids and descriptions), and one `kind_routes!` line (its
+//! routes and the types its document names). A new kind is those three, not a new set of
+//! handlers; its own operations (a lock's check and list, an election's observe) live
+//! beside them in `handlers` and `elections`.
+
+use std::collections::BTreeMap;
+use std::sync::LazyLock;
+
+use axum::Json;
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use serde::Deserialize;
+
+use super::AppState;
+use super::error::ApiError;
+use super::stream;
+use crate::auth::Caller;
+use crate::lease::{Lease, LeasePolicy, LockHolder};
+use crate::model::{GrantKey, IdempotencyKey, LockName, Owner};
+use crate::wire::{
+    CampaignRequest, ElectionLease, GrantRequest, Leader, LeaseBody, LockStatus, ProclaimRequest,
+    RenewRequest,
+};
+
+/// What the shared operations need of a kind besides its routes and words.
+pub(super) trait Vocabulary {
+    /// The body (or query) of a grant, and of a renew.
+    type Grant;
+    type Renew;
+    /// The lease as the kind's grant and renew answer it, and the kind's inspect body.
+    type Lease: serde::Serialize;
+    type Status: serde::Serialize;
+
+    /// A grant's `ttl_ms`, `wait_ms` and holder text.
+    fn grant_fields(req: &Self::Grant) -> GrantFields<'_>;
+    /// A renew's `ttl_ms` and, for a kind whose holder may change its text, the new text.
+    fn renew_fields(req: &Self::Renew) -> (Option<u64>, Option<&str>);
+    fn lease(lease: &Lease) -> Self::Lease;
+    fn status(name: &LockName, holder: Option<LockHolder>) -> Self::Status;
+    /// The error in the kind's words (a grant "held" elsewhere is "led" in an election).
+    fn refine(error: ApiError) -> ApiError {
+        error
+    }
+}
+
+/// Locks: the owner text, the fencing token.
+pub(super) struct Locks;
+
+impl Vocabulary for Locks {
+    type Grant = GrantRequest;
+    type Renew = RenewRequest;
+    type Lease = LeaseBody;
+    type Status = LockStatus;
+
+    fn grant_fields(req: &GrantRequest) -> GrantFields<'_> {
+        (req.ttl_ms, req.wait_ms, req.owner.as_deref())
+    }
+    fn renew_fields(req: &RenewRequest) -> (Option<u64>, Option<&str>) {
+        (req.ttl_ms, None)
+    }
+    fn lease(lease: &Lease) -> LeaseBody {
+        LeaseBody::new(lease, false)
+    }
+    fn status(name: &LockName, holder: Option<LockHolder>) -> LockStatus {
+        LockStatus::new(name.as_str(), holder)
+    }
+}
+
+/// Elections: the leader's value, which a renew may proclaim anew, and the term.
+pub(super) struct Elections;
+
+impl Vocabulary for Elections {
+    type Grant = CampaignRequest;
+    type Renew = ProclaimRequest;
+    type Lease = ElectionLease;
+    type Status = Leader;
+
+    fn grant_fields(req: &CampaignRequest) -> GrantFields<'_> {
+        (req.ttl_ms, req.wait_ms, req.value.as_deref())
+    }
+    fn renew_fields(req: &ProclaimRequest) -> (Option<u64>, Option<&str>) {
+        (req.ttl_ms, req.value.as_deref())
+    }
+    fn lease(lease: &Lease) -> ElectionLease {
+        ElectionLease::new(lease)
+    }
+    fn status(name: &LockName, holder: Option<LockHolder>) -> Leader {
+        Leader::new(name.as_str(), holder)
+    }
+    fn refine(error: ApiError) -> ApiError {
+        error.in_election()
+    }
+}
+
+/// One operation's words in the document: its id, its summary, its request body's and its
+/// own answers' descriptions (the answers every route shares are `schema`'s sets).
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct Words {
+    id: String,
+    summary: String,
+    #[serde(default)]
+    body: String,
+    #[serde(default)]
+    idempotency_key: String,
+    answers: BTreeMap<String, String>,
+}
+
+impl Words {
+    pub(super) fn id(&self) -> &str {
+        &self.id
+    }
+    pub(super) fn summary(&self) -> &str {
+        &self.summary
+    }
+    pub(super) fn body(&self) -> &str {
+        &self.body
+    }
+    pub(super) fn idempotency_key(&self) -> &str {
+        &self.idempotency_key
+    }
+    pub(super) fn answer(&self, status: &str) -> &str {
+        self.answers
+            .get(status)
+            .unwrap_or_else(|| panic!("kinds.json: {} has no answer {status}", self.id))
+    }
+}
+
+/// A kind's words, by operation.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct KindWords {
+    pub(super) grant: Words,
+    pub(super) hold: Words,
+    pub(super) renew: Words,
+    pub(super) revoke: Words,
+    pub(super) inspect: Words,
+    pub(super) force_release: Words,
+}
+
+/// Every kind's words, by its routes' tag. Read when the document is built, which every
+/// test that builds the router does: a missing or misspelt entry fails them all.
+static WORDS: LazyLock<BTreeMap<String, KindWords>> = LazyLock::new(|| {
+    serde_json::from_str(include_str!("kinds.json")).expect("kinds.json matches `KindWords`")
+});
+
+pub(super) fn words(tag: &str) -> &'static KindWords {
+    WORDS
+        .get(tag)
+        .unwrap_or_else(|| panic!("kinds.json has no kind {tag}"))
+}
+
+/// A grant's fields: `ttl_ms`, `wait_ms`, and the holder text.
+pub(super) type GrantFields<'a> = (Option<u64>, Option<u64>, Option<&'a str>);
+
+/// The request's `Idempotency-Key`, in its caller's scope (the token's name; one shared
+/// scope without authentication).
+fn idempotency_key(
+    headers: &HeaderMap,
+    caller: Option<&Caller>,
+) -> Result<Option<GrantKey>, ApiError> {
+    let Some(raw) = headers.get("idempotency-key") else {
+        return Ok(None);
+    };
+    let raw = raw
+        .to_str()
+        .map_err(|_| ApiError::Invalid("Idempotency-Key must be visible ASCII".into()))?;
+    let key = IdempotencyKey::parse(raw)?;
+    let scope = caller.map_or_else(|| "".into(), |c| c.name.clone());
+    Ok(Some(GrantKey::new(scope, key)))
+}
+
+/// Grant `name` and answer 201 with the kind's lease body and its `Location`, or, when the
+/// client asked for a stream (`Accept: text/event-stream`), hold it while the connection
+/// lives.
+pub(super) async fn grant<V: Vocabulary>(
+    state: &AppState,
+    name: LockName,
+    req: &V::Grant,
+    headers: &HeaderMap,
+    caller: Option<&Caller>,
+) -> Result<Response, ApiError> {
+    let fields = V::grant_fields(req);
+    if stream::wants_stream(headers) {
+        return hold::<V>(state, name, fields, headers);
+    }
+    let (ttl_ms, wait_ms, owner) = fields;
+    let policy = LeasePolicy::from(state.settings.leases);
+    let ttl = policy.ttl(ttl_ms)?;
+    let wait = policy.wait(wait_ms)?;
+    let owner = owner.map(Owner::parse).transpose()?;
+    let key = idempotency_key(headers, caller)?;
+    let lease = state
+        .service
+        .grant_keyed(name, ttl, wait, owner, key)
+        .await
+        .map_err(|e| V::refine(e.into()))?;
+    let location = format!(
+        "/{}/{}/leases/{}",
+        lease.name.kind().route(),
+        lease.name,
+        lease.id.as_str()
+    );
+    let mut response = Json(V::lease(&lease)).into_response();
+    *response.status_mut() = StatusCode::CREATED;
+    if let Ok(value) = HeaderValue::from_str(&location) {
+        response.headers_mut().insert(header::LOCATION, value);
+    }
+    Ok(response)
+}
+
+/// Hold `name` while the connection lives, answering an event stream. A held stream takes
+/// no Idempotency-Key: closing it revokes its lease, so there is nothing to retry.
+pub(super) fn hold<V: Vocabulary>(
+    state: &AppState,
+    name: LockName,
+    (ttl_ms, wait_ms, owner): GrantFields<'_>,
+    headers: &HeaderMap,
+) -> Result<Response, ApiError> {
+    let policy = LeasePolicy::from(state.settings.leases);
+    let ttl = policy.ttl(ttl_ms)?;
+    let wait = policy.wait(wait_ms)?;
+    let owner = owner.map(Owner::parse).transpose()?;
+    if headers.contains_key("idempotency-key") {
+        return Err(ApiError::Invalid(
+            "Idempotency-Key does not apply to a held stream: closing the stream revokes its lease"
+                .into(),
+        ));
+    }
+    let kind = name.kind();
+    let events = state
+        .service
+        .hold(name, ttl, wait, owner)
+        .map_err(|e| V::refine(e.into()))?;
+    Ok(stream::hold(kind, events).into_response())
+}
+
+/// Renew a lease; with new holder text, proclaim it too.
+pub(super) async fn renew<V: Vocabulary>(
+    state: &AppState,
+    (name, id): (LockName, crate::model::LeaseId),
+    req: &V::Renew,
+) -> Result<Json<V::Lease>, ApiError> {
+    let (ttl_ms, text) = V::renew_fields(req);
+    let ttl = LeasePolicy::from(state.settings.leases).renew_ttl(ttl_ms)?;
+    let lease = match text.map(Owner::parse).transpose()? {
+        Some(text) => state.service.proclaim(name, id, ttl, text).await?,
+        None => state.service.renew(name, id, ttl).await?,
+    };
+    Ok(Json(V::lease(&lease)))
+}
+
+/// Remove whoever holds `name`, with an audit line naming the administrator.
+pub(super) async fn force_release(
+    state: &AppState,
+    caller: Option<&Caller>,
+    name: LockName,
+) -> Result<Json<crate::wire::ForceReleased>, ApiError> {
+    let removed = state.service.force_release(&name).await?;
+    let by = caller.map_or("anonymous (no REDLOCKD_AUTH_FILE)", |c| &*c.name);
+    tracing::warn!(
+        target: "redlockd::audit",
+        administrator = by,
+        lock = %name,
+        fencing_token = removed.map(|t| t.0),
+        "force-release"
+    );
+    Ok(Json(crate::wire::ForceReleased {
+        name: name.to_string(),
+        released: removed.is_some(),
+        fencing_token: removed,
+    }))
+}
+
+/// A kind's shared routes: `kind_routes!(module: Vocabulary in "tag", "/route/{name}",
+/// paths (NamePath, LeasePath), holder "field" [renewed], types (Grant, Renew, Lease,
+/// Status, StreamData))`. The paths, the holder's field name and the types are what the
+/// OpenAPI document must read as written; the words come from `kinds.json`.
+macro_rules! kind_routes {
+    (
+        $module:ident: $vocabulary:ident in $tag:literal,
+        $route:literal, $hold_route:literal, $lease_route:literal,
+        paths ($name_path:ident, $lease_path:ident), holder $holder:literal $(renewed $renewed:literal)?,
+        types ($grant:ty, $renew:ty, $lease:ty, $status:ty, $stream:ty)
+    ) => {
+        pub(super) mod $module {
+            use axum::Extension;
+            use axum::Json;
+            use axum::extract::State;
+            use axum::http::{HeaderMap, StatusCode};
+            use axum::response::Response;
+
+            use super::super::AppState;
+            use super::super::error::ApiError;
+            use super::super::extract::{Fields, $name_path, $lease_path};
+            use super::super::schema::{AdminOnly, NoQuorum, Refusals, TtlMs, WaitMs};
+            use super::{$vocabulary as V, KindWords, Vocabulary as _};
+            use crate::auth::Caller;
+            use crate::model::{IdempotencyKey, LeaseId, LockName, Owner};
+            use crate::wire::{ErrorBody, ForceReleased, NoFields};
+
+            fn words() -> &'static KindWords {
+                super::words($tag)
+            }
+
+            #[utoipa::path(
+                post, path = $route, tag = $tag,
+                operation_id = words().grant.id(), summary = words().grant.summary(),
+                params(
+                    ("name" = inline(LockName), Path, description = "1 to 256 bytes of A-Z a-z 0-9 . _ : ~ -"),
+                    ("ttl_ms" = inline(Option<TtlMs>), Query, description = "as the body field"),
+                    ("wait_ms" = inline(Option<WaitMs>), Query, description = "as the body field"),
+                    ($holder = inline(Option<Owner>), Query, description = "as the body field"),
+                    ("Idempotency-Key" = inline(Option<IdempotencyKey>), Header, nullable = false, description = words().grant.idempotency_key()),
+                ),
+                request_body(content = Option<$grant>, description = words().grant.body()),
+                responses(
+                    Refusals,
+                    (status = 201, description = words().grant.answer("201"), body = $lease,
+                        headers(("Location" = String, description = $lease_route))),
+                    (status = 404, description = words().grant.answer("404"), body = ErrorBody),
+                    (status = 409, description = words().grant.answer("409"), body = ErrorBody,
+                        headers(("Retry-After" = u64, description = "whole seconds, at least 1"))),
+                    (status = 422, description = words().grant.answer("422"), body = ErrorBody),
+                    (status = 503, description = words().grant.answer("503"), body = ErrorBody),
+                )
+            )]
+            pub async fn grant(
+                State(state): State<AppState>,
+                $name_path(name): $name_path,
+                caller: Option<Extension<Caller>>,
+                headers: HeaderMap,
+                Fields(req): Fields<$grant>,
+            ) -> Result<Response, ApiError> {
+                super::grant::<V>(&state, name, &req, &headers, caller.as_deref()).await
+            }
+
+            #[utoipa::path(
+                post, path = $hold_route, tag = $tag,
+                operation_id = words().hold.id(), summary = words().hold.summary(),
+                params(
+                    ("name" = inline(LockName), Path, description = "1 to 256 bytes of A-Z a-z 0-9 . _ : ~ -"),
+                    ("ttl_ms" = inline(Option<TtlMs>), Query, description = "as the body field: the lease is renewed at a third of it while connected"),
+                    ("wait_ms" = inline(Option<WaitMs>), Query, description = "as the body field"),
+                    ($holder = inline(Option<Owner>), Query, description = "as the body field"),
+                ),
+                request_body(content = Option<$grant>, description = words().hold.body()),
+                responses(
+                    Refusals,
+                    (status = 200, content_type = "text/event-stream", body = $stream, description = words().hold.answer("200")),
+                    (status = 400, description = words().hold.answer("400"), body = ErrorBody),
+                    (status = 503, description = words().hold.answer("503"), body = ErrorBody),
+                )
+            )]
+            pub async fn hold(
+                State(state): State<AppState>,
+                $name_path(name): $name_path,
+                headers: HeaderMap,
+                Fields(req): Fields<$grant>,
+            ) -> Result<Response, ApiError> {
+                super::hold::<V>(&state, name, V::grant_fields(&req), &headers)
+            }
+
+            #[utoipa::path(
+                put, path = $lease_route, tag = $tag,
+                operation_id = words().renew.id(), summary = words().renew.summary(),
+                params(
+                    ("name" = inline(LockName), Path), ("lease_id" = inline(LeaseId), Path),
+                    $(($renewed = inline(Option<Owner>), Query, description = "as the body field"),)?
+                    ("ttl_ms" = inline(Option<TtlMs>), Query, description = "as the body field"),
+                ),
+                request_body(content = Option<$renew>, description = words().renew.body()),
+                responses(
+                    Refusals, NoQuorum,
+                    (status = 200, description = words().renew.answer("200"), body = $lease),
+                    (status = 404, description = words().renew.answer("404"), body = ErrorBody),
+                )
+            )]
+            pub async fn renew(
+                State(state): State<AppState>,
+                $lease_path(name, id): $lease_path,
+                Fields(req): Fields<$renew>,
+            ) -> Result<Json<$lease>, ApiError> {
+                super::renew::<V>(&state, (name, id), &req).await
+            }
+
+            #[utoipa::path(
+                delete, path = $lease_route, tag = $tag,
+                operation_id = words().revoke.id(), summary = words().revoke.summary(),
+                params(("name" = inline(LockName), Path), ("lease_id" = inline(LeaseId), Path)),
+                responses(
+                    Refusals, NoQuorum,
+                    (status = 204, description = words().revoke.answer("204")),
+                    (status = 404, description = words().revoke.answer("404"), body = ErrorBody),
+                )
+            )]
+            pub async fn revoke(
+                State(state): State<AppState>,
+                $lease_path(name, id): $lease_path,
+                Fields(NoFields {}): Fields<NoFields>,
+            ) -> Result<StatusCode, ApiError> {
+                state.service.revoke(name, id).await?;
+                Ok(StatusCode::NO_CONTENT)
+            }
+
+            #[utoipa::path(
+                get, path = $route, tag = $tag,
+                operation_id = words().inspect.id(), summary = words().inspect.summary(),
+                params(("name" = inline(LockName), Path)),
+                responses(
+                    Refusals, NoQuorum,
+                    (status = 200, description = words().inspect.answer("200"), body = $status),
+                )
+            )]
+            pub async fn inspect(
+                State(state): State<AppState>,
+                $name_path(name): $name_path,
+                Fields(NoFields {}): Fields<NoFields>,
+            ) -> Result<Json<$status>, ApiError> {
+                let holder = state.service.inspect(&name).await?;
+                Ok(Json(V::status(&name, holder)))
+            }
+
+            #[utoipa::path(
+                delete, path = $route, tag = $tag,
+                operation_id = words().force_release.id(), summary = words().force_release.summary(),
+                params(("name" = inline(LockName), Path)),
+                responses(
+                    Refusals, NoQuorum, AdminOnly,
+                    (status = 200, description = words().force_release.answer("200"), body = ForceReleased),
+                )
+            )]
+            pub async fn force_release(
+                State(state): State<AppState>,
+                caller: Option<Extension<Caller>>,
+                $name_path(name): $name_path,
+                Fields(NoFields {}): Fields<NoFields>,
+            ) -> Result<Json<ForceReleased>, ApiError> {
+                super::force_release(&state, caller.as_deref(), name).await
+            }
+        }
+    };
+}
+
+kind_routes!(locks: Locks in "locks", "/locks/{name}", "/locks/{name}/hold", "/locks/{name}/leases/{lease_id}",
+    paths (LockPath, LeasePath), holder "owner",
+    types (crate::wire::GrantRequest, crate::wire::RenewRequest, crate::wire::LeaseBody, crate::wire::LockStatus, crate::wire::HoldStreamData));
+kind_routes!(elections: Elections in "elections", "/elections/{name}", "/elections/{name}/hold", "/elections/{name}/leases/{lease_id}",
+    paths (ElectionPath, ElectionLeasePath), holder "value" renewed "value",
+    types (crate::wire::CampaignRequest, crate::wire::ProclaimRequest, crate::wire::ElectionLease, crate::wire::Leader, crate::wire::CampaignStreamData));
