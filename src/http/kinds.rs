@@ -1,8 +1,8 @@
 //! The operations every kind of hold shares (grant, hold, renew, revoke, inspect and
-//! force-release), written once for all kinds. A kind brings three things: its
-//! `Vocabulary` (its bodies and how it reads its fields), its words in `kinds.json` (the
-//! OpenAPI document's operation ids and descriptions), and one `kind_routes!` line (its
-//! routes and the types its document names). A new kind is those three, not a new set of
+//! force-release), written once for all kinds. A kind brings three things: its bodies (in
+//! `wire`, with how its requests read below), its words in `kinds.json` (the OpenAPI
+//! document's operation ids and descriptions), and one `kind_routes!` line (its routes,
+//! its bodies' types, the error words it uses). A new kind is those three, not a new set of
 //! handlers; its own operations (a lock's check and list, an election's observe) live
 //! beside them in `handlers` and `elections`.
 
@@ -18,82 +18,39 @@ use super::AppState;
 use super::error::ApiError;
 use super::stream;
 use crate::auth::Caller;
-use crate::lease::{Lease, LeasePolicy, LockHolder};
+use crate::lease::{Lease, LeasePolicy};
 use crate::model::{GrantKey, IdempotencyKey, LockName, Owner};
-use crate::wire::{
-    CampaignRequest, ElectionLease, GrantRequest, Leader, LeaseBody, LockStatus, ProclaimRequest,
-    RenewRequest,
-};
+use crate::wire::{CampaignRequest, GrantRequest, ProclaimRequest, RenewRequest};
 
-/// What the shared operations need of a kind besides its routes and words.
-pub(super) trait Vocabulary {
-    /// The body (or query) of a grant, and of a renew.
-    type Grant;
-    type Renew;
-    /// The lease as the kind's grant and renew answer it, and the kind's inspect body.
-    type Lease: serde::Serialize;
-    type Status: serde::Serialize;
-
-    /// A grant's `ttl_ms`, `wait_ms` and holder text.
-    fn grant_fields(req: &Self::Grant) -> GrantFields<'_>;
-    /// A renew's `ttl_ms` and, for a kind whose holder may change its text, the new text.
-    fn renew_fields(req: &Self::Renew) -> (Option<u64>, Option<&str>);
-    fn lease(lease: &Lease) -> Self::Lease;
-    fn status(name: &LockName, holder: Option<LockHolder>) -> Self::Status;
-    /// The error in the kind's words (a grant "held" elsewhere is "led" in an election).
-    fn refine(error: ApiError) -> ApiError {
-        error
+// How each kind's request bodies read: a grant's `ttl_ms`, `wait_ms` and holder text (a
+// lock's owner, a leader's value); a renew's `ttl_ms` and, where the holder may change its
+// text, the new one.
+impl GrantRequest {
+    fn holding(&self) -> GrantFields<'_> {
+        (self.ttl_ms, self.wait_ms, self.owner.as_deref())
     }
 }
 
-/// Locks: the owner text, the fencing token.
-pub(super) struct Locks;
-
-impl Vocabulary for Locks {
-    type Grant = GrantRequest;
-    type Renew = RenewRequest;
-    type Lease = LeaseBody;
-    type Status = LockStatus;
-
-    fn grant_fields(req: &GrantRequest) -> GrantFields<'_> {
-        (req.ttl_ms, req.wait_ms, req.owner.as_deref())
-    }
-    fn renew_fields(req: &RenewRequest) -> (Option<u64>, Option<&str>) {
-        (req.ttl_ms, None)
-    }
-    fn lease(lease: &Lease) -> LeaseBody {
-        LeaseBody::new(lease, false)
-    }
-    fn status(name: &LockName, holder: Option<LockHolder>) -> LockStatus {
-        LockStatus::new(name.as_str(), holder)
+impl CampaignRequest {
+    fn holding(&self) -> GrantFields<'_> {
+        (self.ttl_ms, self.wait_ms, self.value.as_deref())
     }
 }
 
-/// Elections: the leader's value, which a renew may proclaim anew, and the term.
-pub(super) struct Elections;
-
-impl Vocabulary for Elections {
-    type Grant = CampaignRequest;
-    type Renew = ProclaimRequest;
-    type Lease = ElectionLease;
-    type Status = Leader;
-
-    fn grant_fields(req: &CampaignRequest) -> GrantFields<'_> {
-        (req.ttl_ms, req.wait_ms, req.value.as_deref())
-    }
-    fn renew_fields(req: &ProclaimRequest) -> (Option<u64>, Option<&str>) {
-        (req.ttl_ms, req.value.as_deref())
-    }
-    fn lease(lease: &Lease) -> ElectionLease {
-        ElectionLease::new(lease)
-    }
-    fn status(name: &LockName, holder: Option<LockHolder>) -> Leader {
-        Leader::new(name.as_str(), holder)
-    }
-    fn refine(error: ApiError) -> ApiError {
-        error.in_election()
+impl RenewRequest {
+    fn renewing(&self) -> (Option<u64>, Option<&str>) {
+        (self.ttl_ms, None)
     }
 }
+
+impl ProclaimRequest {
+    fn renewing(&self) -> (Option<u64>, Option<&str>) {
+        (self.ttl_ms, self.value.as_deref())
+    }
+}
+
+/// An error in a kind's words: a grant "held" elsewhere is "led" in an election.
+type Refine = fn(ApiError) -> ApiError;
 
 /// One operation's words in the document: its id, its summary, its request body's and its
 /// own answers' descriptions (the answers every route shares are `schema`'s sets).
@@ -176,16 +133,16 @@ fn idempotency_key(
 /// Grant `name` and answer 201 with the kind's lease body and its `Location`, or, when the
 /// client asked for a stream (`Accept: text/event-stream`), hold it while the connection
 /// lives.
-pub(super) async fn grant<V: Vocabulary>(
+pub(super) async fn grant<B: serde::Serialize + for<'a> From<&'a Lease>>(
     state: &AppState,
     name: LockName,
-    req: &V::Grant,
+    fields: GrantFields<'_>,
     headers: &HeaderMap,
     caller: Option<&Caller>,
+    refine: Refine,
 ) -> Result<Response, ApiError> {
-    let fields = V::grant_fields(req);
     if stream::wants_stream(headers) {
-        return hold::<V>(state, name, fields, headers);
+        return hold(state, name, fields, headers, refine);
     }
     let (ttl_ms, wait_ms, owner) = fields;
     let policy = LeasePolicy::from(state.settings.leases);
@@ -197,14 +154,14 @@ pub(super) async fn grant<V: Vocabulary>(
         .service
         .grant_keyed(name, ttl, wait, owner, key)
         .await
-        .map_err(|e| V::refine(e.into()))?;
+        .map_err(|e| refine(e.into()))?;
     let location = format!(
         "/{}/{}/leases/{}",
         lease.name.kind().route(),
         lease.name,
         lease.id.as_str()
     );
-    let mut response = Json(V::lease(&lease)).into_response();
+    let mut response = Json(B::from(&lease)).into_response();
     *response.status_mut() = StatusCode::CREATED;
     if let Ok(value) = HeaderValue::from_str(&location) {
         response.headers_mut().insert(header::LOCATION, value);
@@ -214,11 +171,12 @@ pub(super) async fn grant<V: Vocabulary>(
 
 /// Hold `name` while the connection lives, answering an event stream. A held stream takes
 /// no Idempotency-Key: closing it revokes its lease, so there is nothing to retry.
-pub(super) fn hold<V: Vocabulary>(
+pub(super) fn hold(
     state: &AppState,
     name: LockName,
     (ttl_ms, wait_ms, owner): GrantFields<'_>,
     headers: &HeaderMap,
+    refine: Refine,
 ) -> Result<Response, ApiError> {
     let policy = LeasePolicy::from(state.settings.leases);
     let ttl = policy.ttl(ttl_ms)?;
@@ -234,23 +192,22 @@ pub(super) fn hold<V: Vocabulary>(
     let events = state
         .service
         .hold(name, ttl, wait, owner)
-        .map_err(|e| V::refine(e.into()))?;
+        .map_err(|e| refine(e.into()))?;
     Ok(stream::hold(kind, events).into_response())
 }
 
 /// Renew a lease; with new holder text, proclaim it too.
-pub(super) async fn renew<V: Vocabulary>(
+pub(super) async fn renew<B: for<'a> From<&'a Lease>>(
     state: &AppState,
     (name, id): (LockName, crate::model::LeaseId),
-    req: &V::Renew,
-) -> Result<Json<V::Lease>, ApiError> {
-    let (ttl_ms, text) = V::renew_fields(req);
+    (ttl_ms, text): (Option<u64>, Option<&str>),
+) -> Result<Json<B>, ApiError> {
     let ttl = LeasePolicy::from(state.settings.leases).renew_ttl(ttl_ms)?;
     let lease = match text.map(Owner::parse).transpose()? {
         Some(text) => state.service.proclaim(name, id, ttl, text).await?,
         None => state.service.renew(name, id, ttl).await?,
     };
-    Ok(Json(V::lease(&lease)))
+    Ok(Json(B::from(&lease)))
 }
 
 /// Remove whoever holds `name`, with an audit line naming the administrator.
@@ -275,13 +232,13 @@ pub(super) async fn force_release(
     }))
 }
 
-/// A kind's shared routes: `kind_routes!(module: Vocabulary in "tag", "/route/{name}",
-/// paths (NamePath, LeasePath), holder "field" [renewed], types (Grant, Renew, Lease,
-/// Status, StreamData))`. The paths, the holder's field name and the types are what the
+/// A kind's shared routes: `kind_routes!(module in "tag", refined by fn, its three routes,
+/// paths (NamePath, LeasePath), holder "field" [renewed "field"], types (Grant, Renew,
+/// Lease, Status, StreamData))`. The paths, the holder's field name and the types are what the
 /// OpenAPI document must read as written; the words come from `kinds.json`.
 macro_rules! kind_routes {
     (
-        $module:ident: $vocabulary:ident in $tag:literal,
+        $module:ident in $tag:literal, refined by $refine:path,
         $route:literal, $hold_route:literal, $lease_route:literal,
         paths ($name_path:ident, $lease_path:ident), holder $holder:literal $(renewed $renewed:literal)?,
         types ($grant:ty, $renew:ty, $lease:ty, $status:ty, $stream:ty)
@@ -297,10 +254,13 @@ macro_rules! kind_routes {
             use super::super::error::ApiError;
             use super::super::extract::{Fields, $name_path, $lease_path};
             use super::super::schema::{AdminOnly, NoQuorum, Refusals, TtlMs, WaitMs};
-            use super::{$vocabulary as V, KindWords, Vocabulary as _};
+            use super::KindWords;
             use crate::auth::Caller;
             use crate::model::{IdempotencyKey, LeaseId, LockName, Owner};
             use crate::wire::{ErrorBody, ForceReleased, NoFields};
+
+            /// The error in this kind's words.
+            const REFINE: super::Refine = $refine;
 
             fn words() -> &'static KindWords {
                 super::words($tag)
@@ -335,7 +295,8 @@ macro_rules! kind_routes {
                 headers: HeaderMap,
                 Fields(req): Fields<$grant>,
             ) -> Result<Response, ApiError> {
-                super::grant::<V>(&state, name, &req, &headers, caller.as_deref()).await
+                let caller = caller.as_deref();
+                super::grant::<$lease>(&state, name, req.holding(), &headers, caller, REFINE).await
             }
 
             #[utoipa::path(
@@ -361,7 +322,7 @@ macro_rules! kind_routes {
                 headers: HeaderMap,
                 Fields(req): Fields<$grant>,
             ) -> Result<Response, ApiError> {
-                super::hold::<V>(&state, name, V::grant_fields(&req), &headers)
+                super::hold(&state, name, req.holding(), &headers, REFINE)
             }
 
             #[utoipa::path(
@@ -384,7 +345,7 @@ macro_rules! kind_routes {
                 $lease_path(name, id): $lease_path,
                 Fields(req): Fields<$renew>,
             ) -> Result<Json<$lease>, ApiError> {
-                super::renew::<V>(&state, (name, id), &req).await
+                super::renew(&state, (name, id), req.renewing()).await.map_err(REFINE)
             }
 
             #[utoipa::path(
@@ -402,7 +363,7 @@ macro_rules! kind_routes {
                 $lease_path(name, id): $lease_path,
                 Fields(NoFields {}): Fields<NoFields>,
             ) -> Result<StatusCode, ApiError> {
-                state.service.revoke(name, id).await?;
+                state.service.revoke(name, id).await.map_err(|e| REFINE(e.into()))?;
                 Ok(StatusCode::NO_CONTENT)
             }
 
@@ -421,7 +382,7 @@ macro_rules! kind_routes {
                 Fields(NoFields {}): Fields<NoFields>,
             ) -> Result<Json<$status>, ApiError> {
                 let holder = state.service.inspect(&name).await?;
-                Ok(Json(V::status(&name, holder)))
+                Ok(Json(<$status>::new(name.as_str(), holder)))
             }
 
             #[utoipa::path(
@@ -445,9 +406,9 @@ macro_rules! kind_routes {
     };
 }
 
-kind_routes!(locks: Locks in "locks", "/locks/{name}", "/locks/{name}/hold", "/locks/{name}/leases/{lease_id}",
+kind_routes!(locks in "locks", refined by std::convert::identity, "/locks/{name}", "/locks/{name}/hold", "/locks/{name}/leases/{lease_id}",
     paths (LockPath, LeasePath), holder "owner",
     types (crate::wire::GrantRequest, crate::wire::RenewRequest, crate::wire::LeaseBody, crate::wire::LockStatus, crate::wire::HoldStreamData));
-kind_routes!(elections: Elections in "elections", "/elections/{name}", "/elections/{name}/hold", "/elections/{name}/leases/{lease_id}",
+kind_routes!(elections in "elections", refined by ApiError::in_election, "/elections/{name}", "/elections/{name}/hold", "/elections/{name}/leases/{lease_id}",
     paths (ElectionPath, ElectionLeasePath), holder "value" renewed "value",
     types (crate::wire::CampaignRequest, crate::wire::ProclaimRequest, crate::wire::ElectionLease, crate::wire::Leader, crate::wire::CampaignStreamData));

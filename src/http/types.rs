@@ -32,6 +32,19 @@ impl LeaseBody {
     }
 }
 
+/// A granted or renewed lease as its grant answers it.
+impl From<&Lease> for LeaseBody {
+    fn from(lease: &Lease) -> Self {
+        Self::new(lease, false)
+    }
+}
+
+impl From<&Lease> for ElectionLease {
+    fn from(lease: &Lease) -> Self {
+        Self::new(lease)
+    }
+}
+
 impl ElectionLease {
     pub fn new(lease: &Lease) -> Self {
         Self {
