@@ -9,7 +9,7 @@ use std::collections::HashSet;
 use std::sync::Mutex;
 use std::time::Duration;
 
-use prometheus::core::Collector;
+use prometheus::core::{Collector, MetricVec, MetricVecBuilder};
 use prometheus::{
     Encoder, Gauge, GaugeVec, Histogram, HistogramOpts, HistogramVec, IntCounterVec, IntGauge,
     IntGaugeVec, Opts, Registry, TextEncoder,
@@ -125,6 +125,11 @@ fn master_buckets() -> Vec<f64> {
     vec![
         0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5,
     ]
+}
+
+/// `vec`'s metric of one label's value.
+fn of<B: MetricVecBuilder>(vec: &MetricVec<B>, label: &str) -> B::M {
+    vec.with_label_values(&[label])
 }
 
 /// Defines each metric and registers it, in one step.
@@ -320,9 +325,7 @@ impl Metrics {
         self.master_backlog.with_label_values(&[master]).set(0);
         self.master_backlog_dropped.with_label_values(&[master]);
         self.master_voting.with_label_values(&[master]).set(0);
-        self.master_quarantine_end
-            .with_label_values(&[master])
-            .set(0.0);
+        of(&self.master_quarantine_end, master).set(0.0);
     }
 
     /// The settings alerts compare against.
@@ -344,46 +347,32 @@ impl Metrics {
         voting: bool,
         quarantine_ends: Option<std::time::SystemTime>,
     ) {
-        self.master_voting
-            .with_label_values(&[master])
-            .set(i64::from(voting));
+        of(&self.master_voting, master).set(i64::from(voting));
         let ends = quarantine_ends
             .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
             .map_or(0.0, |d| d.as_secs_f64());
-        self.master_quarantine_end
-            .with_label_values(&[master])
-            .set(ends);
+        of(&self.master_quarantine_end, master).set(ends);
     }
 
     /// The outcome of reading `file` (`auth`, `tls`) again.
     pub fn reloaded(&self, file: &str, ok: bool) {
-        self.reload_success
-            .with_label_values(&[file])
-            .set(i64::from(ok));
+        of(&self.reload_success, file).set(i64::from(ok));
     }
 
     pub fn master_backlog(&self, master: &str, depth: usize) {
-        self.master_backlog
-            .with_label_values(&[master])
-            .set(i64::try_from(depth).unwrap_or(i64::MAX));
+        of(&self.master_backlog, master).set(i64::try_from(depth).unwrap_or(i64::MAX));
     }
 
     pub fn master_backlog_dropped(&self, master: &str) {
-        self.master_backlog_dropped
-            .with_label_values(&[master])
-            .inc();
+        of(&self.master_backlog_dropped, master).inc();
     }
 
     pub fn master_up(&self, master: &str, up: bool) {
-        self.master_up
-            .with_label_values(&[master])
-            .set(i64::from(up));
+        of(&self.master_up, master).set(i64::from(up));
     }
 
     pub fn master_answered(&self, master: &str, took: Duration) {
-        self.master_duration
-            .with_label_values(&[master])
-            .observe(took.as_secs_f64());
+        of(&self.master_duration, master).observe(took.as_secs_f64());
     }
 
     pub fn master_failed(&self, master: &str, kind: &str) {

@@ -105,35 +105,44 @@ pub mod schema {
     }
 }
 
-/// A non-negative integer field given as a JSON number or, from a query string, as text.
-fn millis<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<u64>, D::Error> {
-    struct Millis;
-    impl serde::de::Visitor<'_> for Millis {
-        type Value = Option<u64>;
-        fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
-            f.write_str("a non-negative integer")
+/// A non-negative integer field (milliseconds, a count) given as a JSON number or, from a
+/// query string, as text.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(transparent)]
+pub struct Whole(pub u64);
+
+impl<'de> Deserialize<'de> for Whole {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct Visit;
+        impl serde::de::Visitor<'_> for Visit {
+            type Value = Whole;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("a non-negative integer")
+            }
+            fn visit_u64<E: serde::de::Error>(self, v: u64) -> Result<Whole, E> {
+                Ok(Whole(v))
+            }
+            fn visit_i64<E: serde::de::Error>(self, v: i64) -> Result<Whole, E> {
+                u64::try_from(v)
+                    .map(Whole)
+                    .map_err(|_| E::invalid_value(serde::de::Unexpected::Signed(v), &self))
+            }
+            fn visit_f64<E: serde::de::Error>(self, v: f64) -> Result<Whole, E> {
+                Err(E::invalid_value(serde::de::Unexpected::Float(v), &self))
+            }
+            fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<Whole, E> {
+                v.parse()
+                    .map(Whole)
+                    .map_err(|_| E::invalid_value(serde::de::Unexpected::Str(v), &self))
+            }
         }
-        fn visit_u64<E: serde::de::Error>(self, v: u64) -> Result<Self::Value, E> {
-            Ok(Some(v))
-        }
-        fn visit_i64<E: serde::de::Error>(self, v: i64) -> Result<Self::Value, E> {
-            u64::try_from(v)
-                .map(Some)
-                .map_err(|_| E::invalid_value(serde::de::Unexpected::Signed(v), &self))
-        }
-        fn visit_f64<E: serde::de::Error>(self, v: f64) -> Result<Self::Value, E> {
-            Err(E::invalid_value(serde::de::Unexpected::Float(v), &self))
-        }
-        fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<Self::Value, E> {
-            v.parse()
-                .map(Some)
-                .map_err(|_| E::invalid_value(serde::de::Unexpected::Str(v), &self))
-        }
-        fn visit_unit<E: serde::de::Error>(self) -> Result<Self::Value, E> {
-            Ok(None)
-        }
+        d.deserialize_any(Visit)
     }
-    d.deserialize_any(Millis)
+}
+
+/// The value of an optional whole-number field.
+pub fn whole(field: Option<Whole>) -> Option<u64> {
+    field.map(|w| w.0)
 }
 
 /// Fields of a grant; each may also be given as a query parameter of the same name.
@@ -142,21 +151,13 @@ fn millis<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<u64>, D::Erro
 #[schema(example = json!({"ttl_ms": 60000, "wait_ms": 5000, "owner": "report-worker-3"}))]
 pub struct GrantRequest {
     /// Lease TTL in ms: from 100 to the configured maximum (default 3600000). Default 30000.
-    #[serde(
-        default,
-        deserialize_with = "millis",
-        skip_serializing_if = "Option::is_none"
-    )]
-    #[schema(minimum = 100, maximum = 3600000)]
-    pub ttl_ms: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<u64>, minimum = 100, maximum = 3600000)]
+    pub ttl_ms: Option<Whole>,
     /// How long to wait while another lease holds the lock, in ms (default 0: do not wait).
-    #[serde(
-        default,
-        deserialize_with = "millis",
-        skip_serializing_if = "Option::is_none"
-    )]
-    #[schema(minimum = 0, maximum = 60000)]
-    pub wait_ms: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<u64>, minimum = 0, maximum = 60000)]
+    pub wait_ms: Option<Whole>,
     /// Free text naming the holder (at most 256 bytes), shown by inspect and list.
     #[schema(max_length = 256)]
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -169,13 +170,9 @@ pub struct GrantRequest {
 #[schema(example = json!({"ttl_ms": 60000}))]
 pub struct RenewRequest {
     /// The new TTL in ms (default: the lease's own).
-    #[serde(
-        default,
-        deserialize_with = "millis",
-        skip_serializing_if = "Option::is_none"
-    )]
-    #[schema(minimum = 100, maximum = 3600000)]
-    pub ttl_ms: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<u64>, minimum = 100, maximum = 3600000)]
+    pub ttl_ms: Option<Whole>,
 }
 
 /// Calls that take no fields still refuse unknown ones, so typos do not pass silently.
@@ -191,12 +188,8 @@ pub struct ListQuery {
     pub prefix: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub after: Option<String>,
-    #[serde(
-        default,
-        deserialize_with = "millis",
-        skip_serializing_if = "Option::is_none"
-    )]
-    pub limit: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub limit: Option<Whole>,
 }
 
 /// A lease: what grant, renew and check answer.
@@ -299,21 +292,13 @@ pub struct CampaignRequest {
     pub value: Option<String>,
     /// Term TTL in ms, renewed like a lease's: from 100 to the configured maximum.
     /// Default 30000.
-    #[serde(
-        default,
-        deserialize_with = "millis",
-        skip_serializing_if = "Option::is_none"
-    )]
-    #[schema(minimum = 100, maximum = 3600000)]
-    pub ttl_ms: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<u64>, minimum = 100, maximum = 3600000)]
+    pub ttl_ms: Option<Whole>,
     /// How long to wait while another candidate leads, in ms (default 0).
-    #[serde(
-        default,
-        deserialize_with = "millis",
-        skip_serializing_if = "Option::is_none"
-    )]
-    #[schema(minimum = 0, maximum = 60000)]
-    pub wait_ms: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<u64>, minimum = 0, maximum = 60000)]
+    pub wait_ms: Option<Whole>,
 }
 
 /// Fields of a leader's renew; with `value`, the leader proclaims a new value and keeps
@@ -326,13 +311,9 @@ pub struct ProclaimRequest {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub value: Option<String>,
     /// The new TTL in ms (default: the term's own).
-    #[serde(
-        default,
-        deserialize_with = "millis",
-        skip_serializing_if = "Option::is_none"
-    )]
-    #[schema(minimum = 100, maximum = 3600000)]
-    pub ttl_ms: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<u64>, minimum = 100, maximum = 3600000)]
+    pub ttl_ms: Option<Whole>,
 }
 
 /// A leader's lease: what campaign and a leader's renew answer.
@@ -515,16 +496,18 @@ mod tests {
     #[test]
     fn every_body_reads_back_what_it_writes() {
         round_trip(GrantRequest {
-            ttl_ms: Some(5000),
+            ttl_ms: Some(Whole(5000)),
             wait_ms: None,
             owner: Some("me".into()),
         });
         round_trip(GrantRequest::default());
-        round_trip(RenewRequest { ttl_ms: Some(100) });
+        round_trip(RenewRequest {
+            ttl_ms: Some(Whole(100)),
+        });
         round_trip(ListQuery {
             prefix: Some("a:".into()),
             after: None,
-            limit: Some(10),
+            limit: Some(Whole(10)),
         });
         round_trip(LeaseBody {
             name: "a".into(),
@@ -571,7 +554,7 @@ mod tests {
     #[test]
     fn a_request_sends_only_the_fields_it_sets() {
         let text = serde_json::to_string(&GrantRequest {
-            ttl_ms: Some(5000),
+            ttl_ms: Some(Whole(5000)),
             ..GrantRequest::default()
         })
         .unwrap();

@@ -20,7 +20,7 @@ use tokio::time::{Instant, sleep_until, timeout_at};
 use super::{Failure, Repeat, Servers, idempotency_key, lock_path};
 use crate::cli::LockArgs;
 use crate::model::MIN_TTL_MS;
-use crate::wire::{GrantRequest, LeaseBody, RenewRequest};
+use crate::wire::{GrantRequest, LeaseBody, RenewRequest, Whole};
 
 /// The exit statuses of `redlockd lock` other than the command's own.
 pub mod exit {
@@ -69,8 +69,8 @@ pub async fn run(args: LockArgs) -> u8 {
     // before the command runs, rather than after it ran with nothing kept.
     let hold_at_least = args.hold_at_least.filter(|h| *h > args.ttl);
     let grant = GrantRequest {
-        ttl_ms: Some(millis(hold_at_least.unwrap_or(args.ttl))),
-        wait_ms: Some(millis(args.wait)),
+        ttl_ms: Some(Whole(millis(hold_at_least.unwrap_or(args.ttl)))),
+        wait_ms: Some(Whole(millis(args.wait))),
         owner: Some(
             args.owner
                 .clone()
@@ -242,7 +242,7 @@ async fn keep(
     let mut last_error = None;
     // Explicitly the TTL asked for: the grant may have been made longer (--hold-at-least).
     let keep_ttl = RenewRequest {
-        ttl_ms: Some(millis(ttl)),
+        ttl_ms: Some(Whole(millis(ttl))),
     };
     loop {
         sleep_until(next.min(valid_until)).await;
@@ -322,7 +322,7 @@ async fn keep_until(
                 Method::PUT,
                 path,
                 Some(&RenewRequest {
-                    ttl_ms: Some(millis(step).max(MIN_TTL_MS)),
+                    ttl_ms: Some(Whole(millis(step).max(MIN_TTL_MS))),
                 }),
                 Duration::ZERO,
                 Repeat::Safe,

@@ -101,6 +101,12 @@ impl Servers {
         })
     }
 
+    /// Read `path`: a GET, safe to ask each replica in turn.
+    pub async fn get<T: DeserializeOwned>(&self, path: &str) -> Result<T, Failure> {
+        self.call::<(), T>(Method::GET, path, None, Duration::ZERO, Repeat::Safe)
+            .await
+    }
+
     /// Send one call, to each replica in turn as `repeat` allows, and read its answer.
     /// `wait` is added to the time one replica may take (a waiting grant).
     pub async fn call<B: Serialize, T: DeserializeOwned>(

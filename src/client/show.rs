@@ -4,10 +4,8 @@
 use std::fmt::Write as _;
 use std::time::Duration;
 
-use reqwest::Method;
-
 use super::lock::exit;
-use super::{Failure, Repeat, Servers, lock_path};
+use super::{Failure, Servers, lock_path};
 use crate::cli::{InspectArgs, ListArgs};
 use crate::wire::{LockList, LockStatus};
 
@@ -27,16 +25,7 @@ pub async fn inspect(args: InspectArgs) -> u8 {
         Ok(s) => s,
         Err(e) => return fail("inspect", &e),
     };
-    let status: LockStatus = match servers
-        .call::<(), _>(
-            Method::GET,
-            &lock_path(&args.name),
-            None,
-            Duration::ZERO,
-            Repeat::Safe,
-        )
-        .await
-    {
+    let status: LockStatus = match servers.get(&lock_path(&args.name)).await {
         Ok(status) => status,
         Err(e) => return fail("inspect", &e),
     };
@@ -78,16 +67,7 @@ pub async fn list(args: ListArgs) -> u8 {
         if let Some(after) = &after {
             query.append_pair("after", after);
         }
-        let page: LockList = match servers
-            .call::<(), _>(
-                Method::GET,
-                &format!("/locks?{}", query.finish()),
-                None,
-                Duration::ZERO,
-                Repeat::Safe,
-            )
-            .await
-        {
+        let page: LockList = match servers.get(&format!("/locks?{}", query.finish())).await {
             Ok(page) => page,
             Err(e) => return fail("list", &e),
         };

@@ -15,7 +15,7 @@ use super::schema::{ListLimit, NoQuorum, Refusals};
 use crate::auth::Caller;
 use crate::model::{DEFAULT_LIST_LIMIT, LeaseId, LockName, MAX_LIST_LIMIT, NamePrefix};
 use crate::wire::{
-    ErrorBody, Health, LeaseBody, ListQuery, LockEntry, LockList, NoFields, Readiness,
+    ErrorBody, Health, LeaseBody, ListQuery, LockEntry, LockList, NoFields, Readiness, whole,
 };
 
 /// Check a lease: is it still held, and for how long.
@@ -57,7 +57,7 @@ pub async fn list(
 ) -> Result<Json<LockList>, ApiError> {
     let prefix = NamePrefix::parse(q.prefix.as_deref().unwrap_or(""))?;
     let after = NamePrefix::parse(q.after.as_deref().unwrap_or(""))?;
-    let limit = q.limit.unwrap_or(DEFAULT_LIST_LIMIT);
+    let limit = whole(q.limit).unwrap_or(DEFAULT_LIST_LIMIT);
     if !(1..=MAX_LIST_LIMIT).contains(&limit) {
         return Err(ApiError::Invalid(format!(
             "limit must be from 1 to {MAX_LIST_LIMIT}"

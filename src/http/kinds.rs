@@ -20,32 +20,40 @@ use super::stream;
 use crate::auth::Caller;
 use crate::lease::{Lease, LeasePolicy};
 use crate::model::{GrantKey, IdempotencyKey, LockName, Owner};
-use crate::wire::{CampaignRequest, GrantRequest, ProclaimRequest, RenewRequest};
+use crate::wire::{CampaignRequest, GrantRequest, ProclaimRequest, RenewRequest, whole};
 
 // How each kind's request bodies read: a grant's `ttl_ms`, `wait_ms` and holder text (a
 // lock's owner, a leader's value); a renew's `ttl_ms` and, where the holder may change its
 // text, the new one.
 impl GrantRequest {
     fn holding(&self) -> GrantFields<'_> {
-        (self.ttl_ms, self.wait_ms, self.owner.as_deref())
+        (
+            whole(self.ttl_ms),
+            whole(self.wait_ms),
+            self.owner.as_deref(),
+        )
     }
 }
 
 impl CampaignRequest {
     fn holding(&self) -> GrantFields<'_> {
-        (self.ttl_ms, self.wait_ms, self.value.as_deref())
+        (
+            whole(self.ttl_ms),
+            whole(self.wait_ms),
+            self.value.as_deref(),
+        )
     }
 }
 
 impl RenewRequest {
     fn renewing(&self) -> (Option<u64>, Option<&str>) {
-        (self.ttl_ms, None)
+        (whole(self.ttl_ms), None)
     }
 }
 
 impl ProclaimRequest {
     fn renewing(&self) -> (Option<u64>, Option<&str>) {
-        (self.ttl_ms, self.value.as_deref())
+        (whole(self.ttl_ms), self.value.as_deref())
     }
 }
 

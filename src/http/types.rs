@@ -157,20 +157,23 @@ pub fn parse_fields<T: DeserializeOwned>(query: Option<&str>, body: &[u8]) -> Re
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::wire::GrantRequest;
+    use crate::wire::{GrantRequest, Whole};
 
     #[test]
     fn fields_come_from_the_body_or_the_query() {
         let g: GrantRequest = parse_fields(Some("ttl_ms=5000&owner=me"), b"").unwrap();
-        assert_eq!((g.ttl_ms, g.owner.as_deref()), (Some(5000), Some("me")));
+        assert_eq!(
+            (g.ttl_ms, g.owner.as_deref()),
+            (Some(Whole(5000)), Some("me"))
+        );
         let g: GrantRequest = parse_fields(None, br#"{"wait_ms": 10}"#).unwrap();
-        assert_eq!(g.wait_ms, Some(10));
+        assert_eq!(g.wait_ms, Some(Whole(10)));
         let g: GrantRequest = parse_fields(Some("owner=123"), b"").unwrap();
         assert_eq!(g.owner.as_deref(), Some("123"));
         let g: GrantRequest = parse_fields(None, b"  \n").unwrap();
         assert_eq!(g, GrantRequest::default());
         let g: GrantRequest = parse_fields(Some("ttl_ms=5000"), b"null").unwrap();
-        assert_eq!(g.ttl_ms, Some(5000));
+        assert_eq!(g.ttl_ms, Some(Whole(5000)));
     }
 
     #[test]

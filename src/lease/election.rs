@@ -53,14 +53,7 @@ impl LeaseService {
         self: &Arc<Self>,
         name: LockName,
     ) -> Result<mpsc::Receiver<LeaderChange>, LeaseError> {
-        let slot = self.stream_slot()?;
-        let (tx, rx) = mpsc::channel(OBSERVE_BUFFER);
-        let service = self.clone();
-        self.tasks.spawn(async move {
-            let _slot = slot;
-            service.observe_task(name, tx).await
-        });
-        Ok(rx)
+        self.stream(OBSERVE_BUFFER, |service, tx| service.observe_task(name, tx))
     }
 
     async fn observe_task(self: Arc<Self>, name: LockName, tx: mpsc::Sender<LeaderChange>) {

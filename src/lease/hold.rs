@@ -100,18 +100,33 @@ impl LeaseService {
         wait: WaitTime,
         owner: Option<Owner>,
     ) -> Result<mpsc::Receiver<HoldEvent>, LeaseError> {
+        self.stream(HOLD_BUFFER, |service, tx| {
+            service.hold_task(name, ttl, wait, owner, tx)
+        })
+    }
+
+    /// Open a stream of `buffer` events: a place among the streams this replica keeps
+    /// open, and `task` fed its sender until it ends (it holds the place until then).
+    pub(super) fn stream<E, F>(
+        self: &Arc<Self>,
+        buffer: usize,
+        task: impl FnOnce(Arc<Self>, mpsc::Sender<E>) -> F,
+    ) -> Result<mpsc::Receiver<E>, LeaseError>
+    where
+        F: Future<Output = ()> + Send + 'static,
+    {
         let slot = self.stream_slot()?;
-        let (tx, rx) = mpsc::channel(HOLD_BUFFER);
-        let service = self.clone();
+        let (tx, rx) = mpsc::channel(buffer);
+        let work = task(self.clone(), tx);
         self.tasks.spawn(async move {
             let _slot = slot;
-            service.hold_task(name, ttl, wait, owner, tx).await
+            work.await
         });
         Ok(rx)
     }
 
     /// A place among the streams this replica keeps open, or `TooMany` past the cap.
-    pub(super) fn stream_slot(self: &Arc<Self>) -> Result<StreamSlot, LeaseError> {
+    fn stream_slot(self: &Arc<Self>) -> Result<StreamSlot, LeaseError> {
         let open = self.streams.fetch_add(1, Ordering::Relaxed);
         let slot = StreamSlot(self.clone());
         if open >= self.caps.streams {
