@@ -519,23 +519,14 @@ mod tests {
     fn renew_needs_a_majority_of_owners() {
         let yes = |v: u64| Some(Ok(Owned::Yes(v)));
         let no = || Some(Ok(Owned::<u64>::NotOwner));
-        assert_eq!(
-            decide_owned(&[yes(1), yes(1), None]),
-            Some(OwnedOutcome::Done(vec![1, 1]))
-        );
+        let done = Some(OwnedOutcome::Done(vec![1, 1]));
+        let not_owner = Some(OwnedOutcome::NotOwner);
+        let unavailable = Some(OwnedOutcome::Unavailable);
+        assert_eq!(decide_owned(&[yes(1), yes(1), None]), done);
         assert_eq!(decide_owned(&[yes(1), no(), None]), None);
-        assert_eq!(
-            decide_owned(&[no(), no(), None]),
-            Some(OwnedOutcome::NotOwner)
-        );
-        assert_eq!(
-            decide_owned(&[no(), down(), yes(1)]),
-            Some(OwnedOutcome::Unavailable)
-        );
-        assert_eq!(
-            decide_owned(&[down(), down(), yes(1)]),
-            Some(OwnedOutcome::Unavailable)
-        );
+        assert_eq!(decide_owned(&[no(), no(), None]), not_owner);
+        assert_eq!(decide_owned(&[no(), down(), yes(1)]), unavailable);
+        assert_eq!(decide_owned(&[down(), down(), yes(1)]), unavailable);
     }
 
     #[test]

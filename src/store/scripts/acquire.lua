@@ -31,9 +31,7 @@ local keyed = #KEYS == 5 and #ARGV == 7
 if not keyed and (#KEYS ~= 4 or #ARGV ~= 5) then
   return redis.error_reply('acquire expects 4 keys and 5 arguments, or 5 and 7')
 end
-if redis.call('EXISTS', KEYS[3]) == 0 then
-  return {-1}
-end
+if redis.call('EXISTS', KEYS[3]) == 0 then return {-1} end
 local record = keyed and redis.call('GET', KEYS[5])
 if record and record ~= ARGV[6] then
   return {-2}

@@ -17,9 +17,7 @@
 if #KEYS ~= 2 or #ARGV ~= 5 then
   return redis.error_reply('list expects 2 keys and 5 arguments')
 end
-if redis.call('EXISTS', KEYS[2]) == 0 then
-  return {-1}
-end
+if redis.call('EXISTS', KEYS[2]) == 0 then return {-1} end
 local after, prefix = ARGV[2], ARGV[3]
 local limit, budget = tonumber(ARGV[4]), tonumber(ARGV[5])
 local lower = '[' .. prefix

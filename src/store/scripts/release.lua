@@ -24,9 +24,7 @@
 if #KEYS ~= 3 or #ARGV ~= 7 then
   return redis.error_reply('release expects 3 keys and 7 arguments')
 end
-if redis.call('EXISTS', KEYS[2]) == 0 then
-  return -1
-end
+if redis.call('EXISTS', KEYS[2]) == 0 then return -1 end
 local held = redis.call('HMGET', KEYS[1], 'lease', 'token', 'idem', 'made', 'seen')
 if held[1] ~= ARGV[1] then
   return 0

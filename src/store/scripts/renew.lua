@@ -11,9 +11,7 @@
 if #KEYS ~= 2 or (#ARGV ~= 2 and #ARGV ~= 3) then
   return redis.error_reply('renew expects 2 keys and 2 or 3 arguments')
 end
-if redis.call('EXISTS', KEYS[2]) == 0 then
-  return {-1}
-end
+if redis.call('EXISTS', KEYS[2]) == 0 then return {-1} end
 if redis.call('HGET', KEYS[1], 'lease') ~= ARGV[1] then
   return {0}
 end
