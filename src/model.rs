@@ -427,6 +427,19 @@ impl std::fmt::Display for LockKey {
     }
 }
 
+/// Who wants to hear of a hold's end, so that the masters announce it only then: a grant
+/// that waits for the lock marks its holder (the release then wakes waiters in every
+/// replica), and an observed hold (held by a stream, or an election's term, which observers
+/// follow) announces its grant and its end to observers. A replica's own waiters and
+/// observers hear of what it does itself without the masters.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Listeners {
+    /// The grant will wait if the lock is held.
+    pub waiting: bool,
+    /// The hold, once granted, is followed by observers.
+    pub observed: bool,
+}
+
 /// What makes a grant idempotent on a master: the record its Idempotency-Key leaves there
 /// (named by a hash of the key, never the key itself) and the request it stands for. The
 /// lease id of such a grant is derived from both, so that a retry asks for the very lease

@@ -153,7 +153,7 @@ impl LeaseService {
             let _ = tx.try_send(HoldEvent::Queued { position });
         };
         let granted = tokio::select! {
-            result = self.grant_reporting(name.clone(), ttl, wait, owner, None, &mut report) => result,
+            result = self.grant_reporting(name.clone(), ttl, wait, owner, None, Some(&mut report)) => result,
             // Gone while waiting: the grant stops; one won meanwhile is released by its task.
             () = tx.closed() => return,
         };

@@ -17,7 +17,7 @@ use crate::config::Caps;
 use crate::metrics::Metrics;
 use crate::model::News;
 use crate::model::{FencingToken, GrantKey, LeaseId, LockName, NamePrefix, Owner};
-use crate::model::{Idem, Kind};
+use crate::model::{Idem, Kind, Listeners};
 use crate::model::{MasterStatus, Unavailability};
 use crate::redlock::{EngineError, Holder, Leased, Redlock};
 
@@ -230,12 +230,13 @@ impl LeaseService {
         owner: Option<Owner>,
         key: Option<GrantKey>,
     ) -> Result<Lease, LeaseError> {
-        self.grant_reporting(name, ttl, wait, owner, key.as_ref(), &mut |_| {})
+        self.grant_reporting(name, ttl, wait, owner, key.as_ref(), None)
             .await
     }
 
-    /// `grant`, telling `queued` this grant's place in this replica's line (1 is next)
-    /// whenever it waits and its place has changed.
+    /// `grant` for a held stream when `stream` is given: the stream is told this grant's
+    /// place in this replica's line (1 is next) whenever it waits and its place has
+    /// changed, and the hold is observed (its end is announced to every replica).
     pub async fn grant_reporting(
         &self,
         name: LockName,
@@ -243,14 +244,20 @@ impl LeaseService {
         wait: WaitTime,
         owner: Option<Owner>,
         key: Option<&GrantKey>,
-        queued: &mut (dyn FnMut(usize) + Send),
+        mut stream: Option<&mut (dyn FnMut(usize) + Send)>,
     ) -> Result<Lease, LeaseError> {
+        let listeners = Listeners {
+            waiting: wait != WaitTime::NONE,
+            observed: stream.is_some() || name.kind() == Kind::Election,
+        };
         let ttl = ttl.get();
         let owner: Option<Arc<str>> = owner.map(|o| o.shared());
         let keyed = key.map(|k| k.derive(&name, ttl, owner.as_deref()));
         if wait == WaitTime::NONE {
-            let result = self.attempt(&name, ttl, owner, keyed.as_ref()).await;
-            self.account(&name, &result, false);
+            let result = self
+                .attempt(&name, ttl, owner, keyed.as_ref(), listeners)
+                .await;
+            self.account(&name, &result, false, listeners);
             return result;
         }
 
@@ -277,7 +284,7 @@ impl LeaseService {
             let mut wake_at = deadline;
             if ticket.is_first() || now >= deadline {
                 let result = self
-                    .attempt(&name, ttl, owner.clone(), keyed.as_ref())
+                    .attempt(&name, ttl, owner.clone(), keyed.as_ref(), listeners)
                     .await;
                 match result {
                     Err(LeaseError::Held { retry_after })
@@ -296,7 +303,7 @@ impl LeaseService {
                         if contended {
                             self.metrics.waited(started.elapsed());
                         }
-                        self.account(&name, &result, contended);
+                        self.account(&name, &result, contended, listeners);
                         return result;
                     }
                 }
@@ -304,7 +311,9 @@ impl LeaseService {
             let place = ticket.position();
             if place != reported {
                 reported = place;
-                queued(place);
+                if let Some(queued) = stream.as_mut() {
+                    queued(place);
+                }
             }
             tokio::select! {
                 () = ticket.woken() => {}
@@ -314,12 +323,14 @@ impl LeaseService {
         }
     }
 
-    /// Count a finished grant: contention (once per grant) and the lease if one was granted.
+    /// Count a finished grant: contention (once per grant) and the lease if one was
+    /// granted, whose grant is announced to other replicas when observers follow it.
     fn account(
         &self,
         name: &LockName,
         result: &Result<Lease, LeaseError>,
         already_contended: bool,
+        listeners: Listeners,
     ) {
         match result {
             Ok(lease) => {
@@ -327,7 +338,9 @@ impl LeaseService {
                 let token = lease.token;
                 self.events
                     .publish(&name.topic(), LockEvent::Acquired { token });
-                self.engine.announce(&name.key(), News::Acquired, token);
+                if listeners.observed {
+                    self.engine.announce(&name.key(), News::Acquired, token);
+                }
             }
             Err(LeaseError::Held { .. }) if !already_contended => {
                 self.metrics.contended(name.class())
@@ -347,11 +360,12 @@ impl LeaseService {
         ttl: Duration,
         owner: Option<Arc<str>>,
         keyed: Option<&(LeaseId, Idem)>,
+        listeners: Listeners,
     ) -> Result<Lease, LeaseError> {
         let mut tries = 0;
         loop {
             match self
-                .attempt_once(name, ttl, owner.clone(), keyed.cloned())
+                .attempt_once(name, ttl, owner.clone(), keyed.cloned(), listeners)
                 .await
             {
                 Err(EngineError::Split) => {
@@ -377,6 +391,7 @@ impl LeaseService {
         ttl: Duration,
         owner: Option<Arc<str>>,
         keyed: Option<(LeaseId, Idem)>,
+        listeners: Listeners,
     ) -> Result<Lease, EngineError> {
         let (tx, rx) = oneshot::channel();
         let engine = self.engine.clone();
@@ -392,7 +407,7 @@ impl LeaseService {
             };
             let keyed = idem.is_some();
             let result = engine
-                .acquire_keyed(&name.key(), id.as_str(), ttl, owner, idem)
+                .acquire_for(&name.key(), id.as_str(), ttl, owner, idem, listeners)
                 .await
                 .map(|leased| Lease::new(name.clone(), id.clone(), leased));
             if let Err(Ok(unwanted)) = tx.send(result)

@@ -20,7 +20,9 @@ use super::backlog::{Backlog, Job};
 use super::health::Monitor;
 use super::quorum::{self, GrantOutcome, OwnedOutcome, ReadOutcome, ReleaseOutcome};
 use crate::model::News;
-use crate::model::{FencingToken, Idem, Kind, LockKey, MasterFailure, Unavailability, millis};
+use crate::model::{
+    FencingToken, Idem, Kind, Listeners, LockKey, MasterFailure, Unavailability, millis,
+};
 use crate::store::node::{
     Acquired, Claim, Ending, Listing, LockNode, NodeError, NodeResult, Renewal,
 };
@@ -400,6 +402,21 @@ impl Redlock {
         owner: Option<Arc<str>>,
         idem: Option<Idem>,
     ) -> Result<Leased, EngineError> {
+        self.acquire_for(key, lease, ttl, owner, idem, Listeners::default())
+            .await
+    }
+
+    /// `acquire_keyed`, telling the masters who wants to hear of the hold's end (see
+    /// `Listeners`): nobody, unless a grant waits for it or observers follow it.
+    pub async fn acquire_for(
+        &self,
+        key: &LockKey,
+        lease: &str,
+        ttl: Duration,
+        owner: Option<Arc<str>>,
+        idem: Option<Idem>,
+        listeners: Listeners,
+    ) -> Result<Leased, EngineError> {
         let started = Instant::now();
         let ttl_ms = millis(ttl);
         let (key, lease): (LockKey, Arc<str>) = (key.clone(), lease.into());
@@ -427,6 +444,7 @@ impl Redlock {
                             ttl_ms,
                             owner: owner.as_deref(),
                             idem: idem.as_deref(),
+                            listeners,
                         };
                         let reply = node.acquire(claim).await;
                         if let Ok(Acquired::Granted { token }) = &reply {

@@ -294,6 +294,8 @@ impl LockNode for MemoryNode {
             ttl_ms,
             owner,
             idem,
+            // The embedded store announces nothing: its replica hears of its own doings.
+            listeners: _,
         } = claim;
         self.step(|data, now| {
             data.check_marker()?;

@@ -9,7 +9,7 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 
-use crate::model::{FencingToken, Idem, Kind, LockKey, News};
+use crate::model::{FencingToken, Idem, Kind, Listeners, LockKey, News};
 
 /// What one master holds for one lock, for one of its holders.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -177,6 +177,7 @@ pub struct Claim<'a> {
     pub ttl_ms: u64,
     pub owner: Option<&'a str>,
     pub idem: Option<&'a Idem>,
+    pub listeners: Listeners,
 }
 
 impl<'a> Claim<'a> {
@@ -188,6 +189,7 @@ impl<'a> Claim<'a> {
             ttl_ms,
             owner: None,
             idem: None,
+            listeners: Listeners::default(),
         }
     }
 

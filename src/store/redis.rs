@@ -226,7 +226,13 @@ impl LockNode for RedisNode {
             .arg(claim.ttl_ms)
             .arg(claim.owner.unwrap_or(""))
             .arg(&*key.name)
-            .arg(self.keys.segment(key.kind));
+            .arg(self.keys.segment(key.kind))
+            .arg(match (claim.listeners.waiting, claim.listeners.observed) {
+                (false, false) => "",
+                (true, false) => "w",
+                (false, true) => "o",
+                (true, true) => "wo",
+            });
         if let Some(idem) = claim.idem {
             invocation
                 .key(format!("{}{}", self.keys.idem, idem.record))

@@ -186,7 +186,7 @@ async fn waiters_in_another_replica_are_woken_through_redis() {
 }
 
 #[tokio::test]
-async fn observers_in_another_replica_see_grants_releases_and_losses() {
+async fn observers_in_another_replica_see_an_observed_holds_grants_releases_and_losses() {
     use redlockd::lease::LockEvent;
     use redlockd::lease::events::Observed;
     use redlockd::model::FencingToken;
@@ -194,17 +194,29 @@ async fn observers_in_another_replica_see_grants_releases_and_losses() {
     let refs: Vec<&RedisMaster> = ms.iter().collect();
     let a = TestApp::spawn(config(&refs)).await;
     let b = TestApp::spawn(config(&refs)).await;
-    let mut on_b = b.events.subscribe("watched");
-    let mut on_a = a.events.subscribe("watched");
+    // An election's terms are observed holds: their grants and ends are announced.
+    let topic = "/elections/watched";
+    let mut on_b = b.events.subscribe(topic);
+    let mut on_a = a.events.subscribe(topic);
     let next = async |sub: &mut redlockd::lease::events::Subscription| {
         tokio::time::timeout(Duration::from_secs(5), sub.next())
             .await
             .expect("an event within 5 s")
             .expect("the bus is open")
     };
+    let campaign = async |app: &TestApp, ttl_ms: u64| {
+        let answer = app
+            .call("POST", "/elections/watched")
+            .json(&json!({"ttl_ms": ttl_ms}))
+            .send()
+            .await;
+        assert_eq!(answer.status, 201, "{}", answer.text);
+        let lease = answer.json();
+        let id = lease["lease_id"].as_str().unwrap().to_owned();
+        (id, FencingToken(lease["term"].as_u64().unwrap()))
+    };
 
-    let (id, token) = a.must_grant("watched", json!({"ttl_ms": 30000})).await;
-    let token = FencingToken(token);
+    let (id, token) = campaign(&a, 30000).await;
     let acquired = Observed::Event(LockEvent::Acquired { token });
     assert_eq!(next(&mut on_a).await, acquired, "where it was granted");
     assert_eq!(
@@ -212,26 +224,78 @@ async fn observers_in_another_replica_see_grants_releases_and_losses() {
         acquired,
         "in the other replica, once"
     );
-    assert_eq!(a.revoke("watched", &id).await.0, 204);
+    let resign = format!("/elections/watched/leases/{id}");
+    assert_eq!(a.call("DELETE", &resign).send().await.status, 204);
     let released = Observed::Event(LockEvent::Released { token });
     assert_eq!(next(&mut on_a).await, released);
     assert_eq!(next(&mut on_b).await, released, "once, from three masters");
 
     // Granted through b this time, with a short TTL.
-    let (id, token) = b.must_grant("watched", json!({"ttl_ms": 200})).await;
-    let token = FencingToken(token);
+    let (id, token) = campaign(&b, 200).await;
     let acquired = Observed::Event(LockEvent::Acquired { token });
     assert_eq!(next(&mut on_a).await, acquired);
     assert_eq!(next(&mut on_b).await, acquired);
     // The lease lapses; its holder learns it when it renews.
-    wait_for("the lease to lapse", Duration::from_secs(5), async || {
-        (b.inspect("watched").await.1["held"] == false).then_some(())
+    wait_for("the term to lapse", Duration::from_secs(5), async || {
+        (b.get("/elections/watched").await.1["vacant"] == true).then_some(())
     })
     .await;
-    assert_eq!(b.renew("watched", &id, json!({})).await.0, 404);
+    let renew = format!("/elections/watched/leases/{id}");
+    assert_eq!(b.call("PUT", &renew).send().await.status, 404);
     assert_eq!(
         next(&mut on_b).await,
         Observed::Event(LockEvent::Lost { token })
+    );
+}
+
+/// `PUBLISH` calls so far on each master.
+async fn publishes(ms: &[RedisMaster]) -> Vec<u64> {
+    let mut counts = Vec::new();
+    for m in ms {
+        let info: String = m.cmd(&["INFO", "commandstats"]).await.expect("INFO");
+        let calls = info
+            .lines()
+            .find_map(|l| l.strip_prefix("cmdstat_publish:calls="))
+            .and_then(|rest| rest.split(',').next())
+            .map_or(0, |n| n.parse().expect("a count"));
+        counts.push(calls);
+    }
+    counts
+}
+
+#[tokio::test]
+async fn a_release_is_announced_only_to_listeners() {
+    let ms = masters(3);
+    let refs: Vec<&RedisMaster> = ms.iter().collect();
+    let a = TestApp::spawn(config(&refs)).await;
+    let b = TestApp::spawn(config(&refs)).await;
+    // Nobody waits for it and nobody observes it: the masters say nothing.
+    let before = publishes(&ms).await;
+    for _ in 0..5 {
+        let (id, _) = a.must_grant("quiet", json!({"ttl_ms": 30000})).await;
+        assert_eq!(a.revoke("quiet", &id).await.0, 204);
+    }
+    assert_eq!(
+        publishes(&ms).await,
+        before,
+        "no announcement for a lock nobody listens to"
+    );
+
+    // A grant waiting in another replica marks the lock: its release is announced there.
+    let (holder, _) = a.must_grant("quiet", json!({"ttl_ms": 30000})).await;
+    let waiter = b.grant_in_background("quiet", json!({"wait_ms": 20000}));
+    b.wait_for_contention("quiet", 1).await;
+    let revoked_at = Instant::now();
+    assert_eq!(a.revoke("quiet", &holder).await.0, 204);
+    assert_eq!(waiter.await.unwrap().0, 201);
+    assert!(
+        revoked_at.elapsed() < Duration::from_secs(5),
+        "woken by the announcement, not at the holder's TTL"
+    );
+    let after = publishes(&ms).await;
+    assert!(
+        after.iter().zip(&before).all(|(a, b)| a > b),
+        "each master announced the release: {before:?} -> {after:?}"
     );
 }
 

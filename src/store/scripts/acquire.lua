@@ -5,9 +5,10 @@
 -- KEYS[3] the marker          e.g. redlockd:marker (gone = this master lost its data)
 -- KEYS[4] the index of names  e.g. redlockd:names (for listing in name order)
 -- ARGV[1] lease id, ARGV[2] TTL in ms, ARGV[3] owner ('' for none), ARGV[4] the lock name,
--- ARGV[5] the lock key prefix (e.g. redlockd:lock:)
+-- ARGV[5] the lock key prefix (e.g. redlockd:lock:), ARGV[6] who listens: 'w' when the
+-- grant will wait if the lock is held, 'o' when the hold it makes is observed (both: 'wo')
 -- With an Idempotency-Key: KEYS[5] the key's record (e.g. redlockd:idem:<hash of the key>),
--- ARGV[6] the request's fingerprint (kind, name, TTL, owner) and ARGV[7] this attempt's
+-- ARGV[7] the request's fingerprint (kind, name, TTL, owner) and ARGV[8] this attempt's
 -- nonce. The lease id is derived from the key and the fingerprint, so a retry asks for the
 -- very lease it may have won. The hash notes which attempt made the hold ('made') and which
 -- last answered for it ('seen'): a failed attempt undoes only a hold it made that no other
@@ -18,29 +19,36 @@
 -- holder let go does not lock again for nobody; the clean-up of a failed attempt deletes
 -- it (see release.lua).
 --
+-- A release announces itself only to listeners: a waiting grant that finds the lock held
+-- marks the hash ('waited'), and an observed hold is marked when it is made ('observed');
+-- release.lua reads both.
+--
 -- A grant adds its name to the index. Names of locks that expired stay there until met:
 -- two sampled names are checked on each grant, so stale names stay a bounded share.
 --
 -- Example: EVALSHA <sha> 4 redlockd:lock:a redlockd:fence redlockd:marker redlockd:names
---          Zm9v 30000 worker-1 a redlockd:lock:
+--          Zm9v 30000 worker-1 a redlockd:lock: w
 -- Returns {1, token} when granted (or, with a key, when this lease holds it already: its
 -- token), {0, pttl_ms, lease} when another lease holds the lock, {-1} when the marker is
 -- missing (the master must not vote), {-2} when the key was used with another fingerprint,
 -- {-3} when the key's lease held the lock here and has ended.
-local keyed = #KEYS == 5 and #ARGV == 7
-if not keyed and (#KEYS ~= 4 or #ARGV ~= 5) then
-  return redis.error_reply('acquire expects 4 keys and 5 arguments, or 5 and 7')
+local keyed = #KEYS == 5 and #ARGV == 8
+if not keyed and (#KEYS ~= 4 or #ARGV ~= 6) then
+  return redis.error_reply('acquire expects 4 keys and 6 arguments, or 5 and 8')
 end
 if redis.call('EXISTS', KEYS[3]) == 0 then return {-1} end
 local record = keyed and redis.call('GET', KEYS[5])
-if record and record ~= ARGV[6] then
+if record and record ~= ARGV[7] then
   return {-2}
 end
 local held = redis.call('HMGET', KEYS[1], 'lease', 'token')
 if held[1] then
   if keyed and held[1] == ARGV[1] then
-    redis.call('HSET', KEYS[1], 'seen', ARGV[7])
+    redis.call('HSET', KEYS[1], 'seen', ARGV[8])
     return {1, tonumber(held[2])}
+  end
+  if string.find(ARGV[6], 'w', 1, true) then
+    redis.call('HSET', KEYS[1], 'waited', '1')
   end
   local pttl = redis.call('PTTL', KEYS[1])
   if pttl < 0 then pttl = 0 end
@@ -51,10 +59,13 @@ if record then
 end
 local token = redis.call('INCR', KEYS[2])
 redis.call('HSET', KEYS[1], 'lease', ARGV[1], 'token', token, 'ttl', ARGV[2], 'owner', ARGV[3])
+if string.find(ARGV[6], 'o', 1, true) then
+  redis.call('HSET', KEYS[1], 'observed', '1')
+end
 redis.call('PEXPIRE', KEYS[1], ARGV[2])
 if keyed then
-  redis.call('HSET', KEYS[1], 'idem', KEYS[5], 'made', ARGV[7], 'seen', ARGV[7])
-  redis.call('SET', KEYS[5], ARGV[6], 'PX', ARGV[2])
+  redis.call('HSET', KEYS[1], 'idem', KEYS[5], 'made', ARGV[8], 'seen', ARGV[8])
+  redis.call('SET', KEYS[5], ARGV[7], 'PX', ARGV[2])
 end
 for _, stale in ipairs(redis.call('ZRANDMEMBER', KEYS[4], 2)) do
   if redis.call('EXISTS', ARGV[5] .. stale) == 0 then

@@ -1,7 +1,8 @@
 -- release: delete a lock, but only for the lease that holds it (compare, then DEL), and on
 -- a revoke announce the release so that waiting grants and observers in every redlockd
--- replica learn of it at once. The clean-up of a failed attempt does not announce:
--- nothing was granted. Two announcements: the bare name on the release channel (what
+-- replica learn of it at once, but only to those listening: waiting grants marked the
+-- hash ('waited'), an observed hold was marked when made ('observed'; see acquire.lua).
+-- The clean-up of a failed attempt does not announce: nothing was granted. Two announcements: the bare name on the release channel (what
 -- every version of redlockd listens to, to wake its waiters) and 'released <token> <name>'
 -- on the events channel (ordered by token, for observers).
 --
@@ -25,7 +26,7 @@ if #KEYS ~= 3 or #ARGV ~= 7 then
   return redis.error_reply('release expects 3 keys and 7 arguments')
 end
 if redis.call('EXISTS', KEYS[2]) == 0 then return -1 end
-local held = redis.call('HMGET', KEYS[1], 'lease', 'token', 'idem', 'made', 'seen')
+local held = redis.call('HMGET', KEYS[1], 'lease', 'token', 'idem', 'made', 'seen', 'waited', 'observed')
 if held[1] ~= ARGV[1] then
   return 0
 end
@@ -38,8 +39,12 @@ if held[3] and ARGV[4] == '0' then
 end
 redis.call('ZREM', KEYS[3], ARGV[3])
 if ARGV[4] ~= '0' then
-  local verb = ARGV[4] == '2' and 'evicted ' or 'released '
-  redis.call('PUBLISH', ARGV[2], ARGV[6])
-  redis.call('PUBLISH', ARGV[5], verb .. (held[2] or '0') .. ' ' .. ARGV[6])
+  if held[6] then
+    redis.call('PUBLISH', ARGV[2], ARGV[6])
+  end
+  if held[7] then
+    local verb = ARGV[4] == '2' and 'evicted ' or 'released '
+    redis.call('PUBLISH', ARGV[5], verb .. (held[2] or '0') .. ' ' .. ARGV[6])
+  end
 end
 return 1
