@@ -299,10 +299,8 @@ impl LockNode for RedisNode {
                 RELEASE
                     .key(self.keys.lock(key))
                     .key(&self.keys.marker)
-                    .key(self.keys.index(key.kind))
                     .arg(lease)
                     .arg(&self.keys.channel)
-                    .arg(&*key.name)
                     .arg(announce)
                     .arg(&self.keys.events)
                     .arg(&*key.topic())

@@ -357,6 +357,37 @@ async fn operations_endpoints() {
 }
 
 #[tokio::test]
+async fn names_of_ended_locks_stay_a_bounded_share_of_the_index() {
+    let (ms, app) = app3().await;
+    // A release leaves its name in the index; grants of new names sweep ended ones out.
+    let cycles = 300;
+    for i in 0..cycles {
+        let name = format!("once:{i:04}");
+        let (id, _) = app.must_grant(&name, json!({"ttl_ms": 30000})).await;
+        assert_eq!(app.revoke(&name, &id).await.0, 204);
+    }
+    let (held, _) = app.must_grant("still-held", json!({"ttl_ms": 30000})).await;
+    for m in &ms {
+        let size: u64 = m.cmd(&["ZCARD", "redlockd:names"]).await.expect("ZCARD");
+        assert!(
+            size <= cycles / 2,
+            "{size} names in the index after {cycles} grants and revokes of new names"
+        );
+    }
+    // And listing shows only what is held.
+    let (status, page) = app.get("/locks").await;
+    assert_eq!(status, 200);
+    let names: Vec<&str> = page["locks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|l| l["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["still-held"]);
+    assert_eq!(app.revoke("still-held", &held).await.0, 204);
+}
+
+#[tokio::test]
 async fn list_pages_through_every_held_lock_in_name_order() {
     let ms = masters(3);
     let mut cfg = config(&ms.iter().collect::<Vec<_>>());

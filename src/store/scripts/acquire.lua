@@ -23,8 +23,10 @@
 -- marks the hash ('waited'), and an observed hold is marked when it is made ('observed');
 -- release.lua reads both.
 --
--- A grant adds its name to the index. Names of locks that expired stay there until met:
--- two sampled names are checked on each grant, so stale names stay a bounded share.
+-- A grant adds its name to the index; a release leaves it there (re-granted names, the
+-- common case, then cost the index nothing). Names whose lock has ended stay until met:
+-- each grant that adds a new name checks two sampled names and removes those that ended,
+-- so ended names stay a bounded share (about half at worst), and listing skips them.
 --
 -- Example: EVALSHA <sha> 4 redlockd:lock:a redlockd:fence redlockd:marker redlockd:names
 --          Zm9v 30000 worker-1 a redlockd:lock: w
@@ -67,10 +69,11 @@ if keyed then
   redis.call('HSET', KEYS[1], 'idem', KEYS[5], 'made', ARGV[8], 'seen', ARGV[8])
   redis.call('SET', KEYS[5], ARGV[7], 'PX', ARGV[2])
 end
-for _, stale in ipairs(redis.call('ZRANDMEMBER', KEYS[4], 2)) do
-  if redis.call('EXISTS', ARGV[5] .. stale) == 0 then
-    redis.call('ZREM', KEYS[4], stale)
+if redis.call('ZADD', KEYS[4], 0, ARGV[4]) == 1 then
+  for _, stale in ipairs(redis.call('ZRANDMEMBER', KEYS[4], 2)) do
+    if redis.call('EXISTS', ARGV[5] .. stale) == 0 then
+      redis.call('ZREM', KEYS[4], stale)
+    end
   end
 end
-redis.call('ZADD', KEYS[4], 0, ARGV[4])
 return {1, token}

@@ -1,8 +1,9 @@
 -- list: one page of held locks, in name order, from the index of names.
 --
--- Every grant adds its name to a sorted set (score 0, ordered by name) and every release
--- removes it, so locks can be paged in name order without SCAN (which has no order and
--- cannot resume by name). Names whose key expired are removed as they are met. The page
+-- Every grant adds its name to a sorted set (score 0, ordered by name), so locks can be
+-- paged in name order without SCAN (which has no order and cannot resume by name).
+-- Releases leave their names (see acquire.lua); names whose lock has ended are removed as
+-- they are met. The page
 -- stops at `limit` live locks or after `budget` names examined, so a large keyspace never
 -- makes one call long.
 --
