@@ -8,13 +8,21 @@ use redlockd::auth::Role;
 use redlockd::cli::{Cli, Command, TokenCommand, explain_parse_error};
 use redlockd::config::LogFormat;
 
+/// What logging needs kept until the process ends: the trace exporter, and the log
+/// writer's thread (dropping the guard writes out what is left).
+struct Logging {
+    traces: Option<redlockd::telemetry::Traces>,
+    _log: tracing_appender::non_blocking::WorkerGuard,
+}
+
 /// Log lines to stderr (levels from RUST_LOG), and traces to `otlp` when given. The log's
 /// filter is its own, so that trace spans never change the log and log levels never
-/// change the traces.
-fn init_logging(
-    format: Option<LogFormat>,
-    otlp: Option<&str>,
-) -> anyhow::Result<Option<redlockd::telemetry::Traces>> {
+/// change the traces. Lines are written by a thread of their own through a buffer flushed
+/// whenever it has nothing more to write: under load one write carries many lines (an
+/// access line per request was a system call per request on the request's thread), and
+/// an idle process's lines still appear at once. A full queue makes the logging thread
+/// wait rather than drop lines (the access and audit logs are records).
+fn init_logging(format: Option<LogFormat>, otlp: Option<&str>) -> anyhow::Result<Logging> {
     use tracing_subscriber::layer::SubscriberExt as _;
     use tracing_subscriber::util::SubscriberInitExt as _;
     use tracing_subscriber::{EnvFilter, Layer as _};
@@ -27,7 +35,11 @@ fn init_logging(
                 .expect("a fixed, valid directive"),
         );
     let terminal = std::io::stderr().is_terminal();
-    let fmt = tracing_subscriber::fmt::layer().with_writer(std::io::stderr);
+    let (writer, guard) = tracing_appender::non_blocking::NonBlockingBuilder::default()
+        .lossy(false)
+        .thread_name("redlockd-log")
+        .finish(std::io::BufWriter::new(std::io::stderr()));
+    let fmt = tracing_subscriber::fmt::layer().with_writer(writer);
     let log = match format.unwrap_or(if terminal {
         LogFormat::Text
     } else {
@@ -47,7 +59,10 @@ fn init_logging(
         None => (None, None),
     };
     tracing_subscriber::registry().with(log).with(traces).init();
-    Ok(provider)
+    Ok(Logging {
+        traces: provider,
+        _log: guard,
+    })
 }
 
 async fn shutdown_signal() {
@@ -99,8 +114,8 @@ fn main() -> std::process::ExitCode {
         Command::Recover(args) => (args.config.log_format, None),
         _ => (None, None),
     };
-    let traces = match init_logging(format, otlp) {
-        Ok(traces) => traces,
+    let logging = match init_logging(format, otlp) {
+        Ok(logging) => logging,
         Err(e) => {
             eprintln!("redlockd: REDLOCKD_OTLP_ENDPOINT: {e:#}");
             return std::process::ExitCode::from(redlockd::client::lock::exit::USAGE);
@@ -118,7 +133,7 @@ fn main() -> std::process::ExitCode {
     };
     let code = runtime.block_on(run(cli.command));
     drop(runtime);
-    if let Some(traces) = traces {
+    if let Some(traces) = logging.traces {
         traces.shutdown();
     }
     code
