@@ -407,7 +407,7 @@ impl LeaseService {
             };
             let keyed = idem.is_some();
             let result = engine
-                .acquire_for(&name.key(), id.as_str(), ttl, owner, idem, listeners)
+                .acquire_keyed(&name.key(), id.as_str(), ttl, owner, idem, listeners)
                 .await
                 .map(|leased| Lease::new(name.clone(), id.clone(), leased));
             if let Err(Ok(unwanted)) = tx.send(result)

@@ -387,28 +387,17 @@ impl Redlock {
         ttl: Duration,
         owner: Option<Arc<str>>,
     ) -> Result<Leased, EngineError> {
-        self.acquire_keyed(key, lease, ttl, owner, None).await
+        self.acquire_keyed(key, lease, ttl, owner, None, Listeners::default())
+            .await
     }
 
     /// `acquire` made idempotent by `idem`: a lease that already holds `key` on a majority
     /// is answered as granted with its token (a retry whose first answer was lost), a key
     /// used for another request is `IdempotencyMismatch`, and a lease that held the lock
-    /// and has ended is `Ended`, never granted again.
+    /// and has ended is `Ended`, never granted again. `listeners` tells the masters who
+    /// wants to hear of the hold's end: nobody, unless a grant waits for it or observers
+    /// follow it.
     pub async fn acquire_keyed(
-        &self,
-        key: &LockKey,
-        lease: &str,
-        ttl: Duration,
-        owner: Option<Arc<str>>,
-        idem: Option<Idem>,
-    ) -> Result<Leased, EngineError> {
-        self.acquire_for(key, lease, ttl, owner, idem, Listeners::default())
-            .await
-    }
-
-    /// `acquire_keyed`, telling the masters who wants to hear of the hold's end (see
-    /// `Listeners`): nobody, unless a grant waits for it or observers follow it.
-    pub async fn acquire_for(
         &self,
         key: &LockKey,
         lease: &str,
@@ -666,13 +655,8 @@ impl Redlock {
                 |_, node| {
                     let (key, lease, owner) = (key.clone(), lease.clone(), owner.clone());
                     Box::pin(async move {
-                        let renewal = Renewal {
-                            key: &key,
-                            lease: &lease,
-                            ttl_ms,
-                            owner: owner.as_deref(),
-                        };
-                        node.renew(renewal).await
+                        let owner = owner.as_deref();
+                        node.renew(Renewal::new(&key, &lease, ttl_ms, owner)).await
                     })
                 },
                 quorum::decide_owned,

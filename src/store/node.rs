@@ -222,6 +222,22 @@ pub struct Listing<'a> {
     pub limit: usize,
 }
 
+impl<'a> Renewal<'a> {
+    pub fn new(
+        key: &'a LockKey,
+        lease: &'a str,
+        ttl_ms: Option<u64>,
+        owner: Option<&'a str>,
+    ) -> Self {
+        Self {
+            key,
+            lease,
+            ttl_ms,
+            owner,
+        }
+    }
+}
+
 /// Called with every announcement a master relays, so that waiting grants and observers
 /// in every redlockd replica learn of releases and grants at once.
 pub type Listener = Arc<dyn Fn(Announcement<'_>) + Send + Sync>;

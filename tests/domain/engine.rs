@@ -6,11 +6,17 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use redlockd::metrics::Metrics;
-use redlockd::model::{FencingToken, Idem, Kind, LockKey};
+use redlockd::model::{FencingToken, Idem, Kind, Listeners, LockKey};
 use redlockd::redlock::{EngineConfig, EngineError, Redlock};
 use redlockd::store::memory::{Fault, MemoryNode};
 use redlockd::store::node::{Acquired, Claim, Ending, LockNode, Owned};
 use tokio::time::Instant;
+
+/// A grant nobody waits for or observes.
+const NO_ONE: Listeners = Listeners {
+    waiting: false,
+    observed: false,
+};
 
 const TIMEOUT: Duration = Duration::from_millis(50);
 
@@ -852,13 +858,13 @@ async fn a_keyed_grant_sent_again_answers_the_same_lease_and_token() {
     let bed = bed(3).await;
     let first = bed
         .engine
-        .acquire_keyed(&key("k"), "K1", TTL, None, Some(idem("r1", "f1")))
+        .acquire_keyed(&key("k"), "K1", TTL, None, Some(idem("r1", "f1")), NO_ONE)
         .await
         .expect("granted");
     let fences: Vec<u64> = bed.nodes.iter().map(|n| n.fence()).collect();
     let again = bed
         .engine
-        .acquire_keyed(&key("k"), "K1", TTL, None, Some(idem("r1", "f1")))
+        .acquire_keyed(&key("k"), "K1", TTL, None, Some(idem("r1", "f1")), NO_ONE)
         .await
         .expect("the same lease, answered again");
     assert_eq!(again.token, first.token);
@@ -875,13 +881,13 @@ async fn a_keyed_grant_sent_again_answers_the_same_lease_and_token() {
 async fn a_key_used_for_another_request_is_refused_and_leaves_the_first_lease_alone() {
     let bed = bed(3).await;
     bed.engine
-        .acquire_keyed(&key("m"), "M1", TTL, None, Some(idem("r", "f1")))
+        .acquire_keyed(&key("m"), "M1", TTL, None, Some(idem("r", "f1")), NO_ONE)
         .await
         .expect("granted");
     // The same key for another name (another fingerprint, so another lease id).
     assert_eq!(
         bed.engine
-            .acquire_keyed(&key("m2"), "M2", TTL, None, Some(idem("r", "f2")))
+            .acquire_keyed(&key("m2"), "M2", TTL, None, Some(idem("r", "f2")), NO_ONE)
             .await,
         Err(EngineError::IdempotencyMismatch)
     );
@@ -893,13 +899,13 @@ async fn a_key_used_for_another_request_is_refused_and_leaves_the_first_lease_al
 async fn a_key_whose_lease_was_revoked_does_not_lock_again() {
     let bed = bed(3).await;
     bed.engine
-        .acquire_keyed(&key("e"), "E1", TTL, None, Some(idem("r", "f")))
+        .acquire_keyed(&key("e"), "E1", TTL, None, Some(idem("r", "f")), NO_ONE)
         .await
         .expect("granted");
     bed.engine.release(&key("e"), "E1").await.expect("revoked");
     assert_eq!(
         bed.engine
-            .acquire_keyed(&key("e"), "E1", TTL, None, Some(idem("r", "f")))
+            .acquire_keyed(&key("e"), "E1", TTL, None, Some(idem("r", "f")), NO_ONE)
             .await,
         Err(EngineError::Ended)
     );
@@ -907,7 +913,7 @@ async fn a_key_whose_lease_was_revoked_does_not_lock_again() {
     // Once the grant's TTL has passed, the key is forgotten.
     tokio::time::advance(TTL).await;
     bed.engine
-        .acquire_keyed(&key("e"), "E1", TTL, None, Some(idem("r", "f")))
+        .acquire_keyed(&key("e"), "E1", TTL, None, Some(idem("r", "f")), NO_ONE)
         .await
         .expect("a key past its TTL is a new grant");
 }
@@ -921,7 +927,7 @@ async fn a_failed_keyed_attempt_forgets_its_key_and_a_stale_minority_record_does
     hold(&*bed.nodes[2], "s", "other", 500).await;
     assert!(matches!(
         bed.engine
-            .acquire_keyed(&key("s"), "S1", TTL, None, Some(idem("r", "f")))
+            .acquire_keyed(&key("s"), "S1", TTL, None, Some(idem("r", "f")), NO_ONE)
             .await,
         Err(EngineError::Held { .. })
     ));
@@ -934,7 +940,7 @@ async fn a_failed_keyed_attempt_forgets_its_key_and_a_stale_minority_record_does
     );
     tokio::time::advance(Duration::from_millis(600)).await;
     bed.engine
-        .acquire_keyed(&key("s"), "S1", TTL, None, Some(idem("r", "f")))
+        .acquire_keyed(&key("s"), "S1", TTL, None, Some(idem("r", "f")), NO_ONE)
         .await
         .expect("the retry after the holder lapsed is granted");
 
@@ -949,7 +955,7 @@ async fn a_failed_keyed_attempt_forgets_its_key_and_a_stale_minority_record_does
         .await
         .expect("released");
     bed.engine
-        .acquire_keyed(&key("t"), "T1", TTL, None, Some(record))
+        .acquire_keyed(&key("t"), "T1", TTL, None, Some(record), NO_ONE)
         .await
         .expect("granted on masters 1 and 2");
 }
@@ -969,7 +975,7 @@ async fn a_failed_attempt_never_undoes_a_hold_a_concurrent_retry_counts_on() {
             .expect("set");
     }
     bed.engine
-        .acquire_keyed(&key("c"), "C1", TTL, None, Some(idem("r", "f")))
+        .acquire_keyed(&key("c"), "C1", TTL, None, Some(idem("r", "f")), NO_ONE)
         .await
         .expect("the retry wins with the holds attempt 1 made");
     // Attempt 1 fails late and undoes what it made: nothing, since attempt 2 answered for it.

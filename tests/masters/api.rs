@@ -14,6 +14,15 @@ async fn app3() -> (Vec<RedisMaster>, TestApp) {
     (ms, app)
 }
 
+/// Three masters and two replicas over them.
+async fn two_replicas() -> (Vec<RedisMaster>, TestApp, TestApp) {
+    let ms = masters(3);
+    let refs: Vec<&RedisMaster> = ms.iter().collect();
+    let a = TestApp::spawn(config(&refs)).await;
+    let b = TestApp::spawn(config(&refs)).await;
+    (ms, a, b)
+}
+
 #[tokio::test]
 async fn grant_renew_check_inspect_list_revoke() {
     let (_ms, app) = app3().await;
@@ -170,10 +179,7 @@ async fn tokens_rise_across_revoke_expiry_and_a_restart_of_redlockd() {
 
 #[tokio::test]
 async fn waiters_in_another_replica_are_woken_through_redis() {
-    let ms = masters(3);
-    let refs: Vec<&RedisMaster> = ms.iter().collect();
-    let a = TestApp::spawn(config(&refs)).await;
-    let b = TestApp::spawn(config(&refs)).await;
+    let (_ms, a, b) = two_replicas().await;
     let (holder, _) = a.must_grant("shared", json!({"ttl_ms": 30000})).await;
     let waiter = b.grant_in_background("shared", json!({"wait_ms": 20000}));
     b.wait_for_contention("shared", 1).await;
@@ -190,10 +196,7 @@ async fn observers_in_another_replica_see_an_observed_holds_grants_releases_and_
     use redlockd::lease::LockEvent;
     use redlockd::lease::events::Observed;
     use redlockd::model::FencingToken;
-    let ms = masters(3);
-    let refs: Vec<&RedisMaster> = ms.iter().collect();
-    let a = TestApp::spawn(config(&refs)).await;
-    let b = TestApp::spawn(config(&refs)).await;
+    let (_ms, a, b) = two_replicas().await;
     // An election's terms are observed holds: their grants and ends are announced.
     let topic = "/elections/watched";
     let mut on_b = b.events.subscribe(topic);
@@ -265,10 +268,7 @@ async fn publishes(ms: &[RedisMaster]) -> Vec<u64> {
 
 #[tokio::test]
 async fn a_release_is_announced_only_to_listeners() {
-    let ms = masters(3);
-    let refs: Vec<&RedisMaster> = ms.iter().collect();
-    let a = TestApp::spawn(config(&refs)).await;
-    let b = TestApp::spawn(config(&refs)).await;
+    let (ms, a, b) = two_replicas().await;
     // Nobody waits for it and nobody observes it: the masters say nothing.
     let before = publishes(&ms).await;
     for _ in 0..5 {
