@@ -4,9 +4,7 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
-use tracing::Instrument as _;
 
-use tokio::sync::oneshot;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
@@ -15,11 +13,46 @@ use super::events::{Events, LockEvent};
 use super::{Ttl, WaitTime};
 use crate::config::Caps;
 use crate::metrics::Metrics;
+use crate::model::MasterStatus;
 use crate::model::News;
 use crate::model::{FencingToken, GrantKey, LeaseId, LockName, NamePrefix, Owner};
 use crate::model::{Idem, Kind, Listeners};
-use crate::model::{MasterStatus, Unavailability};
 use crate::redlock::{EngineError, Holder, Leased, Redlock};
+
+/// A grant attempt whose request was dropped before it finished: on drop, it releases the
+/// lease it may have won (a compare-and-delete by lease id, queued on each master behind
+/// the attempt's own acquire), and wakes this replica's waiters for the name.
+struct Abandoned {
+    engine: Arc<Redlock>,
+    events: Arc<Events>,
+    tasks: TaskTracker,
+    name: LockName,
+    /// `None` once the attempt has finished.
+    id: Option<LeaseId>,
+}
+
+impl Drop for Abandoned {
+    fn drop(&mut self) {
+        let Some(id) = self.id.take() else {
+            return;
+        };
+        // A request is dropped by the runtime that ran it; without one (the process is
+        // ending) there is nothing left to release with, and the lease lapses at its TTL.
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let (engine, events) = (self.engine.clone(), self.events.clone());
+        let name = self.name.clone();
+        self.tasks.spawn_on(
+            async move {
+                tracing::info!(lock = %name, "client left before its grant completed; releasing it");
+                let _ = engine.release(&name.key(), id.as_str()).await;
+                events.wake(&name.topic());
+            },
+            &runtime,
+        );
+    }
+}
 
 /// A lease as the service hands it to the HTTP layer.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -381,10 +414,11 @@ impl LeaseService {
         }
     }
 
-    /// One Redlock grant attempt, in its own task: if the request that asked for it is
-    /// dropped mid-way (the client went away), the attempt still finishes, and a lease it
-    /// won is released instead of being left held until its TTL, unless the grant has an
-    /// Idempotency-Key: its client will ask again, and must find the lease.
+    /// One Redlock grant attempt, run in the request's own task. If the request is
+    /// dropped mid-way (its client left), whatever the attempt may have won is released by
+    /// a task started then, unless the grant has an Idempotency-Key: its client will ask
+    /// again, and must find the lease. (A task per attempt, as before, cost every grant a
+    /// spawn and a hand-off between tasks to guard against a departure that seldom comes.)
     async fn attempt_once(
         &self,
         name: &LockName,
@@ -393,42 +427,27 @@ impl LeaseService {
         keyed: Option<(LeaseId, Idem)>,
         listeners: Listeners,
     ) -> Result<Lease, EngineError> {
-        let (tx, rx) = oneshot::channel();
-        let engine = self.engine.clone();
-        let events = self.events.clone();
-        let name = name.clone();
-        // The attempt's master steps belong to the request's trace, though in a task of
-        // their own (a no-op unless traces are sent).
-        let span = tracing::Span::current();
-        let attempt = async move {
-            let (id, idem) = match keyed {
-                Some((id, idem)) => (id, Some(idem)),
-                None => (LeaseId::generate(), None),
-            };
-            let keyed = idem.is_some();
-            let result = engine
-                .acquire_keyed(&name.key(), id.as_str(), ttl, owner, idem, listeners)
-                .await
-                .map(|leased| Lease::new(name.clone(), id.clone(), leased));
-            if let Err(Ok(unwanted)) = tx.send(result)
-                && !keyed
-            {
-                tracing::info!(lock = %name, "client left before its grant completed; releasing it");
-                let _ = engine.release(&name.key(), id.as_str()).await;
-                events.publish(
-                    &name.topic(),
-                    LockEvent::Released {
-                        token: unwanted.token,
-                    },
-                );
-            }
+        let (id, idem) = match keyed {
+            Some((id, idem)) => (id, Some(idem)),
+            None => (LeaseId::generate(), None),
         };
-        self.tasks.spawn(attempt.instrument(span));
-        rx.await.unwrap_or_else(|_| {
-            Err(EngineError::Unavailable(Unavailability::because(
-                "the grant task failed",
-            )))
-        })
+        let mut abandoned = (idem.is_none()).then(|| Abandoned {
+            engine: self.engine.clone(),
+            events: self.events.clone(),
+            tasks: self.tasks.clone(),
+            name: name.clone(),
+            id: Some(id.clone()),
+        });
+        let result = self
+            .engine
+            .acquire_keyed(&name.key(), id.as_str(), ttl, owner, idem, listeners)
+            .await
+            .map(|leased| Lease::new(name.clone(), id, leased));
+        // Finished: the answer is the request's to give.
+        if let Some(abandoned) = abandoned.as_mut() {
+            abandoned.id = None;
+        }
+        result
     }
 
     pub async fn renew(

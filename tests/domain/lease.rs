@@ -197,6 +197,37 @@ async fn shutdown_releases_what_a_departed_client_won_before_it_returns() {
     }
 }
 
+#[tokio::test(start_paused = true)]
+async fn a_grant_whose_client_left_after_it_reached_the_masters_is_released() {
+    let bed = bed().await;
+    // Every master applies the acquire but its answer never comes: the grant is undecided
+    // when its client leaves, and the lock is set everywhere.
+    for node in &bed.nodes {
+        node.set_fault(Fault::LoseReply);
+    }
+    let (service, name) = (bed.service.clone(), LockName::parse("left").unwrap());
+    let (ttl, wait) = (bed.ttl(30_000), bed.wait(0));
+    let client = tokio::spawn(async move { service.grant(name, ttl, wait, None).await });
+    tokio::time::sleep(Duration::from_millis(5)).await;
+    client.abort();
+    assert!(client.await.unwrap_err().is_cancelled());
+    for node in &bed.nodes {
+        node.set_fault(Fault::None);
+        let fence = node.probe().await.expect("probe").fence;
+        assert_eq!(fence, 1, "the acquire reached every master");
+    }
+    // Paused time: a second here is a second of the lease's 30 s TTL, so only a release
+    // (not its expiry) frees the lock in time.
+    let deadline = Instant::now() + Duration::from_secs(1);
+    while held_on_majority(&bed, "left").await {
+        assert!(
+            Instant::now() < deadline,
+            "the departed client's lease is still held a second after it left"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
 /// Whether a majority of the in-process masters hold `name`.
 async fn held_on_majority(bed: &Bed, name: &str) -> bool {
     let mut holding = 0;
