@@ -7,7 +7,9 @@
 //! the masters, by the others) says when something happened, and the observer reads the
 //! leader from a majority then; it also reads when the leader's lease would lapse, which
 //! is how a crashed leader's end is seen. What it reports is what a majority says, never a
-//! term older than one it reported.
+//! term older than one it reported, and never a term its leader was not given: a read
+//! that finds the new leader's masters still disagreeing on its token (the grant is
+//! writing its token back) looks again a moment later.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -15,15 +17,19 @@ use std::time::Duration;
 use tokio::sync::mpsc;
 use tokio::time::{Instant, sleep_until};
 
-use super::{LeaseError, LeaseService};
+use super::{LeaseError, LeaseService, LockHolder};
 use crate::metrics::StreamKind;
 use crate::model::{FencingToken, LockName};
+use crate::redlock::Sighting;
 
 /// Changes an observer may have waiting. One that falls further behind is cut off (its
 /// stream ends) rather than buffered for: on reconnecting it is told the current leader.
 const OBSERVE_BUFFER: usize = 16;
 /// How soon an observer reads again after a read that could not reach a majority.
 const RETRY_READ: Duration = Duration::from_millis(250);
+/// How soon an observer reads again after finding a grant being decided: its token is
+/// written back within a master's answer.
+const SETTLE_PAUSE: Duration = Duration::from_millis(5);
 /// Read a little after the leader's lease would lapse, so that the read finds it lapsed.
 const LAPSE_MARGIN: Duration = Duration::from_millis(5);
 
@@ -62,8 +68,11 @@ impl LeaseService {
         let mut events = self.events().subscribe(&name.topic());
         let mut known = Known::default();
         loop {
-            let look_again = match self.inspect(&name).await {
-                Ok(leader) => {
+            let look_again = match self.engine().sight(&name.key()).await {
+                // Its token is being written back: the term is not yet the leader's.
+                Ok(Sighting::Unsettled) => Some(Instant::now() + SETTLE_PAUSE),
+                Ok(Sighting::Settled(leader)) => {
+                    let leader = leader.map(LockHolder::from);
                     let remaining = leader.as_ref().map(|l| l.remaining);
                     let change = known.update(leader.map(|l| (l.token, l.owner)));
                     if let Some(change) = change

@@ -24,7 +24,7 @@ use crate::model::{
     FencingToken, Idem, Kind, Listeners, LockKey, MasterFailure, Unavailability, millis,
 };
 use crate::store::node::{
-    Acquired, Claim, Ending, Listing, LockNode, NodeError, NodeResult, Renewal,
+    Acquired, Claim, Ending, Holding, Listing, LockNode, NodeError, NodeResult, Renewal,
 };
 
 use crate::metrics::Metrics;
@@ -109,6 +109,27 @@ pub struct Holder {
     pub token: FencingToken,
     pub remaining: Duration,
     pub owner: Option<String>,
+}
+
+impl Holder {
+    /// The holder a majority agree on, its remaining time less `elapsed` since the read.
+    fn of(key: &LockKey, agreed: quorum::Agreed, elapsed: Duration) -> Self {
+        Self {
+            name: key.name.to_string(),
+            token: FencingToken(agreed.token),
+            remaining: Duration::from_millis(agreed.pttl_ms).saturating_sub(elapsed),
+            owner: agreed.owner,
+        }
+    }
+}
+
+/// What an observer's read found (see `Redlock::sight`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Sighting {
+    /// The holder, or nobody, as every master that holds it agrees.
+    Settled(Option<Holder>),
+    /// A grant of the name is being decided: look again in a moment.
+    Unsettled,
 }
 
 /// Longest a list step may take on one master: it scans the keyspace, so it gets more
@@ -728,6 +749,17 @@ impl Redlock {
         key: &LockKey,
         only: Option<&str>,
     ) -> Result<(Option<quorum::Agreed>, Duration), EngineError> {
+        self.read_as(key, |replies| quorum::decide_read(replies, only))
+            .await?
+            .ok_or_else(|| unavailable("a grant of this name is being decided", Vec::new()))
+    }
+
+    /// A read decided by `decide`; `None` when it found the holder unsettled.
+    async fn read_as(
+        &self,
+        key: &LockKey,
+        decide: impl Fn(&[Option<NodeResult<Option<Holding>>>]) -> Option<ReadOutcome>,
+    ) -> Result<Option<(Option<quorum::Agreed>, Duration)>, EngineError> {
         let started = Instant::now();
         let Round {
             outcome, failures, ..
@@ -740,12 +772,13 @@ impl Redlock {
                     // A mutex has at most one holder on each master.
                     Box::pin(async move { node.read(&key).await.map(|h| h.into_iter().next()) })
                 },
-                |replies| quorum::decide_read(replies, only),
+                decide,
             )
             .await;
         match outcome {
-            Some(ReadOutcome::Held(agreed)) => Ok((Some(agreed), started.elapsed())),
-            Some(ReadOutcome::Free) => Ok((None, started.elapsed())),
+            Some(ReadOutcome::Held(agreed)) => Ok(Some((Some(agreed), started.elapsed()))),
+            Some(ReadOutcome::Free) => Ok(Some((None, started.elapsed()))),
+            Some(ReadOutcome::Unsettled) => Ok(None),
             Some(ReadOutcome::Unavailable) | None => Err(unavailable(
                 "fewer than a majority of masters answered, or they disagree",
                 failures,
@@ -791,12 +824,21 @@ impl Redlock {
     /// Who holds `key`, if a majority agree that someone does.
     pub async fn inspect(&self, key: &LockKey) -> Result<Option<Holder>, EngineError> {
         let (agreed, elapsed) = self.read(key, None).await?;
-        Ok(agreed.map(|a| Holder {
-            name: key.name.to_string(),
-            token: FencingToken(a.token),
-            remaining: Duration::from_millis(a.pttl_ms).saturating_sub(elapsed),
-            owner: a.owner,
-        }))
+        Ok(agreed.map(|a| Holder::of(key, a, elapsed)))
+    }
+
+    /// Who holds `key`, for an observer: every master's answer is awaited, and a holder
+    /// whose masters report different tokens (its grant is still being decided) is
+    /// `Unsettled` rather than reported with a token it may not be given.
+    pub async fn sight(&self, key: &LockKey) -> Result<Sighting, EngineError> {
+        Ok(
+            match self.read_as(key, quorum::decide_settled_read).await? {
+                Some((agreed, elapsed)) => {
+                    Sighting::Settled(agreed.map(|a| Holder::of(key, a, elapsed)))
+                }
+                None => Sighting::Unsettled,
+            },
+        )
     }
 
     /// Held locks of `kind` whose names start with `prefix` and sort after `after`, in name

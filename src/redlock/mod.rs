@@ -13,5 +13,5 @@ mod engine;
 mod health;
 mod quorum;
 
-pub use engine::{EngineConfig, EngineError, Holder, Leased, Redlock};
+pub use engine::{EngineConfig, EngineError, Holder, Leased, Redlock, Sighting};
 pub use health::Monitor;

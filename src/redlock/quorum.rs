@@ -224,6 +224,10 @@ pub enum ReadOutcome {
     Free,
     /// Too few answers to tell, or the holders disagree on the token.
     Unavailable,
+    /// A lease holds a majority, but the masters that hold it report different tokens: its
+    /// grant is still writing its token back (or settling a master that answered late), so
+    /// the token a majority report may not be the one the grant was given.
+    Unsettled,
 }
 
 /// Decide a read: a lease is the holder when a majority hold it, and its token is the
@@ -288,6 +292,32 @@ pub fn decide_read(
         return None;
     }
     Some(ReadOutcome::Unavailable)
+}
+
+/// Decide a read for an observer, which must never report a term its leader was not
+/// given: every master's answer is awaited, and a lease whose holders report different
+/// tokens is `Unsettled` (a grant decided on the first answers may still raise the token
+/// of the masters that answered them, and only after that is it answered).
+pub fn decide_settled_read(replies: &[Option<NodeResult<Option<Holding>>>]) -> Option<ReadOutcome> {
+    if replies.iter().any(Option::is_none) {
+        return None;
+    }
+    match decide_read(replies, None)? {
+        ReadOutcome::Held(agreed) => {
+            let disagree = replies
+                .iter()
+                .flatten()
+                .flatten()
+                .flatten()
+                .any(|h| h.lease == agreed.lease && h.token != agreed.token);
+            Some(if disagree {
+                ReadOutcome::Unsettled
+            } else {
+                ReadOutcome::Held(agreed)
+            })
+        }
+        other => Some(other),
+    }
 }
 
 /// One merged page of held locks.
@@ -700,5 +730,31 @@ mod tests {
             Some(ReadOutcome::Held(agreed)) => assert_eq!(agreed.token, 4),
             other => panic!("unexpected {other:?}"),
         }
+    }
+
+    #[test]
+    fn an_observers_read_waits_for_every_master_and_for_the_token_to_settle() {
+        // A majority agree on token 4, but the third master holds the same lease with 9: its
+        // grant may have chosen 9 and be writing it back. Never report 4 as its term.
+        let deciding = [
+            holding("a", 4, 900),
+            holding("a", 4, 900),
+            holding("a", 9, 900),
+        ];
+        assert_eq!(decide_settled_read(&deciding), Some(ReadOutcome::Unsettled));
+        assert_eq!(
+            decide_settled_read(&[holding("a", 4, 900), holding("a", 4, 900), None]),
+            None,
+            "the third master may hold it with another token"
+        );
+        match decide_settled_read(&[holding("a", 9, 900), holding("a", 9, 900), down()]) {
+            Some(ReadOutcome::Held(agreed)) => assert_eq!(agreed.token, 9),
+            other => panic!("unexpected {other:?}"),
+        }
+        let free = Some(Ok(None));
+        assert_eq!(
+            decide_settled_read(&[holding("a", 9, 900), free.clone(), free]),
+            Some(ReadOutcome::Free)
+        );
     }
 }
