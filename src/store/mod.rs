@@ -3,6 +3,7 @@
 //! embedded store, and the fault-injection target of engine tests). Nothing here knows the
 //! engine above it.
 
+mod batch;
 pub mod memory;
 pub mod node;
 pub mod redis;

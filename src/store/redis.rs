@@ -1,7 +1,9 @@
 //! `LockNode` over one real Redis master.
 //!
-//! Every step is one Lua script from `scripts/`, loaded once and sent with EVALSHA (redis-rs
-//! loads the script and retries on NOSCRIPT, e.g. after the master restarted). One
+//! Every step is one Lua script from `scripts/`. The steps of a lock's life (acquire,
+//! confirm, renew, release, read) go through the master's batch (`store::batch`): the steps
+//! concurrent requests send it meanwhile travel as one EVALSHA of `batch.lua`, which runs
+//! each step's own script. Upkeep (list, probes, restore) is sent as calls of its own. One
 //! `ConnectionManager` per master carries all commands: it pipelines concurrent callers
 //! over a single connection (far faster than a pool's checkout-per-call here) and
 //! reconnects by itself when the master drops it. A second connection per master listens
@@ -16,6 +18,7 @@ use redis::aio::ConnectionManager;
 use redis::{Script, Value};
 use tokio_util::sync::CancellationToken;
 
+use super::batch::{self, Batcher, Step};
 use super::node::{
     Acquired, Announcement, Claim, Ending, Holding, ListPage, Listener, Listing, LockNode,
     NodeError, NodeResult, Owned, Probe, Renewal,
@@ -30,11 +33,16 @@ macro_rules! script {
             LazyLock::new(|| Script::new(include_str!(concat!("scripts/", $file))));
     };
 }
-script!(ACQUIRE, "acquire.lua");
-script!(CONFIRM, "confirm.lua");
-script!(RENEW, "renew.lua");
-script!(RELEASE, "release.lua");
-script!(READ, "read.lua");
+/// The steps that travel in batches, by the name `batch.lua` calls them.
+const STEPS: [(&str, &str); 5] = [
+    ("acquire", include_str!("scripts/acquire.lua")),
+    ("confirm", include_str!("scripts/confirm.lua")),
+    ("renew", include_str!("scripts/renew.lua")),
+    ("release", include_str!("scripts/release.lua")),
+    ("read", include_str!("scripts/read.lua")),
+];
+static BATCH: LazyLock<Script> =
+    LazyLock::new(|| Script::new(&batch::compose(&STEPS, include_str!("scripts/batch.lua"))));
 script!(LIST, "list.lua");
 script!(RESTORE, "restore.lua");
 script!(UNMARK, "unmark.lua");
@@ -98,6 +106,8 @@ pub struct RedisNode {
     address: String,
     client: redis::Client,
     conn: ConnectionManager,
+    /// The master's queue of lock steps, sent several at a time.
+    batch: Batcher,
     keys: Keys,
 }
 
@@ -121,6 +131,7 @@ impl RedisNode {
         Ok(Self {
             address: url.redacted().to_owned(),
             client,
+            batch: Batcher::new(conn.clone(), &BATCH, classify, timeout),
             conn,
             keys: Keys::new(key_prefix),
         })
@@ -156,6 +167,7 @@ impl Reply {
         match value {
             Value::Array(items) => Ok(Self(items)),
             Value::Int(i) => Ok(Self(vec![Value::Int(i)])),
+            Value::ServerError(e) => Err(NodeError::Script(e.to_string())),
             other => Err(NodeError::Script(format!("unexpected reply {other:?}"))),
         }
     }
@@ -202,6 +214,11 @@ impl Reply {
 }
 
 impl RedisNode {
+    /// One step of a lock's life, sent with whatever else is queued for this master.
+    async fn step(&self, step: Step) -> NodeResult<Reply> {
+        Reply::of(self.batch.send(step).await?)
+    }
+
     async fn run(&self, invocation: &redis::ScriptInvocation<'_>) -> NodeResult<Reply> {
         let mut conn = self.conn.clone();
         let value: Value = invocation.invoke_async(&mut conn).await.map_err(classify)?;
@@ -217,8 +234,8 @@ impl LockNode for RedisNode {
 
     async fn acquire(&self, claim: Claim<'_>) -> NodeResult<Acquired> {
         let key = claim.key;
-        let mut invocation = ACQUIRE.key(self.keys.lock(key));
-        invocation
+        let mut step = Step::new("acquire");
+        step.key(self.keys.lock(key))
             .key(&self.keys.fence)
             .key(&self.keys.marker)
             .key(self.keys.index(key.kind))
@@ -234,12 +251,11 @@ impl LockNode for RedisNode {
                 (true, true) => "wo",
             });
         if let Some(idem) = claim.idem {
-            invocation
-                .key(format!("{}{}", self.keys.idem, idem.record))
+            step.key(format!("{}{}", self.keys.idem, idem.record))
                 .arg(&idem.fingerprint)
                 .arg(&idem.attempt);
         }
-        let reply = self.run(&invocation).await?;
+        let reply = self.step(step).await?;
         match reply.status()? {
             1 => Ok(Acquired::Granted {
                 token: reply.uint(1)?,
@@ -254,28 +270,30 @@ impl LockNode for RedisNode {
     }
 
     async fn confirm(&self, key: &LockKey, lease: &str, token: u64) -> NodeResult<()> {
-        let reply = self
-            .run(
-                CONFIRM
-                    .key(self.keys.lock(key))
-                    .key(&self.keys.fence)
-                    .key(&self.keys.marker)
-                    .arg(lease)
-                    .arg(token),
-            )
-            .await?;
+        let mut step = Step::new("confirm");
+        step.key(self.keys.lock(key))
+            .key(&self.keys.fence)
+            .key(&self.keys.marker)
+            .arg(lease)
+            .arg(token);
+        let reply = self.step(step).await?;
         reply.status().map(drop)
     }
 
     async fn renew(&self, renewal: Renewal<'_>) -> NodeResult<Owned<Holding>> {
         let (lease, ttl_ms) = (renewal.lease, renewal.ttl_ms);
-        let ttl = ttl_ms.map(|t| t.to_string()).unwrap_or_default();
-        let mut invocation = RENEW.key(self.keys.lock(renewal.key));
-        invocation.key(&self.keys.marker).arg(lease).arg(ttl);
+        let mut step = Step::new("renew");
+        step.key(self.keys.lock(renewal.key))
+            .key(&self.keys.marker)
+            .arg(lease);
+        match ttl_ms {
+            Some(ttl) => step.arg(ttl),
+            None => step.arg(""),
+        };
         if let Some(owner) = renewal.owner {
-            invocation.arg(owner);
+            step.arg(owner);
         }
-        let reply = self.run(&invocation).await?;
+        let reply = self.step(step).await?;
         if reply.status()? == 0 {
             return Ok(Owned::NotOwner);
         }
@@ -294,19 +312,16 @@ impl LockNode for RedisNode {
             Ending::Evict => ("2", ""),
             Ending::Undo { attempt } => ("0", attempt.as_deref().unwrap_or("")),
         };
-        let reply = self
-            .run(
-                RELEASE
-                    .key(self.keys.lock(key))
-                    .key(&self.keys.marker)
-                    .arg(lease)
-                    .arg(&self.keys.channel)
-                    .arg(announce)
-                    .arg(&self.keys.events)
-                    .arg(&*key.topic())
-                    .arg(attempt),
-            )
-            .await?;
+        let mut step = Step::new("release");
+        step.key(self.keys.lock(key))
+            .key(&self.keys.marker)
+            .arg(lease)
+            .arg(&self.keys.channel)
+            .arg(announce)
+            .arg(&self.keys.events)
+            .arg(&*key.topic())
+            .arg(attempt);
+        let reply = self.step(step).await?;
         Ok(match reply.status()? {
             1 => Owned::Yes(()),
             _ => Owned::NotOwner,
@@ -314,9 +329,9 @@ impl LockNode for RedisNode {
     }
 
     async fn read(&self, key: &LockKey) -> NodeResult<Vec<Holding>> {
-        let reply = self
-            .run(READ.key(self.keys.lock(key)).key(&self.keys.marker))
-            .await?;
+        let mut step = Step::new("read");
+        step.key(self.keys.lock(key)).key(&self.keys.marker);
+        let reply = self.step(step).await?;
         if reply.status()? == 0 {
             return Ok(Vec::new());
         }

@@ -8,6 +8,7 @@ mod common;
 mod abuse;
 mod api;
 mod auth;
+mod batch;
 mod contention;
 mod elections;
 mod faults;

@@ -1,0 +1,243 @@
+//! One master's steps, several at a time.
+//!
+//! Every step a Redis master is asked (acquire, confirm, renew, release, read) goes through
+//! its master's queue. One worker per master sends what the queue holds as one script call
+//! (`scripts/batch.lua` runs each step's own script in turn and answers each), waits for
+//! the answers, hands each to its step, and sends whatever queued meanwhile. Alone, a step
+//! travels at once, by itself; under load, the steps of concurrent requests share one
+//! EVALSHA, one socket write and one read, on the master and here, which is what a script
+//! call's and a system call's fixed cost was spent on. The batch grows with the load: it is
+//! what arrived while the previous batch was on the wire.
+//!
+//! Order: a step is queued when its call is first polled (no await comes before it), one
+//! worker sends the batches one after another, and a batch runs its steps in the order they
+//! were queued: so a master sees a lease's steps in the order the engine issued them (a
+//! release never overtakes its acquire), as it did when each step was a call of its own.
+//! A slow master delays only its own queue: the engine still decides on the others'
+//! answers. A step has the master timeout from when it was queued: one whose time is up
+//! before its batch leaves is not sent, as a call that timed out before it reached the
+//! connection never was, and a batch is given up when its oldest step's time is up. So a
+//! master that was down or stalled does not run, when it answers again, steps the engine
+//! gave up on. A step whose caller merely stopped listening (a failed grant drops its
+//! acquires still in flight) is sent all the same, as a call already on the connection
+//! was: every master's counter then moves with every grant, and the failed grant's
+//! release, queued after it, undoes it.
+
+use std::sync::{Mutex, OnceLock};
+use std::time::Duration;
+
+use redis::aio::ConnectionManager;
+use redis::{Cmd, Script, Value};
+use tokio::sync::{mpsc, oneshot};
+use tokio::time::Instant;
+
+use super::node::{NodeError, NodeResult};
+
+/// The most steps one call carries: a batch's script runs to its end before the master
+/// serves anyone else, so it is kept well under a millisecond.
+const MAX_STEPS: usize = 256;
+
+/// One step for the batch: which step script, with its keys and arguments.
+pub struct Step {
+    name: &'static str,
+    keys: Cmd,
+    args: Cmd,
+}
+
+impl Step {
+    pub fn new(name: &'static str) -> Self {
+        Self {
+            name,
+            keys: Cmd::new(),
+            args: Cmd::new(),
+        }
+    }
+
+    pub fn key(&mut self, key: impl redis::ToRedisArgs) -> &mut Self {
+        self.keys.arg(key);
+        self
+    }
+
+    pub fn arg(&mut self, arg: impl redis::ToRedisArgs) -> &mut Self {
+        self.args.arg(arg);
+        self
+    }
+}
+
+/// A queued step and where its answer goes.
+struct Queued {
+    step: Step,
+    reply: oneshot::Sender<NodeResult<Value>>,
+    /// The master timeout from when the step was queued: past it, the engine has given up.
+    deadline: Instant,
+}
+
+/// The queue of one master's steps and the worker that sends them.
+pub struct Batcher {
+    queue: mpsc::UnboundedSender<Queued>,
+    /// The worker's half until the first step starts it: a node is built before (and
+    /// outside) the runtime that uses it, and a worker lives in that runtime.
+    idle: Mutex<Option<Worker>>,
+    started: OnceLock<()>,
+    /// How long a step may wait and be answered (the master timeout).
+    timeout: Duration,
+}
+
+struct Worker {
+    queue: mpsc::UnboundedReceiver<Queued>,
+    conn: ConnectionManager,
+    script: &'static Script,
+    classify: fn(redis::RedisError) -> NodeError,
+}
+
+impl Batcher {
+    /// A queue whose batches run `script` (the step scripts and `batch.lua`) on `conn`,
+    /// each within `timeout`; `classify` names a failed call's error.
+    pub fn new(
+        conn: ConnectionManager,
+        script: &'static Script,
+        classify: fn(redis::RedisError) -> NodeError,
+        timeout: Duration,
+    ) -> Self {
+        let (tx, rx) = mpsc::unbounded_channel();
+        Self {
+            queue: tx,
+            idle: Mutex::new(Some(Worker {
+                queue: rx,
+                conn,
+                script,
+                classify,
+            })),
+            started: OnceLock::new(),
+            timeout,
+        }
+    }
+
+    /// Queue `step` now (not when the answer is first awaited: that is what keeps the
+    /// order) and answer what the master answered for it.
+    pub fn send(&self, step: Step) -> impl Future<Output = NodeResult<Value>> + Send + 'static {
+        self.started.get_or_init(|| {
+            // Taken once, under the `OnceLock`; a poisoned lock cannot hold a worker anyone
+            // else could take, so its contents are used as they are.
+            let worker = self
+                .idle
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .take();
+            if let Some(worker) = worker {
+                tokio::spawn(worker.run());
+            }
+        });
+        let (tx, rx) = oneshot::channel();
+        let deadline = Instant::now() + self.timeout;
+        let queued = self.queue.send(Queued {
+            step,
+            reply: tx,
+            deadline,
+        });
+        async move {
+            if queued.is_err() {
+                return Err(NodeError::Other("the master's queue has stopped".into()));
+            }
+            rx.await
+                .unwrap_or_else(|_| Err(NodeError::Other("the master's queue has stopped".into())))
+        }
+    }
+}
+
+impl Worker {
+    /// Until every sender is gone (the node was dropped): take what is queued, send it as
+    /// one call, answer each step.
+    async fn run(mut self) {
+        let mut batch = Vec::with_capacity(MAX_STEPS);
+        while self.queue.recv_many(&mut batch, MAX_STEPS).await > 0 {
+            let now = Instant::now();
+            batch.retain(|queued| queued.deadline > now);
+            let Some(deadline) = batch.iter().map(|queued| queued.deadline).min() else {
+                continue;
+            };
+            let call = pack(self.script, &batch);
+            let answers = tokio::time::timeout_at(deadline, self.call(&call, batch.len()))
+                .await
+                .unwrap_or(Err(NodeError::Timeout));
+            match answers {
+                Ok(answers) => {
+                    for (queued, answer) in batch.drain(..).zip(answers) {
+                        let answer = match answer {
+                            Value::ServerError(e) => Err(NodeError::Script(e.to_string())),
+                            value => Ok(value),
+                        };
+                        let _ = queued.reply.send(answer);
+                    }
+                }
+                Err(e) => {
+                    for queued in batch.drain(..) {
+                        let _ = queued.reply.send(Err(e.clone()));
+                    }
+                }
+            }
+        }
+    }
+
+    /// One EVALSHA of the batch (the script is loaded and the call repeated when the master
+    /// does not know it, e.g. after a restart): one answer per step.
+    async fn call(&mut self, call: &Cmd, steps: usize) -> NodeResult<Vec<Value>> {
+        let mut reply = call.query_async::<Value>(&mut self.conn).await;
+        if let Err(e) = &reply
+            && e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript)
+        {
+            self.script
+                .prepare_invoke()
+                .load_async(&mut self.conn)
+                .await
+                .map_err(self.classify)?;
+            reply = call.query_async::<Value>(&mut self.conn).await;
+        }
+        match reply.map_err(self.classify)? {
+            Value::Array(answers) if answers.len() == steps => Ok(answers),
+            other => Err(NodeError::Script(format!(
+                "a batch of {steps} steps was answered {other:?}"
+            ))),
+        }
+    }
+}
+
+/// The EVALSHA of `batch`: every step's keys, then for each step its name, its counts and
+/// its arguments (the layout `batch.lua` reads).
+fn pack(script: &Script, batch: &[Queued]) -> Cmd {
+    let keys: usize = batch.iter().map(|q| q.step.keys.args_iter().count()).sum();
+    let mut call = redis::cmd("EVALSHA");
+    call.arg(script.get_hash()).arg(keys);
+    for queued in batch {
+        for key in queued.step.keys.args_iter() {
+            if let redis::Arg::Simple(bytes) = key {
+                call.arg(bytes);
+            }
+        }
+    }
+    for queued in batch {
+        let step = &queued.step;
+        call.arg(step.name)
+            .arg(step.keys.args_iter().count())
+            .arg(step.args.args_iter().count());
+        for arg in step.args.args_iter() {
+            if let redis::Arg::Simple(bytes) = arg {
+                call.arg(bytes);
+            }
+        }
+    }
+    call
+}
+
+/// The script a batch runs: each step's own script as a function of its keys and
+/// arguments, then `batch.lua`, which deals them out.
+pub fn compose(steps: &[(&str, &str)], dispatch: &str) -> String {
+    let mut source = String::from("local steps = {}\n");
+    for (name, body) in steps {
+        source.push_str(&format!(
+            "steps['{name}'] = function(KEYS, ARGV)\n{body}\nend\n"
+        ));
+    }
+    source.push_str(dispatch);
+    source
+}

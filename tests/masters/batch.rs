@@ -1,0 +1,132 @@
+//! One master's steps in batches, on a real redis-server: concurrent steps share one script
+//! call, each step is answered as its own script would answer it, and a lease's steps reach
+//! the master in the order they were issued.
+
+use std::future::Future;
+use std::pin::pin;
+use std::task::Poll;
+use std::time::Duration;
+
+use redlockd::config::MasterUrl;
+use redlockd::model::{LockKey, LockName};
+use redlockd::store::node::{Acquired, Claim, Ending, LockNode, Owned};
+use redlockd::store::redis::RedisNode;
+
+use crate::common::RedisMaster;
+
+fn node(master: &RedisMaster) -> RedisNode {
+    let url = MasterUrl::parse(&master.url()).expect("url");
+    RedisNode::new(&url, "redlockd:", Duration::from_secs(2)).expect("node")
+}
+
+fn key(name: &str) -> LockKey {
+    LockName::parse(name).expect("name").key()
+}
+
+/// Script calls the master has served since `CONFIG RESETSTAT` (batches and single calls).
+async fn script_calls(master: &RedisMaster) -> u64 {
+    let info: String = master.cmd(&["INFO", "commandstats"]).await.expect("info");
+    info.lines()
+        .find_map(|l| l.strip_prefix("cmdstat_evalsha:calls="))
+        .and_then(|rest| rest.split(',').next())
+        .map_or(0, |n| n.parse().expect("a count"))
+}
+
+/// Poll `future` once: what a step does before its first await (queueing it) is done.
+async fn poll_once<F: Future + Unpin>(future: &mut F) {
+    std::future::poll_fn(|cx| {
+        let _ = std::pin::Pin::new(&mut *future).poll(cx);
+        Poll::Ready(())
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn concurrent_steps_on_one_master_travel_as_one_script_call() {
+    let master = RedisMaster::start();
+    let node = node(&master);
+    node.restore(0, "batch-test").await.expect("marker");
+    // The first step loads the batch script (NOSCRIPT, SCRIPT LOAD, EVALSHA again).
+    node.read(&key("warm-up")).await.expect("read");
+    master.cmd::<()>(&["CONFIG", "RESETSTAT"]).await.unwrap();
+
+    let keys: Vec<LockKey> = (0..64).map(|i| key(&format!("batch-{i}"))).collect();
+    let leases: Vec<String> = (0..64).map(|i| format!("lease-{i}")).collect();
+    // All queued before the worker runs (this runtime has one thread): one batch.
+    let mut acquires: Vec<_> = keys
+        .iter()
+        .zip(&leases)
+        .map(|(key, lease)| node.acquire(Claim::new(key, lease, 30_000)))
+        .collect();
+    for acquire in &mut acquires {
+        poll_once(acquire).await;
+    }
+    let acquired = futures::future::join_all(acquires).await;
+    let mut tokens: Vec<u64> = acquired
+        .into_iter()
+        .map(|a| match a.expect("answered") {
+            Acquired::Granted { token } => token,
+            other => panic!("expected a grant, got {other:?}"),
+        })
+        .collect();
+    assert_eq!(script_calls(&master).await, 1, "64 acquires in one call");
+    tokens.sort_unstable();
+    tokens.dedup();
+    assert_eq!(tokens.len(), 64, "each step took its own token");
+
+    // Each step is answered as its own: a lock already held is refused with its holder.
+    let again = node
+        .acquire(Claim::new(&keys[3], "someone-else", 30_000))
+        .await
+        .expect("answered");
+    assert!(
+        matches!(&again, Acquired::Held { lease, .. } if lease == "lease-3"),
+        "{again:?}"
+    );
+    let released = futures::future::join_all(
+        keys.iter()
+            .zip(&leases)
+            .map(|(key, lease)| node.release(key, lease, &Ending::Revoke)),
+    )
+    .await;
+    assert!(released.iter().all(|r| r == &Ok(Owned::Yes(()))));
+    let left: Vec<String> = master.cmd(&["KEYS", "redlockd:lock:*"]).await.unwrap();
+    assert!(left.is_empty(), "{left:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_release_issued_after_its_acquire_never_overtakes_it() {
+    let master = RedisMaster::start();
+    let node = std::sync::Arc::new(node(&master));
+    node.restore(0, "batch-order").await.expect("marker");
+    // Background traffic keeps batches forming while the pairs below are issued.
+    let busy = {
+        let node = node.clone();
+        tokio::spawn(async move {
+            for i in 0.. {
+                let key = key(&format!("busy-{}", i % 16));
+                let _ = node.read(&key).await;
+            }
+        })
+    };
+    for i in 0..300 {
+        let (key, lease) = (key(&format!("order-{i}")), format!("lease-{i}"));
+        // The acquire is issued (queued) before the release, neither yet answered: the
+        // engine does this when a grant fails while an acquire is still on the wire.
+        let mut acquire = pin!(node.acquire(Claim::new(&key, &lease, 30_000)));
+        poll_once(&mut acquire).await;
+        let release = node.release(&key, &lease, &Ending::Undo { attempt: None });
+        let (acquired, released) = tokio::join!(acquire, release);
+        assert!(
+            matches!(acquired, Ok(Acquired::Granted { .. })),
+            "{acquired:?}"
+        );
+        assert_eq!(released, Ok(Owned::Yes(())), "the release found the hold");
+    }
+    busy.abort();
+    let left: Vec<String> = master
+        .cmd(&["KEYS", "redlockd:lock:order-*"])
+        .await
+        .unwrap();
+    assert!(left.is_empty(), "holds left behind: {left:?}");
+}
