@@ -494,6 +494,7 @@ fn node(m: &RedisMaster) -> RedisNode {
         &redlockd::config::MasterUrl::parse(&m.url()).expect("url"),
         "redlockd:",
         TIMEOUT,
+        256,
     )
     .expect("node")
 }

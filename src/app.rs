@@ -35,9 +35,14 @@ fn nodes(settings: &Settings) -> anyhow::Result<Vec<Arc<dyn LockNode>>> {
     };
     urls.iter()
         .map(|url| {
-            RedisNode::new(url, &settings.key_prefix, settings.master_timeout)
-                .map(|n| Arc::new(n) as Arc<dyn LockNode>)
-                .with_context(|| format!("REDLOCKD_REDIS_URLS: {url}"))
+            RedisNode::new(
+                url,
+                &settings.key_prefix,
+                settings.master_timeout,
+                settings.master_batch_max,
+            )
+            .map(|n| Arc::new(n) as Arc<dyn LockNode>)
+            .with_context(|| format!("REDLOCKD_REDIS_URLS: {url}"))
         })
         .collect()
 }

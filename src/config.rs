@@ -52,6 +52,11 @@ pub struct Config {
     #[arg(long, env = "REDLOCKD_MASTER_TIMEOUT_MS", default_value_t = 50)]
     pub master_timeout_ms: u64,
 
+    /// Most steps sent to one master in one script call (the steps concurrent requests
+    /// queue for it while its previous call is answered); 1 sends each step on its own.
+    #[arg(long, env = "REDLOCKD_MASTER_BATCH_MAX", default_value_t = 256)]
+    pub master_batch_max: usize,
+
     /// Prefix of every key written to Redis.
     #[arg(long, env = "REDLOCKD_KEY_PREFIX", default_value = "redlockd:")]
     pub key_prefix: String,
@@ -204,6 +209,9 @@ impl Config {
                 "must be well below REDLOCKD_DEFAULT_TTL_MS, or no grant keeps any validity",
             ));
         }
+        if !(1..=4096).contains(&self.master_batch_max) {
+            return Err(bad("REDLOCKD_MASTER_BATCH_MAX", "must be from 1 to 4096"));
+        }
         let mut masters: Vec<MasterUrl> = Vec::new();
         for url in &self.redis_urls {
             let url = MasterUrl::parse(url).map_err(|e| bad("REDLOCKD_REDIS_URLS", e))?;
@@ -248,6 +256,7 @@ impl Config {
             },
             drift_factor: self.drift_factor,
             master_timeout: ms(self.master_timeout_ms),
+            master_batch_max: self.master_batch_max,
             key_prefix: self.key_prefix.clone(),
             shutdown_grace: ms(self.shutdown_grace_ms),
             client_timeout: ms(self.client_timeout_ms),
@@ -294,6 +303,8 @@ pub struct Settings {
     pub leases: LeaseBounds,
     pub drift_factor: f64,
     pub master_timeout: Duration,
+    /// Most steps in one script call to one master.
+    pub master_batch_max: usize,
     pub key_prefix: String,
     pub shutdown_grace: Duration,
     pub client_timeout: Duration,

@@ -26,16 +26,13 @@
 use std::sync::{Mutex, OnceLock};
 use std::time::Duration;
 
+use futures::future::BoxFuture;
 use redis::aio::ConnectionManager;
 use redis::{Cmd, Script, Value};
 use tokio::sync::{mpsc, oneshot};
 use tokio::time::Instant;
 
 use super::node::{NodeError, NodeResult};
-
-/// The most steps one call carries: a batch's script runs to its end before the master
-/// serves anyone else, so it is kept well under a millisecond.
-const MAX_STEPS: usize = 256;
 
 /// One step for the batch: which step script, with its keys and arguments.
 pub struct Step {
@@ -81,41 +78,75 @@ pub struct Batcher {
     started: OnceLock<()>,
     /// How long a step may wait and be answered (the master timeout).
     timeout: Duration,
+    /// With batches of one step, each step is sent at once as a call of its own, pipelined
+    /// on the connection with the others, as before batching (`REDLOCKD_MASTER_BATCH_MAX=1`:
+    /// what batching buys is measured against it).
+    direct: Option<Wire>,
 }
 
-struct Worker {
-    queue: mpsc::UnboundedReceiver<Queued>,
+/// How a batch reaches the master: its connection, the script, and how errors are named.
+#[derive(Clone)]
+struct Wire {
     conn: ConnectionManager,
     script: &'static Script,
     classify: fn(redis::RedisError) -> NodeError,
 }
 
+/// How a master's batches are sent.
+#[derive(Debug, Clone, Copy)]
+pub struct Limits {
+    /// How long a step may wait and be answered (the master timeout).
+    pub timeout: Duration,
+    /// The most steps one call carries: a batch's script runs to its end before the master
+    /// serves anyone else, so it is kept short (256 steps are about a millisecond here).
+    pub max_steps: usize,
+}
+
+struct Worker {
+    queue: mpsc::UnboundedReceiver<Queued>,
+    wire: Wire,
+    max_steps: usize,
+}
+
 impl Batcher {
     /// A queue whose batches run `script` (the step scripts and `batch.lua`) on `conn`,
-    /// each within `timeout`; `classify` names a failed call's error.
+    /// within `limits`; `classify` names a failed call's error.
     pub fn new(
         conn: ConnectionManager,
         script: &'static Script,
         classify: fn(redis::RedisError) -> NodeError,
-        timeout: Duration,
+        limits: Limits,
     ) -> Self {
         let (tx, rx) = mpsc::unbounded_channel();
+        let wire = Wire {
+            conn,
+            script,
+            classify,
+        };
         Self {
             queue: tx,
+            direct: (limits.max_steps <= 1).then(|| wire.clone()),
             idle: Mutex::new(Some(Worker {
                 queue: rx,
-                conn,
-                script,
-                classify,
+                wire,
+                max_steps: limits.max_steps.max(1),
             })),
             started: OnceLock::new(),
-            timeout,
+            timeout: limits.timeout,
         }
     }
 
     /// Queue `step` now (not when the answer is first awaited: that is what keeps the
     /// order) and answer what the master answered for it.
-    pub fn send(&self, step: Step) -> impl Future<Output = NodeResult<Value>> + Send + 'static {
+    pub fn send(&self, step: Step) -> BoxFuture<'static, NodeResult<Value>> {
+        if let Some(wire) = &self.direct {
+            let (mut wire, call) = (wire.clone(), pack(wire.script, [&step]));
+            return Box::pin(async move {
+                let [answer] = <[Value; 1]>::try_from(wire.call(&call, 1).await?)
+                    .map_err(|_| NodeError::Script("one step, one answer".into()))?;
+                answer_of(answer)
+            });
+        }
         self.started.get_or_init(|| {
             // Taken once, under the `OnceLock`; a poisoned lock cannot hold a worker anyone
             // else could take, so its contents are used as they are.
@@ -135,13 +166,13 @@ impl Batcher {
             reply: tx,
             deadline,
         });
-        async move {
+        Box::pin(async move {
             if queued.is_err() {
                 return Err(NodeError::Other("the master's queue has stopped".into()));
             }
             rx.await
                 .unwrap_or_else(|_| Err(NodeError::Other("the master's queue has stopped".into())))
-        }
+        })
     }
 }
 
@@ -149,25 +180,21 @@ impl Worker {
     /// Until every sender is gone (the node was dropped): take what is queued, send it as
     /// one call, answer each step.
     async fn run(mut self) {
-        let mut batch = Vec::with_capacity(MAX_STEPS);
-        while self.queue.recv_many(&mut batch, MAX_STEPS).await > 0 {
+        let mut batch = Vec::with_capacity(self.max_steps);
+        while self.queue.recv_many(&mut batch, self.max_steps).await > 0 {
             let now = Instant::now();
             batch.retain(|queued| queued.deadline > now);
             let Some(deadline) = batch.iter().map(|queued| queued.deadline).min() else {
                 continue;
             };
-            let call = pack(self.script, &batch);
-            let answers = tokio::time::timeout_at(deadline, self.call(&call, batch.len()))
+            let call = pack(self.wire.script, batch.iter().map(|q| &q.step));
+            let answers = tokio::time::timeout_at(deadline, self.wire.call(&call, batch.len()))
                 .await
                 .unwrap_or(Err(NodeError::Timeout));
             match answers {
                 Ok(answers) => {
                     for (queued, answer) in batch.drain(..).zip(answers) {
-                        let answer = match answer {
-                            Value::ServerError(e) => Err(NodeError::Script(e.to_string())),
-                            value => Ok(value),
-                        };
-                        let _ = queued.reply.send(answer);
+                        let _ = queued.reply.send(answer_of(answer));
                     }
                 }
                 Err(e) => {
@@ -178,7 +205,17 @@ impl Worker {
             }
         }
     }
+}
 
+/// A step's answer: an error in its place is that step's script failing.
+fn answer_of(answer: Value) -> NodeResult<Value> {
+    match answer {
+        Value::ServerError(e) => Err(NodeError::Script(e.to_string())),
+        value => Ok(value),
+    }
+}
+
+impl Wire {
     /// One EVALSHA of the batch (the script is loaded and the call repeated when the master
     /// does not know it, e.g. after a restart): one answer per step.
     async fn call(&mut self, call: &Cmd, steps: usize) -> NodeResult<Vec<Value>> {
@@ -204,19 +241,22 @@ impl Worker {
 
 /// The EVALSHA of `batch`: every step's keys, then for each step its name, its counts and
 /// its arguments (the layout `batch.lua` reads).
-fn pack(script: &Script, batch: &[Queued]) -> Cmd {
-    let keys: usize = batch.iter().map(|q| q.step.keys.args_iter().count()).sum();
+fn pack<'a>(script: &Script, batch: impl IntoIterator<Item = &'a Step> + Clone) -> Cmd {
+    let keys: usize = batch
+        .clone()
+        .into_iter()
+        .map(|s| s.keys.args_iter().count())
+        .sum();
     let mut call = redis::cmd("EVALSHA");
     call.arg(script.get_hash()).arg(keys);
-    for queued in batch {
-        for key in queued.step.keys.args_iter() {
+    for step in batch.clone() {
+        for key in step.keys.args_iter() {
             if let redis::Arg::Simple(bytes) = key {
                 call.arg(bytes);
             }
         }
     }
-    for queued in batch {
-        let step = &queued.step;
+    for step in batch {
         call.arg(step.name)
             .arg(step.keys.args_iter().count())
             .arg(step.args.args_iter().count());

@@ -18,7 +18,7 @@ use redis::aio::ConnectionManager;
 use redis::{Script, Value};
 use tokio_util::sync::CancellationToken;
 
-use super::batch::{self, Batcher, Step};
+use super::batch::{self, Batcher, Limits, Step};
 use super::node::{
     Acquired, Announcement, Claim, Ending, Holding, ListPage, Listener, Listing, LockNode,
     NodeError, NodeResult, Owned, Probe, Renewal,
@@ -113,11 +113,13 @@ pub struct RedisNode {
 
 impl RedisNode {
     /// Set up (lazily: nothing is dialled until the first step) a node for the master at
-    /// `url`. `timeout` bounds each connection attempt and each reply.
+    /// `url`. `timeout` bounds each connection attempt and each reply; a batch carries at
+    /// most `batch_max` steps.
     pub fn new(
         url: &MasterUrl,
         key_prefix: &str,
         timeout: Duration,
+        batch_max: usize,
     ) -> Result<Self, redis::RedisError> {
         let client = redis::Client::open(url.expose())?;
         let config = redis::aio::ConnectionManagerConfig::new()
@@ -131,7 +133,15 @@ impl RedisNode {
         Ok(Self {
             address: url.redacted().to_owned(),
             client,
-            batch: Batcher::new(conn.clone(), &BATCH, classify, timeout),
+            batch: Batcher::new(
+                conn.clone(),
+                &BATCH,
+                classify,
+                Limits {
+                    timeout,
+                    max_steps: batch_max,
+                },
+            ),
             conn,
             keys: Keys::new(key_prefix),
         })

@@ -16,7 +16,7 @@ use crate::common::RedisMaster;
 
 fn node(master: &RedisMaster) -> RedisNode {
     let url = MasterUrl::parse(&master.url()).expect("url");
-    RedisNode::new(&url, "redlockd:", Duration::from_secs(2)).expect("node")
+    RedisNode::new(&url, "redlockd:", Duration::from_secs(2), 256).expect("node")
 }
 
 fn key(name: &str) -> LockKey {
