@@ -680,7 +680,7 @@ impl Redlock {
                         node.renew(Renewal::new(&key, &lease, ttl_ms, owner)).await
                     })
                 },
-                quorum::decide_owned,
+                quorum::decide_renew,
             )
             .await;
         self.finish(pending);

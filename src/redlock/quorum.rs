@@ -174,6 +174,23 @@ pub fn decide_owned<T: Clone>(
     Some(OwnedOutcome::Unavailable)
 }
 
+/// Decide a renew round as `decide_owned` does, except that while the masters that renewed
+/// disagree on the lease's token and others have still to answer, it waits for them: a
+/// master whose acquire answered after its grant was decided holds the lease with its own
+/// counter until its backlog writes the grant's token there, and may answer first.
+pub fn decide_renew(
+    replies: &[Option<NodeResult<crate::store::node::Owned<Holding>>>],
+) -> Option<OwnedOutcome<Holding>> {
+    let outcome = decide_owned(replies)?;
+    if let OwnedOutcome::Done(holdings) = &outcome
+        && agree(holdings, replies.len()).is_none()
+        && replies.iter().any(Option::is_none)
+    {
+        return None;
+    }
+    Some(outcome)
+}
+
 /// The outcome of a release round. It is decided as soon as the answers in hand decide it:
 /// a master still silent then has its release finished (and repeated) by its backlog, and
 /// keeps the key until that lands or the TTL ends.
@@ -534,6 +551,36 @@ mod tests {
                 retry_after: ms(500)
             })
         );
+    }
+
+    #[test]
+    fn a_renew_whose_first_answers_disagree_on_the_token_waits_for_the_rest() {
+        let renewed = |token: u64| {
+            Some(Ok(Owned::Yes(Holding {
+                lease: "a".into(),
+                token,
+                ttl_ms: 1000,
+                pttl_ms: 1000,
+                owner: None,
+            })))
+        };
+        // The second master's late acquire has not been given the grant's token 9 yet.
+        assert_eq!(decide_renew(&[renewed(9), renewed(7), None]), None);
+        match decide_renew(&[renewed(9), renewed(7), renewed(9)]) {
+            Some(OwnedOutcome::Done(holdings)) => {
+                assert_eq!(agree(&holdings, 3).map(|a| a.token), Some(9));
+            }
+            other => panic!("unexpected {other:?}"),
+        }
+        // Nothing more will come: decided as before (the engine answers 503).
+        assert!(matches!(
+            decide_renew(&[renewed(9), renewed(7), down()]),
+            Some(OwnedOutcome::Done(_))
+        ));
+        assert!(matches!(
+            decide_renew(&[renewed(9), renewed(9), None]),
+            Some(OwnedOutcome::Done(_))
+        ));
     }
 
     #[test]
