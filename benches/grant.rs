@@ -556,14 +556,17 @@ impl Server {
         let urls: Vec<String> = masters.iter().map(RedisMaster::url).collect();
         let log = std::fs::File::create(dir.path().join("redlockd.log")).expect("log file");
         let mut cmd = Command::new(BIN);
-        cmd.env("REDLOCKD_LISTEN", format!("127.0.0.1:{port}"))
-            .env("REDLOCKD_REDIS_URLS", urls.join(","))
-            .env(
-                "REDLOCKD_MASTER_TIMEOUT_MS",
-                TIMEOUT.as_millis().to_string(),
-            )
-            .env("REDLOCKD_MAX_CONNECTIONS", "4096")
-            .env("RUST_LOG", "info");
+        cmd.env("REDLOCKD_LISTEN", format!("127.0.0.1:{port}"));
+        // No masters: the embedded store (the HTTP path alone).
+        if !urls.is_empty() {
+            cmd.env("REDLOCKD_REDIS_URLS", urls.join(","));
+        }
+        cmd.env(
+            "REDLOCKD_MASTER_TIMEOUT_MS",
+            TIMEOUT.as_millis().to_string(),
+        )
+        .env("REDLOCKD_MAX_CONNECTIONS", "4096")
+        .env("RUST_LOG", "info");
         for pair in extra.split_whitespace() {
             if let Some((k, v)) = pair.split_once('=') {
                 cmd.env(k, v);
@@ -1033,6 +1036,7 @@ async fn uncontended(
     let nodes = redlock.nodes().to_vec();
     redlock.monitor().probe_round(&nodes).await;
     let server = Arc::new(Server::start(masters).await);
+    let embedded = Arc::new(Server::start(&[]).await);
     let (me, redis) = ([std::process::id()], pids(masters));
     let mine = Setup {
         length: plan.row,
@@ -1096,6 +1100,25 @@ async fn uncontended(
         )
         .await;
         stats(&row).await;
+        // The same requests to a redlockd with no masters at all (its embedded store): what
+        // the HTTP path, the lease service and this load generator cost by themselves on
+        // these cores, the floor under the redlockd row.
+        let s = embedded.clone();
+        let floor = Setup {
+            service: &[embedded.pid()],
+            masters: &[],
+            ..mine
+        };
+        measure(
+            "redlockd, embedded store",
+            workload.clone(),
+            c,
+            &floor,
+            Some(base),
+            move |i| http_cycle(s.clone(), i, 0),
+        )
+        .await;
+        commandstats_reset(masters).await;
     }
     notes
 }
