@@ -179,29 +179,28 @@ pub async fn log_request(
     next: Next,
 ) -> Response {
     let started = Instant::now();
+    // Kept past the handler by cheap clones (a method, an `Arc`, shared bytes), not copies.
     let method = request.method().clone();
-    let route = request
-        .extensions()
-        .get::<MatchedPath>()
-        .map(|p| p.as_str().to_owned());
-    let lock = lock_name(request.uri().path()).map(str::to_owned);
-    let request_id = request
-        .headers()
-        .get(&REQUEST_ID)
+    let matched = request.extensions().get::<MatchedPath>().cloned();
+    let route = matched.as_ref().map(MatchedPath::as_str);
+    let uri = request.uri().clone();
+    let lock = lock_name(uri.path());
+    let request_id = request.headers().get(&REQUEST_ID).cloned();
+    let request_id = request_id
+        .as_ref()
         .and_then(|v| v.to_str().ok())
-        .unwrap_or("-")
-        .to_owned();
+        .unwrap_or("-");
     // The request's span in a trace (a no-op unless traces are sent): the route and the
     // lock's name and kind, never the raw path (it may carry a lease id).
     let span = tracing::info_span!(
         target: crate::telemetry::TARGET,
         "request",
-        otel.name = %format_args!("{method} {}", route.as_deref().unwrap_or("<unmatched>")),
+        otel.name = %format_args!("{method} {}", route.unwrap_or("<unmatched>")),
         otel.kind = "server",
         http.request.method = %method,
-        http.route = route.as_deref().unwrap_or("<unmatched>"),
-        lock.name = lock.as_deref(),
-        lock.kind = lock.as_ref().map(|_| kind_of(route.as_deref())),
+        http.route = route.unwrap_or("<unmatched>"),
+        lock.name = lock,
+        lock.kind = lock.map(|_| kind_of(route)),
         http.response.status_code = tracing::field::Empty,
         otel.status_code = tracing::field::Empty,
     );
@@ -222,7 +221,7 @@ pub async fn log_request(
         },
         |o| o.0,
     );
-    let route = route.as_deref().unwrap_or("<unmatched>");
+    let route = route.unwrap_or("<unmatched>");
     let caller = response
         .extensions()
         .get::<CallerName>()
@@ -239,7 +238,7 @@ pub async fn log_request(
                 request_id = %request_id,
                 method = %method,
                 route,
-                lock = lock.as_deref().unwrap_or("-"),
+                lock = lock.unwrap_or("-"),
                 caller = caller.as_deref().unwrap_or("-"),
                 status,
                 latency_ms,
