@@ -92,6 +92,9 @@ pub struct Metrics {
     master_up: IntGaugeVec,
     master_duration: HistogramVec,
     master_errors: IntCounterVec,
+    /// Steps sent to each master and the calls (batches) that carried them.
+    master_steps: IntCounterVec,
+    master_calls: IntCounterVec,
     leases_active: IntGauge,
     master_backlog: IntGaugeVec,
     master_backlog_dropped: IntCounterVec,
@@ -215,6 +218,16 @@ impl Metrics {
                 "redlockd_master_errors_total",
                 "Master steps that failed, by kind",
                 &["master", "kind"],
+            ),
+            master_steps: define.counters(
+                "redlockd_master_steps_total",
+                "Steps sent to a master (acquire, confirm, renew, release, read)",
+                &["master"],
+            ),
+            master_calls: define.counters(
+                "redlockd_master_calls_total",
+                "Script calls that carried those steps: several concurrent requests' steps travel in one",
+                &["master"],
             ),
             leases_active: define.gauge(
                 "redlockd_leases_active",
@@ -377,6 +390,15 @@ impl Metrics {
 
     pub fn master_failed(&self, master: &str, kind: &str) {
         self.master_errors.with_label_values(&[master, kind]).inc();
+    }
+
+    /// The master's steps and calls so far, counted where they are sent and copied here
+    /// before each scrape.
+    pub fn master_traffic(&self, master: &str, steps: u64, calls: u64) {
+        for (counter, total) in [(&self.master_steps, steps), (&self.master_calls, calls)] {
+            let counter = of(counter, master);
+            counter.inc_by(total.saturating_sub(counter.get()));
+        }
     }
 
     /// Leases expire on the masters without telling us, so the gauge is set from the

@@ -497,6 +497,14 @@ pub struct MasterStatus {
     pub quarantined_until: Option<SystemTime>,
 }
 
+/// How one master's steps travelled: how many steps were sent and in how many calls (a
+/// batch is one call). `steps / calls` is the batches' mean size.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Traffic {
+    pub steps: u64,
+    pub calls: u64,
+}
+
 /// What a replica announces through the masters besides releases.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum News {

@@ -701,6 +701,8 @@ async fn random_faults(seed: u64, length: Duration) {
         w.await.expect("worker");
     }
     let blocked = every_name_is_granted_again(&cluster).await;
+    let (steps, calls) = master_traffic(&cluster).await;
+    eprintln!("fault suite: {steps} master steps sent in {calls} calls by the live replicas");
 
     let history = recorder.events.lock().unwrap().clone();
     let mut counts = std::collections::BTreeMap::new();
@@ -749,6 +751,11 @@ async fn random_faults(seed: u64, length: Duration) {
         "fault suite: {retried} grants won by a retry with the first attempt's Idempotency-Key"
     );
     assert!(terms > 5, "too few election terms to judge the elections");
+    // The steps ran in batches under these faults: some call carried several.
+    assert!(
+        steps > calls,
+        "no call to a master carried more than one step ({steps} steps, {calls} calls)"
+    );
     assert!(
         violations.is_empty(),
         "seed {seed}: {} violations:\n{}\n\nreplica logs:\n{}",
@@ -778,6 +785,40 @@ fn random_faults_seed_2() {
     if net::enter("random_faults_seed_2") {
         runtime().block_on(random_faults(seed(2), Duration::from_secs(40)));
     }
+}
+
+/// The steps the live replicas sent to the masters and the calls that carried them, from
+/// their metrics (a replica restarted by a fault counts from its restart).
+async fn master_traffic(cluster: &Cluster) -> (u64, u64) {
+    let http = reqwest::Client::new();
+    let bases: Vec<String> = cluster
+        .bases
+        .read()
+        .unwrap()
+        .iter()
+        .flatten()
+        .cloned()
+        .collect();
+    let (mut steps, mut calls) = (0, 0);
+    for base in bases {
+        let Ok(response) = http.get(format!("{base}/metrics")).send().await else {
+            continue;
+        };
+        let text = response.text().await.unwrap_or_default();
+        for line in text.lines() {
+            let total = |family: &str| {
+                line.strip_prefix(family)
+                    .filter(|rest| rest.starts_with('{'))
+                    .and_then(|rest| rest.rsplit(' ').next()?.parse::<f64>().ok())
+            };
+            if let Some(n) = total("redlockd_master_steps_total") {
+                steps += n as u64;
+            } else if let Some(n) = total("redlockd_master_calls_total") {
+                calls += n as u64;
+            }
+        }
+    }
+    (steps, calls)
 }
 
 /// L1 is held on two masters of three; one of them restarts empty; a second grant then

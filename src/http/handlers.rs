@@ -114,6 +114,11 @@ pub async fn metrics(State(state): State<AppState>) -> Response {
     state
         .metrics
         .set_leases_active(state.service.active_leases());
+    for (master, traffic) in state.service.master_traffic() {
+        state
+            .metrics
+            .master_traffic(master, traffic.steps, traffic.calls);
+    }
     let readiness = state.service.readiness();
     state.metrics.set_ready(readiness.ready);
     for master in &readiness.masters {

@@ -13,10 +13,10 @@ use super::events::{Events, LockEvent};
 use super::{Ttl, WaitTime};
 use crate::config::Caps;
 use crate::metrics::Metrics;
-use crate::model::MasterStatus;
 use crate::model::News;
 use crate::model::{FencingToken, GrantKey, LeaseId, LockName, NamePrefix, Owner};
 use crate::model::{Idem, Kind, Listeners};
+use crate::model::{MasterStatus, Traffic};
 use crate::redlock::{EngineError, Holder, Leased, Redlock};
 
 /// A grant attempt whose request was dropped before it finished: on drop, it releases the
@@ -577,6 +577,15 @@ impl LeaseService {
     }
 
     /// Whether grants can succeed now, and each master as `/readyz` shows it.
+    /// How each master's steps have travelled (address, traffic), for the masters that
+    /// send them in batches.
+    pub fn master_traffic(&self) -> impl Iterator<Item = (&str, Traffic)> {
+        self.engine
+            .nodes()
+            .iter()
+            .filter_map(|node| Some((node.address(), node.traffic()?)))
+    }
+
     pub fn readiness(&self) -> Readiness {
         let monitor = self.engine.monitor();
         Readiness {

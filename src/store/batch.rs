@@ -23,7 +23,8 @@
 //! was: every master's counter then moves with every grant, and the failed grant's
 //! release, queued after it, undoes it.
 
-use std::sync::{Mutex, OnceLock};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 use futures::future::BoxFuture;
@@ -33,6 +34,7 @@ use tokio::sync::{mpsc, oneshot};
 use tokio::time::Instant;
 
 use super::node::{NodeError, NodeResult};
+use crate::model::Traffic;
 
 /// One step for the batch: which step script, with its keys and arguments.
 pub struct Step {
@@ -82,6 +84,21 @@ pub struct Batcher {
     /// on the connection with the others, as before batching (`REDLOCKD_MASTER_BATCH_MAX=1`:
     /// what batching buys is measured against it).
     direct: Option<Wire>,
+    counts: Arc<Counts>,
+}
+
+/// Steps sent and the calls that carried them, counted as they leave.
+#[derive(Default)]
+struct Counts {
+    steps: AtomicU64,
+    calls: AtomicU64,
+}
+
+impl Counts {
+    fn sent(&self, steps: usize) {
+        self.steps.fetch_add(steps as u64, Ordering::Relaxed);
+        self.calls.fetch_add(1, Ordering::Relaxed);
+    }
 }
 
 /// How a batch reaches the master: its connection, the script, and how errors are named.
@@ -106,6 +123,7 @@ struct Worker {
     queue: mpsc::UnboundedReceiver<Queued>,
     wire: Wire,
     max_steps: usize,
+    counts: Arc<Counts>,
 }
 
 impl Batcher {
@@ -123,13 +141,16 @@ impl Batcher {
             script,
             classify,
         };
+        let counts = Arc::new(Counts::default());
         Self {
             queue: tx,
             direct: (limits.max_steps <= 1).then(|| wire.clone()),
+            counts: counts.clone(),
             idle: Mutex::new(Some(Worker {
                 queue: rx,
                 wire,
                 max_steps: limits.max_steps.max(1),
+                counts,
             })),
             started: OnceLock::new(),
             timeout: limits.timeout,
@@ -141,6 +162,7 @@ impl Batcher {
     pub fn send(&self, step: Step) -> BoxFuture<'static, NodeResult<Value>> {
         if let Some(wire) = &self.direct {
             let (mut wire, call) = (wire.clone(), pack(wire.script, [&step]));
+            self.counts.sent(1);
             return Box::pin(async move {
                 let [answer] = <[Value; 1]>::try_from(wire.call(&call, 1).await?)
                     .map_err(|_| NodeError::Script("one step, one answer".into()))?;
@@ -176,6 +198,16 @@ impl Batcher {
     }
 }
 
+impl Batcher {
+    /// The steps sent so far, and the calls that carried them.
+    pub fn traffic(&self) -> Traffic {
+        Traffic {
+            steps: self.counts.steps.load(Ordering::Relaxed),
+            calls: self.counts.calls.load(Ordering::Relaxed),
+        }
+    }
+}
+
 impl Worker {
     /// Until every sender is gone (the node was dropped): take what is queued, send it as
     /// one call, answer each step.
@@ -188,6 +220,7 @@ impl Worker {
                 continue;
             };
             let call = pack(self.wire.script, batch.iter().map(|q| &q.step));
+            self.counts.sent(batch.len());
             let answers = tokio::time::timeout_at(deadline, self.wire.call(&call, batch.len()))
                 .await
                 .unwrap_or(Err(NodeError::Timeout));

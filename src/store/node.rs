@@ -9,7 +9,7 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 
-use crate::model::{FencingToken, Idem, Kind, Listeners, LockKey, News};
+use crate::model::{FencingToken, Idem, Kind, Listeners, LockKey, News, Traffic};
 
 /// What one master holds for one lock, for one of its holders.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -298,4 +298,10 @@ pub trait LockNode: Send + Sync + 'static {
     /// Start delivering this master's announcements to `listener` until `shutdown` fires.
     /// Nodes that share the process with the engine need not.
     fn listen(&self, _listener: Listener, _shutdown: tokio_util::sync::CancellationToken) {}
+
+    /// How this master's steps have travelled so far, for nodes that send them over a
+    /// wire in batches (none for a node in this process).
+    fn traffic(&self) -> Option<Traffic> {
+        None
+    }
 }

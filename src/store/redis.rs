@@ -25,7 +25,7 @@ use super::node::{
 };
 use crate::config::MasterUrl;
 use crate::model::News;
-use crate::model::{FencingToken, Kind, LockKey};
+use crate::model::{FencingToken, Kind, LockKey, Traffic};
 
 macro_rules! script {
     ($name:ident, $file:literal) => {
@@ -465,6 +465,10 @@ impl LockNode for RedisNode {
             .await
             .map(drop)
             .map_err(classify)
+    }
+
+    fn traffic(&self) -> Option<Traffic> {
+        Some(self.batch.traffic())
     }
 
     fn listen(&self, listener: Listener, shutdown: CancellationToken) {
