@@ -576,7 +576,6 @@ impl LeaseService {
         Ok((holders.into_iter().map(LockHolder::from).collect(), next))
     }
 
-    /// Whether grants can succeed now, and each master as `/readyz` shows it.
     /// How each master's steps have travelled (address, traffic), for the masters that
     /// send them in batches.
     pub fn master_traffic(&self) -> impl Iterator<Item = (&str, Traffic)> {
@@ -586,6 +585,7 @@ impl LeaseService {
             .filter_map(|node| Some((node.address(), node.traffic()?)))
     }
 
+    /// Whether grants can succeed now, and each master as `/readyz` shows it.
     pub fn readiness(&self) -> Readiness {
         let monitor = self.engine.monitor();
         Readiness {
