@@ -177,7 +177,6 @@ impl Reply {
         match value {
             Value::Array(items) => Ok(Self(items)),
             Value::Int(i) => Ok(Self(vec![Value::Int(i)])),
-            Value::ServerError(e) => Err(NodeError::Script(e.to_string())),
             other => Err(NodeError::Script(format!("unexpected reply {other:?}"))),
         }
     }
