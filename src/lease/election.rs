@@ -7,9 +7,9 @@
 //! the masters, by the others) says when something happened, and the observer reads the
 //! leader from a majority then; it also reads when the leader's lease would lapse, which
 //! is how a crashed leader's end is seen. What it reports is what a majority says, never a
-//! term older than one it reported, and never a term its leader was not given: a read
-//! that finds the new leader's masters still disagreeing on its token (the grant is
-//! writing its token back) looks again a moment later.
+//! term older than one it reported, and never a term its leader was not given: a new term
+//! is read again from every master, and while they disagree on its token (the grant is
+//! writing it back) the observer looks again a moment later.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -68,11 +68,10 @@ impl LeaseService {
         let mut events = self.events().subscribe(&name.topic());
         let mut known = Known::default();
         loop {
-            let look_again = match self.engine().sight(&name.key()).await {
+            let look_again = match self.read_leader(&name, &known).await {
                 // Its token is being written back: the term is not yet the leader's.
-                Ok(Sighting::Unsettled) => Some(Instant::now() + SETTLE_PAUSE),
-                Ok(Sighting::Settled(leader)) => {
-                    let leader = leader.map(LockHolder::from);
+                Ok(None) => Some(Instant::now() + SETTLE_PAUSE),
+                Ok(Some(leader)) => {
                     let remaining = leader.as_ref().map(|l| l.remaining);
                     let change = known.update(leader.map(|l| (l.token, l.owner)));
                     if let Some(change) = change
@@ -98,6 +97,29 @@ impl LeaseService {
     }
 }
 
+impl LeaseService {
+    /// What an observer reads: the leader (or nobody), or `None` while a new term's grant
+    /// is still writing its token back. A term the observer has not told yet is read again
+    /// from every master, settled (see `Redlock::sight`), so that it is never told a term
+    /// its leader was not given; a proclaim or a vacancy is taken from the first majority
+    /// to answer, as fast as any read, so that an observer keeps up with a leader that
+    /// proclaims and resigns in quick succession.
+    async fn read_leader(
+        &self,
+        name: &LockName,
+        known: &Known,
+    ) -> Result<Option<Option<LockHolder>>, LeaseError> {
+        let leader = self.inspect(name).await?;
+        if leader.as_ref().is_some_and(|l| known.is_new(l.token)) {
+            return Ok(match self.engine().sight(&name.key()).await? {
+                Sighting::Settled(leader) => Some(leader.map(LockHolder::from)),
+                Sighting::Unsettled => None,
+            });
+        }
+        Ok(Some(leader))
+    }
+}
+
 fn far_future() -> Instant {
     Instant::now() + Duration::from_secs(86_400)
 }
@@ -114,6 +136,11 @@ struct Known {
 }
 
 impl Known {
+    /// Whether `term` is not the term of the leader told last.
+    fn is_new(&self, term: FencingToken) -> bool {
+        self.leader.as_ref().is_none_or(|(t, _)| *t != term)
+    }
+
     /// The change a read of the leader (`(term, value)`, or none) makes, if any.
     fn update(&mut self, read: Option<(FencingToken, Option<String>)>) -> Option<LeaderChange> {
         let first = !std::mem::replace(&mut self.started, true);
