@@ -217,9 +217,13 @@ func TestCampaignProclaimObserveResign(t *testing.T) {
 	if now, err := cl.Leader(context.Background(), "primary"); err != nil || now.Term != leader.Term() {
 		t.Fatalf("leader: %+v %v", now, err)
 	}
+	// An observer is told what it reads on each change; a change undone before its read
+	// can go unseen, so each step waits for the observer to have seen the last.
+	waitFor(t, "the observer to see the election", 5*time.Second, func() bool { return count() >= 2 })
 	if err := leader.Proclaim(context.Background(), "10.0.0.1:5433"); err != nil {
 		t.Fatal(err)
 	}
+	waitFor(t, "the observer to see the proclaim", 5*time.Second, func() bool { return count() >= 3 })
 	_ = leader.Release(context.Background())
 	waitFor(t, "four events", 5*time.Second, func() bool { return count() >= 4 })
 	stop()

@@ -162,7 +162,11 @@ def test_campaign_and_observe(two_replicas):
     wait_for("the observer's first event", lambda: events or None)
     leader = client.campaign("primary", "10.0.0.1:5432", ttl=2)
     assert client.leader("primary").term == leader.term
+    # An observer is told what it reads on each change; a change undone before its read
+    # can go unseen, so each step waits for the observer to have seen the last.
+    wait_for("the observer to see the election", lambda: len(events) >= 2 or None)
     leader.proclaim("10.0.0.1:5433")
+    wait_for("the observer to see the proclaim", lambda: len(events) >= 3 or None)
     leader.release()
     follower.join(timeout=10)
     kinds = [e.kind for e in events]

@@ -130,7 +130,11 @@ test("campaign, proclaim, observe, resign", () =>
       const leader = await client.campaign("primary", "10.0.0.1:5432", { ttlMs: 2000 });
       term = leader.term;
       assert.equal((await client.leader("primary"))?.term, leader.term);
+      // An observer is told what it reads on each change; a change undone before its read
+      // can go unseen, so each step waits for the observer to have seen the last.
+      await waitFor("the observer to see the election", () => events.length >= 2);
       await leader.proclaim("10.0.0.1:5433");
+      await waitFor("the observer to see the proclaim", () => events.length >= 3);
       await leader.release();
       await waitFor("four events", () => events.length >= 4);
     } finally {
