@@ -32,6 +32,7 @@ pub enum Op {
     Observe,
     Proclaim,
     Resign,
+    Fence,
     ForceRelease,
 }
 
@@ -49,6 +50,7 @@ impl Op {
             Op::Observe => "observe",
             Op::Proclaim => "proclaim",
             Op::Resign => "resign",
+            Op::Fence => "fence",
             Op::ForceRelease => "force_release",
         }
     }

@@ -94,6 +94,15 @@ pub mod schema {
         integer(0, DEFAULT_MAX_WAIT_MS)
     }
 
+    /// A fencing token as a path parameter: a whole number from 1 (tokens start at 1).
+    pub fn fencing_token() -> Object {
+        ObjectBuilder::new()
+            .schema_type(Type::Integer)
+            .format(Some(SchemaFormat::KnownFormat(KnownFormat::Int64)))
+            .minimum(Some(1.0))
+            .build()
+    }
+
     /// A list call's page size.
     pub fn list_limit() -> Object {
         integer(1, MAX_LIST_LIMIT)
@@ -236,6 +245,17 @@ pub struct LockStatus {
     pub ttl_remaining_ms: Option<u64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub owner: Option<String>,
+}
+
+/// Whether a fencing token is current: a lease with that token holds the name on a
+/// majority of masters.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+#[schema(example = json!({"name": "nightly-report", "fencing_token": 42, "current": true}))]
+pub struct FenceStatus {
+    pub name: String,
+    #[schema(value_type = u64)]
+    pub fencing_token: FencingToken,
+    pub current: bool,
 }
 
 /// A held lock in a list.

@@ -9,7 +9,7 @@ use serde::de::DeserializeOwned;
 use super::error::ApiError;
 use super::types::parse_fields;
 use crate::auth::Caller;
-use crate::model::{LeaseId, LockName};
+use crate::model::{FencingToken, LeaseId, LockName};
 
 /// The parsed name, if the caller's token may use it (always, without authentication).
 fn in_scope(parts: &Parts, name: LockName) -> Result<LockName, ApiError> {
@@ -54,15 +54,50 @@ async fn name_and_lease<S: Send + Sync>(
     Ok((in_scope(parts, parse(&name)?)?, LeaseId::parse(&id)?))
 }
 
-/// Each kind's path extractors, `{name}` and `{name}` with `{lease_id}`, parsed as that
+/// The `{name}` and `{fencing_token}` of a route: a token is a whole number from 1.
+async fn name_and_token<S: Send + Sync>(
+    parts: &mut Parts,
+    state: &S,
+    parse: ParseName,
+) -> Result<(LockName, FencingToken), ApiError> {
+    let Path((name, token)) = Path::<(String, String)>::from_request_parts(parts, state)
+        .await
+        .map_err(|e| ApiError::Invalid(e.body_text()))?;
+    let name = in_scope(parts, parse(&name)?)?;
+    let token = token
+        .parse::<u64>()
+        .ok()
+        .filter(|t| *t >= 1 && token.bytes().all(|b| b.is_ascii_digit()))
+        .ok_or_else(|| {
+            ApiError::Invalid(format!(
+                "fencing_token must be a whole number from 1, got {token:?}"
+            ))
+        })?;
+    Ok((name, FencingToken(token)))
+}
+
+/// Each kind's path extractors, `{name}`, and `{name}` with `{lease_id}` or with
+/// `{fencing_token}`, parsed as that
 /// kind's name and within the caller's prefixes: a new kind is a line below.
 macro_rules! kind_paths {
-    ($($kind:literal: $name_path:ident, $lease_path:ident => $parse:path;)*) => {$(
+    ($($kind:literal: $name_path:ident, $lease_path:ident, $fence_path:ident => $parse:path;)*) => {$(
         #[doc = concat!("The `{name}` of ", $kind, " route, parsed.")]
         pub struct $name_path(pub LockName);
 
         #[doc = concat!("The `{name}` and `{lease_id}` of ", $kind, "'s lease route, parsed.")]
         pub struct $lease_path(pub LockName, pub LeaseId);
+
+        #[doc = concat!("The `{name}` and `{fencing_token}` of ", $kind, "'s fence route, parsed.")]
+        pub struct $fence_path(pub LockName, pub FencingToken);
+
+        impl<S: Send + Sync> FromRequestParts<S> for $fence_path {
+            type Rejection = ApiError;
+
+            async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, ApiError> {
+                let (name, token) = name_and_token(parts, state, $parse).await?;
+                Ok(Self(name, token))
+            }
+        }
 
         impl<S: Send + Sync> FromRequestParts<S> for $name_path {
             type Rejection = ApiError;
@@ -84,8 +119,8 @@ macro_rules! kind_paths {
 }
 
 kind_paths! {
-    "a lock": LockPath, LeasePath => LockName::parse;
-    "an election": ElectionPath, ElectionLeasePath => LockName::election;
+    "a lock": LockPath, LeasePath, FencePath => LockName::parse;
+    "an election": ElectionPath, ElectionLeasePath, ElectionFencePath => LockName::election;
 }
 
 impl<S: Send + Sync, T: DeserializeOwned> FromRequest<S> for Fields<T> {

@@ -1,5 +1,5 @@
-//! The operations every kind of hold shares (grant, hold, renew, revoke, inspect and
-//! force-release), written once for all kinds. A kind brings three things: its bodies (in
+//! The operations every kind of hold shares (grant, hold, renew, revoke, inspect, whether a
+//! fencing token is current, and force-release), written once for all kinds. A kind brings three things: its bodies (in
 //! `wire`, with how its requests read below), its words in `kinds.json` (the OpenAPI
 //! document's operation ids and descriptions), and one `kind_routes!` line (its routes,
 //! its bodies' types, the error words it uses). A new kind is those three, not a new set of
@@ -103,6 +103,7 @@ pub(super) struct KindWords {
     pub(super) renew: Words,
     pub(super) revoke: Words,
     pub(super) inspect: Words,
+    pub(super) fence: Words,
     pub(super) force_release: Words,
 }
 
@@ -240,15 +241,15 @@ pub(super) async fn force_release(
     }))
 }
 
-/// A kind's shared routes: `kind_routes!(module in "tag", refined by fn, its three routes,
-/// paths (NamePath, LeasePath), holder "field" [renewed "field"], types (Grant, Renew,
-/// Lease, Status, StreamData))`. The paths, the holder's field name and the types are what the
+/// A kind's shared routes: `kind_routes!(module in "tag", refined by fn, its four routes,
+/// paths (NamePath, LeasePath, FencePath), holder "field" [renewed "field"], types (Grant,
+/// Renew, Lease, Status, StreamData))`. The paths, the holder's field name and the types are what the
 /// OpenAPI document must read as written; the words come from `kinds.json`.
 macro_rules! kind_routes {
     (
         $module:ident in $tag:literal, refined by $refine:path,
-        $route:literal, $hold_route:literal, $lease_route:literal,
-        paths ($name_path:ident, $lease_path:ident), holder $holder:literal $(renewed $renewed:literal)?,
+        $route:literal, $hold_route:literal, $lease_route:literal, $fence_route:literal,
+        paths ($name_path:ident, $lease_path:ident, $fence_path:ident), holder $holder:literal $(renewed $renewed:literal)?,
         types ($grant:ty, $renew:ty, $lease:ty, $status:ty, $stream:ty)
     ) => {
         pub(super) mod $module {
@@ -260,12 +261,12 @@ macro_rules! kind_routes {
 
             use super::super::AppState;
             use super::super::error::ApiError;
-            use super::super::extract::{Fields, $name_path, $lease_path};
-            use super::super::schema::{AdminOnly, NoQuorum, Refusals, TtlMs, WaitMs};
+            use super::super::extract::{Fields, $name_path, $lease_path, $fence_path};
+            use super::super::schema::{AdminOnly, FenceToken, NoQuorum, Refusals, TtlMs, WaitMs};
             use super::KindWords;
             use crate::auth::Caller;
             use crate::model::{IdempotencyKey, LeaseId, LockName, Owner};
-            use crate::wire::{ErrorBody, ForceReleased, NoFields};
+            use crate::wire::{ErrorBody, FenceStatus, ForceReleased, NoFields};
 
             /// The error in this kind's words.
             const REFINE: super::Refine = $refine;
@@ -394,6 +395,31 @@ macro_rules! kind_routes {
             }
 
             #[utoipa::path(
+                get, path = $fence_route, tag = $tag,
+                operation_id = words().fence.id(), summary = words().fence.summary(),
+                params(
+                    ("name" = inline(LockName), Path),
+                    ("fencing_token" = inline(FenceToken), Path, description = "the token to ask about"),
+                ),
+                responses(
+                    Refusals, NoQuorum,
+                    (status = 200, description = words().fence.answer("200"), body = FenceStatus),
+                )
+            )]
+            pub async fn fence(
+                State(state): State<AppState>,
+                $fence_path(name, token): $fence_path,
+                Fields(NoFields {}): Fields<NoFields>,
+            ) -> Result<Json<FenceStatus>, ApiError> {
+                let holder = state.service.inspect(&name).await?;
+                Ok(Json(FenceStatus {
+                    name: name.as_str().to_owned(),
+                    fencing_token: token,
+                    current: holder.is_some_and(|h| h.token == token),
+                }))
+            }
+
+            #[utoipa::path(
                 delete, path = $route, tag = $tag,
                 operation_id = words().force_release.id(), summary = words().force_release.summary(),
                 params(("name" = inline(LockName), Path)),
@@ -414,9 +440,9 @@ macro_rules! kind_routes {
     };
 }
 
-kind_routes!(locks in "locks", refined by std::convert::identity, "/locks/{name}", "/locks/{name}/hold", "/locks/{name}/leases/{lease_id}",
-    paths (LockPath, LeasePath), holder "owner",
+kind_routes!(locks in "locks", refined by std::convert::identity, "/locks/{name}", "/locks/{name}/hold", "/locks/{name}/leases/{lease_id}", "/locks/{name}/fences/{fencing_token}",
+    paths (LockPath, LeasePath, FencePath), holder "owner",
     types (crate::wire::GrantRequest, crate::wire::RenewRequest, crate::wire::LeaseBody, crate::wire::LockStatus, crate::wire::HoldStreamData));
-kind_routes!(elections in "elections", refined by ApiError::in_election, "/elections/{name}", "/elections/{name}/hold", "/elections/{name}/leases/{lease_id}",
-    paths (ElectionPath, ElectionLeasePath), holder "value" renewed "value",
+kind_routes!(elections in "elections", refined by ApiError::in_election, "/elections/{name}", "/elections/{name}/hold", "/elections/{name}/leases/{lease_id}", "/elections/{name}/fences/{fencing_token}",
+    paths (ElectionPath, ElectionLeasePath, ElectionFencePath), holder "value" renewed "value",
     types (crate::wire::CampaignRequest, crate::wire::ProclaimRequest, crate::wire::ElectionLease, crate::wire::Leader, crate::wire::CampaignStreamData));

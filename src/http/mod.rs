@@ -142,6 +142,7 @@ fn registry() -> Registry {
         .add(routes!(kinds::locks::revoke), Op::Revoke, Token(Hold))
         .add(routes!(handlers::check), Op::Check, Token(Hold))
         .add(routes!(kinds::locks::inspect), Op::Inspect, Token(Read))
+        .add(routes!(kinds::locks::fence), Op::Fence, Token(Read))
         .add(routes!(handlers::list), Op::List, Token(Read))
         .add(
             routes!(kinds::locks::force_release),
@@ -153,6 +154,7 @@ fn registry() -> Registry {
         .add(routes!(kinds::elections::renew), Op::Proclaim, Token(Hold))
         .add(routes!(kinds::elections::revoke), Op::Resign, Token(Hold))
         .add(routes!(kinds::elections::inspect), Op::Leader, Token(Read))
+        .add(routes!(kinds::elections::fence), Op::Fence, Token(Read))
         .add(routes!(elections::observe), Op::Observe, Token(Read))
         .add(
             routes!(kinds::elections::force_release),

@@ -30,6 +30,8 @@ pub struct TtlMs;
 pub struct WaitMs;
 /// A list call's `limit`.
 pub struct ListLimit;
+/// A fencing token in a path.
+pub struct FenceToken;
 
 schema_of! {
     LockName => lock_name,
@@ -40,6 +42,7 @@ schema_of! {
     TtlMs => ttl_ms,
     WaitMs => wait_ms,
     ListLimit => list_limit,
+    FenceToken => fencing_token,
 }
 
 /// An answer with the contract's error body.

@@ -76,6 +76,7 @@ fn good(name: &str) -> &'static str {
         "ttl_ms" => "5000",
         "wait_ms" | "after" | "prefix" => "",
         "limit" => "10",
+        "fencing_token" => "42",
         _ => "ok-1",
     }
 }

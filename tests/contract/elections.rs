@@ -129,3 +129,28 @@ async fn bad_election_input_is_a_clear_400() {
         "nothing was elected by any of it"
     );
 }
+
+#[tokio::test]
+async fn a_term_is_current_while_its_leader_leads() {
+    let app = TestApp::embedded().await;
+    let body = json!({"value": "a", "ttl_ms": 5000});
+    let (status, lease) = send(&app, "POST", "/elections/t", Some(body)).await;
+    assert_eq!(status, 201, "{lease}");
+    let (term, id) = (
+        lease["term"].as_u64().unwrap(),
+        lease["lease_id"].as_str().unwrap().to_owned(),
+    );
+    let (status, now) = send(&app, "GET", &format!("/elections/t/fences/{term}"), None).await;
+    assert_eq!(status, 200, "{now}");
+    assert_eq!(
+        now,
+        json!({"name": "t", "fencing_token": term, "current": true})
+    );
+    // A lock of the same name is another thing: its token space says nothing of the term.
+    let (_, lock) = send(&app, "GET", &format!("/locks/t/fences/{term}"), None).await;
+    assert_eq!(lock["current"], false);
+    let (status, _) = send(&app, "DELETE", &format!("/elections/t/leases/{id}"), None).await;
+    assert_eq!(status, 204);
+    let (_, after) = send(&app, "GET", &format!("/elections/t/fences/{term}"), None).await;
+    assert_eq!(after["current"], false, "a resigned term is over");
+}

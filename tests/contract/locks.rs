@@ -265,3 +265,51 @@ async fn a_waiting_grant_past_the_cap_is_429_with_retry_after_and_room_comes_bac
         metrics.contains(r#"redlockd_requests_total{op="grant",outcome="too_many_requests"} 1"#)
     );
 }
+
+#[tokio::test]
+async fn a_fencing_token_is_current_while_its_lease_holds_the_lock() {
+    let app = TestApp::embedded().await;
+    let fence = async |name: &str, token: &str| {
+        let answer = app
+            .call("GET", &format!("/locks/{name}/fences/{token}"))
+            .send()
+            .await;
+        (answer.status, answer.json())
+    };
+    let (id, token) = app.must_grant("fenced", json!({"ttl_ms": 5000})).await;
+    let (status, body) = fence("fenced", &token.to_string()).await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(
+        body,
+        json!({"name": "fenced", "fencing_token": token, "current": true})
+    );
+    // An older token, a later one, and another lock's: not current.
+    for (name, other) in [
+        ("fenced", token - 1),
+        ("fenced", token + 1),
+        ("other", token),
+    ] {
+        let (status, body) = fence(name, &other.to_string()).await;
+        assert_eq!((status, &body["current"]), (200, &json!(false)), "{body}");
+    }
+    assert_eq!(app.revoke("fenced", &id).await.0, 204);
+    let (status, body) = fence("fenced", &token.to_string()).await;
+    assert_eq!((status, &body["current"]), (200, &json!(false)), "{body}");
+    // The next holder's token is current, and only it.
+    let (_, next) = app.must_grant("fenced", json!({})).await;
+    assert!(next > token);
+    assert_eq!(fence("fenced", &next.to_string()).await.1["current"], true);
+    assert_eq!(
+        fence("fenced", &token.to_string()).await.1["current"],
+        false
+    );
+
+    for bad in ["0", "-1", "abc", "1.5", "%2B7", "18446744073709551616"] {
+        let (status, body) = fence("fenced", bad).await;
+        assert_eq!(
+            (status, &body["error"]),
+            (400, &json!("invalid_request")),
+            "{bad}: {body}"
+        );
+    }
+}
