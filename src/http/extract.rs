@@ -48,10 +48,19 @@ async fn name_and_lease<S: Send + Sync>(
     state: &S,
     parse: ParseName,
 ) -> Result<(LockName, LeaseId), ApiError> {
-    let Path((name, id)) = Path::<(String, String)>::from_request_parts(parts, state)
+    let (name, id) = name_and_segment(parts, state).await?;
+    Ok((in_scope(parts, parse(&name)?)?, LeaseId::parse(&id)?))
+}
+
+/// The `{name}` and the segment after it (a lease id, a fencing token), as sent.
+async fn name_and_segment<S: Send + Sync>(
+    parts: &mut Parts,
+    state: &S,
+) -> Result<(String, String), ApiError> {
+    let Path(both) = Path::<(String, String)>::from_request_parts(parts, state)
         .await
         .map_err(|e| ApiError::Invalid(e.body_text()))?;
-    Ok((in_scope(parts, parse(&name)?)?, LeaseId::parse(&id)?))
+    Ok(both)
 }
 
 /// The `{name}` and `{fencing_token}` of a route: a token is a whole number from 1.
@@ -60,9 +69,7 @@ async fn name_and_token<S: Send + Sync>(
     state: &S,
     parse: ParseName,
 ) -> Result<(LockName, FencingToken), ApiError> {
-    let Path((name, token)) = Path::<(String, String)>::from_request_parts(parts, state)
-        .await
-        .map_err(|e| ApiError::Invalid(e.body_text()))?;
+    let (name, token) = name_and_segment(parts, state).await?;
     let name = in_scope(parts, parse(&name)?)?;
     let token = token
         .parse::<u64>()
