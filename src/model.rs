@@ -84,6 +84,14 @@ impl LockName {
         Ok(name)
     }
 
+    /// The name of a semaphore (`/semaphores/{name}`), with the same alphabet.
+    pub fn semaphore(raw: &str) -> Result<Self, InvalidInput> {
+        let mut name = Self::parse(raw)
+            .map_err(|e| InvalidInput(e.0.replace("lock name", "semaphore name")))?;
+        name.kind = Kind::Semaphore;
+        Ok(name)
+    }
+
     /// The kind of lock it names.
     pub fn kind(&self) -> Kind {
         self.kind
@@ -190,7 +198,32 @@ impl LeaseId {
     pub fn as_str(&self) -> &str {
         &self.0
     }
+
+    /// The lease id of permit `slot` of a semaphore, made from a minted (or derived) id.
+    pub fn permit(&self, slot: Slot) -> Self {
+        Self(format!("{}_{}_{}", self.base(), slot.index, slot.limit))
+    }
+
+    /// The minted part of the id: a permit's without its slot.
+    pub fn base(&self) -> &str {
+        self.0.get(..MINTED_LEN).unwrap_or(&self.0)
+    }
+
+    /// The slot a permit's id names, if it names one (see `Slot`).
+    pub fn slot(&self) -> Option<Slot> {
+        let tail = self.0.get(MINTED_LEN..)?.strip_prefix('_')?;
+        let (index, limit) = tail.split_once('_')?;
+        let digits = |s: &str| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit());
+        if !digits(index) || !digits(limit) {
+            return None;
+        }
+        let (index, limit) = (index.parse().ok()?, limit.parse().ok()?);
+        (index < limit && limit <= MAX_PERMITS).then_some(Slot { index, limit })
+    }
 }
+
+/// The length of the ids we mint (16 bytes in base64url).
+const MINTED_LEN: usize = 22;
 
 impl fmt::Debug for LeaseId {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -301,7 +334,14 @@ impl GrantKey {
     /// record for the key. Both are hashes: the key itself never reaches the masters, and
     /// the lease id depends on the request, so that a key sent again with other parameters
     /// asks for another lease (and meets the record's mismatch) instead of the first one.
-    pub fn derive(&self, name: &LockName, ttl: Duration, owner: Option<&str>) -> (LeaseId, Idem) {
+    /// A semaphore's `limit` is part of the request (a lock's fingerprint is as it was).
+    pub fn derive(
+        &self,
+        name: &LockName,
+        limit: Option<PermitLimit>,
+        ttl: Duration,
+        owner: Option<&str>,
+    ) -> (LeaseId, Idem) {
         use sha2::{Digest, Sha256};
         let hash = |parts: &[&[u8]]| {
             let mut h = Sha256::new();
@@ -315,15 +355,18 @@ impl GrantKey {
         let kind = name.key().kind.segment().as_bytes();
         let ttl_ms = millis(ttl).to_string();
         let owner = owner.map(str::as_bytes);
-        let fingerprint = hex::encode(
-            &hash(&[
-                kind,
-                name.as_str().as_bytes(),
-                ttl_ms.as_bytes(),
-                owner.unwrap_or(b""),
-                if owner.is_some() { b"1" } else { b"0" },
-            ])[..16],
-        );
+        let limit = limit.map(|l| l.get().to_string());
+        let mut parts: Vec<&[u8]> = vec![
+            kind,
+            name.as_str().as_bytes(),
+            ttl_ms.as_bytes(),
+            owner.unwrap_or(b""),
+            if owner.is_some() { b"1" } else { b"0" },
+        ];
+        if let Some(limit) = &limit {
+            parts.push(limit.as_bytes());
+        }
+        let fingerprint = hex::encode(&hash(&parts)[..16]);
         let scope = self.scope.as_bytes();
         let key = self.key.0.as_bytes();
         let record = b64(&hash(&[b"record", scope, key])[..18]);
@@ -356,6 +399,10 @@ pub enum Kind {
     /// An election: one leader at a time, whose lease's token is its term and whose owner
     /// text is its value.
     Election,
+    /// A semaphore's slots: a permit is one of `limit` slots of the name, each a mutex of
+    /// its own (see `LockKey::slot`), so that at most `limit` permits are valid at once
+    /// whatever the masters' votes.
+    Semaphore,
 }
 
 impl Kind {
@@ -366,6 +413,7 @@ impl Kind {
         match self {
             Kind::Mutex => "lock:",
             Kind::Election => "election:",
+            Kind::Semaphore => "semaphore:",
         }
     }
 
@@ -374,6 +422,7 @@ impl Kind {
         match self {
             Kind::Mutex => "locks",
             Kind::Election => "elections",
+            Kind::Semaphore => "semaphores",
         }
     }
 
@@ -382,8 +431,41 @@ impl Kind {
         match self {
             Kind::Mutex => "names",
             Kind::Election => "elections",
+            Kind::Semaphore => "semaphores",
         }
     }
+}
+
+/// The largest `limit` of a semaphore.
+pub const MAX_PERMITS: u16 = 1000;
+
+/// How many permits a semaphore grant allows at once: 1 to `MAX_PERMITS`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct PermitLimit(u16);
+
+impl PermitLimit {
+    pub fn parse(raw: u64) -> Result<Self, InvalidInput> {
+        match u16::try_from(raw) {
+            Ok(n) if (1..=MAX_PERMITS).contains(&n) => Ok(Self(n)),
+            _ => Err(InvalidInput(format!(
+                "limit must be from 1 to {MAX_PERMITS}, got {raw}"
+            ))),
+        }
+    }
+
+    pub fn get(self) -> u16 {
+        self.0
+    }
+}
+
+/// Which permit of a semaphore a lease is: its slot (0 to `limit` - 1) and the limit it was
+/// granted with. A permit's lease id carries both after its 128 random bits
+/// (`LeaseId::permit`), so that renew, check and revoke go straight to the slot; an id
+/// whose tail was altered names a slot its lease does not hold, and is not found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Slot {
+    pub index: u16,
+    pub limit: u16,
 }
 
 /// What a node operation acts on: a name in one kind's key space.
@@ -410,13 +492,33 @@ impl LockKey {
         }
     }
 
+    /// Slot `slot` of the semaphore `name`: its key's name is `<name>/<slot>` (names have
+    /// no `/`, so no two semaphores' slots meet), and the masters' index of semaphores
+    /// lists a name's slots together, under the prefix `<name>/`.
+    pub fn slot(name: &str, slot: u16) -> Self {
+        Self {
+            kind: Kind::Semaphore,
+            name: format!("{name}/{slot}").into(),
+        }
+    }
+
+    /// The slot a semaphore's key is, from its name.
+    pub fn slot_index(&self) -> Option<u16> {
+        self.name.rsplit_once('/')?.1.parse().ok()
+    }
+
     /// How announcements and the event bus name this key: a mutex by its bare name (as
     /// every version of redlockd announces it), other kinds by a path no lock name can
-    /// spell (names have no `/`), so that an election never wakes a lock's waiters.
+    /// spell (names have no `/`), so that an election never wakes a lock's waiters. Every
+    /// slot of a semaphore is announced as the semaphore: a freed slot wakes its waiters.
     pub fn topic(&self) -> std::borrow::Cow<'_, str> {
         match self.kind {
             Kind::Mutex => std::borrow::Cow::Borrowed(&self.name),
             Kind::Election => std::borrow::Cow::Owned(format!("/elections/{}", self.name)),
+            Kind::Semaphore => {
+                let name = self.name.split('/').next().unwrap_or(&self.name);
+                std::borrow::Cow::Owned(format!("/semaphores/{name}"))
+            }
         }
     }
 }
@@ -438,6 +540,25 @@ pub struct Listeners {
     pub waiting: bool,
     /// The hold, once granted, is followed by observers.
     pub observed: bool,
+    /// The hold is one of a semaphore's slots: its end is always announced, since the
+    /// grants that wait for a permit read the slots and mark none of them.
+    pub pooled: bool,
+}
+
+impl Listeners {
+    /// How acquire.lua reads them: 'w' waiting, 'o' observed, 'a' always announce (pooled).
+    pub fn flags(self) -> &'static str {
+        match (self.waiting, self.observed, self.pooled) {
+            (false, false, false) => "",
+            (true, false, false) => "w",
+            (false, true, false) => "o",
+            (true, true, false) => "wo",
+            (false, false, true) => "a",
+            (true, false, true) => "wa",
+            (false, true, true) => "oa",
+            (true, true, true) => "woa",
+        }
+    }
 }
 
 /// What makes a grant idempotent on a master: the record its Idempotency-Key leaves there
@@ -559,6 +680,35 @@ mod tests {
         assert!(LeaseId::parse("has space").is_err());
         assert!(LeaseId::parse("").is_err());
         assert!(!format!("{a:?}").contains(a.as_str()));
+    }
+
+    #[test]
+    fn a_permits_id_carries_its_slot_after_the_random_bits() {
+        let base = LeaseId::generate();
+        let slot = Slot { index: 2, limit: 3 };
+        let permit = base.permit(slot);
+        assert!(LeaseId::parse(permit.as_str()).is_ok());
+        assert_eq!(permit.slot(), Some(slot));
+        assert_eq!(permit.base(), base.as_str());
+        assert_eq!(base.slot(), None);
+        for tail in ["_3_3", "_1_1001", "_x_3", "_1", "_1_3_4", "__3", "_-1_3"] {
+            let forged = LeaseId(format!("{}{tail}", base.as_str()));
+            assert_eq!(forged.slot(), None, "{tail}");
+        }
+    }
+
+    #[test]
+    fn a_semaphores_slots_are_announced_as_the_semaphore() {
+        let slot = LockKey::slot("pool", 7);
+        assert_eq!(slot.slot_index(), Some(7));
+        assert_eq!(slot.topic(), "/semaphores/pool");
+        assert_eq!(
+            LockName::semaphore("pool").unwrap().topic(),
+            "/semaphores/pool"
+        );
+        assert!(PermitLimit::parse(0).is_err());
+        assert!(PermitLimit::parse(1001).is_err());
+        assert_eq!(PermitLimit::parse(1000).unwrap().get(), 1000);
     }
 
     #[test]

@@ -103,6 +103,11 @@ pub mod schema {
             .build()
     }
 
+    /// A semaphore's `limit`.
+    pub fn permit_limit() -> Object {
+        integer(1, u64::from(crate::model::MAX_PERMITS))
+    }
+
     /// A list call's page size.
     pub fn list_limit() -> Object {
         integer(1, MAX_LIST_LIMIT)
@@ -424,6 +429,91 @@ pub struct LeaderEvent {
     pub value: Option<String>,
 }
 
+/// Fields of a semaphore's grant (taking a permit); each may also be given as a query
+/// parameter of the same name.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+#[schema(example = json!({"limit": 3, "ttl_ms": 60000, "wait_ms": 5000, "owner": "pool-worker-3"}))]
+pub struct SemaphoreRequest {
+    /// How many permits of this name may be held at once: 1 to 1000. Required. Grants with
+    /// different limits share the slots: a permit is one of slots 0 to `limit` - 1.
+    #[schema(value_type = u64, minimum = 1, maximum = 1000)]
+    pub limit: Option<Whole>,
+    /// Permit TTL in ms: from 100 to the configured maximum (default 3600000). Default 30000.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<u64>, minimum = 100, maximum = 3600000)]
+    pub ttl_ms: Option<Whole>,
+    /// How long to wait while every permit is taken, in ms (default 0: do not wait).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<u64>, minimum = 0, maximum = 60000)]
+    pub wait_ms: Option<Whole>,
+    /// Free text naming the holder (at most 256 bytes), shown by inspect.
+    #[schema(max_length = 256)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub owner: Option<String>,
+}
+
+/// A permit: what taking and renewing a semaphore's permit answer. A lease body with the
+/// permit's slot and the limit it was granted with.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+#[schema(example = json!({
+    "name": "db-pool", "lease_id": "q3JtZ0kPq6Nw2b1xVf8u4A_1_3", "fencing_token": 42,
+    "slot": 1, "limit": 3, "ttl_ms": 30000, "validity_ms": 29697,
+    "expires_at": "2026-11-22T03:00:30.000Z", "owner": "pool-worker-3"
+}))]
+pub struct PermitBody {
+    pub name: String,
+    /// Opaque; whoever knows it can renew and release the permit. Keep it secret.
+    pub lease_id: String,
+    /// Greater than the token of every earlier permit of this slot (and of every earlier
+    /// grant these masters made). Stamp the slot's work with it.
+    #[schema(value_type = u64)]
+    pub fencing_token: FencingToken,
+    /// Which of the `limit` slots this permit is: 0 to `limit` - 1.
+    pub slot: u16,
+    /// The limit the permit was granted with.
+    pub limit: u16,
+    #[schema(minimum = 100, maximum = 3600000)]
+    pub ttl_ms: u64,
+    /// How long you may rely on the permit from the moment this response was written.
+    pub validity_ms: u64,
+    /// When the permit lapses unless renewed.
+    pub expires_at: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub owner: Option<String>,
+}
+
+/// One holder of a semaphore's permit, as inspect shows it; never with its lease id.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct PermitHolder {
+    pub slot: u16,
+    #[schema(value_type = u64)]
+    pub fencing_token: FencingToken,
+    pub ttl_remaining_ms: u64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub owner: Option<String>,
+}
+
+/// A semaphore as inspect shows it: the permits a majority of masters hold, by slot.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+#[schema(example = json!({"name": "db-pool", "holders": [{"slot": 0, "fencing_token": 41, "ttl_remaining_ms": 17250, "owner": "pool-worker-1"}]}))]
+pub struct SemaphoreStatus {
+    pub name: String,
+    pub holders: Vec<PermitHolder>,
+}
+
+/// The `data` of a held permit's stream events: as a held lock's, with `PermitBody` for
+/// `granted` and `heartbeat`.
+#[derive(Serialize, ToSchema)]
+#[serde(untagged)]
+#[allow(dead_code)]
+pub enum PermitStreamData {
+    Queued(QueuedEvent),
+    Lease(PermitBody),
+    Lost(LostEvent),
+    Failed(ErrorBody),
+}
+
 /// What an administrator's force-release removed.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 #[schema(example = json!({"name": "nightly-report", "released": true, "fencing_token": 42}))]
@@ -431,7 +521,8 @@ pub struct ForceReleased {
     pub name: String,
     /// Whether a holder was removed (false: nobody held it).
     pub released: bool,
-    /// The removed lease's token; every later grant's is greater.
+    /// The removed lease's token (a semaphore's: the highest of the permits removed);
+    /// every later grant's is greater.
     #[serde(skip_serializing_if = "Option::is_none")]
     #[schema(value_type = Option<u64>)]
     pub fencing_token: Option<FencingToken>,

@@ -46,6 +46,9 @@ pub enum ApiError {
     /// 409 `lock_held` on a campaign: another candidate leads the election.
     #[error("another candidate leads this election")]
     Led { retry_after: Duration },
+    /// 409 `lock_held` on a semaphore: every permit below the grant's limit is taken.
+    #[error("every permit of this semaphore is taken")]
+    Full { retry_after: Duration },
     /// 404 `lease_not_found`: no such lease holds the lock (expired, revoked or never granted).
     #[error("no such lease holds this lock: it expired, was revoked, or never existed")]
     LeaseNotFound,
@@ -103,7 +106,9 @@ impl ApiError {
             ApiError::Invalid(_) => StatusCode::BAD_REQUEST,
             ApiError::TooLarge => StatusCode::PAYLOAD_TOO_LARGE,
             ApiError::RequestTimeout => StatusCode::REQUEST_TIMEOUT,
-            ApiError::LockHeld { .. } | ApiError::Led { .. } => StatusCode::CONFLICT,
+            ApiError::LockHeld { .. } | ApiError::Led { .. } | ApiError::Full { .. } => {
+                StatusCode::CONFLICT
+            }
             ApiError::LeaseNotFound | ApiError::KeyEnded | ApiError::NoRoute => {
                 StatusCode::NOT_FOUND
             }
@@ -124,7 +129,7 @@ impl ApiError {
         match self {
             ApiError::Invalid(_) | ApiError::TooLarge => "invalid_request",
             ApiError::RequestTimeout => "request_timeout",
-            ApiError::LockHeld { .. } | ApiError::Led { .. } => "lock_held",
+            ApiError::LockHeld { .. } | ApiError::Led { .. } | ApiError::Full { .. } => "lock_held",
             ApiError::LeaseNotFound | ApiError::KeyEnded => "lease_not_found",
             ApiError::IdempotencyMismatch => "idempotency_mismatch",
             ApiError::Unavailable { .. } => "quorum_unavailable",
@@ -150,6 +155,14 @@ impl ApiError {
     pub fn in_election(self) -> Self {
         match self {
             ApiError::LockHeld { retry_after } => ApiError::Led { retry_after },
+            e => e,
+        }
+    }
+
+    /// The same error as a permit's: "held" there means every permit is taken.
+    pub fn in_semaphore(self) -> Self {
+        match self {
+            ApiError::LockHeld { retry_after } => ApiError::Full { retry_after },
             e => e,
         }
     }
@@ -188,6 +201,7 @@ impl ApiError {
         match self {
             ApiError::LockHeld { retry_after }
             | ApiError::Led { retry_after }
+            | ApiError::Full { retry_after }
             | ApiError::TooMany { retry_after, .. } => Some(*retry_after),
             _ => None,
         }

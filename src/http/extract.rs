@@ -128,6 +128,7 @@ macro_rules! kind_paths {
 kind_paths! {
     "a lock": LockPath, LeasePath, FencePath => LockName::parse;
     "an election": ElectionPath, ElectionLeasePath, ElectionFencePath => LockName::election;
+    "a semaphore": SemaphorePath, PermitPath, SemaphoreFencePath => LockName::semaphore;
 }
 
 impl<S: Send + Sync, T: DeserializeOwned> FromRequest<S> for Fields<T> {

@@ -18,30 +18,46 @@ use super::AppState;
 use super::error::ApiError;
 use super::stream;
 use crate::auth::Caller;
+use crate::lease::Target;
 use crate::lease::{Lease, LeasePolicy};
 use crate::model::{GrantKey, IdempotencyKey, LockName, Owner};
+use crate::model::{Kind, PermitLimit};
 use crate::wire::{CampaignRequest, GrantRequest, ProclaimRequest, RenewRequest, whole};
+use crate::wire::{ForceReleased, SemaphoreRequest};
 
 // How each kind's request bodies read: a grant's `ttl_ms`, `wait_ms` and holder text (a
 // lock's owner, a leader's value); a renew's `ttl_ms` and, where the holder may change its
 // text, the new one.
 impl GrantRequest {
     fn holding(&self) -> GrantFields<'_> {
-        (
-            whole(self.ttl_ms),
-            whole(self.wait_ms),
-            self.owner.as_deref(),
-        )
+        GrantFields {
+            ttl_ms: whole(self.ttl_ms),
+            wait_ms: whole(self.wait_ms),
+            holder: self.owner.as_deref(),
+            limit: None,
+        }
     }
 }
 
 impl CampaignRequest {
     fn holding(&self) -> GrantFields<'_> {
-        (
-            whole(self.ttl_ms),
-            whole(self.wait_ms),
-            self.value.as_deref(),
-        )
+        GrantFields {
+            ttl_ms: whole(self.ttl_ms),
+            wait_ms: whole(self.wait_ms),
+            holder: self.value.as_deref(),
+            limit: None,
+        }
+    }
+}
+
+impl SemaphoreRequest {
+    fn holding(&self) -> GrantFields<'_> {
+        GrantFields {
+            ttl_ms: whole(self.ttl_ms),
+            wait_ms: whole(self.wait_ms),
+            holder: self.owner.as_deref(),
+            limit: Some(whole(self.limit)),
+        }
     }
 }
 
@@ -119,8 +135,31 @@ pub(super) fn words(tag: &str) -> &'static KindWords {
         .unwrap_or_else(|| panic!("kinds.json has no kind {tag}"))
 }
 
-/// A grant's fields: `ttl_ms`, `wait_ms`, and the holder text.
-pub(super) type GrantFields<'a> = (Option<u64>, Option<u64>, Option<&'a str>);
+/// A grant's fields, as every kind's request names them.
+pub(super) struct GrantFields<'a> {
+    ttl_ms: Option<u64>,
+    wait_ms: Option<u64>,
+    /// A lock's owner, a leader's value.
+    holder: Option<&'a str>,
+    /// A semaphore's `limit` (`Some(None)`: the field is missing); `None` for other kinds.
+    limit: Option<Option<u64>>,
+}
+
+impl GrantFields<'_> {
+    /// What the grant takes: the name, or for a semaphore one of `limit` permits of it.
+    fn target(&self, name: LockName) -> Result<Target, ApiError> {
+        match (name.kind(), self.limit) {
+            (Kind::Semaphore, Some(Some(limit))) => {
+                Ok(Target::permit(name, PermitLimit::parse(limit)?))
+            }
+            (Kind::Semaphore, _) => Err(ApiError::Invalid(
+                "limit is required: how many permits of this name may be held at once (1 to 1000)"
+                    .into(),
+            )),
+            _ => Ok(name.into()),
+        }
+    }
+}
 
 /// The request's `Idempotency-Key`, in its caller's scope (the token's name; one shared
 /// scope without authentication).
@@ -153,15 +192,15 @@ pub(super) async fn grant<B: serde::Serialize + for<'a> From<&'a Lease>>(
     if stream::wants_stream(headers) {
         return hold(state, name, fields, headers, refine);
     }
-    let (ttl_ms, wait_ms, owner) = fields;
+    let target = fields.target(name)?;
     let policy = LeasePolicy::from(state.settings.leases);
-    let ttl = policy.ttl(ttl_ms)?;
-    let wait = policy.wait(wait_ms)?;
-    let owner = owner.map(Owner::parse).transpose()?;
+    let ttl = policy.ttl(fields.ttl_ms)?;
+    let wait = policy.wait(fields.wait_ms)?;
+    let owner = fields.holder.map(Owner::parse).transpose()?;
     let key = idempotency_key(headers, caller)?;
     let lease = state
         .service
-        .grant_keyed(name, ttl, wait, owner, key)
+        .grant_keyed(target, ttl, wait, owner, key)
         .await
         .map_err(|e| refine(e.into()))?;
     let location = format!(
@@ -183,24 +222,25 @@ pub(super) async fn grant<B: serde::Serialize + for<'a> From<&'a Lease>>(
 pub(super) fn hold(
     state: &AppState,
     name: LockName,
-    (ttl_ms, wait_ms, owner): GrantFields<'_>,
+    fields: GrantFields<'_>,
     headers: &HeaderMap,
     refine: Refine,
 ) -> Result<Response, ApiError> {
+    let target = fields.target(name)?;
     let policy = LeasePolicy::from(state.settings.leases);
-    let ttl = policy.ttl(ttl_ms)?;
-    let wait = policy.wait(wait_ms)?;
-    let owner = owner.map(Owner::parse).transpose()?;
+    let ttl = policy.ttl(fields.ttl_ms)?;
+    let wait = policy.wait(fields.wait_ms)?;
+    let owner = fields.holder.map(Owner::parse).transpose()?;
     if headers.contains_key("idempotency-key") {
         return Err(ApiError::Invalid(
             "Idempotency-Key does not apply to a held stream: closing the stream revokes its lease"
                 .into(),
         ));
     }
-    let kind = name.kind();
+    let kind = target.name.kind();
     let events = state
         .service
-        .hold(name, ttl, wait, owner)
+        .hold(target, ttl, wait, owner)
         .map_err(|e| refine(e.into()))?;
     Ok(stream::hold(kind, events).into_response())
 }
@@ -224,20 +264,22 @@ pub(super) async fn force_release(
     state: &AppState,
     caller: Option<&Caller>,
     name: LockName,
-) -> Result<Json<crate::wire::ForceReleased>, ApiError> {
+) -> Result<Json<ForceReleased>, ApiError> {
     let removed = state.service.force_release(&name).await?;
     let by = caller.map_or("anonymous (no REDLOCKD_AUTH_FILE)", |c| &*c.name);
+    let tokens: Vec<u64> = removed.iter().map(|t| t.0).collect();
     tracing::warn!(
         target: "redlockd::audit",
         administrator = by,
         lock = %name,
-        fencing_token = removed.map(|t| t.0),
+        kind = name.kind().route(),
+        fencing_tokens = ?tokens,
         "force-release"
     );
-    Ok(Json(crate::wire::ForceReleased {
+    Ok(Json(ForceReleased {
         name: name.to_string(),
-        released: removed.is_some(),
-        fencing_token: removed,
+        released: !removed.is_empty(),
+        fencing_token: removed.into_iter().max(),
     }))
 }
 
@@ -249,7 +291,7 @@ macro_rules! kind_routes {
     (
         $module:ident in $tag:literal, refined by $refine:path,
         $route:literal, $hold_route:literal, $lease_route:literal, $fence_route:literal,
-        paths ($name_path:ident, $lease_path:ident, $fence_path:ident), holder $holder:literal $(renewed $renewed:literal)?,
+        paths ($name_path:ident, $lease_path:ident, $fence_path:ident), holder $holder:literal $(renewed $renewed:literal)? $(counted $limit:literal)?,
         types ($grant:ty, $renew:ty, $lease:ty, $status:ty, $stream:ty)
     ) => {
         pub(super) mod $module {
@@ -262,7 +304,7 @@ macro_rules! kind_routes {
             use super::super::AppState;
             use super::super::error::ApiError;
             use super::super::extract::{Fields, $name_path, $lease_path, $fence_path};
-            use super::super::schema::{AdminOnly, FenceToken, NoQuorum, Refusals, TtlMs, WaitMs};
+                        use super::super::schema::{AdminOnly, FenceToken, NoQuorum, Refusals, TtlMs, WaitMs};
             use super::KindWords;
             use crate::auth::Caller;
             use crate::model::{IdempotencyKey, LeaseId, LockName, Owner};
@@ -283,6 +325,7 @@ macro_rules! kind_routes {
                     ("ttl_ms" = inline(Option<TtlMs>), Query, description = "as the body field"),
                     ("wait_ms" = inline(Option<WaitMs>), Query, description = "as the body field"),
                     ($holder = inline(Option<Owner>), Query, description = "as the body field"),
+                    $(($limit = inline(Option<super::super::schema::PermitLimitParam>), Query, description = "as the body field (required in one or the other)"),)?
                     ("Idempotency-Key" = inline(Option<IdempotencyKey>), Header, nullable = false, description = words().grant.idempotency_key()),
                 ),
                 request_body(content = Option<$grant>, description = words().grant.body()),
@@ -316,6 +359,7 @@ macro_rules! kind_routes {
                     ("ttl_ms" = inline(Option<TtlMs>), Query, description = "as the body field: the lease is renewed at a third of it while connected"),
                     ("wait_ms" = inline(Option<WaitMs>), Query, description = "as the body field"),
                     ($holder = inline(Option<Owner>), Query, description = "as the body field"),
+                    $(($limit = inline(Option<super::super::schema::PermitLimitParam>), Query, description = "as the body field (required in one or the other)"),)?
                 ),
                 request_body(content = Option<$grant>, description = words().hold.body()),
                 responses(
@@ -390,8 +434,8 @@ macro_rules! kind_routes {
                 $name_path(name): $name_path,
                 Fields(NoFields {}): Fields<NoFields>,
             ) -> Result<Json<$status>, ApiError> {
-                let holder = state.service.inspect(&name).await?;
-                Ok(Json(<$status>::new(name.as_str(), holder)))
+                let holders = state.service.inspect(&name).await?;
+                Ok(Json(<$status>::new(name.as_str(), holders)))
             }
 
             #[utoipa::path(
@@ -411,11 +455,11 @@ macro_rules! kind_routes {
                 $fence_path(name, token): $fence_path,
                 Fields(NoFields {}): Fields<NoFields>,
             ) -> Result<Json<FenceStatus>, ApiError> {
-                let holder = state.service.inspect(&name).await?;
+                let holders = state.service.inspect(&name).await?;
                 Ok(Json(FenceStatus {
                     name: name.as_str().to_owned(),
                     fencing_token: token,
-                    current: holder.is_some_and(|h| h.token == token),
+                    current: holders.iter().any(|h| h.token == token),
                 }))
             }
 
@@ -446,3 +490,6 @@ kind_routes!(locks in "locks", refined by std::convert::identity, "/locks/{name}
 kind_routes!(elections in "elections", refined by ApiError::in_election, "/elections/{name}", "/elections/{name}/hold", "/elections/{name}/leases/{lease_id}", "/elections/{name}/fences/{fencing_token}",
     paths (ElectionPath, ElectionLeasePath, ElectionFencePath), holder "value" renewed "value",
     types (crate::wire::CampaignRequest, crate::wire::ProclaimRequest, crate::wire::ElectionLease, crate::wire::Leader, crate::wire::CampaignStreamData));
+kind_routes!(semaphores in "semaphores", refined by ApiError::in_semaphore, "/semaphores/{name}", "/semaphores/{name}/hold", "/semaphores/{name}/leases/{lease_id}", "/semaphores/{name}/fences/{fencing_token}",
+    paths (SemaphorePath, PermitPath, SemaphoreFencePath), holder "owner" counted "limit",
+    types (crate::wire::SemaphoreRequest, crate::wire::RenewRequest, crate::wire::PermitBody, crate::wire::SemaphoreStatus, crate::wire::PermitStreamData));

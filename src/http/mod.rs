@@ -124,6 +124,7 @@ pub struct AppState {
     tags(
         (name = "locks", description = "Grant, renew, revoke and inspect leases"),
         (name = "elections", description = "Leader election: campaign, observe, proclaim, resign"),
+        (name = "semaphores", description = "At most `limit` holders: take, renew, release and inspect permits"),
         (name = "operations", description = "Health, readiness and metrics"),
     )
 )]
@@ -158,6 +159,21 @@ fn registry() -> Registry {
         .add(routes!(elections::observe), Op::Observe, Token(Read))
         .add(
             routes!(kinds::elections::force_release),
+            Op::ForceRelease,
+            Token(Admin),
+        )
+        .add(routes!(kinds::semaphores::grant), Op::Grant, Token(Hold))
+        .add(routes!(kinds::semaphores::hold), Op::Grant, Token(Hold))
+        .add(routes!(kinds::semaphores::renew), Op::Renew, Token(Hold))
+        .add(routes!(kinds::semaphores::revoke), Op::Revoke, Token(Hold))
+        .add(
+            routes!(kinds::semaphores::inspect),
+            Op::Inspect,
+            Token(Read),
+        )
+        .add(routes!(kinds::semaphores::fence), Op::Fence, Token(Read))
+        .add(
+            routes!(kinds::semaphores::force_release),
             Op::ForceRelease,
             Token(Admin),
         )

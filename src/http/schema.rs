@@ -32,6 +32,8 @@ pub struct WaitMs;
 pub struct ListLimit;
 /// A fencing token in a path.
 pub struct FenceToken;
+/// A semaphore's `limit` as a query parameter.
+pub struct PermitLimitParam;
 
 schema_of! {
     LockName => lock_name,
@@ -43,6 +45,7 @@ schema_of! {
     WaitMs => wait_ms,
     ListLimit => list_limit,
     FenceToken => fencing_token,
+    PermitLimitParam => permit_limit,
 }
 
 /// An answer with the contract's error body.

@@ -19,7 +19,7 @@ use tokio::sync::mpsc;
 use super::error::ApiError;
 use crate::lease::{HoldEvent, LeaderChange, Lease};
 use crate::model::Kind;
-use crate::wire::{ElectionLease, LeaderEvent, LeaseBody};
+use crate::wire::{ElectionLease, LeaderEvent, LeaseBody, PermitBody};
 use crate::wire::{LostEvent, QueuedEvent};
 
 /// A comment line this often keeps proxies from closing a quiet stream (heartbeats come
@@ -52,12 +52,10 @@ fn event<T: Serialize>(name: &'static str, data: &T) -> Event {
 /// `elected`, with the leader's lease body.
 fn hold_event(kind: Kind, e: HoldEvent) -> Event {
     let election = kind == Kind::Election;
-    let lease = |name, lease: &Lease| {
-        if election {
-            event(name, &ElectionLease::new(lease))
-        } else {
-            event(name, &LeaseBody::new(lease, false))
-        }
+    let lease = |name, lease: &Lease| match kind {
+        Kind::Election => event(name, &ElectionLease::new(lease)),
+        Kind::Semaphore => event(name, &PermitBody::from(lease)),
+        _ => event(name, &LeaseBody::new(lease, false)),
     };
     match e {
         HoldEvent::Queued { position } => event(
@@ -76,10 +74,15 @@ fn hold_event(kind: Kind, e: HoldEvent) -> Event {
                 message: reason.message().to_owned(),
             },
         ),
-        HoldEvent::Failed(e) if election => {
-            event("failed", &ApiError::from(e).in_election().body())
+        HoldEvent::Failed(e) => {
+            let e = ApiError::from(e);
+            let e = match kind {
+                Kind::Election => e.in_election(),
+                Kind::Semaphore => e.in_semaphore(),
+                _ => e,
+            };
+            event("failed", &e.body())
         }
-        HoldEvent::Failed(e) => event("failed", &ApiError::from(e).body()),
     }
 }
 

@@ -9,8 +9,9 @@ use serde_json::{Map, Value};
 
 use super::error::ApiError;
 use crate::lease::{Lease, LockHolder};
-use crate::model::{MasterStatus, millis as ms_of};
+use crate::model::{MasterStatus, Slot, millis as ms_of};
 use crate::wire::{ElectionLease, Leader, LeaseBody, LockEntry, LockStatus, MasterReport};
+use crate::wire::{PermitBody, PermitHolder, SemaphoreStatus};
 
 /// An RFC 3339 time in UTC with milliseconds.
 pub fn rfc3339(t: SystemTime) -> String {
@@ -60,8 +61,8 @@ impl ElectionLease {
 }
 
 impl Leader {
-    pub fn new(name: &str, holder: Option<LockHolder>) -> Self {
-        match holder {
+    pub fn new(name: &str, holders: Vec<LockHolder>) -> Self {
+        match holders.into_iter().next() {
             Some(h) => Self {
                 name: name.to_owned(),
                 vacant: false,
@@ -81,8 +82,8 @@ impl Leader {
 }
 
 impl LockStatus {
-    pub fn new(name: &str, holder: Option<LockHolder>) -> Self {
-        match holder {
+    pub fn new(name: &str, holders: Vec<LockHolder>) -> Self {
+        match holders.into_iter().next() {
             Some(h) => Self {
                 name: name.to_owned(),
                 held: true,
@@ -97,6 +98,40 @@ impl LockStatus {
                 ttl_remaining_ms: None,
                 owner: None,
             },
+        }
+    }
+}
+
+impl From<&Lease> for PermitBody {
+    fn from(lease: &Lease) -> Self {
+        let slot = lease.slot.unwrap_or(Slot { index: 0, limit: 1 });
+        Self {
+            name: lease.name.to_string(),
+            lease_id: lease.id.as_str().to_owned(),
+            fencing_token: lease.token,
+            slot: slot.index,
+            limit: slot.limit,
+            ttl_ms: ms_of(lease.ttl),
+            validity_ms: ms_of(lease.validity_now()),
+            expires_at: rfc3339(SystemTime::now() + lease.remaining_now()),
+            owner: lease.owner.as_deref().map(str::to_owned),
+        }
+    }
+}
+
+impl SemaphoreStatus {
+    pub fn new(name: &str, holders: Vec<LockHolder>) -> Self {
+        Self {
+            name: name.to_owned(),
+            holders: holders
+                .into_iter()
+                .map(|h| PermitHolder {
+                    slot: h.slot.unwrap_or_default(),
+                    fencing_token: h.token,
+                    ttl_remaining_ms: ms_of(h.remaining),
+                    owner: h.owner,
+                })
+                .collect(),
         }
     }
 }

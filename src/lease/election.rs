@@ -109,7 +109,7 @@ impl LeaseService {
         name: &LockName,
         known: &Known,
     ) -> Result<Option<Option<LockHolder>>, LeaseError> {
-        let leader = self.inspect(name).await?;
+        let leader = self.inspect(name).await?.into_iter().next();
         if leader.as_ref().is_some_and(|l| known.is_new(l.token)) {
             return Ok(match self.engine().sight(&name.key()).await? {
                 Sighting::Settled(leader) => Some(leader.map(LockHolder::from)),

@@ -12,9 +12,9 @@ use tokio::sync::mpsc;
 use tokio::time::{Instant, sleep_until, timeout, timeout_at};
 
 use super::events::{LockEvent, Observed};
-use super::{Lease, LeaseError, LeaseService, Ttl, WaitTime};
+use super::{Lease, LeaseError, LeaseService, Target, Ttl, WaitTime};
 use crate::metrics::StreamKind;
-use crate::model::{LockName, Owner};
+use crate::model::Owner;
 
 /// Events a held stream may have waiting for a slow reader. Heartbeats beyond it are
 /// dropped (the next one says the same, newer), so a client that never reads costs a
@@ -95,13 +95,14 @@ impl LeaseService {
     /// dropped, the lease is lost, or the process shuts down.
     pub fn hold(
         self: &Arc<Self>,
-        name: LockName,
+        target: impl Into<Target>,
         ttl: Ttl,
         wait: WaitTime,
         owner: Option<Owner>,
     ) -> Result<mpsc::Receiver<HoldEvent>, LeaseError> {
+        let target = target.into();
         self.stream(HOLD_BUFFER, |service, tx| {
-            service.hold_task(name, ttl, wait, owner, tx)
+            service.hold_task(target, ttl, wait, owner, tx)
         })
     }
 
@@ -142,7 +143,7 @@ impl LeaseService {
 
     async fn hold_task(
         self: Arc<Self>,
-        name: LockName,
+        target: Target,
         ttl: Ttl,
         wait: WaitTime,
         owner: Option<Owner>,
@@ -153,7 +154,7 @@ impl LeaseService {
             let _ = tx.try_send(HoldEvent::Queued { position });
         };
         let granted = tokio::select! {
-            result = self.grant_reporting(name.clone(), ttl, wait, owner, None, Some(&mut report)) => result,
+            result = self.grant_reporting(target, ttl, wait, owner, None, Some(&mut report)) => result,
             // Gone while waiting: the grant stops; one won meanwhile is released by its task.
             () = tx.closed() => return,
         };
@@ -225,7 +226,11 @@ impl LeaseService {
                         released = Some(LostReason::ForceReleased);
                         next = Instant::now();
                     }
-                    Some(Observed::Event(LockEvent::Acquired { token })) if token > lease.token => {
+                    // A later grant of the name means this lease has lost it; of a semaphore,
+                    // only that another slot was taken.
+                    Some(Observed::Event(LockEvent::Acquired { token }))
+                        if token > lease.token && lease.slot.is_none() =>
+                    {
                         next = Instant::now();
                     }
                     Some(Observed::Missed(_)) => next = Instant::now(),

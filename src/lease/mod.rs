@@ -17,7 +17,7 @@ pub use election::LeaderChange;
 pub use error::LeaseError;
 pub use events::{Events, LockEvent};
 pub use hold::{HoldEvent, LostReason};
-pub use service::{Lease, LeaseService, LockHolder, Readiness};
+pub use service::{Lease, LeaseService, LockHolder, Readiness, Target};
 
 use std::time::Duration;
 

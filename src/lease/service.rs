@@ -15,7 +15,7 @@ use crate::config::Caps;
 use crate::metrics::Metrics;
 use crate::model::News;
 use crate::model::{FencingToken, GrantKey, LeaseId, LockName, NamePrefix, Owner};
-use crate::model::{Idem, Kind, Listeners};
+use crate::model::{Idem, Kind, Listeners, LockKey, MAX_PERMITS, PermitLimit, Slot};
 use crate::model::{MasterStatus, Traffic};
 use crate::redlock::{EngineError, Holder, Leased, Redlock};
 
@@ -26,7 +26,8 @@ struct Abandoned {
     engine: Arc<Redlock>,
     events: Arc<Events>,
     tasks: TaskTracker,
-    name: LockName,
+    /// What the attempt acquires (a lock, or one slot of a semaphore).
+    key: LockKey,
     /// `None` once the attempt has finished.
     id: Option<LeaseId>,
 }
@@ -42,12 +43,12 @@ impl Drop for Abandoned {
             return;
         };
         let (engine, events) = (self.engine.clone(), self.events.clone());
-        let name = self.name.clone();
+        let key = self.key.clone();
         self.tasks.spawn_on(
             async move {
-                tracing::info!(lock = %name, "client left before its grant completed; releasing it");
-                let _ = engine.release(&name.key(), id.as_str()).await;
-                events.wake(&name.topic());
+                tracing::info!(lock = %key, "client left before its grant completed; releasing it");
+                let _ = engine.release(&key, id.as_str()).await;
+                events.wake(&key.topic());
             },
             &runtime,
         );
@@ -59,6 +60,8 @@ impl Drop for Abandoned {
 pub struct Lease {
     pub name: LockName,
     pub id: LeaseId,
+    /// Which permit it is, for a semaphore's.
+    pub slot: Option<Slot>,
     pub token: FencingToken,
     pub ttl: Duration,
     pub validity: Duration,
@@ -71,6 +74,9 @@ pub struct Lease {
 impl Lease {
     fn new(name: LockName, id: LeaseId, leased: Leased) -> Self {
         Self {
+            slot: (name.kind() == Kind::Semaphore)
+                .then(|| id.slot())
+                .flatten(),
             name,
             id,
             token: leased.token,
@@ -97,6 +103,8 @@ impl Lease {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LockHolder {
     pub name: String,
+    /// A semaphore's holder: its slot.
+    pub slot: Option<u16>,
     pub token: FencingToken,
     /// How long until its keys expire on a majority, unless renewed.
     pub remaining: Duration,
@@ -107,10 +115,37 @@ impl From<Holder> for LockHolder {
     fn from(h: Holder) -> Self {
         Self {
             name: h.name,
+            slot: None,
             token: h.token,
             remaining: h.remaining,
             owner: h.owner,
         }
+    }
+}
+
+/// What a grant takes: a lock or an election by its name, or one of `limit` permits of a
+/// semaphore. A name alone is a target (`LockName` converts), so that a lock's grant reads
+/// as it always has.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Target {
+    pub name: LockName,
+    /// A semaphore's limit; `None` for every other kind.
+    pub limit: Option<PermitLimit>,
+}
+
+impl Target {
+    /// One of `limit` permits of the semaphore `name`.
+    pub fn permit(name: LockName, limit: PermitLimit) -> Self {
+        Self {
+            name,
+            limit: Some(limit),
+        }
+    }
+}
+
+impl From<LockName> for Target {
+    fn from(name: LockName) -> Self {
+        Self { name, limit: None }
     }
 }
 
@@ -239,15 +274,16 @@ impl LeaseService {
         &self.events
     }
 
-    /// Grant `name`, waiting up to `wait` while another lease holds it.
+    /// Grant `target`, waiting up to `wait` while another lease holds it (every permit of a
+    /// semaphore is taken).
     pub async fn grant(
         &self,
-        name: LockName,
+        target: impl Into<Target>,
         ttl: Ttl,
         wait: WaitTime,
         owner: Option<Owner>,
     ) -> Result<Lease, LeaseError> {
-        self.grant_keyed(name, ttl, wait, owner, None).await
+        self.grant_keyed(target, ttl, wait, owner, None).await
     }
 
     /// `grant` with an Idempotency-Key: sent again, the same key and request answer the
@@ -257,13 +293,13 @@ impl LeaseService {
     /// said it would ask again.
     pub async fn grant_keyed(
         &self,
-        name: LockName,
+        target: impl Into<Target>,
         ttl: Ttl,
         wait: WaitTime,
         owner: Option<Owner>,
         key: Option<GrantKey>,
     ) -> Result<Lease, LeaseError> {
-        self.grant_reporting(name, ttl, wait, owner, key.as_ref(), None)
+        self.grant_reporting(target.into(), ttl, wait, owner, key.as_ref(), None)
             .await
     }
 
@@ -272,25 +308,27 @@ impl LeaseService {
     /// changed, and the hold is observed (its end is announced to every replica).
     pub async fn grant_reporting(
         &self,
-        name: LockName,
+        target: Target,
         ttl: Ttl,
         wait: WaitTime,
         owner: Option<Owner>,
         key: Option<&GrantKey>,
         mut stream: Option<&mut (dyn FnMut(usize) + Send)>,
     ) -> Result<Lease, LeaseError> {
+        let name = &target.name;
         let listeners = Listeners {
             waiting: wait != WaitTime::NONE,
             observed: stream.is_some() || name.kind() == Kind::Election,
+            pooled: target.limit.is_some(),
         };
         let ttl = ttl.get();
         let owner: Option<Arc<str>> = owner.map(|o| o.shared());
-        let keyed = key.map(|k| k.derive(&name, ttl, owner.as_deref()));
+        let keyed = key.map(|k| k.derive(name, target.limit, ttl, owner.as_deref()));
         if wait == WaitTime::NONE {
             let result = self
-                .attempt(&name, ttl, owner, keyed.as_ref(), listeners)
+                .attempt(&target, ttl, owner, keyed.as_ref(), listeners)
                 .await;
-            self.account(&name, &result, false, listeners);
+            self.account(name, &result, false, listeners);
             return result;
         }
 
@@ -317,7 +355,7 @@ impl LeaseService {
             let mut wake_at = deadline;
             if ticket.is_first() || now >= deadline {
                 let result = self
-                    .attempt(&name, ttl, owner.clone(), keyed.as_ref(), listeners)
+                    .attempt(&target, ttl, owner.clone(), keyed.as_ref(), listeners)
                     .await;
                 match result {
                     Err(LeaseError::Held { retry_after })
@@ -336,7 +374,7 @@ impl LeaseService {
                         if contended {
                             self.metrics.waited(started.elapsed());
                         }
-                        self.account(&name, &result, contended, listeners);
+                        self.account(name, &result, contended, listeners);
                         return result;
                     }
                 }
@@ -382,14 +420,14 @@ impl LeaseService {
         }
     }
 
-    /// Try the lock; a split vote (simultaneous contenders, none with a majority, all
-    /// releasing) is no holder to wait for, so it is tried again after a short random pause,
-    /// a bounded number of times, even for a grant that does not wait. A split that
-    /// persists is answered as held with that short pause as its retry-after, never with
-    /// another contender's TTL.
+    /// Try the lock (or a semaphore's permit); a split vote (simultaneous contenders, none
+    /// with a majority, all releasing) is no holder to wait for, so it is tried again after
+    /// a short random pause, a bounded number of times, even for a grant that does not
+    /// wait. A split that persists is answered as held with that short pause as its
+    /// retry-after, never with another contender's TTL.
     async fn attempt(
         &self,
-        name: &LockName,
+        target: &Target,
         ttl: Duration,
         owner: Option<Arc<str>>,
         keyed: Option<&(LeaseId, Idem)>,
@@ -397,10 +435,20 @@ impl LeaseService {
     ) -> Result<Lease, LeaseError> {
         let mut tries = 0;
         loop {
-            match self
-                .attempt_once(name, ttl, owner.clone(), keyed.cloned(), listeners)
-                .await
-            {
+            let result = match target.limit {
+                Some(limit) => {
+                    self.attempt_permit(&target.name, limit, ttl, &owner, keyed, listeners)
+                        .await
+                }
+                None => {
+                    let id = keyed.map(|(id, _)| id.clone());
+                    let idem = keyed.map(|(_, idem)| idem.clone());
+                    let key = target.name.key();
+                    self.attempt_once(&target.name, key, id, ttl, owner.clone(), idem, listeners)
+                        .await
+                }
+            };
+            match result {
                 Err(EngineError::Split) => {
                     let pause = split_pause(tries);
                     if tries == SPLIT_RETRIES {
@@ -414,33 +462,117 @@ impl LeaseService {
         }
     }
 
-    /// One Redlock grant attempt, run in the request's own task. If the request is
+    /// One attempt at a permit of `name`: the slots a majority hold are read, and the free
+    /// ones below `limit` are tried, in a random order (so that grants on several replicas
+    /// seldom go for the same one), each as an ordinary Redlock grant of its own. A keyed
+    /// retry first goes back to the slot its key's lease holds. Held when no slot below
+    /// `limit` is free (or every free one was taken first), with the earliest lapse among
+    /// the holders as its retry-after.
+    async fn attempt_permit(
+        &self,
+        name: &LockName,
+        limit: PermitLimit,
+        ttl: Duration,
+        owner: &Option<Arc<str>>,
+        keyed: Option<&(LeaseId, Idem)>,
+        listeners: Listeners,
+    ) -> Result<Lease, EngineError> {
+        let holders = self.slots(name).await?;
+        let limit = limit.get();
+        let base = match keyed {
+            Some((id, _)) => id.clone(),
+            None => LeaseId::generate(),
+        };
+        let mut taken = vec![false; usize::from(limit)];
+        let mut earliest: Option<Duration> = None;
+        let mut ours = None;
+        for (slot, holder) in &holders {
+            if holder.lease.starts_with(base.as_str()) {
+                ours = Some(*slot);
+            }
+            if let Some(t) = taken.get_mut(usize::from(*slot)) {
+                *t = true;
+                earliest = Some(earliest.map_or(holder.remaining, |e| e.min(holder.remaining)));
+            }
+        }
+        let mut free: Vec<u16> = (0..limit).filter(|s| !taken[usize::from(*s)]).collect();
+        {
+            use rand::seq::SliceRandom as _;
+            free.shuffle(&mut rand::rng());
+        }
+        // The key's own permit, if a majority hold it, is the one to answer with.
+        if let Some(slot) = ours.filter(|s| *s < limit) {
+            free.insert(0, slot);
+        }
+        let mut split = false;
+        for index in free {
+            let id = base.permit(Slot { index, limit });
+            let key = LockKey::slot(name.as_str(), index);
+            let idem = keyed.map(|(_, idem)| idem.clone());
+            match self
+                .attempt_once(name, key, Some(id), ttl, owner.clone(), idem, listeners)
+                .await
+            {
+                Err(EngineError::Held { retry_after }) => {
+                    earliest = Some(earliest.map_or(retry_after, |e| e.min(retry_after)));
+                }
+                Err(EngineError::Split) => split = true,
+                result => return result,
+            }
+        }
+        if split {
+            return Err(EngineError::Split);
+        }
+        Err(EngineError::Held {
+            retry_after: earliest.unwrap_or(Duration::from_millis(1)),
+        })
+    }
+
+    /// The slots of semaphore `name` that a majority hold, with their holders.
+    async fn slots(&self, name: &LockName) -> Result<Vec<(u16, Holder)>, EngineError> {
+        let prefix = format!("{name}/");
+        let (holders, _) = self
+            .engine
+            .list(Kind::Semaphore, &prefix, "", usize::from(MAX_PERMITS))
+            .await?;
+        let mut slots: Vec<(u16, Holder)> = holders
+            .into_iter()
+            .filter_map(|h| {
+                let slot = h.name.strip_prefix(&prefix)?.parse().ok()?;
+                Some((slot, h))
+            })
+            .collect();
+        slots.sort_by_key(|(slot, _)| *slot);
+        Ok(slots)
+    }
+
+    /// One Redlock grant attempt of `key`, run in the request's own task. If the request is
     /// dropped mid-way (its client left), whatever the attempt may have won is released by
     /// a task started then, unless the grant has an Idempotency-Key: its client will ask
     /// again, and must find the lease. (A task per attempt, as before, cost every grant a
     /// spawn and a hand-off between tasks to guard against a departure that seldom comes.)
+    #[allow(clippy::too_many_arguments)]
     async fn attempt_once(
         &self,
         name: &LockName,
+        key: LockKey,
+        id: Option<LeaseId>,
         ttl: Duration,
         owner: Option<Arc<str>>,
-        keyed: Option<(LeaseId, Idem)>,
+        idem: Option<Idem>,
         listeners: Listeners,
     ) -> Result<Lease, EngineError> {
-        let (id, idem) = match keyed {
-            Some((id, idem)) => (id, Some(idem)),
-            None => (LeaseId::generate(), None),
-        };
+        let id = id.unwrap_or_else(LeaseId::generate);
         let mut abandoned = (idem.is_none()).then(|| Abandoned {
             engine: self.engine.clone(),
             events: self.events.clone(),
             tasks: self.tasks.clone(),
-            name: name.clone(),
+            key: key.clone(),
             id: Some(id.clone()),
         });
         let result = self
             .engine
-            .acquire_keyed(&name.key(), id.as_str(), ttl, owner, idem, listeners)
+            .acquire_keyed(&key, id.as_str(), ttl, owner, idem, listeners)
             .await
             .map(|leased| Lease::new(name.clone(), id, leased));
         // Finished: the answer is the request's to give.
@@ -448,6 +580,17 @@ impl LeaseService {
             abandoned.id = None;
         }
         result
+    }
+
+    /// The key a lease of `name` holds: the name's own, or for a semaphore the slot its
+    /// permit's id names (an id that names none is no permit: not found).
+    fn lease_key(name: &LockName, id: &LeaseId) -> Result<LockKey, LeaseError> {
+        if name.kind() != Kind::Semaphore {
+            return Ok(name.key());
+        }
+        id.slot()
+            .map(|slot| LockKey::slot(name.as_str(), slot.index))
+            .ok_or(LeaseError::NotFound)
     }
 
     pub async fn renew(
@@ -484,10 +627,11 @@ impl LeaseService {
         ttl: Option<Ttl>,
         owner: Option<Owner>,
     ) -> Result<Lease, LeaseError> {
+        let key = Self::lease_key(&name, &id)?;
         let leased = match self
             .engine
             .renew_with(
-                &name.key(),
+                &key,
                 id.as_str(),
                 ttl.map(Ttl::get),
                 owner.map(|o| o.shared()),
@@ -511,9 +655,10 @@ impl LeaseService {
     }
 
     pub async fn revoke(&self, name: LockName, id: LeaseId) -> Result<(), LeaseError> {
+        let key = Self::lease_key(&name, &id)?;
         let result = self
             .engine
-            .release(&name.key(), id.as_str())
+            .release(&key, id.as_str())
             .await
             .map_err(LeaseError::from);
         if result.is_ok() {
@@ -533,33 +678,65 @@ impl LeaseService {
     }
 
     pub async fn check(&self, name: LockName, id: LeaseId) -> Result<Lease, LeaseError> {
-        let leased = self.engine.check(&name.key(), id.as_str()).await?;
+        let key = Self::lease_key(&name, &id)?;
+        let leased = self.engine.check(&key, id.as_str()).await?;
         Ok(Lease::new(name, id, leased))
     }
 
-    /// Remove whoever holds `name` (an administrator's force-release): the removed lease's
-    /// token, or `None` when nobody held it. Its holder's next renew answers not found, a
-    /// stream holding it is told `force_released`, waiters are woken.
-    pub async fn force_release(&self, name: &LockName) -> Result<Option<FencingToken>, LeaseError> {
-        let removed = self.engine.evict(&name.key()).await?;
-        match removed {
-            Some(token) => {
-                self.active().retain(|_, t| t.token != token);
-                self.events
-                    .publish(&name.topic(), LockEvent::Evicted { token });
+    /// Remove whoever holds `name` (an administrator's force-release; every permit of a
+    /// semaphore): the removed leases' tokens, none when nobody held it. A removed holder's
+    /// next renew answers not found, a stream holding it is told `force_released`, waiters
+    /// are woken.
+    pub async fn force_release(&self, name: &LockName) -> Result<Vec<FencingToken>, LeaseError> {
+        let keys = match name.kind() {
+            Kind::Semaphore => self
+                .slots(name)
+                .await?
+                .into_iter()
+                .map(|(slot, _)| LockKey::slot(name.as_str(), slot))
+                .collect(),
+            _ => vec![name.key()],
+        };
+        let mut removed = Vec::new();
+        for key in keys {
+            if let Some(token) = self.engine.evict(&key).await? {
+                removed.push(token);
             }
-            None => self.events.wake(&name.topic()),
+        }
+        for token in &removed {
+            let token = *token;
+            self.active().retain(|_, t| t.token != token);
+            self.events
+                .publish(&name.topic(), LockEvent::Evicted { token });
+        }
+        if removed.is_empty() {
+            self.events.wake(&name.topic());
         }
         Ok(removed)
     }
 
-    /// Who holds `name`, if a majority agree that someone does.
-    pub async fn inspect(&self, name: &LockName) -> Result<Option<LockHolder>, LeaseError> {
+    /// Who holds `name`, if a majority agree that someone does: a lock's or an election's
+    /// one holder, a semaphore's holders by slot.
+    pub async fn inspect(&self, name: &LockName) -> Result<Vec<LockHolder>, LeaseError> {
+        if name.kind() == Kind::Semaphore {
+            return Ok(self
+                .slots(name)
+                .await?
+                .into_iter()
+                .map(|(slot, holder)| LockHolder {
+                    name: name.to_string(),
+                    slot: Some(slot),
+                    ..LockHolder::from(holder)
+                })
+                .collect());
+        }
         Ok(self
             .engine
             .inspect(&name.key())
             .await?
-            .map(LockHolder::from))
+            .map(LockHolder::from)
+            .into_iter()
+            .collect())
     }
 
     /// One page of held locks in name order, and where the next page starts.
@@ -604,6 +781,7 @@ mod tests {
     async fn validity_counts_down_to_the_moment_the_answer_is_written() {
         let lease = Lease {
             name: LockName::parse("a").unwrap(),
+            slot: None,
             id: LeaseId::generate(),
             token: FencingToken(1),
             ttl: Duration::from_secs(10),

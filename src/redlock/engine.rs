@@ -106,6 +106,9 @@ pub struct Leased {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Holder {
     pub name: String,
+    /// The holder's lease id: for the lease service only (a keyed retry finds its permit
+    /// by it), never shown.
+    pub lease: String,
     pub token: FencingToken,
     pub remaining: Duration,
     pub owner: Option<String>,
@@ -117,6 +120,7 @@ impl Holder {
         Self {
             name: key.name.to_string(),
             token: FencingToken(agreed.token),
+            lease: agreed.lease,
             remaining: Duration::from_millis(agreed.pttl_ms).saturating_sub(elapsed),
             owner: agreed.owner,
         }
@@ -882,6 +886,7 @@ impl Redlock {
             .into_iter()
             .map(|(name, a)| Holder {
                 name,
+                lease: a.lease,
                 token: FencingToken(a.token),
                 remaining: Duration::from_millis(a.pttl_ms).saturating_sub(elapsed),
                 owner: a.owner,

@@ -58,6 +58,8 @@ struct Keys {
     lock_prefix: String,
     elections: String,
     election_prefix: String,
+    semaphores: String,
+    semaphore_prefix: String,
     channel: String,
     events: String,
     idem: String,
@@ -73,6 +75,8 @@ impl Keys {
             lock_prefix: format!("{prefix}{}", Kind::Mutex.segment()),
             elections: format!("{prefix}{}", Kind::Election.index()),
             election_prefix: format!("{prefix}{}", Kind::Election.segment()),
+            semaphores: format!("{prefix}{}", Kind::Semaphore.index()),
+            semaphore_prefix: format!("{prefix}{}", Kind::Semaphore.segment()),
             channel: format!("{prefix}released"),
             events: format!("{prefix}events"),
             idem: format!("{prefix}idem:"),
@@ -89,6 +93,7 @@ impl Keys {
         match kind {
             Kind::Mutex => &self.lock_prefix,
             Kind::Election => &self.election_prefix,
+            Kind::Semaphore => &self.semaphore_prefix,
         }
     }
 
@@ -97,6 +102,7 @@ impl Keys {
         match kind {
             Kind::Mutex => &self.names,
             Kind::Election => &self.elections,
+            Kind::Semaphore => &self.semaphores,
         }
     }
 }
@@ -253,12 +259,7 @@ impl LockNode for RedisNode {
             .arg(claim.owner.unwrap_or(""))
             .arg(&*key.name)
             .arg(self.keys.segment(key.kind))
-            .arg(match (claim.listeners.waiting, claim.listeners.observed) {
-                (false, false) => "",
-                (true, false) => "w",
-                (false, true) => "o",
-                (true, true) => "wo",
-            });
+            .arg(claim.listeners.flags());
         if let Some(idem) = claim.idem {
             step.key(format!("{}{}", self.keys.idem, idem.record))
                 .arg(&idem.fingerprint)

@@ -16,6 +16,7 @@ use tokio::time::Instant;
 const NO_ONE: Listeners = Listeners {
     waiting: false,
     observed: false,
+    pooled: false,
 };
 
 const TIMEOUT: Duration = Duration::from_millis(50);

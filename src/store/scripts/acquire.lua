@@ -6,7 +6,9 @@
 -- KEYS[4] the index of names  e.g. redlockd:names (for listing in name order)
 -- ARGV[1] lease id, ARGV[2] TTL in ms, ARGV[3] owner ('' for none), ARGV[4] the lock name,
 -- ARGV[5] the lock key prefix (e.g. redlockd:lock:), ARGV[6] who listens: 'w' when the
--- grant will wait if the lock is held, 'o' when the hold it makes is observed (both: 'wo')
+-- grant will wait if the lock is held, 'o' when the hold it makes is observed (both: 'wo'),
+-- 'a' when its release is always to wake waiters (a semaphore's slot: its waiters read the
+-- slots and mark none)
 -- With an Idempotency-Key: KEYS[5] the key's record (e.g. redlockd:idem:<hash of the key>),
 -- ARGV[7] the request's fingerprint (kind, name, TTL, owner) and ARGV[8] this attempt's
 -- nonce. The lease id is derived from the key and the fingerprint, so a retry asks for the
@@ -63,6 +65,9 @@ local token = redis.call('INCR', KEYS[2])
 redis.call('HSET', KEYS[1], 'lease', ARGV[1], 'token', token, 'ttl', ARGV[2], 'owner', ARGV[3])
 if string.find(ARGV[6], 'o', 1, true) then
   redis.call('HSET', KEYS[1], 'observed', '1')
+end
+if string.find(ARGV[6], 'a', 1, true) then
+  redis.call('HSET', KEYS[1], 'waited', '1')
 end
 redis.call('PEXPIRE', KEYS[1], ARGV[2])
 if keyed then
