@@ -12,4 +12,5 @@ mod elections;
 mod locks;
 mod ops;
 mod router;
+mod semaphores;
 mod streams;
