@@ -14,4 +14,5 @@ mod elections;
 mod faults;
 mod idempotency;
 mod ops;
+mod semaphores;
 mod streams;
