@@ -35,14 +35,37 @@ const REPLICAS: usize = 3;
 /// The largest TTL, and so how long a master that lost its data is quarantined.
 const MAX_TTL: Duration = Duration::from_millis(3000);
 /// The names the workers use; `@job:a` is the election `job:a` (its own kind of key: it
-/// must never collide with the lock `job:a`), whose renews now and then proclaim a value.
-const NAMES: [&str; 4] = ["job:a", "job:b", "job:c", "@job:a"];
+/// must never collide with the lock `job:a`), whose renews now and then proclaim a value;
+/// `%job:a` is the semaphore `job:a`, whose permits allow `POOL_LIMIT` holders (a permit's
+/// steps are recorded under its slot's name, `%job:a/<slot>`).
+const NAMES: [&str; 5] = ["job:a", "job:b", "job:c", "@job:a", "%job:a"];
+const POOL_LIMIT: u64 = 2;
 
-/// The route of a name: `/locks/<name>`, or `/elections/<name>` for `@<name>`.
+/// The route of a name: `/locks/<name>`, `/elections/<name>` for `@<name>`, and
+/// `/semaphores/<name>` for `%<name>` (or one of its slots, `%<name>/<slot>`).
 fn route(name: &str) -> String {
-    match name.strip_prefix('@') {
-        Some(election) => format!("elections/{election}"),
+    if let Some(election) = name.strip_prefix('@') {
+        return format!("elections/{election}");
+    }
+    match name.strip_prefix('%') {
+        Some(semaphore) => format!("semaphores/{}", semaphore.split('/').next().unwrap()),
         None => format!("locks/{name}"),
+    }
+}
+
+/// A grant's fields: a semaphore's carry its limit.
+fn grant_body(name: &str, mut body: Value) -> Value {
+    if name.starts_with('%') {
+        body["limit"] = json!(POOL_LIMIT);
+    }
+    body
+}
+
+/// The name a granted lease's later steps are recorded under: a permit's slot's.
+fn held_name(name: &str, granted: &Value) -> String {
+    match granted["slot"].as_u64() {
+        Some(slot) => format!("{name}/{slot}"),
+        None => name.to_owned(),
     }
 }
 
@@ -250,10 +273,15 @@ impl Recorder {
         };
         let answered = self.started.elapsed();
         let granted = value["lease_id"].as_str().map(str::to_owned);
+        let name = match (kind, status) {
+            (Kind::Grant, 201) => held_name(name, &value),
+            _ => name.to_owned(),
+        };
         self.events.lock().unwrap().push(Event {
             kind,
             replica,
-            name: name.to_owned(),
+            limit: value["limit"].as_u64(),
+            name,
             lease: lease.map(str::to_owned).or(granted),
             invoked,
             answered,
@@ -342,7 +370,10 @@ async fn worker(
                     Kind::Grant,
                     name,
                     None,
-                    json!({"ttl_ms": ttl.as_millis() as u64, "wait_ms": wait}),
+                    grant_body(
+                        name,
+                        json!({"ttl_ms": ttl.as_millis() as u64, "wait_ms": wait}),
+                    ),
                     ttl,
                     key.as_deref(),
                 )
@@ -370,6 +401,8 @@ async fn worker(
             continue;
         }
         let id = lease["lease_id"].as_str().unwrap_or_default().to_owned();
+        let name = held_name(name, &lease);
+        let name = name.as_str();
         for round in 0..rng.random_range(0..3) {
             tokio::time::sleep(ttl / 3).await;
             // A leader proclaims a new value now and then: the term must not change.
@@ -590,7 +623,7 @@ async fn every_name_is_granted_again(cluster: &Cluster) -> Vec<String> {
         while started.elapsed() < deadline {
             let resp = http
                 .post(format!("{base}/{}", route(name)))
-                .json(&json!({"ttl_ms": 1000, "wait_ms": 500}))
+                .json(&grant_body(name, json!({"ttl_ms": 1000, "wait_ms": 500})))
                 .send()
                 .await;
             if let Ok(resp) = resp {
@@ -746,6 +779,12 @@ async fn random_faults(seed: u64, length: Duration) {
         .filter(|e| e.name.starts_with('@') && e.kind == Kind::Renew && e.status == 200)
         .count();
     eprintln!("fault suite: {terms} election terms won, {proclaimed} leader renews");
+    let permits = history
+        .iter()
+        .filter(|e| e.limit.is_some() && e.kind == Kind::Grant && e.status == 201)
+        .count();
+    eprintln!("fault suite: {permits} semaphore permits granted (limit {POOL_LIMIT})");
+    assert!(permits > 5, "too few permits to judge the semaphore");
     let retried = recorder.retried.load(std::sync::atomic::Ordering::Relaxed);
     eprintln!(
         "fault suite: {retried} grants won by a retry with the first attempt's Idempotency-Key"

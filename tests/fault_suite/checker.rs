@@ -34,6 +34,9 @@ pub struct Event {
     pub ttl: Duration,
     /// The error body's message, for the run's summary.
     pub message: Option<String>,
+    /// A semaphore's permit: the limit it was granted with. Its `name` is then the slot's,
+    /// `<semaphore>/<slot>`, so that every per-name promise above is checked per slot.
+    pub limit: Option<u64>,
 }
 
 /// A stretch of time during which replica `replica` could reach fewer than a majority of
@@ -61,7 +64,68 @@ pub fn check(history: &[Event], outages: &[Outage]) -> Vec<String> {
     windows_never_overlap(history, &mut violations);
     only_the_holder(history, &mut violations);
     no_grant_without_a_majority(&grants, outages, &mut violations);
+    permits_within_their_limit(history, &mut violations);
     violations
+}
+
+/// A semaphore's permits: never more valid at once than the largest limit among them, and
+/// each on a slot below its own limit. (Each slot is checked as a name of its own above.)
+fn permits_within_their_limit(history: &[Event], violations: &mut Vec<String>) {
+    let mut limits: HashMap<&str, u64> = HashMap::new();
+    for e in history
+        .iter()
+        .filter(|e| e.kind == Kind::Grant && e.status == 201)
+    {
+        let (Some(limit), Some((semaphore, slot))) = (e.limit, e.name.rsplit_once('/')) else {
+            continue;
+        };
+        if slot.parse::<u64>().map_or(true, |s| s >= limit) {
+            violations.push(format!(
+                "{}: a permit of limit {limit} was granted slot {slot} at {:?}",
+                semaphore, e.answered
+            ));
+        }
+        let most = limits.entry(semaphore).or_default();
+        *most = (*most).max(limit);
+    }
+    // Each lease's windows merged into the stretches it was relied on, by semaphore.
+    let mut edges: BTreeMap<&str, Vec<(Duration, i64)>> = BTreeMap::new();
+    for ((name, _), mut ws) in windows(history) {
+        let Some((semaphore, _)) = name.rsplit_once('/') else {
+            continue;
+        };
+        if !limits.contains_key(semaphore) {
+            continue;
+        }
+        ws.sort();
+        let mut merged: Vec<(Duration, Duration)> = Vec::new();
+        for (from, until) in ws {
+            match merged.last_mut() {
+                Some(last) if from <= last.1 => last.1 = last.1.max(until),
+                _ => merged.push((from, until)),
+            }
+        }
+        let list = edges.entry(semaphore).or_default();
+        for (from, until) in merged {
+            list.push((from, 1));
+            list.push((until, -1));
+        }
+    }
+    for (semaphore, mut list) in edges {
+        // Ends before starts at the same instant: a window is open up to its end.
+        list.sort();
+        let limit = limits[semaphore];
+        let mut held = 0;
+        for (at, delta) in list {
+            held += delta;
+            if held > limit as i64 {
+                violations.push(format!(
+                    "{semaphore}: {held} permits relied on at once at {at:?}, above the limit {limit}"
+                ));
+                break;
+            }
+        }
+    }
 }
 
 /// No token is granted to two leases of one name. (A grant retried with its
@@ -290,6 +354,7 @@ mod tests {
             validity: Some(ms(validity)),
             ttl: ms(validity + 20),
             message: None,
+            limit: None,
         }
     }
 
@@ -306,6 +371,7 @@ mod tests {
             validity: (kind == Kind::Renew).then(|| ms(1000)),
             ttl: ms(1020),
             message: None,
+            limit: None,
         }
     }
 
@@ -366,6 +432,30 @@ mod tests {
             "{found:?}"
         );
         assert!(found.iter().any(|v| v.contains("expired")), "{found:?}");
+    }
+
+    #[test]
+    fn more_permits_than_the_limit_are_caught() {
+        let permit = |slot: u64, lease: &str, token: u64, limit: u64| Event {
+            name: format!("%pool/{slot}"),
+            limit: Some(limit),
+            ..grant(lease, token, 0, 5, 1000)
+        };
+        let within = [permit(0, "A", 1, 2), permit(1, "B", 2, 2)];
+        assert_eq!(check(&within, &[]), Vec::<String>::new());
+        // Three slots at once: one of them is outside its limit of 2, and three are held.
+        let above = [
+            permit(0, "A", 1, 2),
+            permit(1, "B", 2, 2),
+            permit(2, "C", 3, 2),
+        ];
+        let found = check(&above, &[]);
+        assert!(found.iter().any(|v| v.contains("slot 2")), "{found:?}");
+        assert!(found.iter().any(|v| v.contains("3 permits")), "{found:?}");
+        // Two on one slot is a slot held twice.
+        let twice = [permit(0, "A", 1, 2), permit(0, "B", 2, 2)];
+        let found = check(&twice, &[]);
+        assert!(found.iter().any(|v| v.contains("two leases")), "{found:?}");
     }
 
     #[test]
