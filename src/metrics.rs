@@ -184,8 +184,8 @@ impl Metrics {
         let metrics = Self {
             requests: define.counters(
                 "redlockd_requests_total",
-                "Lock requests by operation and outcome",
-                &["op", "outcome"],
+                "Lock requests by operation, kind of lock and outcome",
+                &["op", "kind", "outcome"],
             ),
             request_duration: define.histograms(
                 "redlockd_request_duration_seconds",
@@ -296,9 +296,11 @@ impl Metrics {
         metrics
     }
 
-    pub fn request(&self, op: Op, outcome: &str, took: Duration) {
+    /// Count a request to a lock route: `kind` is `lock`, `election` or `semaphore` (the
+    /// route's collection; a bounded set).
+    pub fn request(&self, op: Op, kind: &str, outcome: &str, took: Duration) {
         self.requests
-            .with_label_values(&[op.as_str(), outcome])
+            .with_label_values(&[op.as_str(), kind, outcome])
             .inc();
         self.request_duration
             .with_label_values(&[op.as_str()])

@@ -34,12 +34,13 @@ fn is_operations(route: &str) -> bool {
     matches!(route, "/healthz" | "/readyz" | "/metrics")
 }
 
-/// The lock name of a `/locks/{name}...` or `/elections/{name}...` path, as sent (still
-/// percent-encoded), bounded.
+/// The lock name of a `/locks/{name}...`, `/elections/{name}...` or `/semaphores/{name}...`
+/// path, as sent (still percent-encoded), bounded.
 fn lock_name(path: &str) -> Option<&str> {
     let rest = path
         .strip_prefix("/locks/")
-        .or_else(|| path.strip_prefix("/elections/"))?;
+        .or_else(|| path.strip_prefix("/elections/"))
+        .or_else(|| path.strip_prefix("/semaphores/"))?;
     let name = rest.split('/').next()?;
     // A well-formed path is ASCII, but hyper passes other bytes through: cut at a
     // character boundary, never inside one.
@@ -50,10 +51,12 @@ fn lock_name(path: &str) -> Option<&str> {
     (!name.is_empty()).then(|| &name[..end])
 }
 
-/// The kind of lock a route is about, for traces.
+/// The kind of lock a route is about, for traces and the `kind` label of
+/// `redlockd_requests_total`.
 fn kind_of(route: Option<&str>) -> &'static str {
     match route {
         Some(r) if r.starts_with("/elections") => "election",
+        Some(r) if r.starts_with("/semaphores") => "semaphore",
         _ => "lock",
     }
 }
@@ -221,6 +224,7 @@ pub async fn log_request(
         },
         |o| o.0,
     );
+    let kind = kind_of(route);
     let route = route.unwrap_or("<unmatched>");
     let caller = response
         .extensions()
@@ -228,7 +232,7 @@ pub async fn log_request(
         .map(|c| c.0.clone());
     let took = started.elapsed();
     if let Some(op) = routes.op(&method, route) {
-        metrics.request(op, outcome, took);
+        metrics.request(op, kind, outcome, took);
     }
     let latency_ms = took.as_secs_f64() * 1e3;
     macro_rules! line {

@@ -97,7 +97,9 @@ async fn each_route_answers_each_role_and_prefix_as_the_contract_says() {
         }
     }
     let metrics = app.text("/metrics").await;
-    assert!(metrics.contains(r#"redlockd_requests_total{op="grant",outcome="forbidden"}"#));
+    assert!(
+        metrics.contains(r#"redlockd_requests_total{kind="lock",op="grant",outcome="forbidden"}"#)
+    );
 
     // No token and a token nobody knows are both 401, told apart, naming no token.
     let (_, missing) = call(&app, "GET", "/locks/jobs:a", none).await;

@@ -261,9 +261,9 @@ async fn a_waiting_grant_past_the_cap_is_429_with_retry_after_and_room_comes_bac
         .await;
     assert_eq!(status, 409, "{body}");
     let metrics = app.text("/metrics").await;
-    assert!(
-        metrics.contains(r#"redlockd_requests_total{op="grant",outcome="too_many_requests"} 1"#)
-    );
+    assert!(metrics.contains(
+        r#"redlockd_requests_total{kind="lock",op="grant",outcome="too_many_requests"} 1"#
+    ));
 }
 
 #[tokio::test]

@@ -264,9 +264,9 @@ async fn requests_contention_and_cpu_are_counted_and_no_name_becomes_a_label() {
     app.grant("bad%20name", json!({})).await;
     let metrics = app.text("/metrics").await;
     for line in [
-        r#"redlockd_requests_total{op="grant",outcome="ok"} 1"#,
-        r#"redlockd_requests_total{op="grant",outcome="lock_held"} 1"#,
-        r#"redlockd_requests_total{op="grant",outcome="invalid_request"} 1"#,
+        r#"redlockd_requests_total{kind="lock",op="grant",outcome="ok"} 1"#,
+        r#"redlockd_requests_total{kind="lock",op="grant",outcome="lock_held"} 1"#,
+        r#"redlockd_requests_total{kind="lock",op="grant",outcome="invalid_request"} 1"#,
         r#"redlockd_contention_total{lock_class="invoice"} 1"#,
         r#"redlockd_leases_active 1"#,
         r#"redlockd_request_duration_seconds_bucket{op="grant",le="0.0001"}"#,

@@ -44,10 +44,14 @@ async fn rejections_are_the_contracts_errors_and_are_counted() {
     );
     let text = app.text("/metrics").await;
     assert!(
-        text.contains(r#"redlockd_requests_total{op="grant",outcome="invalid_request"} 2"#),
+        text.contains(
+            r#"redlockd_requests_total{kind="lock",op="grant",outcome="invalid_request"} 2"#
+        ),
         "{text}"
     );
-    assert!(text.contains(r#"redlockd_requests_total{op="renew",outcome="invalid_request"} 1"#));
+    assert!(text.contains(
+        r#"redlockd_requests_total{kind="lock",op="renew",outcome="invalid_request"} 1"#
+    ));
 }
 
 #[tokio::test]
@@ -70,9 +74,7 @@ async fn a_grant_renew_and_revoke_round_trip() {
     assert_eq!(status, 204);
     let (status, _) = call(&app, "DELETE", &format!("/locks/r/leases/{id}"), "").await;
     assert_eq!(status, 404);
-    assert!(
-        app.text("/metrics")
-            .await
-            .contains(r#"redlockd_requests_total{op="revoke",outcome="lease_not_found"} 1"#)
-    );
+    assert!(app.text("/metrics").await.contains(
+        r#"redlockd_requests_total{kind="lock",op="revoke",outcome="lease_not_found"} 1"#
+    ));
 }

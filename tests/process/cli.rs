@@ -88,7 +88,7 @@ impl Bed {
 
     /// Renews answered ok, on every replica.
     async fn renews(&self) -> u64 {
-        let line = r#"redlockd_requests_total{op="renew",outcome="ok"} "#;
+        let line = r#"redlockd_requests_total{kind="lock",op="renew",outcome="ok"} "#;
         let mut total = 0;
         for replica in &self.replicas {
             let metrics = replica.text("/metrics").await;

@@ -103,7 +103,7 @@ impl Bed {
 
     /// What an operator's dashboard should show a moment of: grants, contention, waits
     /// granted and given up, a 429 past the waiter cap, a held stream, a campaign and its
-    /// observer, renews, revokes, a leader read. The streams stay open while the caller
+    /// observer, renews, revokes, a leader read, a semaphore's permits. The streams stay open while the caller
     /// keeps what this returns.
     async fn contended_workload(&self) -> Workload {
         let lease: Value = self
@@ -151,6 +151,34 @@ impl Bed {
         // A wait that gives up.
         let gave_up = self.post("/locks/dash:1?wait_ms=200").send().await.unwrap();
         assert_eq!(gave_up.status(), 409);
+        // A semaphore's permit taken and released, and one refused: all (one) taken.
+        let permit: Value = self
+            .post("/semaphores/dash:pool?limit=1")
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        let full = self
+            .post("/semaphores/dash:pool?limit=1")
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(full.status(), 409);
+        let release = format!(
+            "/semaphores/dash:pool/leases/{}",
+            permit["lease_id"].as_str().expect("a permit")
+        );
+        assert_eq!(
+            http.delete(self.app.url(&release))
+                .bearer_auth(&self.token)
+                .send()
+                .await
+                .unwrap()
+                .status(),
+            204
+        );
         // A held stream, a campaign and an observer, open while Prometheus scrapes.
         let hold = common::EventStream::open(
             self.post("/locks/dash:stream")
