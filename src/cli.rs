@@ -177,7 +177,11 @@ pub struct LockArgs {
     /// errors are still reported.
     #[arg(long, short)]
     pub quiet: bool,
-    /// The lock's name.
+    /// Take a permit of the semaphore NAME instead of its lock: at most N commands run at
+    /// once (1 to 1000). The command gets its slot in REDLOCKD_SLOT (0 to N - 1).
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u16).range(1..=1000))]
+    pub limit: Option<u16>,
+    /// The lock's name (the semaphore's, with --limit).
     pub name: String,
     /// The command and its arguments, after `--`.
     #[arg(last = true, required = true, num_args = 1..)]

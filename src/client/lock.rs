@@ -1,4 +1,5 @@
-//! `redlockd lock NAME -- CMD`: run a command while holding a lock.
+//! `redlockd lock NAME -- CMD`: run a command while holding a lock (with `--limit N`, one
+//! of N permits of the semaphore NAME).
 //!
 //! The lock is granted first (waiting up to `--wait`; the grant carries an Idempotency-Key,
 //! so it fails over to the next server when an answer is lost), then the command runs in a process
@@ -17,10 +18,31 @@ use reqwest::Method;
 use tokio::signal::unix::{SignalKind, signal};
 use tokio::time::{Instant, sleep_until, timeout_at};
 
+use serde::{Deserialize, Serialize};
+
 use super::{Failure, Repeat, Servers, idempotency_key, lock_path};
 use crate::cli::LockArgs;
-use crate::model::MIN_TTL_MS;
-use crate::wire::{GrantRequest, LeaseBody, RenewRequest, Whole};
+use crate::model::{FencingToken, MIN_TTL_MS};
+use crate::wire::{GrantRequest, RenewRequest, SemaphoreRequest, Whole};
+
+/// What `redlockd lock` asks for: a lock, or a semaphore's permit.
+#[derive(Serialize)]
+#[serde(untagged)]
+enum Grant {
+    Lock(GrantRequest),
+    Permit(SemaphoreRequest),
+}
+
+/// What the grant answers that the command needs: a lock's lease body or a permit's.
+#[derive(Deserialize)]
+struct Granted {
+    lease_id: String,
+    fencing_token: FencingToken,
+    validity_ms: u64,
+    /// A permit's slot.
+    #[serde(default)]
+    slot: Option<u16>,
+}
 
 /// The exit statuses of `redlockd lock` other than the command's own.
 pub mod exit {
@@ -68,20 +90,39 @@ pub async fn run(args: LockArgs) -> u8 {
     // then shorten it to --ttl): a server that cannot keep it so long refuses the grant
     // before the command runs, rather than after it ran with nothing kept.
     let hold_at_least = args.hold_at_least.filter(|h| *h > args.ttl);
-    let grant = GrantRequest {
-        ttl_ms: Some(Whole(millis(hold_at_least.unwrap_or(args.ttl)))),
-        wait_ms: Some(Whole(millis(args.wait))),
-        owner: Some(
-            args.owner
-                .clone()
-                .unwrap_or_else(|| default_owner(&args.command)),
+    let ttl_ms = Some(Whole(millis(hold_at_least.unwrap_or(args.ttl))));
+    let wait_ms = Some(Whole(millis(args.wait)));
+    let owner = Some(
+        args.owner
+            .clone()
+            .unwrap_or_else(|| default_owner(&args.command)),
+    );
+    let (path, grant, what) = match args.limit {
+        Some(limit) => (
+            format!("/semaphores/{name}"),
+            Grant::Permit(SemaphoreRequest {
+                limit: Some(Whole(u64::from(limit))),
+                ttl_ms,
+                wait_ms,
+                owner,
+            }),
+            "permit",
+        ),
+        None => (
+            lock_path(&name),
+            Grant::Lock(GrantRequest {
+                ttl_ms,
+                wait_ms,
+                owner,
+            }),
+            "lock",
         ),
     };
     let asked = Instant::now();
-    let lease: LeaseBody = match servers
+    let lease: Granted = match servers
         .call(
             Method::POST,
-            &lock_path(&name),
+            &path,
             Some(&grant),
             args.wait,
             Repeat::Keyed(&idempotency_key()),
@@ -92,8 +133,12 @@ pub async fn run(args: LockArgs) -> u8 {
         Err(Failure::Held { retry_after, .. }) => {
             // A skip the user declared a success is silent: cron mails any output.
             if !args.quiet && args.held_exit_code != 0 {
+                let held = match args.limit {
+                    Some(limit) => format!("every one of the {limit} permits of {name} is taken"),
+                    None => format!("{name} is held by another lease"),
+                };
                 say(format_args!(
-                    "{name} is held by another lease (free in about {} ms at the latest, unless renewed)",
+                    "{held} (free in about {} ms at the latest, unless renewed)",
                     millis(retry_after)
                 ));
             }
@@ -101,7 +146,7 @@ pub async fn run(args: LockArgs) -> u8 {
         }
         Err(Failure::Invalid(m)) if hold_at_least.is_some() && m.contains("ttl_ms") => {
             say(format_args!(
-                "the server cannot keep the lock for --hold-at-least {} ({m}); \
+                "the server cannot keep the {what} for --hold-at-least {} ({m}); \
                  nothing was run: use a shorter --hold-at-least, or raise the server's \
                  REDLOCKD_MAX_TTL_MS",
                 humantime::format_duration(hold_at_least.unwrap_or_default())
@@ -113,14 +158,14 @@ pub async fn run(args: LockArgs) -> u8 {
             return exit::USAGE;
         }
         Err(Failure::NotFound(m) | Failure::Unavailable(m)) => {
-            say(format_args!("cannot lock {name}: {m}"));
+            say(format_args!("cannot take the {what} {name}: {m}"));
             return exit::UNAVAILABLE;
         }
     };
     let granted = Instant::now();
     // Validity counts from the server's answer; counting from the request errs safe.
     let valid_until = asked + Duration::from_millis(lease.validity_ms);
-    let lease_path = format!("{}/leases/{}", lock_path(&name), lease.lease_id);
+    let lease_path = format!("{path}/leases/{}", lease.lease_id);
 
     // Listening before the command starts, so that no signal meant for it is missed.
     let signals = match Signals::listen() {
@@ -131,15 +176,18 @@ pub async fn run(args: LockArgs) -> u8 {
             return exit::UNAVAILABLE;
         }
     };
-    let mut child = match tokio::process::Command::new(&args.command[0])
+    let mut command = tokio::process::Command::new(&args.command[0]);
+    command
         .args(&args.command[1..])
         .env("REDLOCKD_LOCK_NAME", &name)
         .env("REDLOCKD_LEASE_ID", &lease.lease_id)
         .env("REDLOCKD_FENCING_TOKEN", lease.fencing_token.to_string())
         // Its own group, so that a lost lease stops every process the command started.
-        .process_group(0)
-        .spawn()
-    {
+        .process_group(0);
+    if let Some(slot) = lease.slot {
+        command.env("REDLOCKD_SLOT", slot.to_string());
+    }
+    let mut child = match command.spawn() {
         Ok(child) => child,
         Err(e) => {
             say(format_args!("cannot run {}: {e}", args.command[0]));
@@ -169,7 +217,7 @@ pub async fn run(args: LockArgs) -> u8 {
         }
         Err(reason) => {
             say(format_args!(
-                "lost the lock on {name}: {reason}; stopping the command"
+                "lost the {what} on {name}: {reason}; stopping the command"
             ));
             stop(&mut child, group, args.grace).await;
             exit::LOST
@@ -250,7 +298,7 @@ async fn keep(
         if sent >= valid_until {
             return ran_out(last_error);
         }
-        let call = servers.call::<_, LeaseBody>(
+        let call = servers.call::<_, Granted>(
             Method::PUT,
             &path,
             Some(&keep_ttl),
@@ -318,7 +366,7 @@ async fn keep_until(
         };
         let step = if rest_in_one { rest } else { rest.min(ttl) };
         let renewed = servers
-            .call::<_, LeaseBody>(
+            .call::<_, Granted>(
                 Method::PUT,
                 path,
                 Some(&RenewRequest {

@@ -516,3 +516,62 @@ async fn a_grant_whose_answer_is_lost_fails_over_with_its_idempotency_key() {
     assert!(token > 0);
     assert!(!bed.held("jobs:k").await, "one release freed it: one lease");
 }
+
+#[tokio::test]
+async fn with_limit_at_most_n_commands_run_at_once_each_on_its_own_slot() {
+    let bed = Bed::start().await;
+    // Two permits of two held by commands that wait for a file; a third run is refused.
+    let mut running = Vec::new();
+    for i in 0..2 {
+        let script = format!(
+            r#"echo "$REDLOCKD_SLOT $REDLOCKD_FENCING_TOKEN" > slot-{i}; while [ ! -e done ]; do sleep 0.05; done"#
+        );
+        running.push(
+            bed.cli(&[
+                "lock", "--limit", "2", "--ttl", "2s", "pool", "--", "sh", "-c", &script,
+            ])
+            .spawn()
+            .unwrap(),
+        );
+        bed.appears(&format!("slot-{i}")).await;
+    }
+    let third = bed
+        .run(&["lock", "--limit", "2", "pool", "--", "true"])
+        .await;
+    assert_eq!(code(&third), HELD, "{}", stderr(&third));
+    assert!(
+        stderr(&third).contains("every one of the 2 permits of pool is taken"),
+        "{}",
+        stderr(&third)
+    );
+    // The lock of the same name is another thing: free.
+    let lock = bed.run(&["lock", "pool", "--", "true"]).await;
+    assert_eq!(code(&lock), 0, "{}", stderr(&lock));
+    let mut slots = Vec::new();
+    for i in 0..2 {
+        let seen = std::fs::read_to_string(bed.path(&format!("slot-{i}"))).unwrap();
+        let (slot, token) = seen.trim().split_once(' ').expect("slot and token");
+        assert!(token.parse::<u64>().unwrap() > 0);
+        slots.push(slot.to_owned());
+    }
+    slots.sort();
+    assert_eq!(slots, ["0", "1"]);
+    std::fs::write(bed.path("done"), "").unwrap();
+    for mut child in running {
+        let status = tokio::time::timeout(Duration::from_secs(10), child.wait())
+            .await
+            .expect("exits")
+            .unwrap();
+        assert!(status.success());
+    }
+    let (status, seen) = bed.replicas[0].get("/semaphores/pool").await;
+    assert_eq!(
+        (status, &seen["holders"]),
+        (200, &json!([])),
+        "released when they exited"
+    );
+    let bad = bed
+        .run(&["lock", "--limit", "0", "pool", "--", "true"])
+        .await;
+    assert_eq!(code(&bad), USAGE);
+}
