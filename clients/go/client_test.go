@@ -305,3 +305,50 @@ func TestEveryRequestCarriesTheCallersTraceContext(t *testing.T) {
 		t.Fatalf("headers seen %q, want %q", seen, want)
 	}
 }
+
+func TestAPermitIsALeaseOnOneOfLimitSlots(t *testing.T) {
+	c := startCluster(t, 1)
+	cl := client(t, c.urls()...)
+	ctx := context.Background()
+	lost := make(chan string, 1)
+	first, err := cl.Permit(ctx, "db-pool", 2, redlockd.LockOptions{TTL: time.Second, Owner: "go-1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer first.Release(ctx)
+	second, err := cl.Permit(ctx, "db-pool", 2, redlockd.LockOptions{
+		TTL: time.Second, OnLost: func(l *redlockd.Lease) { lost <- l.LostReason() },
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if first.Slot+second.Slot != 1 || first.Slot == second.Slot || first.Limit != 2 {
+		t.Fatalf("slots %d and %d of %d", first.Slot, second.Slot, first.Limit)
+	}
+	if _, err := cl.Permit(ctx, "db-pool", 2, redlockd.LockOptions{TTL: time.Second}); !errors.Is(err, redlockd.ErrLockHeld) {
+		t.Fatalf("a third permit of two: %v", err)
+	}
+	time.Sleep(3 * time.Second)
+	if err := first.EnsureValid(0); err != nil {
+		t.Fatalf("still valid after three TTLs: %v", err)
+	}
+	status, err := cl.Semaphore(ctx, "db-pool")
+	if err != nil || len(status.Holders) != 2 || status.Holders[0].Slot != 0 || status.Holders[1].Slot != 1 {
+		t.Fatalf("inspect: %+v %v", status, err)
+	}
+	if h := status.Holders[first.Slot]; h.FencingToken != first.FencingToken || h.Owner != "go-1" {
+		t.Fatalf("first's slot shows %+v", h)
+	}
+	req, _ := http.NewRequest("DELETE", c.urls()[0]+"/semaphores/db-pool/leases/"+second.LeaseID, nil)
+	if resp, err := http.DefaultClient.Do(req); err != nil || resp.StatusCode != 204 {
+		t.Fatalf("release by id: %v %v", resp, err)
+	}
+	select {
+	case reason := <-lost:
+		if reason != "lease_not_found" {
+			t.Fatalf("lost for %q", reason)
+		}
+	case <-time.After(2 * time.Second):
+		t.Fatal("the released permit was not lost")
+	}
+}

@@ -21,6 +21,10 @@ type Lease struct {
 	// FencingToken is greater than every earlier grant's of this name: send it with each
 	// protected write, and have the resource refuse a token lower than one it has seen.
 	FencingToken uint64
+	// Slot is which of a semaphore's Limit slots a permit holds (-1 for a lock's lease).
+	Slot int
+	// Limit is the limit a permit was granted with (0 for a lock's lease).
+	Limit int
 
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -43,6 +47,11 @@ func newLease(c *Client, kind string, b leaseBody, sent time.Time, opts LockOpti
 		ttl:        time.Duration(b.TTLMs) * time.Millisecond,
 		validUntil: sent.Add(time.Duration(b.ValidityMs) * time.Millisecond),
 		stop:       make(chan struct{}),
+		Slot:       -1,
+		Limit:      b.Limit,
+	}
+	if b.Slot != nil {
+		l.Slot = *b.Slot
 	}
 	if b.FencingToken != nil {
 		l.FencingToken = *b.FencingToken

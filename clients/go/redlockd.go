@@ -90,6 +90,9 @@ type LockOptions struct {
 	OnLost func(*Lease)
 	// NoAutoRenew leaves renewing to the caller.
 	NoAutoRenew bool
+
+	// limit is a semaphore's (set by Permit).
+	limit int
 }
 
 // Lock grants name, waiting up to opts.Wait while another lease holds it. Errors wrap
@@ -97,6 +100,35 @@ type LockOptions struct {
 // Idempotency-Key, so that a retry after a lost answer gets the same lease.
 func (c *Client) Lock(ctx context.Context, name string, opts LockOptions) (*Lease, error) {
 	return c.grant(ctx, "locks", name, opts)
+}
+
+// Permit takes one of limit permits of semaphore name, renewed and signalled like a
+// lock's lease: Slot says which of the limit slots it holds, and its FencingToken rises per
+// slot. Errors wrap ErrLockHeld when every permit is taken for the whole opts.Wait.
+func (c *Client) Permit(ctx context.Context, name string, limit int, opts LockOptions) (*Lease, error) {
+	opts.limit = limit
+	return c.grant(ctx, "semaphores", name, opts)
+}
+
+// PermitHolder is one permit of a semaphore as inspect answers it; never a lease id.
+type PermitHolder struct {
+	Slot           int    `json:"slot"`
+	FencingToken   uint64 `json:"fencing_token"`
+	TTLRemainingMs int64  `json:"ttl_remaining_ms"`
+	Owner          string `json:"owner"`
+}
+
+// SemaphoreStatus is a semaphore's permits held now, by slot.
+type SemaphoreStatus struct {
+	Name    string         `json:"name"`
+	Holders []PermitHolder `json:"holders"`
+}
+
+// Semaphore returns the permits of semaphore name held now.
+func (c *Client) Semaphore(ctx context.Context, name string) (SemaphoreStatus, error) {
+	var status SemaphoreStatus
+	err := c.call(ctx, "GET", path("semaphores", name, ""), nil, "", 0, &status)
+	return status, err
 }
 
 // Campaign makes this caller leader of election name with value; the lease's Term is its
@@ -275,6 +307,8 @@ type leaseBody struct {
 	ValidityMs   int64   `json:"validity_ms"`
 	Owner        string  `json:"owner"`
 	Value        string  `json:"value"`
+	Slot         *int    `json:"slot"`
+	Limit        int     `json:"limit"`
 }
 
 func (c *Client) grant(ctx context.Context, kind, name string, opts LockOptions) (*Lease, error) {
@@ -288,6 +322,9 @@ func (c *Client) grant(ctx context.Context, kind, name string, opts LockOptions)
 		} else {
 			body["owner"] = opts.Owner
 		}
+	}
+	if opts.limit > 0 {
+		body["limit"] = opts.limit
 	}
 	key := opts.IdempotencyKey
 	if key == "" {

@@ -71,3 +71,17 @@ def test_async_once_per_tick(cluster):
             await c.aclose()
 
     asyncio.run(main())
+
+
+def test_async_permit_holds_a_slot_and_releases_it(cluster):
+    async def main() -> None:
+        async with AsyncClient(cluster.urls) as client:
+            async with client.permit("async-pool", 1, ttl=1.0) as permit:
+                assert (permit.slot, permit.limit) == (0, 1)
+                await asyncio.sleep(2.5)
+                permit.ensure_valid()
+                status = await client.semaphore("async-pool")
+                assert [h.fencing_token for h in status.holders] == [permit.fencing_token]
+            assert (await client.semaphore("async-pool")).holders == ()
+
+    asyncio.run(main())

@@ -292,3 +292,26 @@ def test_inspect_says_who_holds_a_lock_typed(cluster):
         assert status.fencing_token == lease.fencing_token
         assert status.owner == "worker-7"
         assert 0 < status.ttl_remaining <= 30.0
+
+
+def test_a_permit_is_a_lease_on_one_of_limit_slots_with_renew_and_a_loss_signal(cluster):
+    client = Client(cluster.urls)
+    told = []
+    with client.permit("db-pool", 2, ttl=1.0, owner="py-1") as first, \
+            client.permit("db-pool", 2, ttl=1.0, on_lost=told.append) as second:
+        assert {first.slot, second.slot} == {0, 1}
+        assert (first.limit, second.limit) == (2, 2)
+        with pytest.raises(LockHeld):
+            client.permit("db-pool", 2, ttl=1.0)
+        # Three TTLs later both are still held, renewed in the background.
+        time.sleep(3.0)
+        first.ensure_valid()
+        status = client.semaphore("db-pool")
+        assert [h.slot for h in status.holders] == [0, 1]
+        assert {h.fencing_token for h in status.holders} == {first.fencing_token, second.fencing_token}
+        assert [h.owner for h in status.holders if h.slot == first.slot] == ["py-1"]
+        # Released by someone who knows its id: lost at the next renew, and said so.
+        httpx.delete(f"{cluster.urls[0]}/semaphores/db-pool/leases/{second.lease_id}")
+        assert second.wait_lost(timeout=2.0)
+        assert told == [second] and second.lost_reason == "lease_not_found"
+    assert client.semaphore("db-pool").holders == (), "released on leaving the block"

@@ -135,6 +135,20 @@ export interface LockStatus {
   owner?: string;
 }
 
+/** One permit of a semaphore as inspect answers it; never a lease id. */
+export interface PermitHolder {
+  slot: number;
+  fencingToken: number;
+  ttlRemainingMs: number;
+  owner?: string;
+}
+
+/** A semaphore's permits held now, by slot. */
+export interface SemaphoreStatus {
+  name: string;
+  holders: PermitHolder[];
+}
+
 export interface Leader {
   name: string;
   term: number;
@@ -151,7 +165,7 @@ export interface LeaderEvent {
   value?: string;
 }
 
-type Kind = "locks" | "elections";
+type Kind = "locks" | "elections" | "semaphores";
 type Json = Record<string, unknown>;
 
 /** Grants, renews and releases are tried on each server in turn, this many rounds at most. */
@@ -186,6 +200,28 @@ export class Client {
    * that a retry after a lost answer gets the same lease. */
   async lock(name: string, options: LockOptions = {}): Promise<Lease> {
     return this.grant("locks", name, options);
+  }
+
+  /** One of `limit` permits of semaphore `name`, renewed and signalled like a lock's
+   * lease; `slot` says which of the `limit` slots it holds, and its `fencingToken` rises
+   * per slot. Throws `LockHeld` when all are taken for the whole `waitMs`. */
+  async permit(name: string, limit: number, options: LockOptions = {}): Promise<Lease> {
+    return this.grant("semaphores", name, options, limit);
+  }
+
+  /** The permits of semaphore `name` held now, by slot. */
+  async semaphore(name: string, options: CallOptions = {}): Promise<SemaphoreStatus> {
+    const body = await this.call("GET", path("semaphores", name), { signal: options.signal });
+    const holders = Array.isArray(body.holders) ? (body.holders as Json[]) : [];
+    return {
+      name: String(body.name),
+      holders: holders.map((h) => ({
+        slot: Number(h.slot),
+        fencingToken: Number(h.fencing_token),
+        ttlRemainingMs: Number(h.ttl_remaining_ms),
+        owner: h.owner as string | undefined,
+      })),
+    };
   }
 
   /** Become leader of election `name`; the lease's `term` is its fencing token, and
@@ -289,9 +325,10 @@ export class Client {
     }
   }
 
-  private async grant(kind: Kind, name: string, options: LockOptions): Promise<Lease> {
+  private async grant(kind: Kind, name: string, options: LockOptions, limit?: number): Promise<Lease> {
     const waitMs = options.waitMs ?? 0;
     const body: Json = { ttl_ms: options.ttlMs ?? 30_000, wait_ms: waitMs };
+    if (limit !== undefined) body.limit = limit;
     if (options.owner !== undefined) body[kind === "elections" ? "value" : "owner"] = options.owner;
     const sent = performance.now();
     const idempotencyKey = options.idempotencyKey ?? randomUUID();
@@ -399,6 +436,9 @@ export class Lease implements AsyncDisposable {
   readonly fencingToken: number;
   ttlMs: number;
   owner?: string;
+  /** A semaphore's permit: which of its `limit` slots it holds. */
+  readonly slot?: number;
+  readonly limit?: number;
   /** `performance.now()` until which the lease may be relied on. */
   validUntil: number;
   lostReason?: string;
@@ -421,6 +461,8 @@ export class Lease implements AsyncDisposable {
     this.ttlMs = Number(body.ttl_ms);
     this.owner = (kind === "elections" ? body.value : body.owner) as string | undefined;
     this.validUntil = sent + Number(body.validity_ms);
+    this.slot = body.slot === undefined ? undefined : Number(body.slot);
+    this.limit = body.limit === undefined ? undefined : Number(body.limit);
     this.signal = this.controller.signal;
     if (options.autoRenew !== false) this.schedule(this.ttlMs / 3);
   }

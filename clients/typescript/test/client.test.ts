@@ -220,3 +220,25 @@ test("inspect is typed, and a waiting grant given up by its signal leaves nothin
     inspectGivenUp.abort(new Error("not wanted"));
     await assert.rejects(client.inspect("busy", { signal: inspectGivenUp.signal }), /not wanted/);
   }));
+
+test("a permit is a lease on one of limit slots, renewed, with a loss signal", () =>
+  withCluster({}, async (cluster) => {
+    const client = new Client({ servers: cluster.urls });
+    const told: (string | undefined)[] = [];
+    await using first = await client.permit("db-pool", 2, { ttlMs: 1000, owner: "ts-1" });
+    const second = await client.permit("db-pool", 2, { ttlMs: 1000, onLost: (l) => told.push(l.lostReason) });
+    assert.deepEqual(new Set([first.slot, second.slot]), new Set([0, 1]));
+    assert.equal(first.limit, 2);
+    await assert.rejects(client.permit("db-pool", 2, { ttlMs: 1000 }), LockHeld);
+    await sleep(3000);
+    first.ensureValid();
+    const status = await client.semaphore("db-pool");
+    assert.deepEqual(status.holders.map((h) => h.slot), [0, 1]);
+    assert.deepEqual(
+      status.holders.filter((h) => h.slot === first.slot).map((h) => [h.fencingToken, h.owner]),
+      [[first.fencingToken, "ts-1"]],
+    );
+    await fetch(`${cluster.urls[0]}/semaphores/db-pool/leases/${second.leaseId}`, { method: "DELETE" });
+    await waitFor("the released permit to be lost", () => second.signal.aborted, 2000);
+    assert.deepEqual(told, ["lease_not_found"]);
+  }));

@@ -19,7 +19,7 @@ from ._errors import (
     Unauthorized,
     Unavailable,
 )
-from ._models import Leader, LeaderEvent, LockStatus, TickResult
+from ._models import Leader, LeaderEvent, LockStatus, PermitHolder, SemaphoreStatus, TickResult
 from ._sync import Client, Lease
 
 __all__ = [
@@ -35,7 +35,9 @@ __all__ = [
     "LockHeld",
     "LockStatus",
     "PendingLease",
+    "PermitHolder",
     "RedlockdError",
+    "SemaphoreStatus",
     "TickResult",
     "TooManyRequests",
     "Unauthorized",

@@ -13,7 +13,7 @@ import httpx
 
 from . import _core
 from ._errors import LeaseLost, LockHeld, RedlockdError, Unavailable, from_response
-from ._models import Leader, LeaderEvent, LockStatus, TickResult
+from ._models import Leader, LeaderEvent, LockStatus, SemaphoreStatus, TickResult
 
 log = logging.getLogger("redlockd")
 
@@ -166,6 +166,20 @@ class AsyncClient:
             return AsyncLease(self, made, on_lost, auto_renew)
         return PendingLease(grant)
 
+    def permit(self, name: str, limit: int, ttl: float = 30.0, *, wait: float = 0.0,
+               owner: Optional[str] = None, on_lost: Optional[OnLost] = None,
+               auto_renew: bool = True, idempotency_key: Optional[str] = None) -> PendingLease:
+        """One of `limit` permits of semaphore `name`, as `lock` (the lease's `slot` says
+        which): `async with client.permit("db-pool", 3) as permit:`."""
+        async def grant() -> AsyncLease:
+            made = await self._grant("semaphores", name, ttl, wait, owner, idempotency_key, limit)
+            return AsyncLease(self, made, on_lost, auto_renew)
+        return PendingLease(grant)
+
+    async def semaphore(self, name: str) -> SemaphoreStatus:
+        """The permits of semaphore `name` held now, by slot (never a lease id)."""
+        return SemaphoreStatus.read(await self._call("GET", _core.path("semaphores", name)))
+
     def campaign(self, name: str, value: Optional[str] = None, *, ttl: float = 10.0,
                  wait: float = 0.0, on_lost: Optional[OnLost] = None) -> PendingLease:
         """`lease = await client.campaign(...)`, or `async with client.campaign(...)`."""
@@ -224,8 +238,8 @@ class AsyncClient:
         return TickResult(True, value)
 
     async def _grant(self, kind: str, name: str, ttl: float, wait: float, owner: Optional[str],
-                     key: Optional[str]) -> _core.Grant:
-        body = _core.grant_body(kind, ttl, wait, owner)
+                     key: Optional[str], limit: Optional[int] = None) -> _core.Grant:
+        body = _core.grant_body(kind, ttl, wait, owner, limit)
         sent = time.monotonic()
         answer = await self._call("POST", _core.path(kind, name), body=body,
                                   idempotency_key=key or _core.new_idempotency_key(),

@@ -90,10 +90,13 @@ def path(kind: str, name: str, lease_id: Optional[str] = None) -> str:
     return p
 
 
-def grant_body(kind: str, ttl: float, wait: float, owner: Optional[str]) -> Dict[str, Any]:
+def grant_body(kind: str, ttl: float, wait: float, owner: Optional[str],
+               limit: Optional[int] = None) -> Dict[str, Any]:
     body: Dict[str, Any] = {"ttl_ms": max(1, int(ttl * 1000)), "wait_ms": max(0, int(wait * 1000))}
     if owner is not None:
         body["value" if kind == "elections" else "owner"] = owner
+    if limit is not None:
+        body["limit"] = limit
     return body
 
 
@@ -138,6 +141,8 @@ class Grant:
     ttl: float
     owner: Optional[str]
     valid_until: float
+    slot: Optional[int] = None
+    limit: Optional[int] = None
 
     @classmethod
     def read(cls, kind: str, body: Dict[str, Any], sent: float) -> "Grant":
@@ -150,6 +155,8 @@ class Grant:
             ttl=float(body["ttl_ms"]) / 1000.0,
             owner=body.get("value") if kind == "elections" else body.get("owner"),
             valid_until=sent + float(body["validity_ms"]) / 1000.0,
+            slot=body.get("slot"),
+            limit=body.get("limit"),
         )
 
 
@@ -165,6 +172,9 @@ class LeaseState:
         self.ttl = grant.ttl
         self.owner = grant.owner
         self.valid_until = grant.valid_until
+        #: A semaphore's permit: which of its `limit` slots it holds (None for a lock).
+        self.slot = grant.slot
+        self.limit = grant.limit
         self.lost_reason: Optional[str] = None
         self.released = False
 

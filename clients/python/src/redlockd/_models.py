@@ -4,7 +4,7 @@ observer is told, what a tick did. Shared by the blocking and the asyncio client
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Dict, NamedTuple, Optional
+from typing import Any, Dict, NamedTuple, Optional, Tuple
 
 
 @dataclass(frozen=True)
@@ -31,6 +31,33 @@ class LockStatus:
             float(remaining) / 1000.0 if remaining is not None else None,
             body.get("owner"),
         )
+
+
+@dataclass(frozen=True)
+class PermitHolder:
+    """One permit of a semaphore as inspect answers it: its `slot`, `fencing_token`, what
+    is left of it (`ttl_remaining`, seconds) and its `owner`. Never a lease id."""
+
+    slot: int
+    fencing_token: int
+    ttl_remaining: float
+    owner: Optional[str] = None
+
+
+@dataclass(frozen=True)
+class SemaphoreStatus:
+    """A semaphore's permits held now, by slot."""
+
+    name: str
+    holders: Tuple[PermitHolder, ...]
+
+    @classmethod
+    def read(cls, body: Dict[str, Any]) -> "SemaphoreStatus":
+        """The state in a `GET /semaphores/{name}` answer."""
+        return cls(body["name"], tuple(
+            PermitHolder(int(h["slot"]), int(h["fencing_token"]),
+                         float(h["ttl_remaining_ms"]) / 1000.0, h.get("owner"))
+            for h in body.get("holders", [])))
 
 
 @dataclass(frozen=True)

@@ -11,7 +11,7 @@ import httpx
 
 from . import _core
 from ._errors import LeaseLost, LockHeld, RedlockdError, Unavailable, from_response
-from ._models import Leader, LeaderEvent, LockStatus, TickResult
+from ._models import Leader, LeaderEvent, LockStatus, SemaphoreStatus, TickResult
 
 log = logging.getLogger("redlockd")
 
@@ -155,6 +155,19 @@ class Client:
         grant = self._grant("locks", name, ttl, wait, owner, idempotency_key)
         return Lease(self, grant, on_lost, auto_renew)
 
+    def permit(self, name: str, limit: int, ttl: float = 30.0, *, wait: float = 0.0,
+               owner: Optional[str] = None, on_lost: Optional[Callable[[Lease], None]] = None,
+               auto_renew: bool = True, idempotency_key: Optional[str] = None) -> Lease:
+        """One of `limit` permits of semaphore `name`, renewed and signalled like a lock's
+        lease; `slot` says which of the `limit` slots it holds, and `fencing_token` rises per
+        slot. Raises `LockHeld` when all are taken for the whole `wait`."""
+        grant = self._grant("semaphores", name, ttl, wait, owner, idempotency_key, limit)
+        return Lease(self, grant, on_lost, auto_renew)
+
+    def semaphore(self, name: str) -> SemaphoreStatus:
+        """The permits of semaphore `name` held now, by slot (never a lease id)."""
+        return SemaphoreStatus.read(self._call("GET", _core.path("semaphores", name)))
+
     def campaign(self, name: str, value: Optional[str] = None, *, ttl: float = 10.0,
                  wait: float = 0.0, on_lost: Optional[Callable[[Lease], None]] = None) -> Lease:
         """Become leader of election `name` (waiting up to `wait`). The lease's `term` is
@@ -216,8 +229,8 @@ class Client:
     # Plumbing.
 
     def _grant(self, kind: str, name: str, ttl: float, wait: float, owner: Optional[str],
-               key: Optional[str]) -> _core.Grant:
-        body = _core.grant_body(kind, ttl, wait, owner)
+               key: Optional[str], limit: Optional[int] = None) -> _core.Grant:
+        body = _core.grant_body(kind, ttl, wait, owner, limit)
         sent = time.monotonic()
         answer = self._call("POST", _core.path(kind, name), body=body,
                             idempotency_key=key or _core.new_idempotency_key(),
