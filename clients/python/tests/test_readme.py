@@ -20,17 +20,20 @@ def python_blocks(readme: Path = README) -> List[str]:
     return re.findall(r"```python\n(.*?)```", readme.read_text(), re.S)
 
 
-def run_block(code: str, urls: List[str], send_report) -> None:
-    assert SERVERS in code, "the README's example names its servers as the test expects"
-    code = code.replace(SERVERS, ", ".join(f'"{u}"' for u in urls))
-    exec(compile(code, str(README), "exec"), {"send_report": send_report, "__name__": "readme"})
+def run_block(code: str, urls: List[str], send_report, **names) -> None:
+    if "Client(" in code:
+        assert SERVERS in code, "the README's example names its servers as the test expects"
+        code = code.replace(SERVERS, ", ".join(f'"{u}"' for u in urls))
+    scope = {"send_report": send_report, "__name__": "readme", **names}
+    exec(compile(code, str(README), "exec"), scope)
 
 
 def test_the_readme_has_the_sync_and_the_asyncio_forms():
     blocks = python_blocks()
-    assert len(blocks) == 2, blocks
+    assert len(blocks) == 3, blocks
     assert "with client.lock(" in blocks[0]
     assert "async with client.lock(" in blocks[1]
+    assert "with client.permit(" in blocks[2]
 
 
 def test_the_five_lines_run_as_written(cluster):
@@ -70,3 +73,20 @@ def test_the_asyncio_form_runs_as_written(cluster):
     assert len(fences) == 1
     after = httpx.get(f"{cluster.urls[0]}/locks/nightly-report", timeout=2).json()
     assert after["held"] is False, "released on leaving the block"
+
+
+def test_the_permit_lines_run_as_written(cluster):
+    from redlockd import Client
+
+    client = Client(cluster.urls)
+    seen = []
+
+    def query(slot, fence):
+        status = httpx.get(f"{cluster.urls[0]}/semaphores/db-pool", timeout=2).json()
+        assert [(h["slot"], h["fencing_token"]) for h in status["holders"]] == [(slot, fence)]
+        seen.append(slot)
+
+    run_block(python_blocks()[2], cluster.urls, None, client=client, query=query)
+    assert len(seen) == 1 and 0 <= seen[0] < 3
+    after = httpx.get(f"{cluster.urls[0]}/semaphores/db-pool", timeout=2).json()
+    assert after["holders"] == [], "released on leaving the block"
