@@ -435,4 +435,5 @@ async fn the_readmes_curl_examples_answer_as_documented() {
     let b = TestApp::spawn(config(&refs)).await;
     run_documented("## Using it with curl", &[&a, &b]).await;
     run_documented("### Retrying a grant safely", &[&a, &b]).await;
+    run_documented("## Semaphores: at most N holders", &[&a, &b]).await;
 }
