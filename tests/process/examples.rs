@@ -80,6 +80,51 @@ async fn the_cron_job_runs_once_on_a_fleet_of_eight() {
 }
 
 #[tokio::test]
+async fn the_connection_pool_lets_at_most_three_workers_use_a_connection_at_once() {
+    let (_masters, app) = server().await;
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("pool.log");
+    let out = example(&app, "db-pool.sh", &[log.to_str().unwrap()])
+        .output()
+        .await
+        .unwrap();
+    let runs = std::fs::read_to_string(&log).unwrap();
+    assert!(
+        out.status.success(),
+        "{runs}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let used: Vec<&str> = runs
+        .lines()
+        .filter(|l| l.contains(" used connection "))
+        .collect();
+    assert_eq!(
+        used.len(),
+        8,
+        "every worker had its turn, none refused or clashed:\n{runs}"
+    );
+    let mut most = 0;
+    for line in &used {
+        let slot: u32 = line.split("connection ").nth(1).unwrap()[..1]
+            .parse()
+            .unwrap();
+        assert!(slot < 3, "{line}");
+        let in_use: usize = line
+            .rsplit(", ")
+            .next()
+            .unwrap()
+            .split(' ')
+            .next()
+            .unwrap()
+            .parse()
+            .unwrap();
+        most = most.max(in_use);
+    }
+    assert!(most <= 3, "{most} connections in use at once:\n{runs}");
+    assert!(most >= 2, "the workers overlapped:\n{runs}");
+}
+
+#[tokio::test]
 async fn the_ordered_queue_is_processed_once_in_order_across_the_leaders_death() {
     let (_masters, app) = server().await;
     let dir = tempfile::tempdir().unwrap();
