@@ -613,9 +613,14 @@ impl Server {
     }
 
     async fn grant(&self, name: &str, body: Value) -> Result<(String, u64), u16> {
+        self.grant_in("locks", name, body).await
+    }
+
+    /// A grant of the kind whose routes are `/<route>/{name}`.
+    async fn grant_in(&self, route: &str, name: &str, body: Value) -> Result<(String, u64), u16> {
         let resp = self
             .http
-            .post(format!("{}/locks/{name}", self.base))
+            .post(format!("{}/{route}/{name}", self.base))
             .json(&body)
             .send()
             .await
@@ -641,9 +646,13 @@ impl Server {
     }
 
     async fn revoke(&self, name: &str, id: &str) -> bool {
+        self.revoke_in("locks", name, id).await
+    }
+
+    async fn revoke_in(&self, route: &str, name: &str, id: &str) -> bool {
         let sent = self
             .http
-            .delete(format!("{}/locks/{name}/leases/{id}", self.base))
+            .delete(format!("{}/{route}/{name}/leases/{id}", self.base))
             .send()
             .await;
         expect_status("revoke", sent, 204).await
@@ -730,6 +739,20 @@ async fn http_cycle(server: Arc<Server>, c: usize, renews: usize) -> Tally {
     if !server.revoke(&name, &id).await {
         errors += 1;
     }
+    Tally::cycle(took, errors)
+}
+
+/// One uncontended take → release cycle of a semaphore's permit (limit 3, each client a
+/// semaphore of its own), timed at the take: a lock's cycle plus the read of the slots.
+async fn permit_cycle(server: Arc<Server>, c: usize) -> Tally {
+    let name = format!("sem:{c}");
+    let t = Instant::now();
+    let body = json!({"ttl_ms": 10000, "limit": 3});
+    let Ok((id, _)) = server.grant_in("semaphores", &name, body).await else {
+        return Tally::error();
+    };
+    let took = t.elapsed();
+    let errors = usize::from(!server.revoke_in("semaphores", &name, &id).await);
     Tally::cycle(took, errors)
 }
 
@@ -1100,6 +1123,20 @@ async fn uncontended(
         )
         .await;
         stats(&row).await;
+        // Each kind's cost next to a lock's: a semaphore's permit, at 16 clients.
+        if c == 16 {
+            let s = server.clone();
+            let row = measure(
+                "redlockd, semaphore permit",
+                workload.clone(),
+                c,
+                &theirs,
+                Some(base),
+                move |i| permit_cycle(s.clone(), i),
+            )
+            .await;
+            stats(&row).await;
+        }
         // The same requests to a redlockd with no masters at all (its embedded store): what
         // the HTTP path, the lease service and this load generator cost by themselves on
         // these cores, the floor under the redlockd row (once: it has no masters to scale).
