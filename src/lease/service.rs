@@ -477,8 +477,8 @@ impl LeaseService {
         keyed: Option<&(LeaseId, Idem)>,
         listeners: Listeners,
     ) -> Result<Lease, EngineError> {
-        let holders = self.slots(name).await?;
         let limit = limit.get();
+        let holders = self.engine.slots(name.as_str(), limit).await?;
         let base = match keyed {
             Some((id, _)) => id.clone(),
             None => LeaseId::generate(),

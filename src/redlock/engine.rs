@@ -24,7 +24,7 @@ use crate::model::{
     FencingToken, Idem, Kind, Listeners, LockKey, MasterFailure, Unavailability, millis,
 };
 use crate::store::node::{
-    Acquired, Claim, Ending, Holding, Listing, LockNode, NodeError, NodeResult, Renewal,
+    Acquired, Claim, Ending, Holding, ListPage, Listing, LockNode, NodeError, NodeResult, Renewal,
 };
 
 use crate::metrics::Metrics;
@@ -843,6 +843,63 @@ impl Redlock {
                 None => Sighting::Unsettled,
             },
         )
+    }
+
+    /// The slots below `limit` of semaphore `name` that a majority of masters hold, in slot
+    /// order, with their holders: one batched step per master.
+    pub async fn slots(&self, name: &str, limit: u16) -> Result<Vec<(u16, Holder)>, EngineError> {
+        let started = Instant::now();
+        let shared: Arc<str> = name.into();
+        let Round {
+            outcome, failures, ..
+        } = self
+            .fan_out(
+                "slots",
+                self.config.master_timeout,
+                |_, node| {
+                    let name = shared.clone();
+                    Box::pin(async move { node.slots(&name, limit).await })
+                },
+                all_answers,
+            )
+            .await;
+        // As pages of a listing, so that a slot counts as held only where a majority agree
+        // on its holder (`quorum::merge_pages`).
+        let pages: Vec<NodeResult<ListPage>> = outcome
+            .unwrap_or_default()
+            .into_iter()
+            .map(|answer| {
+                answer.map(|held| ListPage {
+                    locks: held
+                        .into_iter()
+                        .map(|(slot, holding)| (slot.to_string(), holding))
+                        .collect(),
+                    more: false,
+                    last: None,
+                })
+            })
+            .collect();
+        let quorum::Merged { held, .. } = quorum::merge_pages(&pages, usize::from(limit))
+            .ok_or_else(|| unavailable("fewer than a majority of masters answered", failures))?;
+        let elapsed = started.elapsed();
+        let mut slots: Vec<(u16, Holder)> = held
+            .into_iter()
+            .filter_map(|(slot, a)| {
+                let slot = slot.parse().ok()?;
+                Some((
+                    slot,
+                    Holder {
+                        name: format!("{name}/{slot}"),
+                        lease: a.lease,
+                        token: FencingToken(a.token),
+                        remaining: Duration::from_millis(a.pttl_ms).saturating_sub(elapsed),
+                        owner: a.owner,
+                    },
+                ))
+            })
+            .collect();
+        slots.sort_by_key(|(slot, _)| *slot);
+        Ok(slots)
     }
 
     /// Held locks of `kind` whose names start with `prefix` and sort after `after`, in name

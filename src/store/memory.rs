@@ -434,6 +434,21 @@ impl LockNode for MemoryNode {
         .await
     }
 
+    async fn slots(&self, name: &str, limit: u16) -> NodeResult<Vec<(u16, Holding)>> {
+        self.step(|data, now| {
+            data.check_marker()?;
+            let mut held = Vec::new();
+            for slot in 0..limit {
+                let key = LockKey::slot(name, slot);
+                if data.live(&key, now).is_some() {
+                    held.push((slot, data.holding(&data.locks[&key], now)));
+                }
+            }
+            Ok(held)
+        })
+        .await
+    }
+
     async fn list(&self, listing: Listing<'_>) -> NodeResult<ListPage> {
         let (after, limit) = (listing.after, listing.limit);
         self.step(|data, now| {

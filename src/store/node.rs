@@ -269,6 +269,10 @@ pub trait LockNode: Send + Sync + 'static {
     /// Every holder of `key` here (for a mutex, none or one).
     async fn read(&self, key: &LockKey) -> NodeResult<Vec<Holding>>;
 
+    /// The held slots below `limit` of semaphore `name` here, in slot order, with their
+    /// holders: what a permit's grant reads before it takes a free slot.
+    async fn slots(&self, name: &str, limit: u16) -> NodeResult<Vec<(u16, Holding)>>;
+
     /// A page of held locks (see `Listing`). A master may stop early to keep one call
     /// short; `ListPage::more` says so.
     async fn list(&self, listing: Listing<'_>) -> NodeResult<ListPage>;

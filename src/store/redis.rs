@@ -34,12 +34,13 @@ macro_rules! script {
     };
 }
 /// The steps that travel in batches, by the name `batch.lua` calls them.
-const STEPS: [(&str, &str); 5] = [
+const STEPS: [(&str, &str); 6] = [
     ("acquire", include_str!("scripts/acquire.lua")),
     ("confirm", include_str!("scripts/confirm.lua")),
     ("renew", include_str!("scripts/renew.lua")),
     ("release", include_str!("scripts/release.lua")),
     ("read", include_str!("scripts/read.lua")),
+    ("slots", include_str!("scripts/slots.lua")),
 ];
 static BATCH: LazyLock<Script> =
     LazyLock::new(|| Script::new(&batch::compose(&STEPS, include_str!("scripts/batch.lua"))));
@@ -388,6 +389,33 @@ impl LockNode for RedisNode {
             at += 6;
         }
         Ok(ListPage { locks, more, last })
+    }
+
+    async fn slots(&self, name: &str, limit: u16) -> NodeResult<Vec<(u16, Holding)>> {
+        let mut step = Step::new("slots");
+        step.key(&self.keys.marker)
+            .arg(format!("{}{name}/", self.keys.semaphore_prefix))
+            .arg(limit);
+        let reply = self.step(step).await?;
+        reply.status()?;
+        let mut held = Vec::new();
+        let mut at = 1;
+        while at < reply.0.len() {
+            let slot = u16::try_from(reply.uint(at)?)
+                .map_err(|_| NodeError::Script(format!("slot out of range at {at}")))?;
+            held.push((
+                slot,
+                Holding {
+                    lease: reply.string(at + 1)?,
+                    token: reply.uint(at + 2)?,
+                    ttl_ms: reply.uint(at + 3)?,
+                    pttl_ms: reply.uint(at + 4)?,
+                    owner: reply.owner(at + 5)?,
+                },
+            ));
+            at += 6;
+        }
+        Ok(held)
     }
 
     async fn probe(&self) -> NodeResult<Probe> {
