@@ -181,6 +181,10 @@ pub struct LockArgs {
     /// once (1 to 1000). The command gets its slot in REDLOCKD_SLOT (0 to N - 1).
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u16).range(1..=1000))]
     pub limit: Option<u16>,
+    /// Hold the lock shared: other --shared runs of NAME hold it at the same time, a run
+    /// without --shared waits for them all (and later --shared runs wait behind it).
+    #[arg(long, conflicts_with = "limit")]
+    pub shared: bool,
     /// The lock's name (the semaphore's, with --limit).
     pub name: String,
     /// The command and its arguments, after `--`.

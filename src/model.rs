@@ -204,6 +204,17 @@ impl LeaseId {
         Self(format!("{}_{}_{}", self.base(), slot.index, slot.limit))
     }
 
+    /// The lease id of a shared hold, made from a minted (or derived) id: renew, check and
+    /// revoke find its key by it.
+    pub fn shared(&self) -> Self {
+        Self(format!("{}{SHARED_TAIL}", self.base()))
+    }
+
+    /// Whether the id is a shared hold's.
+    pub fn is_shared(&self) -> bool {
+        self.0.get(MINTED_LEN..) == Some(SHARED_TAIL)
+    }
+
     /// The minted part of the id: a permit's without its slot.
     pub fn base(&self) -> &str {
         self.0.get(..MINTED_LEN).unwrap_or(&self.0)
@@ -224,6 +235,8 @@ impl LeaseId {
 
 /// The length of the ids we mint (16 bytes in base64url).
 const MINTED_LEN: usize = 22;
+/// What follows the minted part of a shared hold's id.
+const SHARED_TAIL: &str = "_s";
 
 impl fmt::Debug for LeaseId {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -334,11 +347,12 @@ impl GrantKey {
     /// record for the key. Both are hashes: the key itself never reaches the masters, and
     /// the lease id depends on the request, so that a key sent again with other parameters
     /// asks for another lease (and meets the record's mismatch) instead of the first one.
-    /// A semaphore's `limit` is part of the request (a lock's fingerprint is as it was).
+    /// `variant` is the rest of the request (a semaphore's limit, a shared grant's mode),
+    /// empty for a lock's exclusive grant (whose fingerprint is as it always was).
     pub fn derive(
         &self,
         name: &LockName,
-        limit: Option<PermitLimit>,
+        variant: &str,
         ttl: Duration,
         owner: Option<&str>,
     ) -> (LeaseId, Idem) {
@@ -355,7 +369,6 @@ impl GrantKey {
         let kind = name.key().kind.segment().as_bytes();
         let ttl_ms = millis(ttl).to_string();
         let owner = owner.map(str::as_bytes);
-        let limit = limit.map(|l| l.get().to_string());
         let mut parts: Vec<&[u8]> = vec![
             kind,
             name.as_str().as_bytes(),
@@ -363,8 +376,8 @@ impl GrantKey {
             owner.unwrap_or(b""),
             if owner.is_some() { b"1" } else { b"0" },
         ];
-        if let Some(limit) = &limit {
-            parts.push(limit.as_bytes());
+        if !variant.is_empty() {
+            parts.push(variant.as_bytes());
         }
         let fingerprint = hex::encode(&hash(&parts)[..16]);
         let scope = self.scope.as_bytes();
@@ -403,6 +416,9 @@ pub enum Kind {
     /// its own (see `LockKey::slot`), so that at most `limit` permits are valid at once
     /// whatever the masters' votes.
     Semaphore,
+    /// A shared holder of a lock (`mode: shared`): a key of its own per lease (see
+    /// `LockKey::reader`), beside the lock's own key that an exclusive holder takes.
+    Reader,
 }
 
 impl Kind {
@@ -414,6 +430,7 @@ impl Kind {
             Kind::Mutex => "lock:",
             Kind::Election => "election:",
             Kind::Semaphore => "semaphore:",
+            Kind::Reader => "reader:",
         }
     }
 
@@ -423,6 +440,7 @@ impl Kind {
             Kind::Mutex => "locks",
             Kind::Election => "elections",
             Kind::Semaphore => "semaphores",
+            Kind::Reader => "locks",
         }
     }
 
@@ -432,6 +450,35 @@ impl Kind {
             Kind::Mutex => "names",
             Kind::Election => "elections",
             Kind::Semaphore => "semaphores",
+            Kind::Reader => "readers",
+        }
+    }
+}
+
+/// How a lock is held: by one exclusive holder (the default), or shared by any number of
+/// shared holders.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
+pub enum Mode {
+    #[default]
+    Exclusive,
+    Shared,
+}
+
+impl Mode {
+    pub fn parse(raw: &str) -> Result<Self, InvalidInput> {
+        match raw {
+            "exclusive" => Ok(Mode::Exclusive),
+            "shared" => Ok(Mode::Shared),
+            other => Err(InvalidInput(format!(
+                "mode must be exclusive or shared, got {other:?}"
+            ))),
+        }
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Mode::Exclusive => "exclusive",
+            Mode::Shared => "shared",
         }
     }
 }
@@ -502,6 +549,21 @@ impl LockKey {
         }
     }
 
+    /// The shared hold of lease `lease` on the lock `name`: its key's name is
+    /// `<name>/<lease>` (names have no `/`), listed under the prefix `<name>/` in the
+    /// masters' index of readers.
+    pub fn reader(name: &str, lease: &LeaseId) -> Self {
+        Self {
+            kind: Kind::Reader,
+            name: format!("{name}/{}", lease.as_str()).into(),
+        }
+    }
+
+    /// The lock a shared hold or a semaphore's slot belongs to: the name before its `/`.
+    pub fn owner_name(&self) -> &str {
+        self.name.split('/').next().unwrap_or(&self.name)
+    }
+
     /// The slot a semaphore's key is, from its name.
     pub fn slot_index(&self) -> Option<u16> {
         self.name.rsplit_once('/')?.1.parse().ok()
@@ -516,9 +578,10 @@ impl LockKey {
             Kind::Mutex => std::borrow::Cow::Borrowed(&self.name),
             Kind::Election => std::borrow::Cow::Owned(format!("/elections/{}", self.name)),
             Kind::Semaphore => {
-                let name = self.name.split('/').next().unwrap_or(&self.name);
-                std::borrow::Cow::Owned(format!("/semaphores/{name}"))
+                std::borrow::Cow::Owned(format!("/semaphores/{}", self.owner_name()))
             }
+            // A shared hold's end wakes the lock's waiters: it is announced as the lock.
+            Kind::Reader => std::borrow::Cow::Borrowed(self.owner_name()),
         }
     }
 }
@@ -695,6 +758,21 @@ mod tests {
             let forged = LeaseId(format!("{}{tail}", base.as_str()));
             assert_eq!(forged.slot(), None, "{tail}");
         }
+    }
+
+    #[test]
+    fn a_shared_holds_id_says_so_and_its_key_is_announced_as_the_lock() {
+        let base = LeaseId::generate();
+        let shared = base.shared();
+        assert!(shared.is_shared() && !base.is_shared());
+        assert_eq!(shared.base(), base.as_str());
+        assert_eq!(shared.slot(), None);
+        assert!(!base.permit(Slot { index: 0, limit: 2 }).is_shared());
+        let key = LockKey::reader("files", &shared);
+        assert_eq!(key.topic(), "files");
+        assert_eq!(key.owner_name(), "files");
+        assert_eq!(Mode::parse("shared").unwrap(), Mode::Shared);
+        assert!(Mode::parse("read").is_err());
     }
 
     #[test]

@@ -176,6 +176,37 @@ pub struct GrantRequest {
     #[schema(max_length = 256)]
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub owner: Option<String>,
+    /// `exclusive` (the default: one holder) or `shared`: shared grants of a name hold it
+    /// together, an exclusive grant excludes every other grant. A waiting exclusive grant
+    /// is not overtaken by shared grants that come after it, on any replica.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mode: Option<LockMode>,
+}
+
+/// How a lock is held: by one exclusive holder, or by any number of shared holders.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum LockMode {
+    Exclusive,
+    Shared,
+}
+
+impl From<crate::model::Mode> for LockMode {
+    fn from(mode: crate::model::Mode) -> Self {
+        match mode {
+            crate::model::Mode::Exclusive => LockMode::Exclusive,
+            crate::model::Mode::Shared => LockMode::Shared,
+        }
+    }
+}
+
+impl From<LockMode> for crate::model::Mode {
+    fn from(mode: LockMode) -> Self {
+        match mode {
+            LockMode::Exclusive => crate::model::Mode::Exclusive,
+            LockMode::Shared => crate::model::Mode::Shared,
+        }
+    }
 }
 
 /// Fields of a renew; `ttl_ms` may also be a query parameter.
@@ -235,6 +266,8 @@ pub struct LeaseBody {
     /// With check: what is left of the lease on a majority of masters.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub ttl_remaining_ms: Option<u64>,
+    /// How the lease holds the lock.
+    pub mode: LockMode,
 }
 
 /// A lock as inspect shows it; never with its lease id.
@@ -243,11 +276,29 @@ pub struct LeaseBody {
 pub struct LockStatus {
     pub name: String,
     pub held: bool,
+    /// When held: how (`exclusive` or `shared`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub mode: Option<LockMode>,
+    /// The holder's token; of a shared lock, the highest of its holders'.
     #[serde(skip_serializing_if = "Option::is_none")]
     #[schema(value_type = Option<u64>)]
     pub fencing_token: Option<FencingToken>,
+    /// What is left of the holder's lease; of a shared lock, the longest of its holders'.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub ttl_remaining_ms: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub owner: Option<String>,
+    /// A shared lock's holders (never their lease ids).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub holders: Option<Vec<SharedHolder>>,
+}
+
+/// One shared holder of a lock, as inspect shows it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct SharedHolder {
+    #[schema(value_type = u64)]
+    pub fencing_token: FencingToken,
+    pub ttl_remaining_ms: u64,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub owner: Option<String>,
 }
@@ -610,6 +661,7 @@ mod tests {
             ttl_ms: Some(Whole(5000)),
             wait_ms: None,
             owner: Some("me".into()),
+            mode: Some(LockMode::Shared),
         });
         round_trip(GrantRequest::default());
         round_trip(RenewRequest {
@@ -629,6 +681,7 @@ mod tests {
             expires_at: "2026-11-22T03:00:30.000Z".into(),
             owner: None,
             ttl_remaining_ms: Some(1),
+            mode: LockMode::Exclusive,
         });
         round_trip(LockList {
             locks: vec![LockEntry {

@@ -23,7 +23,7 @@ use serde::{Deserialize, Serialize};
 use super::{Failure, Repeat, Servers, idempotency_key, lock_path};
 use crate::cli::LockArgs;
 use crate::model::{FencingToken, MIN_TTL_MS};
-use crate::wire::{GrantRequest, RenewRequest, SemaphoreRequest, Whole};
+use crate::wire::{GrantRequest, LockMode, RenewRequest, SemaphoreRequest, Whole};
 
 /// What `redlockd lock` asks for: a lock, or a semaphore's permit.
 #[derive(Serialize)]
@@ -114,8 +114,9 @@ pub async fn run(args: LockArgs) -> u8 {
                 ttl_ms,
                 wait_ms,
                 owner,
+                mode: args.shared.then_some(LockMode::Shared),
             }),
-            "lock",
+            if args.shared { "shared lock" } else { "lock" },
         ),
     };
     let asked = Instant::now();

@@ -21,7 +21,7 @@ use crate::auth::Caller;
 use crate::lease::Target;
 use crate::lease::{Lease, LeasePolicy};
 use crate::model::{GrantKey, IdempotencyKey, LockName, Owner};
-use crate::model::{Kind, PermitLimit};
+use crate::model::{Kind, Mode, PermitLimit};
 use crate::wire::{CampaignRequest, GrantRequest, ProclaimRequest, RenewRequest, whole};
 use crate::wire::{ForceReleased, SemaphoreRequest};
 
@@ -35,6 +35,7 @@ impl GrantRequest {
             wait_ms: whole(self.wait_ms),
             holder: self.owner.as_deref(),
             limit: None,
+            mode: self.mode.map(Into::into),
         }
     }
 }
@@ -46,6 +47,7 @@ impl CampaignRequest {
             wait_ms: whole(self.wait_ms),
             holder: self.value.as_deref(),
             limit: None,
+            mode: None,
         }
     }
 }
@@ -57,6 +59,7 @@ impl SemaphoreRequest {
             wait_ms: whole(self.wait_ms),
             holder: self.owner.as_deref(),
             limit: Some(whole(self.limit)),
+            mode: None,
         }
     }
 }
@@ -143,6 +146,8 @@ pub(super) struct GrantFields<'a> {
     holder: Option<&'a str>,
     /// A semaphore's `limit` (`Some(None)`: the field is missing); `None` for other kinds.
     limit: Option<Option<u64>>,
+    /// A lock's `mode`.
+    mode: Option<Mode>,
 }
 
 impl GrantFields<'_> {
@@ -156,6 +161,7 @@ impl GrantFields<'_> {
                 "limit is required: how many permits of this name may be held at once (1 to 1000)"
                     .into(),
             )),
+            _ if self.mode == Some(Mode::Shared) => Ok(Target::shared(name)),
             _ => Ok(name.into()),
         }
     }

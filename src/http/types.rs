@@ -9,9 +9,9 @@ use serde_json::{Map, Value};
 
 use super::error::ApiError;
 use crate::lease::{Lease, LockHolder};
-use crate::model::{MasterStatus, Slot, millis as ms_of};
+use crate::model::{MasterStatus, Mode, Slot, millis as ms_of};
 use crate::wire::{ElectionLease, Leader, LeaseBody, LockEntry, LockStatus, MasterReport};
-use crate::wire::{PermitBody, PermitHolder, SemaphoreStatus};
+use crate::wire::{LockMode, PermitBody, PermitHolder, SemaphoreStatus, SharedHolder};
 
 /// An RFC 3339 time in UTC with milliseconds.
 pub fn rfc3339(t: SystemTime) -> String {
@@ -29,6 +29,7 @@ impl LeaseBody {
             expires_at: rfc3339(SystemTime::now() + lease.remaining_now()),
             owner: lease.owner.as_deref().map(str::to_owned),
             ttl_remaining_ms: with_remaining.then(|| ms_of(lease.remaining_now())),
+            mode: lease.mode.into(),
         }
     }
 }
@@ -83,20 +84,44 @@ impl Leader {
 
 impl LockStatus {
     pub fn new(name: &str, holders: Vec<LockHolder>) -> Self {
-        match holders.into_iter().next() {
-            Some(h) => Self {
-                name: name.to_owned(),
+        let free = Self {
+            name: name.to_owned(),
+            held: false,
+            mode: None,
+            fencing_token: None,
+            ttl_remaining_ms: None,
+            owner: None,
+            holders: None,
+        };
+        match holders.first().map(|h| h.mode) {
+            None => free,
+            Some(Mode::Exclusive) => {
+                let h = holders.into_iter().next().unwrap_or_else(|| unreachable!());
+                Self {
+                    held: true,
+                    mode: Some(LockMode::Exclusive),
+                    fencing_token: Some(h.token),
+                    ttl_remaining_ms: Some(ms_of(h.remaining)),
+                    owner: h.owner,
+                    ..free
+                }
+            }
+            Some(Mode::Shared) => Self {
                 held: true,
-                fencing_token: Some(h.token),
-                ttl_remaining_ms: Some(ms_of(h.remaining)),
-                owner: h.owner,
-            },
-            None => Self {
-                name: name.to_owned(),
-                held: false,
-                fencing_token: None,
-                ttl_remaining_ms: None,
-                owner: None,
+                mode: Some(LockMode::Shared),
+                fencing_token: holders.iter().map(|h| h.token).max(),
+                ttl_remaining_ms: holders.iter().map(|h| ms_of(h.remaining)).max(),
+                holders: Some(
+                    holders
+                        .into_iter()
+                        .map(|h| SharedHolder {
+                            fencing_token: h.token,
+                            ttl_remaining_ms: ms_of(h.remaining),
+                            owner: h.owner,
+                        })
+                        .collect(),
+                ),
+                ..free
             },
         }
     }

@@ -14,7 +14,7 @@ use tokio::time::{Instant, sleep_until, timeout, timeout_at};
 use super::events::{LockEvent, Observed};
 use super::{Lease, LeaseError, LeaseService, Target, Ttl, WaitTime};
 use crate::metrics::StreamKind;
-use crate::model::Owner;
+use crate::model::{Mode, Owner};
 
 /// Events a held stream may have waiting for a slow reader. Heartbeats beyond it are
 /// dropped (the next one says the same, newer), so a client that never reads costs a
@@ -227,9 +227,12 @@ impl LeaseService {
                         next = Instant::now();
                     }
                     // A later grant of the name means this lease has lost it; of a semaphore,
-                    // only that another slot was taken.
+                    // only that another slot was taken, and of a shared lock, perhaps that
+                    // another shared holder came.
                     Some(Observed::Event(LockEvent::Acquired { token }))
-                        if token > lease.token && lease.slot.is_none() =>
+                        if token > lease.token
+                            && lease.slot.is_none()
+                            && lease.mode == Mode::Exclusive =>
                     {
                         next = Instant::now();
                     }

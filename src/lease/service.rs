@@ -15,7 +15,7 @@ use crate::config::Caps;
 use crate::metrics::Metrics;
 use crate::model::News;
 use crate::model::{FencingToken, GrantKey, LeaseId, LockName, NamePrefix, Owner};
-use crate::model::{Idem, Kind, Listeners, LockKey, MAX_PERMITS, PermitLimit, Slot};
+use crate::model::{Idem, Kind, Listeners, LockKey, MAX_PERMITS, Mode, PermitLimit, Slot};
 use crate::model::{MasterStatus, Traffic};
 use crate::redlock::{EngineError, Holder, Leased, Redlock};
 
@@ -62,6 +62,8 @@ pub struct Lease {
     pub id: LeaseId,
     /// Which permit it is, for a semaphore's.
     pub slot: Option<Slot>,
+    /// A lock's lease: shared or exclusive.
+    pub mode: Mode,
     pub token: FencingToken,
     pub ttl: Duration,
     pub validity: Duration,
@@ -77,6 +79,11 @@ impl Lease {
             slot: (name.kind() == Kind::Semaphore)
                 .then(|| id.slot())
                 .flatten(),
+            mode: if id.is_shared() {
+                Mode::Shared
+            } else {
+                Mode::Exclusive
+            },
             name,
             id,
             token: leased.token,
@@ -105,6 +112,8 @@ pub struct LockHolder {
     pub name: String,
     /// A semaphore's holder: its slot.
     pub slot: Option<u16>,
+    /// A lock's holder: shared or exclusive.
+    pub mode: Mode,
     pub token: FencingToken,
     /// How long until its keys expire on a majority, unless renewed.
     pub remaining: Duration,
@@ -116,6 +125,7 @@ impl From<Holder> for LockHolder {
         Self {
             name: h.name,
             slot: None,
+            mode: Mode::Exclusive,
             token: h.token,
             remaining: h.remaining,
             owner: h.owner,
@@ -131,6 +141,8 @@ pub struct Target {
     pub name: LockName,
     /// A semaphore's limit; `None` for every other kind.
     pub limit: Option<PermitLimit>,
+    /// A lock's mode: shared holders hold it together.
+    pub mode: Mode,
 }
 
 impl Target {
@@ -139,13 +151,37 @@ impl Target {
         Self {
             name,
             limit: Some(limit),
+            mode: Mode::Exclusive,
+        }
+    }
+
+    /// A shared hold of the lock `name`.
+    pub fn shared(name: LockName) -> Self {
+        Self {
+            name,
+            limit: None,
+            mode: Mode::Shared,
+        }
+    }
+
+    /// What the request asks besides the name, TTL and owner, for its Idempotency-Key's
+    /// fingerprint: empty for a lock's exclusive grant.
+    fn variant(&self) -> String {
+        match (self.limit, self.mode) {
+            (Some(limit), _) => limit.get().to_string(),
+            (None, Mode::Shared) => "shared".to_owned(),
+            (None, Mode::Exclusive) => String::new(),
         }
     }
 }
 
 impl From<LockName> for Target {
     fn from(name: LockName) -> Self {
-        Self { name, limit: None }
+        Self {
+            name,
+            limit: None,
+            mode: Mode::Exclusive,
+        }
     }
 }
 
@@ -158,6 +194,10 @@ pub struct Readiness {
     pub problem: Option<String>,
     pub masters: Vec<MasterStatus>,
 }
+
+/// The most shared holders of one lock that inspect lists (and force-release removes in
+/// one call).
+const MAX_SHARED_LISTED: usize = 1000;
 
 /// How many times a grant that met a split vote tries again within the request.
 const SPLIT_RETRIES: u32 = 4;
@@ -323,7 +363,8 @@ impl LeaseService {
         };
         let ttl = ttl.get();
         let owner: Option<Arc<str>> = owner.map(|o| o.shared());
-        let keyed = key.map(|k| k.derive(name, target.limit, ttl, owner.as_deref()));
+        let variant = target.variant();
+        let keyed = key.map(|k| k.derive(name, &variant, ttl, owner.as_deref()));
         if wait == WaitTime::NONE {
             let result = self
                 .attempt(&target, ttl, owner, keyed.as_ref(), listeners)
@@ -441,9 +482,17 @@ impl LeaseService {
                         .await
                 }
                 None => {
-                    let id = keyed.map(|(id, _)| id.clone());
+                    let mut id = keyed.map(|(id, _)| id.clone());
                     let idem = keyed.map(|(_, idem)| idem.clone());
-                    let key = target.name.key();
+                    let mut key = target.name.key();
+                    if target.mode == Mode::Shared {
+                        let shared = id
+                            .as_ref()
+                            .map_or_else(LeaseId::generate, |id| id.clone())
+                            .shared();
+                        key = LockKey::reader(target.name.as_str(), &shared);
+                        id = Some(shared);
+                    }
                     self.attempt_once(&target.name, key, id, ttl, owner.clone(), idem, listeners)
                         .await
                 }
@@ -585,6 +634,9 @@ impl LeaseService {
     /// The key a lease of `name` holds: the name's own, or for a semaphore the slot its
     /// permit's id names (an id that names none is no permit: not found).
     fn lease_key(name: &LockName, id: &LeaseId) -> Result<LockKey, LeaseError> {
+        if name.kind() == Kind::Mutex && id.is_shared() {
+            return Ok(LockKey::reader(name.as_str(), id));
+        }
         if name.kind() != Kind::Semaphore {
             return Ok(name.key());
         }
@@ -695,6 +747,11 @@ impl LeaseService {
                 .into_iter()
                 .map(|(slot, _)| LockKey::slot(name.as_str(), slot))
                 .collect(),
+            Kind::Mutex => {
+                let mut keys = vec![name.key()];
+                keys.extend(self.readers(name).await?.into_iter().map(|(key, _)| key));
+                keys
+            }
             _ => vec![name.key()],
         };
         let mut removed = Vec::new();
@@ -730,12 +787,40 @@ impl LeaseService {
                 })
                 .collect());
         }
-        Ok(self
-            .engine
-            .inspect(&name.key())
+        let holder = self.engine.inspect(&name.key()).await?;
+        if holder.is_some() || name.kind() != Kind::Mutex {
+            return Ok(holder.map(LockHolder::from).into_iter().collect());
+        }
+        let mut holders: Vec<LockHolder> = self
+            .readers(name)
             .await?
-            .map(LockHolder::from)
             .into_iter()
+            .map(|(_, holder)| LockHolder {
+                name: name.to_string(),
+                mode: Mode::Shared,
+                ..LockHolder::from(holder)
+            })
+            .collect();
+        holders.sort_by_key(|h| h.token);
+        Ok(holders)
+    }
+
+    /// The shared holds of lock `name` that a majority hold, with their keys.
+    async fn readers(&self, name: &LockName) -> Result<Vec<(LockKey, Holder)>, EngineError> {
+        let prefix = format!("{name}/");
+        let (holders, _) = self
+            .engine
+            .list(Kind::Reader, &prefix, "", MAX_SHARED_LISTED)
+            .await?;
+        Ok(holders
+            .into_iter()
+            .map(|h| {
+                let key = LockKey {
+                    kind: Kind::Reader,
+                    name: h.name.as_str().into(),
+                };
+                (key, h)
+            })
             .collect())
     }
 
@@ -782,6 +867,7 @@ mod tests {
         let lease = Lease {
             name: LockName::parse("a").unwrap(),
             slot: None,
+            mode: Mode::Exclusive,
             id: LeaseId::generate(),
             token: FencingToken(1),
             ttl: Duration::from_secs(10),

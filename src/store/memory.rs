@@ -20,7 +20,7 @@ use super::node::{
     Acquired, Claim, Ending, Holding, ListPage, Listing, LockNode, NodeError, NodeResult, Owned,
     Probe, Renewal,
 };
-use crate::model::LockKey;
+use crate::model::{Kind, LockKey};
 
 /// How a memory node misbehaves.
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
@@ -66,6 +66,13 @@ struct Data {
     clock_rate: f64,
     /// Steps since the last sweep of expired keys.
     since_sweep: usize,
+    /// Each lock's shared holds (their keys in `locks`), by lock name: what an exclusive
+    /// grant looks at (as acquire.lua reads the set of shared holders). Rebuilt from
+    /// `locks` on a restart.
+    shared: HashMap<String, std::collections::HashSet<LockKey>>,
+    /// Each lock's claim by a waiting exclusive grant: its lease and when the claim lapses
+    /// (see acquire.lua). Lost on a restart, as a claim is only about who goes first.
+    claims: HashMap<String, (String, Instant)>,
 }
 
 impl Data {
@@ -83,6 +90,12 @@ impl Data {
         if self.since_sweep >= 1024.max(self.locks.len()) {
             self.locks.retain(|_, e| e.expires > now);
             self.records.retain(|_, (_, expires)| *expires > now);
+            let locks = &self.locks;
+            self.shared.retain(|_, readers| {
+                readers.retain(|r| locks.contains_key(r));
+                !readers.is_empty()
+            });
+            self.claims.retain(|_, (_, until)| *until > now);
             self.since_sweep = 0;
         }
     }
@@ -97,6 +110,70 @@ impl Data {
             .saturating_duration_since(now)
             .mul_f64(self.clock_rate);
         u64::try_from(left.as_millis()).unwrap_or(u64::MAX)
+    }
+
+    /// Whether a shared grant of `key`'s lock must wait: an exclusive holder, or a
+    /// waiting exclusive grant's claim (see share.lua).
+    fn share_refused(&mut self, key: &LockKey, now: Instant) -> Option<Acquired> {
+        let lock = LockKey::mutex(key.owner_name());
+        if let Some(entry) = self.live(&lock, now).cloned() {
+            return Some(Acquired::Held {
+                pttl_ms: self.pttl(&entry, now),
+                lease: entry.lease,
+            });
+        }
+        match self.claims.get(key.owner_name()) {
+            Some((claimant, until)) if *until > now => Some(Acquired::Held {
+                pttl_ms: u64::try_from(until.duration_since(now).as_millis()).unwrap_or(u64::MAX),
+                lease: claimant.clone(),
+            }),
+            _ => None,
+        }
+    }
+
+    /// Whether the shared holders of lock `key` refuse an exclusive grant (see acquire.lua):
+    /// then the longest of their remaining TTLs; a waiting grant claims the name meanwhile.
+    fn readers_refuse(
+        &mut self,
+        key: &LockKey,
+        lease: &str,
+        waiting: bool,
+        now: Instant,
+    ) -> Option<u64> {
+        if key.kind != Kind::Mutex {
+            return None;
+        }
+        let name = key.name.to_string();
+        let readers: Vec<LockKey> = self.shared.get(&name)?.iter().cloned().collect();
+        let mut longest = None;
+        for reader in readers {
+            match self.live(&reader, now).cloned() {
+                Some(entry) => {
+                    let pttl = self.pttl(&entry, now);
+                    longest = Some(longest.map_or(pttl, |l: u64| l.max(pttl)));
+                }
+                None => {
+                    if let Some(set) = self.shared.get_mut(&name) {
+                        set.remove(&reader);
+                    }
+                }
+            }
+        }
+        if self.shared.get(&name).is_some_and(|s| s.is_empty()) {
+            self.shared.remove(&name);
+        }
+        let longest = longest?;
+        if waiting {
+            let until = now + Duration::from_millis(longest + 1000);
+            let claim = self
+                .claims
+                .entry(name)
+                .or_insert_with(|| (lease.to_owned(), until));
+            if claim.1 < until {
+                *claim = (lease.to_owned(), until);
+            }
+        }
+        Some(longest)
     }
 
     fn holding(&self, entry: &Entry, now: Instant) -> Holding {
@@ -153,6 +230,8 @@ impl MemoryNode {
                 started: Instant::now(),
                 clock_rate: 1.0,
                 since_sweep: 0,
+                shared: HashMap::new(),
+                claims: HashMap::new(),
             }),
             fault: Mutex::new(Fault::None),
             #[cfg(any(test, feature = "test-util"))]
@@ -227,6 +306,20 @@ impl MemoryNode {
         data.fence = snapshot.fence;
         data.marker = snapshot.marker;
         data.watermarks = snapshot.watermarks;
+        data.claims.clear();
+        data.shared.clear();
+        let readers: Vec<LockKey> = data
+            .locks
+            .keys()
+            .filter(|k| k.kind == Kind::Reader)
+            .cloned()
+            .collect();
+        for key in readers {
+            data.shared
+                .entry(key.owner_name().to_owned())
+                .or_default()
+                .insert(key);
+        }
         data.run_id = self.restarts.fetch_add(1, Ordering::Relaxed) + 1;
         data.started = Instant::now();
     }
@@ -294,8 +387,9 @@ impl LockNode for MemoryNode {
             ttl_ms,
             owner,
             idem,
-            // The embedded store announces nothing: its replica hears of its own doings.
-            listeners: _,
+            // The embedded store announces nothing: its replica hears of its own doings; a
+            // waiting grant's claim on a lock held shared is all it keeps of them.
+            listeners,
         } = claim;
         self.step(|data, now| {
             data.check_marker()?;
@@ -325,8 +419,27 @@ impl LockNode for MemoryNode {
                     lease: entry.lease.clone(),
                 });
             }
+            if key.kind == Kind::Reader
+                && let Some(refused) = data.share_refused(key, now)
+            {
+                return Ok(refused);
+            }
+            if let Some(pttl_ms) = data.readers_refuse(key, lease, listeners.waiting, now) {
+                return Ok(Acquired::Held {
+                    pttl_ms,
+                    lease: "shared".to_owned(),
+                });
+            }
             if record.is_some() {
                 return Ok(Acquired::Ended);
+            }
+            if key.kind == Kind::Reader {
+                data.shared
+                    .entry(key.owner_name().to_owned())
+                    .or_default()
+                    .insert(key.clone());
+            } else if key.kind == Kind::Mutex {
+                data.claims.remove(&*key.name);
             }
             data.fence += 1;
             let token = data.fence;

@@ -34,13 +34,14 @@ macro_rules! script {
     };
 }
 /// The steps that travel in batches, by the name `batch.lua` calls them.
-const STEPS: [(&str, &str); 6] = [
+const STEPS: [(&str, &str); 7] = [
     ("acquire", include_str!("scripts/acquire.lua")),
     ("confirm", include_str!("scripts/confirm.lua")),
     ("renew", include_str!("scripts/renew.lua")),
     ("release", include_str!("scripts/release.lua")),
     ("read", include_str!("scripts/read.lua")),
     ("slots", include_str!("scripts/slots.lua")),
+    ("share", include_str!("scripts/share.lua")),
 ];
 static BATCH: LazyLock<Script> =
     LazyLock::new(|| Script::new(&batch::compose(&STEPS, include_str!("scripts/batch.lua"))));
@@ -61,6 +62,12 @@ struct Keys {
     election_prefix: String,
     semaphores: String,
     semaphore_prefix: String,
+    readers: String,
+    reader_prefix: String,
+    /// Each lock's set of shared holders (`<this><segment><name>`).
+    shared: String,
+    /// Each lock's claim by a waiting exclusive grant (`<this><segment><name>`).
+    claim: String,
     channel: String,
     events: String,
     idem: String,
@@ -78,6 +85,10 @@ impl Keys {
             election_prefix: format!("{prefix}{}", Kind::Election.segment()),
             semaphores: format!("{prefix}{}", Kind::Semaphore.index()),
             semaphore_prefix: format!("{prefix}{}", Kind::Semaphore.segment()),
+            readers: format!("{prefix}{}", Kind::Reader.index()),
+            reader_prefix: format!("{prefix}{}", Kind::Reader.segment()),
+            shared: format!("{prefix}shared:"),
+            claim: format!("{prefix}claim:"),
             channel: format!("{prefix}released"),
             events: format!("{prefix}events"),
             idem: format!("{prefix}idem:"),
@@ -89,12 +100,38 @@ impl Keys {
         format!("{}{}", self.segment(key.kind), key.name)
     }
 
+    /// The set of shared holders of the lock that `key` is (or is a shared hold of). Keys
+    /// of other kinds never have shared holders; theirs name a set that is never written.
+    fn shared(&self, key: &LockKey) -> String {
+        let kind = match key.kind {
+            Kind::Reader => Kind::Mutex,
+            kind => kind,
+        };
+        format!("{}{}{}", self.shared, kind.segment(), key.owner_name())
+    }
+
+    /// The claim of a waiting exclusive grant on the lock that `key` is (or is a shared
+    /// hold of).
+    fn claim(&self, key: &LockKey) -> String {
+        let kind = match key.kind {
+            Kind::Reader => Kind::Mutex,
+            kind => kind,
+        };
+        format!("{}{}{}", self.claim, kind.segment(), key.owner_name())
+    }
+
+    /// The prefix of the keys of the shared holds of the lock that `key` is.
+    fn readers_of(&self, key: &LockKey) -> String {
+        format!("{}{}/", self.reader_prefix, key.owner_name())
+    }
+
     /// The prefix of every key of `kind`.
     fn segment(&self, kind: Kind) -> &str {
         match kind {
             Kind::Mutex => &self.lock_prefix,
             Kind::Election => &self.election_prefix,
             Kind::Semaphore => &self.semaphore_prefix,
+            Kind::Reader => &self.reader_prefix,
         }
     }
 
@@ -104,6 +141,7 @@ impl Keys {
             Kind::Mutex => &self.names,
             Kind::Election => &self.elections,
             Kind::Semaphore => &self.semaphores,
+            Kind::Reader => &self.readers,
         }
     }
 }
@@ -250,17 +288,32 @@ impl LockNode for RedisNode {
 
     async fn acquire(&self, claim: Claim<'_>) -> NodeResult<Acquired> {
         let key = claim.key;
-        let mut step = Step::new("acquire");
-        step.key(self.keys.lock(key))
-            .key(&self.keys.fence)
-            .key(&self.keys.marker)
-            .key(self.keys.index(key.kind))
-            .arg(claim.lease)
+        let mut step;
+        if key.kind == Kind::Reader {
+            step = Step::new("share");
+            step.key(self.keys.lock(key))
+                .key(&self.keys.fence)
+                .key(&self.keys.marker)
+                .key(self.keys.index(key.kind))
+                .key(self.keys.lock(&LockKey::mutex(key.owner_name())))
+                .key(self.keys.shared(key))
+                .key(self.keys.claim(key));
+        } else {
+            step = Step::new("acquire");
+            step.key(self.keys.lock(key))
+                .key(&self.keys.fence)
+                .key(&self.keys.marker)
+                .key(self.keys.index(key.kind))
+                .key(self.keys.shared(key))
+                .key(self.keys.claim(key));
+        }
+        step.arg(claim.lease)
             .arg(claim.ttl_ms)
             .arg(claim.owner.unwrap_or(""))
             .arg(&*key.name)
             .arg(self.keys.segment(key.kind))
-            .arg(claim.listeners.flags());
+            .arg(claim.listeners.flags())
+            .arg(self.keys.readers_of(key));
         if let Some(idem) = claim.idem {
             step.key(format!("{}{}", self.keys.idem, idem.record))
                 .arg(&idem.fingerprint)
@@ -294,9 +347,11 @@ impl LockNode for RedisNode {
     async fn renew(&self, renewal: Renewal<'_>) -> NodeResult<Owned<Holding>> {
         let (lease, ttl_ms) = (renewal.lease, renewal.ttl_ms);
         let mut step = Step::new("renew");
-        step.key(self.keys.lock(renewal.key))
-            .key(&self.keys.marker)
-            .arg(lease);
+        step.key(self.keys.lock(renewal.key)).key(&self.keys.marker);
+        if renewal.key.kind == Kind::Reader {
+            step.key(self.keys.shared(renewal.key));
+        }
+        step.arg(lease);
         match ttl_ms {
             Some(ttl) => step.arg(ttl),
             None => step.arg(""),
@@ -324,9 +379,11 @@ impl LockNode for RedisNode {
             Ending::Undo { attempt } => ("0", attempt.as_deref().unwrap_or("")),
         };
         let mut step = Step::new("release");
-        step.key(self.keys.lock(key))
-            .key(&self.keys.marker)
-            .arg(lease)
+        step.key(self.keys.lock(key)).key(&self.keys.marker);
+        if key.kind == Kind::Reader {
+            step.key(self.keys.shared(key));
+        }
+        step.arg(lease)
             .arg(&self.keys.channel)
             .arg(announce)
             .arg(&self.keys.events)

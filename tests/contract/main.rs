@@ -13,4 +13,5 @@ mod locks;
 mod ops;
 mod router;
 mod semaphores;
+mod shared;
 mod streams;

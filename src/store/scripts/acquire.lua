@@ -4,13 +4,17 @@
 -- KEYS[2] the fencing counter e.g. redlockd:fence (one per master, not per lock)
 -- KEYS[3] the marker          e.g. redlockd:marker (gone = this master lost its data)
 -- KEYS[4] the index of names  e.g. redlockd:names (for listing in name order)
+-- KEYS[5] the name's shared holders: a set of their lease ids, e.g. redlockd:shared:a
+-- KEYS[6] a waiting exclusive grant's claim on the name, e.g. redlockd:claim:a
 -- ARGV[1] lease id, ARGV[2] TTL in ms, ARGV[3] owner ('' for none), ARGV[4] the lock name,
 -- ARGV[5] the lock key prefix (e.g. redlockd:lock:), ARGV[6] who listens: 'w' when the
 -- grant will wait if the lock is held, 'o' when the hold it makes is observed (both: 'wo'),
 -- 'a' when its release is always to wake waiters (a semaphore's slot: its waiters read the
 -- slots and mark none)
--- With an Idempotency-Key: KEYS[5] the key's record (e.g. redlockd:idem:<hash of the key>),
--- ARGV[7] the request's fingerprint (kind, name, TTL, owner) and ARGV[8] this attempt's
+-- ARGV[7] the prefix of the name's shared holds' keys (e.g. redlockd:reader:a/; see
+-- share.lua).
+-- With an Idempotency-Key: KEYS[7] the key's record (e.g. redlockd:idem:<hash of the key>),
+-- ARGV[8] the request's fingerprint (kind, name, TTL, owner) and ARGV[9] this attempt's
 -- nonce. The lease id is derived from the key and the fingerprint, so a retry asks for the
 -- very lease it may have won. The hash notes which attempt made the hold ('made') and which
 -- last answered for it ('seen'): a failed attempt undoes only a hold it made that no other
@@ -30,37 +34,69 @@
 -- each grant that adds a new name checks two sampled names and removes those that ended,
 -- so ended names stay a bounded share (about half at worst), and listing skips them.
 --
--- Example: EVALSHA <sha> 4 redlockd:lock:a redlockd:fence redlockd:marker redlockd:names
---          Zm9v 30000 worker-1 a redlockd:lock: w
+-- Shared holders (share.lua) each have a key of their own and are listed in KEYS[5]: while
+-- one lives (by its key's TTL, so that its renews count), the lock is held, 'shared'. A
+-- waiting grant marks each shared hold (its release then wakes the grant) and claims the
+-- name (KEYS[6], until the last shared hold would lapse, and a second longer), so that
+-- shared grants that come after it wait behind it (see share.lua). Each attempt of a
+-- waiting grant extends the claim (an attempt's lease id is its own, so the claim names
+-- only the latest); an exclusive grant removes it (shared grants then wait for that holder
+-- anyway, and a writer still waiting claims the name again at its next attempt).
+--
+-- Example: EVALSHA <sha> 6 redlockd:lock:a redlockd:fence redlockd:marker redlockd:names
+--          redlockd:shared:a redlockd:claim:a Zm9v 30000 worker-1 a redlockd:lock: w
+--          redlockd:reader:a/
 -- Returns {1, token} when granted (or, with a key, when this lease holds it already: its
--- token), {0, pttl_ms, lease} when another lease holds the lock, {-1} when the marker is
+-- token), {0, pttl_ms, lease} when another lease holds the lock ('shared' for shared
+-- holders, pttl_ms the longest of theirs), {-1} when the marker is
 -- missing (the master must not vote), {-2} when the key was used with another fingerprint,
 -- {-3} when the key's lease held the lock here and has ended.
-local keyed = #KEYS == 5 and #ARGV == 8
-if not keyed and (#KEYS ~= 4 or #ARGV ~= 6) then
-  return redis.error_reply('acquire expects 4 keys and 6 arguments, or 5 and 8')
+local keyed = #KEYS == 7 and #ARGV == 9
+if not keyed and (#KEYS ~= 6 or #ARGV ~= 7) then
+  return redis.error_reply('acquire expects 6 keys and 7 arguments, or 7 and 9')
 end
 if redis.call('EXISTS', KEYS[3]) == 0 then return {-1} end
-local record = keyed and redis.call('GET', KEYS[5])
-if record and record ~= ARGV[7] then
+local record = keyed and redis.call('GET', KEYS[7])
+if record and record ~= ARGV[8] then
   return {-2}
 end
+local waiting = string.find(ARGV[6], 'w', 1, true)
 local held = redis.call('HMGET', KEYS[1], 'lease', 'token')
 if held[1] then
   if keyed and held[1] == ARGV[1] then
-    redis.call('HSET', KEYS[1], 'seen', ARGV[8])
+    redis.call('HSET', KEYS[1], 'seen', ARGV[9])
     return {1, tonumber(held[2])}
   end
-  if string.find(ARGV[6], 'w', 1, true) then
+  if waiting then
     redis.call('HSET', KEYS[1], 'waited', '1')
   end
   local pttl = redis.call('PTTL', KEYS[1])
   if pttl < 0 then pttl = 0 end
   return {0, pttl, held[1]}
 end
+if redis.call('EXISTS', KEYS[5]) == 1 then
+  local readers, longest = 0, 0
+  for _, reader in ipairs(redis.call('SMEMBERS', KEYS[5])) do
+    local pttl = redis.call('PTTL', ARGV[7] .. reader)
+    if pttl == -2 then
+      redis.call('SREM', KEYS[5], reader)
+    else
+      readers = readers + 1
+      if pttl > longest then longest = pttl end
+      if waiting then redis.call('HSET', ARGV[7] .. reader, 'waited', '1') end
+    end
+  end
+  if readers > 0 then
+    if waiting and redis.call('PTTL', KEYS[6]) < longest + 1000 then
+      redis.call('SET', KEYS[6], ARGV[1], 'PX', longest + 1000)
+    end
+    return {0, longest, 'shared'}
+  end
+end
 if record then
   return {-3}
 end
+redis.call('DEL', KEYS[6])
 local token = redis.call('INCR', KEYS[2])
 redis.call('HSET', KEYS[1], 'lease', ARGV[1], 'token', token, 'ttl', ARGV[2], 'owner', ARGV[3])
 if string.find(ARGV[6], 'o', 1, true) then
@@ -71,8 +107,8 @@ if string.find(ARGV[6], 'a', 1, true) then
 end
 redis.call('PEXPIRE', KEYS[1], ARGV[2])
 if keyed then
-  redis.call('HSET', KEYS[1], 'idem', KEYS[5], 'made', ARGV[8], 'seen', ARGV[8])
-  redis.call('SET', KEYS[5], ARGV[7], 'PX', ARGV[2])
+  redis.call('HSET', KEYS[1], 'idem', KEYS[7], 'made', ARGV[9], 'seen', ARGV[9])
+  redis.call('SET', KEYS[7], ARGV[8], 'PX', ARGV[2])
 end
 if redis.call('ZADD', KEYS[4], 0, ARGV[4]) == 1 then
   for _, stale in ipairs(redis.call('ZRANDMEMBER', KEYS[4], 2)) do

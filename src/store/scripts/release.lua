@@ -6,7 +6,8 @@
 -- listens to, to wake its waiters), and 'released <token> <name>' on the events channel
 -- (ordered by token, for observers). The name stays in the index (see acquire.lua).
 --
--- KEYS[1] the lock hash, KEYS[2] the marker
+-- KEYS[1] the lock hash, KEYS[2] the marker, and for a shared hold (share.lua) KEYS[3] the
+-- lock's set of shared holders, which the hold leaves
 -- ARGV[1] lease id, ARGV[2] the release channel, ARGV[3] '1' to announce a revoke, '2' an
 -- administrator's eviction (announced as 'evicted <token> <name>' in place of
 -- 'released ...'), '0' not to announce, ARGV[4] the events channel, ARGV[5] the name as
@@ -22,8 +23,8 @@
 --
 -- Returns 1 when deleted, 0 when the lease does not hold the lock here, -1 when the
 -- marker is missing.
-if #KEYS ~= 2 or #ARGV ~= 6 then
-  return redis.error_reply('release expects 2 keys and 6 arguments')
+if (#KEYS ~= 2 and #KEYS ~= 3) or #ARGV ~= 6 then
+  return redis.error_reply('release expects 2 or 3 keys and 6 arguments')
 end
 if redis.call('EXISTS', KEYS[2]) == 0 then return -1 end
 local held = redis.call('HMGET', KEYS[1], 'lease', 'token', 'idem', 'made', 'seen', 'waited', 'observed')
@@ -34,6 +35,9 @@ if ARGV[6] ~= '' and (held[4] ~= ARGV[6] or held[5] ~= ARGV[6]) then
   return 0
 end
 redis.call('DEL', KEYS[1])
+if #KEYS == 3 then
+  redis.call('SREM', KEYS[3], ARGV[1])
+end
 if held[3] and ARGV[3] == '0' then
   redis.call('DEL', held[3])
 end

@@ -1,0 +1,95 @@
+-- share: a shared hold of a lock (`mode: shared`), beside its other shared holders, with a
+-- fencing token from this master's counter.
+--
+-- A shared hold is a hash of its own, one per lease (a "reader"), laid out as acquire.lua's
+-- lock hash, so that renew, confirm, release and read treat it as they treat a lock; its
+-- lease id is listed in the lock's set of shared holders, which an exclusive grant reads
+-- (acquire.lua). The lock is shared while the lock hash itself is free (no exclusive
+-- holder) and no waiting exclusive grant has claimed the name (acquire.lua): a shared
+-- grant that comes after a waiting exclusive one waits behind it.
+--
+-- KEYS[1] the shared hold's hash  e.g. redlockd:reader:a/Zm9v_s
+-- KEYS[2] the fencing counter     e.g. redlockd:fence
+-- KEYS[3] the marker              e.g. redlockd:marker
+-- KEYS[4] the index of readers    e.g. redlockd:readers (for inspect, in name order)
+-- KEYS[5] the lock hash           e.g. redlockd:lock:a
+-- KEYS[6] the shared holders' set e.g. redlockd:shared:a
+-- KEYS[7] the exclusive claim     e.g. redlockd:claim:a
+-- ARGV[1] lease id, ARGV[2] TTL in ms, ARGV[3] owner ('' for none), ARGV[4] the hold's
+-- name in the index (e.g. a/Zm9v_s), ARGV[5] the readers' key prefix (e.g.
+-- redlockd:reader:), ARGV[6] who listens ('w', 'o', as acquire.lua), ARGV[7] the prefix of
+-- this lock's shared holds' keys (e.g. redlockd:reader:a/)
+-- With an Idempotency-Key: KEYS[8] the key's record, ARGV[8] the request's fingerprint and
+-- ARGV[9] this attempt's nonce (see acquire.lua).
+--
+-- The set of shared holders lives at least as long as any of them (each grant and renew
+-- extends its TTL to theirs), so that it never vanishes under a live holder, and goes with
+-- the last; a release removes its own lease (release.lua), and each grant that adds one
+-- removes up to two sampled holders whose keys are gone.
+--
+-- Returns {1, token} when granted (or, with a key, when this lease holds it already),
+-- {0, pttl_ms, lease} while an exclusive lease holds the lock or a waiting exclusive grant
+-- has claimed it (its lease, and how long the claim lasts), {-1} when the marker is
+-- missing, {-2} and {-3} as acquire.lua.
+local keyed = #KEYS == 8 and #ARGV == 9
+if not keyed and (#KEYS ~= 7 or #ARGV ~= 7) then
+  return redis.error_reply('share expects 7 keys and 7 arguments, or 8 and 9')
+end
+if redis.call('EXISTS', KEYS[3]) == 0 then return {-1} end
+local record = keyed and redis.call('GET', KEYS[8])
+if record and record ~= ARGV[8] then
+  return {-2}
+end
+local mine = redis.call('HMGET', KEYS[1], 'lease', 'token')
+if keyed and mine[1] == ARGV[1] then
+  redis.call('HSET', KEYS[1], 'seen', ARGV[9])
+  return {1, tonumber(mine[2])}
+end
+local waiting = string.find(ARGV[6], 'w', 1, true)
+local held = redis.call('HGET', KEYS[5], 'lease')
+if held then
+  if waiting then
+    redis.call('HSET', KEYS[5], 'waited', '1')
+  end
+  local pttl = redis.call('PTTL', KEYS[5])
+  if pttl < 0 then pttl = 0 end
+  return {0, pttl, held}
+end
+local claim = redis.call('GET', KEYS[7])
+if claim then
+  local pttl = redis.call('PTTL', KEYS[7])
+  if pttl < 0 then pttl = 0 end
+  return {0, pttl, claim}
+end
+if record then
+  return {-3}
+end
+local ttl = tonumber(ARGV[2])
+local token = redis.call('INCR', KEYS[2])
+redis.call('HSET', KEYS[1], 'lease', ARGV[1], 'token', token, 'ttl', ARGV[2], 'owner', ARGV[3])
+if string.find(ARGV[6], 'o', 1, true) then
+  redis.call('HSET', KEYS[1], 'observed', '1')
+end
+redis.call('PEXPIRE', KEYS[1], ttl)
+if keyed then
+  redis.call('HSET', KEYS[1], 'idem', KEYS[8], 'made', ARGV[9], 'seen', ARGV[9])
+  redis.call('SET', KEYS[8], ARGV[8], 'PX', ttl)
+end
+if redis.call('SADD', KEYS[6], ARGV[1]) == 1 then
+  for _, stale in ipairs(redis.call('SRANDMEMBER', KEYS[6], 2)) do
+    if redis.call('EXISTS', ARGV[7] .. stale) == 0 then
+      redis.call('SREM', KEYS[6], stale)
+    end
+  end
+end
+if redis.call('PTTL', KEYS[6]) < ttl then
+  redis.call('PEXPIRE', KEYS[6], ttl)
+end
+if redis.call('ZADD', KEYS[4], 0, ARGV[4]) == 1 then
+  for _, stale in ipairs(redis.call('ZRANDMEMBER', KEYS[4], 2)) do
+    if redis.call('EXISTS', ARGV[5] .. stale) == 0 then
+      redis.call('ZREM', KEYS[4], stale)
+    end
+  end
+end
+return {1, token}

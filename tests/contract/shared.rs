@@ -1,0 +1,264 @@
+//! Shared locks (`mode: shared`) in process over the embedded store: shared holders hold a
+//! name together, an exclusive grant excludes them and is excluded by them, a waiting
+//! exclusive grant is not overtaken by shared grants that come after it, tokens rise across
+//! both modes, and every lease route works on a shared lease. The same on real masters and
+//! two replicas is in `masters::shared`.
+
+use crate::common;
+
+use std::time::Duration;
+
+use common::TestApp;
+use serde_json::{Value, json};
+
+async fn send(app: &TestApp, method: &str, path: &str, body: Option<Value>) -> (u16, Value) {
+    let mut call = app.call(method, path);
+    if let Some(body) = &body {
+        call = call.json(body);
+    }
+    let answer = call.send().await;
+    (answer.status, answer.json())
+}
+
+fn lease_path(name: &str, lease: &Value) -> String {
+    format!(
+        "/locks/{name}/leases/{}",
+        lease["lease_id"].as_str().unwrap()
+    )
+}
+
+#[tokio::test]
+async fn shared_holders_hold_a_name_together_and_exclude_an_exclusive_grant() {
+    let app = TestApp::embedded().await;
+    let (status, r1) = app
+        .grant("doc", json!({"mode": "shared", "owner": "r1"}))
+        .await;
+    assert_eq!((status, &r1["mode"]), (201, &json!("shared")), "{r1}");
+    let (status, r2) = app
+        .grant("doc", json!({"mode": "shared", "owner": "r2"}))
+        .await;
+    assert_eq!(status, 201, "{r2}");
+    assert!(r2["fencing_token"].as_u64() > r1["fencing_token"].as_u64());
+    let (status, refused) = app.grant("doc", json!({})).await;
+    assert_eq!(
+        (status, refused["error"].as_str()),
+        (409, Some("lock_held")),
+        "{refused}"
+    );
+
+    let (_, seen) = app.inspect("doc").await;
+    assert_eq!(
+        (&seen["held"], &seen["mode"]),
+        (&json!(true), &json!("shared")),
+        "{seen}"
+    );
+    assert_eq!(
+        seen["fencing_token"], r2["fencing_token"],
+        "the highest holder's"
+    );
+    let holders = seen["holders"].as_array().unwrap();
+    assert_eq!(
+        holders
+            .iter()
+            .map(|h| h["owner"].clone())
+            .collect::<Vec<_>>(),
+        [json!("r1"), json!("r2")]
+    );
+    assert!(holders.iter().all(|h| h.get("lease_id").is_none()));
+
+    // Every lease route works on a shared lease, and a renew keeps its token.
+    let (status, renewed) = send(&app, "PUT", &lease_path("doc", &r1), None).await;
+    assert_eq!(
+        (status, &renewed["fencing_token"]),
+        (200, &r1["fencing_token"])
+    );
+    assert_eq!(renewed["mode"], "shared");
+    let (status, checked) = send(&app, "GET", &lease_path("doc", &r1), None).await;
+    assert_eq!(
+        (status, &checked["mode"]),
+        (200, &json!("shared")),
+        "{checked}"
+    );
+    let token = r1["fencing_token"].as_u64().unwrap();
+    let (_, fence) = send(&app, "GET", &format!("/locks/doc/fences/{token}"), None).await;
+    assert_eq!(fence["current"], true);
+
+    for r in [&r1, &r2] {
+        assert_eq!(
+            send(&app, "DELETE", &lease_path("doc", r), None).await.0,
+            204
+        );
+    }
+    assert_eq!(
+        send(&app, "DELETE", &lease_path("doc", &r1), None).await.0,
+        404
+    );
+    let (status, writer) = app.grant("doc", json!({})).await;
+    assert_eq!(
+        (status, &writer["mode"]),
+        (201, &json!("exclusive")),
+        "{writer}"
+    );
+    assert!(writer["fencing_token"].as_u64() > r2["fencing_token"].as_u64());
+    // Held exclusive: a shared grant is refused, and inspect says exclusive.
+    assert_eq!(app.grant("doc", json!({"mode": "shared"})).await.0, 409);
+    let (_, seen) = app.inspect("doc").await;
+    assert_eq!(seen["mode"], "exclusive");
+    assert!(seen.get("holders").is_none());
+}
+
+#[tokio::test]
+async fn a_waiting_exclusive_grant_is_not_overtaken_by_shared_grants_after_it() {
+    let app = TestApp::embedded().await;
+    let (_, reader) = app
+        .grant("queue", json!({"mode": "shared", "ttl_ms": 10_000}))
+        .await;
+    let writer = {
+        let app = app.handle();
+        tokio::spawn(async move { app.grant("queue", json!({"wait_ms": 10_000})).await })
+    };
+    app.wait_for_contention("queue", 1).await;
+    // A shared grant that comes after the waiting writer waits behind it.
+    let (status, refused) = app.grant("queue", json!({"mode": "shared"})).await;
+    assert_eq!(status, 409, "{refused}");
+    let late = {
+        let app = app.handle();
+        tokio::spawn(async move {
+            app.grant("queue", json!({"mode": "shared", "wait_ms": 10_000}))
+                .await
+        })
+    };
+    app.wait_for_contention("queue", 3).await;
+    // The reader leaves: the writer, first in line, has the lock at once.
+    assert_eq!(
+        send(&app, "DELETE", &lease_path("queue", &reader), None)
+            .await
+            .0,
+        204
+    );
+    let (status, w) = tokio::time::timeout(Duration::from_secs(2), writer)
+        .await
+        .expect("the writer is granted when the last reader leaves")
+        .unwrap();
+    assert_eq!((status, &w["mode"]), (201, &json!("exclusive")), "{w}");
+    assert!(!late.is_finished(), "the later reader waits for the writer");
+    assert_eq!(
+        send(&app, "DELETE", &lease_path("queue", &w), None).await.0,
+        204
+    );
+    let (status, r) = tokio::time::timeout(Duration::from_secs(2), late)
+        .await
+        .expect("the later reader is granted when the writer leaves")
+        .unwrap();
+    assert_eq!((status, &r["mode"]), (201, &json!("shared")), "{r}");
+    assert!(r["fencing_token"].as_u64() > w["fencing_token"].as_u64());
+}
+
+#[tokio::test]
+async fn force_release_removes_every_shared_holder() {
+    let app = TestApp::embedded().await;
+    let (_, a) = app.grant("evict", json!({"mode": "shared"})).await;
+    let (_, b) = app.grant("evict", json!({"mode": "shared"})).await;
+    let (status, removed) = send(&app, "DELETE", "/locks/evict", None).await;
+    assert_eq!(
+        (status, &removed["released"]),
+        (200, &json!(true)),
+        "{removed}"
+    );
+    assert_eq!(
+        removed["fencing_token"], b["fencing_token"],
+        "the highest removed"
+    );
+    assert_eq!(
+        send(&app, "PUT", &lease_path("evict", &a), None).await.0,
+        404
+    );
+    assert_eq!(
+        send(&app, "PUT", &lease_path("evict", &b), None).await.0,
+        404
+    );
+    assert_eq!(app.inspect("evict").await.1["held"], false);
+}
+
+#[tokio::test]
+async fn a_keyed_shared_retry_answers_the_same_lease_and_the_mode_is_part_of_the_request() {
+    let app = TestApp::embedded().await;
+    let keyed = |body: Value| {
+        app.call("POST", "/locks/k")
+            .header("idempotency-key", "4b8e-shared")
+            .json(&body)
+            .send()
+    };
+    let first = keyed(json!({"mode": "shared", "ttl_ms": 5000})).await;
+    assert_eq!(first.status, 201);
+    let first = first.json();
+    let retry = keyed(json!({"mode": "shared", "ttl_ms": 5000}))
+        .await
+        .json();
+    assert_eq!(
+        (&retry["lease_id"], &retry["fencing_token"]),
+        (&first["lease_id"], &first["fencing_token"])
+    );
+    assert_eq!(
+        keyed(json!({"ttl_ms": 5000})).await.status,
+        422,
+        "exclusive is another request"
+    );
+}
+
+#[tokio::test]
+async fn a_shared_hold_streams_and_ends_with_its_connection() {
+    let app = TestApp::embedded().await;
+    let mut stream = app
+        .call("POST", "/locks/held?mode=shared&ttl_ms=3000")
+        .stream()
+        .await;
+    let granted = stream.expect("granted").await;
+    assert_eq!(granted["mode"], "shared");
+    assert_eq!(app.grant("held", json!({"mode": "shared"})).await.0, 201);
+    drop(stream);
+    common::wait_for(
+        "the stream's shared hold released when it closed",
+        Duration::from_secs(5),
+        async || {
+            let (_, seen) = app.inspect("held").await;
+            (seen["holders"].as_array().map(Vec::len) == Some(1)).then_some(())
+        },
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn a_bad_mode_is_a_clear_400() {
+    let app = TestApp::embedded().await;
+    for body in [
+        json!({"mode": "read"}),
+        json!({"mode": 1}),
+        json!({"mode": null, "x": 1}),
+    ] {
+        let (status, err) = app.grant("m", body.clone()).await;
+        assert_eq!(
+            (status, err["error"].as_str()),
+            (400, Some("invalid_request")),
+            "{body}"
+        );
+    }
+    let (status, err) = send(&app, "POST", "/locks/m?mode=writer", None).await;
+    assert_eq!(status, 400, "{err}");
+    // A shared lease's id on another name, or with its tail cut off, holds nothing.
+    let (_, r) = app.grant("m", json!({"mode": "shared"})).await;
+    let id = r["lease_id"].as_str().unwrap();
+    assert_eq!(
+        send(&app, "PUT", &format!("/locks/other/leases/{id}"), None)
+            .await
+            .0,
+        404
+    );
+    let cut = &id[..22];
+    assert_eq!(
+        send(&app, "PUT", &format!("/locks/m/leases/{cut}"), None)
+            .await
+            .0,
+        404
+    );
+}
