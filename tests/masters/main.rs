@@ -15,4 +15,5 @@ mod faults;
 mod idempotency;
 mod ops;
 mod semaphores;
+mod shared;
 mod streams;

@@ -1,0 +1,155 @@
+//! Shared locks on real masters and two replicas: readers and writers on both replicas
+//! never overlap a writer, readers do overlap each other, tokens rise across both modes, and
+//! a writer waiting behind a stream of overlapping readers is granted within about one
+//! reader's hold (the readers that come after it, on either replica, wait behind it).
+
+use crate::common;
+
+use std::time::{Duration, Instant};
+
+use common::{RedisMaster, TestApp, config, masters};
+use serde_json::{Value, json};
+
+async fn replicas(masters: &[RedisMaster]) -> (TestApp, TestApp) {
+    let refs: Vec<&RedisMaster> = masters.iter().collect();
+    let mut cfg = config(&refs);
+    cfg.master_timeout_ms = 200;
+    (TestApp::spawn(cfg.clone()).await, TestApp::spawn(cfg).await)
+}
+
+async fn revoke(app: &TestApp, name: &str, lease: &Value) {
+    let id = lease["lease_id"].as_str().unwrap();
+    let status = app
+        .call("DELETE", &format!("/locks/{name}/leases/{id}"))
+        .send()
+        .await
+        .status;
+    assert_eq!(status, 204);
+}
+
+/// One hold as its client saw it: from the grant's answer to the revoke being sent.
+struct Held {
+    shared: bool,
+    token: u64,
+    invoked: Instant,
+    from: Instant,
+    to: Instant,
+}
+
+#[tokio::test]
+async fn writers_never_overlap_anyone_and_readers_overlap_each_other_on_two_replicas() {
+    let masters = masters(3);
+    let (a, b) = replicas(&masters).await;
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+    let mut workers = Vec::new();
+    for i in 0..8 {
+        let app = if i % 2 == 0 { a.handle() } else { b.handle() };
+        let shared = i >= 2;
+        let tx = tx.clone();
+        workers.push(tokio::spawn(async move {
+            for _ in 0..6 {
+                let mut body = json!({"ttl_ms": 5000, "wait_ms": 20_000});
+                if shared {
+                    body["mode"] = json!("shared");
+                }
+                let invoked = Instant::now();
+                let (status, lease) = app.grant("file", body).await;
+                assert_eq!(status, 201, "{lease}");
+                let from = Instant::now();
+                tokio::time::sleep(Duration::from_millis(10)).await;
+                let to = Instant::now();
+                revoke(&app, "file", &lease).await;
+                let _ = tx.send(Held {
+                    shared,
+                    token: lease["fencing_token"].as_u64().unwrap(),
+                    invoked,
+                    from,
+                    to,
+                });
+            }
+        }));
+    }
+    drop(tx);
+    for worker in workers {
+        worker.await.unwrap();
+    }
+    let mut held = Vec::new();
+    while let Some(h) = rx.recv().await {
+        held.push(h);
+    }
+    assert_eq!(held.len(), 48);
+    let mut readers_overlapped = false;
+    for (i, x) in held.iter().enumerate() {
+        for y in &held[i + 1..] {
+            let overlap = x.from < y.to && y.from < x.to;
+            if overlap && (!x.shared || !y.shared) {
+                panic!("a writer overlapped another hold");
+            }
+            readers_overlapped |= overlap;
+            // A grant asked after another was answered has a greater token, either mode.
+            if y.invoked > x.from {
+                assert!(y.token > x.token, "tokens rise across modes");
+            }
+            if x.invoked > y.from {
+                assert!(x.token > y.token, "tokens rise across modes");
+            }
+        }
+    }
+    assert!(readers_overlapped, "shared holders held the name together");
+}
+
+#[tokio::test]
+async fn a_writer_behind_a_stream_of_overlapping_readers_is_granted_within_about_one_hold() {
+    const HOLD: Duration = Duration::from_millis(300);
+    let masters = masters(3);
+    let (a, b) = replicas(&masters).await;
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    // Readers on both replicas, each taking the name again as soon as it let go, so that
+    // at every moment some reader holds it.
+    let mut readers = Vec::new();
+    for i in 0..6 {
+        let app = if i % 2 == 0 { a.handle() } else { b.handle() };
+        let stop = stop.clone();
+        readers.push(tokio::spawn(async move {
+            tokio::time::sleep(HOLD / 6 * i).await;
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                let body = json!({"mode": "shared", "ttl_ms": 5000, "wait_ms": 20_000});
+                let (status, lease) = app.grant("stream", body).await;
+                assert_eq!(status, 201, "{lease}");
+                tokio::time::sleep(HOLD).await;
+                revoke(&app, "stream", &lease).await;
+            }
+        }));
+    }
+    // Readers hold it, in overlapping turns.
+    common::wait_for(
+        "readers to hold the name",
+        Duration::from_secs(5),
+        async || {
+            let (_, seen) = a.inspect("stream").await;
+            (seen["holders"].as_array().map_or(0, Vec::len) >= 3).then_some(())
+        },
+    )
+    .await;
+    let asked = Instant::now();
+    let (status, writer) = b
+        .grant("stream", json!({"ttl_ms": 5000, "wait_ms": 20_000}))
+        .await;
+    let waited = asked.elapsed();
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    assert_eq!(
+        (status, &writer["mode"]),
+        (201, &json!("exclusive")),
+        "{writer}"
+    );
+    revoke(&b, "stream", &writer).await;
+    for reader in readers {
+        reader.await.unwrap();
+    }
+    // The readers that held it when the writer came let go within one hold; those after
+    // the writer waited behind it.
+    assert!(
+        waited < HOLD * 3,
+        "the writer waited {waited:?} behind readers that each hold {HOLD:?}"
+    );
+}
