@@ -37,15 +37,20 @@ const MAX_TTL: Duration = Duration::from_millis(3000);
 /// The names the workers use; `@job:a` is the election `job:a` (its own kind of key: it
 /// must never collide with the lock `job:a`), whose renews now and then proclaim a value;
 /// `%job:a` is the semaphore `job:a`, whose permits allow `POOL_LIMIT` holders (a permit's
-/// steps are recorded under its slot's name, `%job:a/<slot>`).
-const NAMES: [&str; 5] = ["job:a", "job:b", "job:c", "@job:a", "%job:a"];
+/// steps are recorded under its slot's name, `%job:a/<slot>`); `^job:b` is a shared grant of
+/// the lock `job:b` (recorded as `job:b`, shared), which exclusive grants also take.
+const NAMES: [&str; 6] = ["job:a", "job:b", "job:c", "@job:a", "%job:a", "^job:b"];
 const POOL_LIMIT: u64 = 2;
 
 /// The route of a name: `/locks/<name>`, `/elections/<name>` for `@<name>`, and
-/// `/semaphores/<name>` for `%<name>` (or one of its slots, `%<name>/<slot>`).
+/// `/semaphores/<name>` for `%<name>` (or one of its slots, `%<name>/<slot>`), and
+/// `/locks/<name>` again for a shared grant, `^<name>`.
 fn route(name: &str) -> String {
     if let Some(election) = name.strip_prefix('@') {
         return format!("elections/{election}");
+    }
+    if let Some(lock) = name.strip_prefix('^') {
+        return format!("locks/{lock}");
     }
     match name.strip_prefix('%') {
         Some(semaphore) => format!("semaphores/{}", semaphore.split('/').next().unwrap()),
@@ -53,10 +58,13 @@ fn route(name: &str) -> String {
     }
 }
 
-/// A grant's fields: a semaphore's carry its limit.
+/// A grant's fields: a semaphore's carry its limit, a shared grant its mode.
 fn grant_body(name: &str, mut body: Value) -> Value {
     if name.starts_with('%') {
         body["limit"] = json!(POOL_LIMIT);
+    }
+    if name.starts_with('^') {
+        body["mode"] = json!("shared");
     }
     body
 }
@@ -277,11 +285,13 @@ impl Recorder {
             (Kind::Grant, 201) => held_name(name, &value),
             _ => name.to_owned(),
         };
+        let shared = name.starts_with('^');
         self.events.lock().unwrap().push(Event {
             kind,
             replica,
             limit: value["limit"].as_u64(),
-            name,
+            shared,
+            name: name.trim_start_matches('^').to_owned(),
             lease: lease.map(str::to_owned).or(granted),
             invoked,
             answered,
@@ -784,6 +794,12 @@ async fn random_faults(seed: u64, length: Duration) {
         .filter(|e| e.limit.is_some() && e.kind == Kind::Grant && e.status == 201)
         .count();
     eprintln!("fault suite: {permits} semaphore permits granted (limit {POOL_LIMIT})");
+    let shared = history
+        .iter()
+        .filter(|e| e.shared && e.kind == Kind::Grant && e.status == 201)
+        .count();
+    eprintln!("fault suite: {shared} shared grants of a lock that exclusive grants also take");
+    assert!(shared > 5, "too few shared grants to judge shared locks");
     assert!(permits > 5, "too few permits to judge the semaphore");
     let retried = recorder.retried.load(std::sync::atomic::Ordering::Relaxed);
     eprintln!(

@@ -37,6 +37,9 @@ pub struct Event {
     /// A semaphore's permit: the limit it was granted with. Its `name` is then the slot's,
     /// `<semaphore>/<slot>`, so that every per-name promise above is checked per slot.
     pub limit: Option<u64>,
+    /// A shared lease of a lock (`mode: shared`): it may overlap other shared leases of the
+    /// name, never an exclusive one.
+    pub shared: bool,
 }
 
 /// A stretch of time during which replica `replica` could reach fewer than a majority of
@@ -130,12 +133,16 @@ fn permits_within_their_limit(history: &[Event], violations: &mut Vec<String>) {
 
 /// No token is granted to two leases of one name. (A grant retried with its
 /// Idempotency-Key answers the lease it won before: the same lease, the same token.)
+/// Two shared leases granted at once may share a token (each is the highest counter of the
+/// majority it reached); an exclusive lease's token is its own.
 fn tokens_are_unique(grants: &[&Event], violations: &mut Vec<String>) {
-    let mut seen: HashMap<(&str, u64), Option<&str>> = HashMap::new();
+    let mut seen: HashMap<(&str, u64), (Option<&str>, bool)> = HashMap::new();
     for g in grants {
         if let Some(token) = g.token
-            && let Some(lease) = seen.insert((g.name.as_str(), token), g.lease.as_deref())
+            && let Some((lease, shared)) =
+                seen.insert((g.name.as_str(), token), (g.lease.as_deref(), g.shared))
             && lease != g.lease.as_deref()
+            && !(shared && g.shared)
         {
             violations.push(format!(
                 "token {token} of {} was granted twice (again at {:?})",
@@ -210,7 +217,14 @@ fn windows(history: &[Event]) -> HashMap<(&str, &str), Vec<(Duration, Duration)>
     out
 }
 
+/// No exclusive lease's window overlaps another lease's (shared leases may overlap each
+/// other).
 fn windows_never_overlap(history: &[Event], violations: &mut Vec<String>) {
+    let shared: HashSet<(&str, &str)> = history
+        .iter()
+        .filter(|e| e.shared)
+        .filter_map(|e| Some((e.name.as_str(), e.lease.as_deref()?)))
+        .collect();
     let mut by_name: BTreeMap<&str, Vec<(Duration, Duration, &str)>> = BTreeMap::new();
     for ((name, lease), ws) in windows(history) {
         for (from, until) in ws {
@@ -219,10 +233,15 @@ fn windows_never_overlap(history: &[Event], violations: &mut Vec<String>) {
     }
     for (name, mut ws) in by_name {
         ws.sort();
-        // Sweep in start order, remembering the window reaching furthest so far.
+        let is_shared = |lease: &str| shared.contains(&(name, lease));
+        // Sweep in start order, remembering the window reaching furthest so far: of every
+        // lease, and of the exclusive ones.
         let mut reach: Option<(Duration, &str, Duration)> = None;
+        let mut exclusive: Option<(Duration, &str, Duration)> = None;
         for (from, until, lease) in ws {
-            if let Some((end, other, other_from)) = reach
+            // An exclusive window meets any window before it; a shared one, exclusive ones.
+            let before = if is_shared(lease) { exclusive } else { reach };
+            if let Some((end, other, other_from)) = before
                 && other != lease
                 && from < end
             {
@@ -232,6 +251,9 @@ fn windows_never_overlap(history: &[Event], violations: &mut Vec<String>) {
             }
             if reach.is_none_or(|(end, _, _)| until > end) {
                 reach = Some((until, lease, from));
+            }
+            if !is_shared(lease) && exclusive.is_none_or(|(end, _, _)| until > end) {
+                exclusive = Some((until, lease, from));
             }
         }
     }
@@ -355,6 +377,7 @@ mod tests {
             ttl: ms(validity + 20),
             message: None,
             limit: None,
+            shared: false,
         }
     }
 
@@ -372,6 +395,7 @@ mod tests {
             ttl: ms(1020),
             message: None,
             limit: None,
+            shared: false,
         }
     }
 
@@ -432,6 +456,34 @@ mod tests {
             "{found:?}"
         );
         assert!(found.iter().any(|v| v.contains("expired")), "{found:?}");
+    }
+
+    #[test]
+    fn shared_leases_may_overlap_each_other_but_never_an_exclusive_one() {
+        let shared = |lease: &str, token: u64, invoked: u64| Event {
+            shared: true,
+            ..grant(lease, token, invoked, invoked + 5, 1000)
+        };
+        let readers = [shared("A", 1, 0), shared("B", 2, 100), shared("C", 2, 100)];
+        assert_eq!(
+            check(&readers, &[]),
+            Vec::<String>::new(),
+            "equal tokens at once too"
+        );
+        let writer_after = [shared("A", 1, 0), grant("W", 2, 500, 505, 1000)];
+        let found = check(&writer_after, &[]);
+        assert!(found.iter().any(|v| v.contains("two leases")), "{found:?}");
+        let reader_after = [grant("W", 1, 0, 5, 1000), shared("A", 2, 500)];
+        let found = check(&reader_after, &[]);
+        assert!(found.iter().any(|v| v.contains("two leases")), "{found:?}");
+        // A reader whose window started before a long one ended, behind a short writer.
+        let tucked = [
+            shared("A", 1, 0),
+            grant("W", 2, 200, 205, 10),
+            shared("B", 3, 300),
+        ];
+        let found = check(&tucked, &[]);
+        assert!(found.iter().any(|v| v.contains("two leases")), "{found:?}");
     }
 
     #[test]
