@@ -352,3 +352,37 @@ func TestAPermitIsALeaseOnOneOfLimitSlots(t *testing.T) {
 		t.Fatal("the released permit was not lost")
 	}
 }
+
+func TestSharedLeasesHoldALockTogether(t *testing.T) {
+	c := startCluster(t, 1)
+	cl := client(t, c.urls()...)
+	ctx := context.Background()
+	var readers []*redlockd.Lease
+	for _, owner := range []string{"reader-1", "reader-2"} {
+		r, err := cl.Lock(ctx, "file", redlockd.LockOptions{TTL: time.Second, Shared: true, Owner: owner})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r.Mode != "shared" {
+			t.Fatalf("mode %q", r.Mode)
+		}
+		readers = append(readers, r)
+	}
+	if _, err := cl.Lock(ctx, "file", redlockd.LockOptions{TTL: time.Second}); !errors.Is(err, redlockd.ErrLockHeld) {
+		t.Fatalf("an exclusive grant while shared: %v", err)
+	}
+	status, err := cl.Inspect(ctx, "file")
+	if err != nil || status.Mode != "shared" || len(status.Holders) != 2 {
+		t.Fatalf("inspect: %+v %v", status, err)
+	}
+	for _, r := range readers {
+		if err := r.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	w, err := cl.Lock(ctx, "file", redlockd.LockOptions{TTL: time.Second})
+	if err != nil || w.Mode != "exclusive" || w.FencingToken <= readers[1].FencingToken {
+		t.Fatalf("the writer after them: %+v %v", w, err)
+	}
+	w.Release(ctx)
+}

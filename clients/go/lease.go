@@ -25,6 +25,8 @@ type Lease struct {
 	Slot int
 	// Limit is the limit a permit was granted with (0 for a lock's lease).
 	Limit int
+	// Mode is a lock's lease's: "exclusive" or "shared" ("" for other kinds).
+	Mode string
 
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -49,6 +51,7 @@ func newLease(c *Client, kind string, b leaseBody, sent time.Time, opts LockOpti
 		stop:       make(chan struct{}),
 		Slot:       -1,
 		Limit:      b.Limit,
+		Mode:       b.Mode,
 	}
 	if b.Slot != nil {
 		l.Slot = *b.Slot

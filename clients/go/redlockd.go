@@ -90,6 +90,9 @@ type LockOptions struct {
 	OnLost func(*Lease)
 	// NoAutoRenew leaves renewing to the caller.
 	NoAutoRenew bool
+	// Shared holds a lock together with other shared holders (an exclusive grant waits
+	// for them all); for Lock only.
+	Shared bool
 
 	// limit is a semaphore's (set by Permit).
 	limit int
@@ -284,6 +287,17 @@ type LockStatus struct {
 	// TTLRemainingMs is what is left of the holder's lease, in ms.
 	TTLRemainingMs int64  `json:"ttl_remaining_ms"`
 	Owner          string `json:"owner"`
+	// Mode is how it is held, when held: "exclusive" or "shared".
+	Mode string `json:"mode"`
+	// Holders are a shared lock's holders.
+	Holders []SharedHolder `json:"holders"`
+}
+
+// SharedHolder is one shared holder of a lock, as inspect answers it; never a lease id.
+type SharedHolder struct {
+	FencingToken   uint64 `json:"fencing_token"`
+	TTLRemainingMs int64  `json:"ttl_remaining_ms"`
+	Owner          string `json:"owner"`
 }
 
 // TTLRemaining is what is left of the holder's lease.
@@ -309,6 +323,7 @@ type leaseBody struct {
 	Value        string  `json:"value"`
 	Slot         *int    `json:"slot"`
 	Limit        int     `json:"limit"`
+	Mode         string  `json:"mode"`
 }
 
 func (c *Client) grant(ctx context.Context, kind, name string, opts LockOptions) (*Lease, error) {
@@ -325,6 +340,9 @@ func (c *Client) grant(ctx context.Context, kind, name string, opts LockOptions)
 	}
 	if opts.limit > 0 {
 		body["limit"] = opts.limit
+	}
+	if opts.Shared && kind == "locks" {
+		body["mode"] = "shared"
 	}
 	key := opts.IdempotencyKey
 	if key == "" {

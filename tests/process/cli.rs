@@ -575,3 +575,62 @@ async fn with_limit_at_most_n_commands_run_at_once_each_on_its_own_slot() {
         .await;
     assert_eq!(code(&bad), USAGE);
 }
+
+#[tokio::test]
+async fn with_shared_commands_run_together_and_an_exclusive_run_waits_for_them() {
+    let bed = Bed::start().await;
+    let mut readers = Vec::new();
+    for i in 0..2 {
+        let script = format!(r#"touch reading-{i}; while [ ! -e done ]; do sleep 0.05; done"#);
+        readers.push(
+            bed.cli(&[
+                "lock", "--shared", "--ttl", "2s", "report", "--", "sh", "-c", &script,
+            ])
+            .spawn()
+            .unwrap(),
+        );
+    }
+    bed.appears("reading-0").await;
+    bed.appears("reading-1").await;
+    let writer = bed.run(&["lock", "report", "--", "true"]).await;
+    assert_eq!(code(&writer), HELD, "{}", stderr(&writer));
+    let (_, seen) = bed.replicas[0].inspect("report").await;
+    assert_eq!(seen["mode"], "shared");
+    assert_eq!(seen["holders"].as_array().map(Vec::len), Some(2), "{seen}");
+    // A writer that waits is granted once both readers are done.
+    let waiting = bed
+        .cli(&[
+            "lock",
+            "--wait",
+            "20s",
+            "report",
+            "--",
+            "sh",
+            "-c",
+            "echo $REDLOCKD_FENCING_TOKEN",
+        ])
+        .output();
+    let waiting = tokio::spawn(waiting);
+    std::fs::write(bed.path("done"), "").unwrap();
+    for mut reader in readers {
+        let status = tokio::time::timeout(Duration::from_secs(10), reader.wait())
+            .await
+            .expect("exits")
+            .unwrap();
+        assert!(status.success());
+    }
+    let out = tokio::time::timeout(Duration::from_secs(10), waiting)
+        .await
+        .expect("the writer runs")
+        .unwrap()
+        .unwrap();
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    let both = bed
+        .run(&["lock", "--shared", "--limit", "2", "report", "--", "true"])
+        .await;
+    assert_eq!(
+        code(&both),
+        USAGE,
+        "--shared and --limit do not go together"
+    );
+}

@@ -315,3 +315,20 @@ def test_a_permit_is_a_lease_on_one_of_limit_slots_with_renew_and_a_loss_signal(
         assert second.wait_lost(timeout=2.0)
         assert told == [second] and second.lost_reason == "lease_not_found"
     assert client.semaphore("db-pool").holders == (), "released on leaving the block"
+
+
+def test_shared_leases_hold_a_lock_together_and_an_exclusive_one_waits(cluster):
+    client = Client(cluster.urls)
+    with client.lock("file", ttl=1.0, mode="shared", owner="reader-1") as r1, \
+            client.lock("file", ttl=1.0, mode="shared", owner="reader-2") as r2:
+        assert (r1.mode, r2.mode) == ("shared", "shared")
+        with pytest.raises(LockHeld):
+            client.lock("file", ttl=1.0)
+        time.sleep(2.5)  # renewed in the background, both
+        r1.ensure_valid()
+        status = client.inspect("file")
+        assert status.mode == "shared" and status.fencing_token == max(r1.fencing_token, r2.fencing_token)
+        assert sorted(h.owner for h in status.holders) == ["reader-1", "reader-2"]
+    with client.lock("file", ttl=1.0) as writer:
+        assert writer.mode == "exclusive" and writer.fencing_token > r2.fencing_token
+        assert client.inspect("file").mode == "exclusive"

@@ -116,6 +116,9 @@ export interface LockOptions {
   /** Give up the grant (a waiting one, say) when this aborts: the call rejects with the
    * signal's reason, and a lease the server may have granted meanwhile is released. */
   signal?: AbortSignal;
+  /** A lock's mode: `"shared"` holds it together with other shared holders (an exclusive
+   * grant waits for them all). Default `"exclusive"`. */
+  mode?: "exclusive" | "shared";
 }
 
 /** Options of a call that only reads. */
@@ -128,6 +131,10 @@ export interface CallOptions {
 export interface LockStatus {
   name: string;
   held: boolean;
+  /** How it is held, when held. */
+  mode?: "exclusive" | "shared";
+  /** A shared lock's holders. */
+  holders?: { fencingToken: number; ttlRemainingMs: number; owner?: string }[];
   /** The holder's token, when held. */
   fencingToken?: number;
   /** What is left of the holder's lease, when held. */
@@ -287,6 +294,14 @@ export class Client {
       fencingToken: body.fencing_token === undefined ? undefined : Number(body.fencing_token),
       ttlRemainingMs: body.ttl_remaining_ms === undefined ? undefined : Number(body.ttl_remaining_ms),
       owner: body.owner as string | undefined,
+      mode: body.mode as LockStatus["mode"],
+      holders: Array.isArray(body.holders)
+        ? (body.holders as Json[]).map((h) => ({
+            fencingToken: Number(h.fencing_token),
+            ttlRemainingMs: Number(h.ttl_remaining_ms),
+            owner: h.owner as string | undefined,
+          }))
+        : undefined,
     };
   }
 
@@ -329,6 +344,7 @@ export class Client {
     const waitMs = options.waitMs ?? 0;
     const body: Json = { ttl_ms: options.ttlMs ?? 30_000, wait_ms: waitMs };
     if (limit !== undefined) body.limit = limit;
+    if (options.mode === "shared") body.mode = "shared";
     if (options.owner !== undefined) body[kind === "elections" ? "value" : "owner"] = options.owner;
     const sent = performance.now();
     const idempotencyKey = options.idempotencyKey ?? randomUUID();
@@ -438,6 +454,8 @@ export class Lease implements AsyncDisposable {
   owner?: string;
   /** A semaphore's permit: which of its `limit` slots it holds. */
   readonly slot?: number;
+  /** A lock's lease: `"exclusive"` or `"shared"`. */
+  readonly mode?: "exclusive" | "shared";
   readonly limit?: number;
   /** `performance.now()` until which the lease may be relied on. */
   validUntil: number;
@@ -463,6 +481,7 @@ export class Lease implements AsyncDisposable {
     this.validUntil = sent + Number(body.validity_ms);
     this.slot = body.slot === undefined ? undefined : Number(body.slot);
     this.limit = body.limit === undefined ? undefined : Number(body.limit);
+    this.mode = body.mode as Lease["mode"];
     this.signal = this.controller.signal;
     if (options.autoRenew !== false) this.schedule(this.ttlMs / 3);
   }

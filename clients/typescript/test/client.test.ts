@@ -242,3 +242,22 @@ test("a permit is a lease on one of limit slots, renewed, with a loss signal", (
     await waitFor("the released permit to be lost", () => second.signal.aborted, 2000);
     assert.deepEqual(told, ["lease_not_found"]);
   }));
+
+test("shared leases hold a lock together and an exclusive one waits for them", () =>
+  withCluster({}, async (cluster) => {
+    const client = new Client({ servers: cluster.urls });
+    const r1 = await client.lock("file", { ttlMs: 1000, mode: "shared", owner: "reader-1" });
+    const r2 = await client.lock("file", { ttlMs: 1000, mode: "shared", owner: "reader-2" });
+    assert.deepEqual([r1.mode, r2.mode], ["shared", "shared"]);
+    await assert.rejects(client.lock("file", { ttlMs: 1000 }), LockHeld);
+    const status = await client.inspect("file");
+    assert.equal(status.mode, "shared");
+    assert.deepEqual(status.holders?.map((h) => h.owner).sort(), ["reader-1", "reader-2"]);
+    const writer = client.lock("file", { ttlMs: 1000, waitMs: 5000 });
+    await r1.release();
+    await r2.release();
+    const w = await writer;
+    assert.equal(w.mode, "exclusive");
+    assert.ok(w.fencingToken > Math.max(r1.fencingToken, r2.fencingToken));
+    await w.release();
+  }));

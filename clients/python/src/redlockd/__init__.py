@@ -19,7 +19,15 @@ from ._errors import (
     Unauthorized,
     Unavailable,
 )
-from ._models import Leader, LeaderEvent, LockStatus, PermitHolder, SemaphoreStatus, TickResult
+from ._models import (
+    Leader,
+    LeaderEvent,
+    LockStatus,
+    PermitHolder,
+    SemaphoreStatus,
+    SharedHolder,
+    TickResult,
+)
 from ._sync import Client, Lease
 
 __all__ = [
@@ -38,6 +46,7 @@ __all__ = [
     "PermitHolder",
     "RedlockdError",
     "SemaphoreStatus",
+    "SharedHolder",
     "TickResult",
     "TooManyRequests",
     "Unauthorized",

@@ -159,10 +159,12 @@ class AsyncClient:
 
     def lock(self, name: str, ttl: float = 30.0, *, wait: float = 0.0,
              owner: Optional[str] = None, on_lost: Optional[OnLost] = None,
-             auto_renew: bool = True, idempotency_key: Optional[str] = None) -> PendingLease:
-        """`lease = await client.lock(...)`, or `async with client.lock(...) as lease:`."""
+             auto_renew: bool = True, idempotency_key: Optional[str] = None,
+             mode: str = "exclusive") -> PendingLease:
+        """`lease = await client.lock(...)`, or `async with client.lock(...) as lease:`;
+        `mode="shared"` as `Client.lock`."""
         async def grant() -> AsyncLease:
-            made = await self._grant("locks", name, ttl, wait, owner, idempotency_key)
+            made = await self._grant("locks", name, ttl, wait, owner, idempotency_key, mode=mode)
             return AsyncLease(self, made, on_lost, auto_renew)
         return PendingLease(grant)
 
@@ -238,8 +240,9 @@ class AsyncClient:
         return TickResult(True, value)
 
     async def _grant(self, kind: str, name: str, ttl: float, wait: float, owner: Optional[str],
-                     key: Optional[str], limit: Optional[int] = None) -> _core.Grant:
-        body = _core.grant_body(kind, ttl, wait, owner, limit)
+                     key: Optional[str], limit: Optional[int] = None,
+               mode: Optional[str] = None) -> _core.Grant:
+        body = _core.grant_body(kind, ttl, wait, owner, limit, mode)
         sent = time.monotonic()
         answer = await self._call("POST", _core.path(kind, name), body=body,
                                   idempotency_key=key or _core.new_idempotency_key(),

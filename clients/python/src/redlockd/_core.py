@@ -91,12 +91,14 @@ def path(kind: str, name: str, lease_id: Optional[str] = None) -> str:
 
 
 def grant_body(kind: str, ttl: float, wait: float, owner: Optional[str],
-               limit: Optional[int] = None) -> Dict[str, Any]:
+               limit: Optional[int] = None, mode: Optional[str] = None) -> Dict[str, Any]:
     body: Dict[str, Any] = {"ttl_ms": max(1, int(ttl * 1000)), "wait_ms": max(0, int(wait * 1000))}
     if owner is not None:
         body["value" if kind == "elections" else "owner"] = owner
     if limit is not None:
         body["limit"] = limit
+    if mode is not None and mode != "exclusive":
+        body["mode"] = mode
     return body
 
 
@@ -143,6 +145,7 @@ class Grant:
     valid_until: float
     slot: Optional[int] = None
     limit: Optional[int] = None
+    mode: Optional[str] = None
 
     @classmethod
     def read(cls, kind: str, body: Dict[str, Any], sent: float) -> "Grant":
@@ -157,6 +160,7 @@ class Grant:
             valid_until=sent + float(body["validity_ms"]) / 1000.0,
             slot=body.get("slot"),
             limit=body.get("limit"),
+            mode=body.get("mode"),
         )
 
 
@@ -175,6 +179,8 @@ class LeaseState:
         #: A semaphore's permit: which of its `limit` slots it holds (None for a lock).
         self.slot = grant.slot
         self.limit = grant.limit
+        #: A lock's lease: "exclusive" or "shared" (None for other kinds).
+        self.mode = grant.mode
         self.lost_reason: Optional[str] = None
         self.released = False
 

@@ -8,16 +8,28 @@ from typing import Any, Dict, NamedTuple, Optional, Tuple
 
 
 @dataclass(frozen=True)
+class SharedHolder:
+    """One shared holder of a lock as inspect answers it (never a lease id)."""
+
+    fencing_token: int
+    ttl_remaining: float
+    owner: Optional[str] = None
+
+
+@dataclass(frozen=True)
 class LockStatus:
-    """A lock's state as inspect answers it: `held`, and when held the holder's
-    `fencing_token`, what is left of its lease (`ttl_remaining`, seconds) and its `owner`.
-    It never names a lease id."""
+    """A lock's state as inspect answers it: `held`, and when held its `mode` ("exclusive"
+    or "shared"), the holder's `fencing_token` (a shared lock's highest), what is left of
+    its lease (`ttl_remaining`, seconds; a shared lock's longest) and its `owner`; a shared
+    lock's `holders`. It never names a lease id."""
 
     name: str
     held: bool
     fencing_token: Optional[int] = None
     ttl_remaining: Optional[float] = None
     owner: Optional[str] = None
+    mode: Optional[str] = None
+    holders: Tuple[SharedHolder, ...] = ()
 
     @classmethod
     def read(cls, body: Dict[str, Any]) -> "LockStatus":
@@ -30,6 +42,10 @@ class LockStatus:
             int(token) if token is not None else None,
             float(remaining) / 1000.0 if remaining is not None else None,
             body.get("owner"),
+            body.get("mode"),
+            tuple(SharedHolder(int(h["fencing_token"]), float(h["ttl_remaining_ms"]) / 1000.0,
+                               h.get("owner"))
+                  for h in body.get("holders") or []),
         )
 
 

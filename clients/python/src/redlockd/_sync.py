@@ -148,11 +148,13 @@ class Client:
 
     def lock(self, name: str, ttl: float = 30.0, *, wait: float = 0.0, owner: Optional[str] = None,
              on_lost: Optional[Callable[[Lease], None]] = None, auto_renew: bool = True,
-             idempotency_key: Optional[str] = None) -> Lease:
+             idempotency_key: Optional[str] = None, mode: str = "exclusive") -> Lease:
         """Grant `name` for `ttl` seconds, waiting up to `wait` while another holds it.
-        Raises `LockHeld`, `Unavailable`, `BadRequest`, `Unauthorized`. The grant carries an
-        Idempotency-Key, so that a retry after a lost answer gets the same lease."""
-        grant = self._grant("locks", name, ttl, wait, owner, idempotency_key)
+        `mode="shared"` holds it together with other shared holders (an exclusive grant
+        waits for them all). Raises `LockHeld`, `Unavailable`, `BadRequest`, `Unauthorized`.
+        The grant carries an Idempotency-Key, so that a retry after a lost answer gets the
+        same lease."""
+        grant = self._grant("locks", name, ttl, wait, owner, idempotency_key, mode=mode)
         return Lease(self, grant, on_lost, auto_renew)
 
     def permit(self, name: str, limit: int, ttl: float = 30.0, *, wait: float = 0.0,
@@ -229,8 +231,9 @@ class Client:
     # Plumbing.
 
     def _grant(self, kind: str, name: str, ttl: float, wait: float, owner: Optional[str],
-               key: Optional[str], limit: Optional[int] = None) -> _core.Grant:
-        body = _core.grant_body(kind, ttl, wait, owner, limit)
+               key: Optional[str], limit: Optional[int] = None,
+               mode: Optional[str] = None) -> _core.Grant:
+        body = _core.grant_body(kind, ttl, wait, owner, limit, mode)
         sent = time.monotonic()
         answer = self._call("POST", _core.path(kind, name), body=body,
                             idempotency_key=key or _core.new_idempotency_key(),
