@@ -756,6 +756,20 @@ async fn permit_cycle(server: Arc<Server>, c: usize) -> Tally {
     Tally::cycle(took, errors)
 }
 
+/// One uncontended shared grant → revoke cycle of a lock (each client a lock of its own),
+/// timed at the grant.
+async fn shared_cycle(server: Arc<Server>, c: usize) -> Tally {
+    let name = format!("shared:{c}");
+    let t = Instant::now();
+    let body = json!({"ttl_ms": 10000, "mode": "shared"});
+    let Ok((id, _)) = server.grant(&name, body).await else {
+        return Tally::error();
+    };
+    let took = t.elapsed();
+    let errors = usize::from(!server.revoke(&name, &id).await);
+    Tally::cycle(took, errors)
+}
+
 /// Who released the contended lock last, and when (the hand-off starts there).
 #[derive(Default)]
 struct LastRelease {
@@ -1123,7 +1137,8 @@ async fn uncontended(
         )
         .await;
         stats(&row).await;
-        // Each kind's cost next to a lock's: a semaphore's permit, at 16 clients.
+        // Each kind's cost next to a lock's: a semaphore's permit and a shared lease, at 16
+        // clients.
         if c == 16 {
             let s = server.clone();
             let row = measure(
@@ -1133,6 +1148,17 @@ async fn uncontended(
                 &theirs,
                 Some(base),
                 move |i| permit_cycle(s.clone(), i),
+            )
+            .await;
+            stats(&row).await;
+            let s = server.clone();
+            let row = measure(
+                "redlockd, shared lock",
+                workload.clone(),
+                c,
+                &theirs,
+                Some(base),
+                move |i| shared_cycle(s.clone(), i),
             )
             .await;
             stats(&row).await;

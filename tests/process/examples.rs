@@ -125,6 +125,34 @@ async fn the_connection_pool_lets_at_most_three_workers_use_a_connection_at_once
 }
 
 #[tokio::test]
+async fn readers_read_together_and_the_writer_waits_for_them_and_writes_once() {
+    let (_masters, app) = server().await;
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("file.log");
+    let out = example(&app, "readers-writer.sh", &[log.to_str().unwrap()])
+        .output()
+        .await
+        .unwrap();
+    let lines = std::fs::read_to_string(&log).unwrap();
+    assert!(
+        out.status.success(),
+        "{lines}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // Nothing refused, nothing read during a write or written during a read.
+    assert!(!lines.contains(':'), "{lines}");
+    let lines: Vec<&str> = lines.lines().collect();
+    assert_eq!(lines.len(), 5, "{lines:?}");
+    assert_eq!(lines.iter().filter(|l| l.contains(" wrote ")).count(), 1);
+    for early in ["reader-1", "reader-2"] {
+        assert!(
+            lines.contains(&format!("{early} read version 0").as_str()),
+            "{early} read before the writer, which waited for it: {lines:?}"
+        );
+    }
+}
+
+#[tokio::test]
 async fn the_ordered_queue_is_processed_once_in_order_across_the_leaders_death() {
     let (_masters, app) = server().await;
     let dir = tempfile::tempdir().unwrap();
@@ -481,4 +509,5 @@ async fn the_readmes_curl_examples_answer_as_documented() {
     run_documented("## Using it with curl", &[&a, &b]).await;
     run_documented("### Retrying a grant safely", &[&a, &b]).await;
     run_documented("## Semaphores: at most N holders", &[&a, &b]).await;
+    run_documented("## Shared locks: many readers or one writer", &[&a, &b]).await;
 }
