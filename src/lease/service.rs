@@ -553,6 +553,14 @@ impl LeaseService {
         if let Some(slot) = ours.filter(|s| *s < limit) {
             free.insert(0, slot);
         }
+        // A keyed grant asks the masters even when every slot is taken: they know whether
+        // its key was used for another request (422 before 409, as a lock's grant answers).
+        if free.is_empty()
+            && keyed.is_some()
+            && let Some((slot, _)) = holders.iter().find(|(s, _)| *s < limit)
+        {
+            free.push(*slot);
+        }
         let mut split = false;
         for index in free {
             let id = base.permit(Slot { index, limit });
