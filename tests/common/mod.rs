@@ -612,6 +612,11 @@ impl TestApp {
         self.call("GET", path).send().await.text
     }
 
+    /// Any route: the status and the JSON answer of `method path` with `body`, if any.
+    pub async fn send(&self, method: &str, path: &str, body: Option<Value>) -> (u16, Value) {
+        self.json_call(method, path, body.as_ref()).await
+    }
+
     async fn json_call(&self, method: &str, path: &str, body: Option<&Value>) -> (u16, Value) {
         let mut call = self.call(method, path);
         if let Some(body) = body {

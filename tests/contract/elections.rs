@@ -9,22 +9,13 @@ use std::time::Duration;
 use common::TestApp;
 use serde_json::{Value, json};
 
-async fn send(app: &TestApp, method: &str, path: &str, body: Option<Value>) -> (u16, Value) {
-    let mut call = app.call(method, path);
-    if let Some(body) = &body {
-        call = call.json(body);
-    }
-    let answer = call.send().await;
-    (answer.status, answer.json())
-}
-
 #[tokio::test]
 async fn campaign_leader_proclaim_and_resign_on_one_replica() {
     let app = TestApp::embedded().await;
-    let (status, vacant) = send(&app, "GET", "/elections/e", None).await;
+    let (status, vacant) = app.send("GET", "/elections/e", None).await;
     assert_eq!((status, &vacant["vacant"]), (200, &json!(true)), "{vacant}");
     let body = json!({"value": "10.0.0.7:9000", "ttl_ms": 5000});
-    let (status, lease) = send(&app, "POST", "/elections/e", Some(body)).await;
+    let (status, lease) = app.send("POST", "/elections/e", Some(body)).await;
     assert_eq!(status, 201, "{lease}");
     let (term, id) = (lease["term"].as_u64().unwrap(), lease["lease_id"].clone());
     assert_eq!(lease["value"], "10.0.0.7:9000");
@@ -33,13 +24,13 @@ async fn campaign_leader_proclaim_and_resign_on_one_replica() {
         "an election says term"
     );
 
-    let (status, leader) = send(&app, "GET", "/elections/e", None).await;
+    let (status, leader) = app.send("GET", "/elections/e", None).await;
     assert_eq!(status, 200);
     assert_eq!(
         (&leader["vacant"], leader["term"].as_u64(), &leader["value"]),
         (&json!(false), Some(term), &json!("10.0.0.7:9000"))
     );
-    let (status, refused) = send(&app, "POST", "/elections/e", Some(json!({}))).await;
+    let (status, refused) = app.send("POST", "/elections/e", Some(json!({}))).await;
     assert_eq!(
         (status, refused["error"].as_str()),
         (409, Some("lock_held"))
@@ -47,25 +38,21 @@ async fn campaign_leader_proclaim_and_resign_on_one_replica() {
     assert_eq!(refused["message"], "another candidate leads this election");
 
     let lease_path = format!("/elections/e/leases/{}", id.as_str().unwrap());
-    let (status, proclaimed) = send(
-        &app,
-        "PUT",
-        &lease_path,
-        Some(json!({"value": "10.0.0.8:9000"})),
-    )
-    .await;
+    let (status, proclaimed) = app
+        .send("PUT", &lease_path, Some(json!({"value": "10.0.0.8:9000"})))
+        .await;
     assert_eq!(status, 200, "{proclaimed}");
     assert_eq!(
         (proclaimed["term"].as_u64(), &proclaimed["value"]),
         (Some(term), &json!("10.0.0.8:9000"))
     );
-    assert_eq!(send(&app, "DELETE", &lease_path, None).await.0, 204);
-    assert_eq!(send(&app, "DELETE", &lease_path, None).await.0, 404);
+    assert_eq!(app.send("DELETE", &lease_path, None).await.0, 204);
+    assert_eq!(app.send("DELETE", &lease_path, None).await.0, 404);
     assert_eq!(
-        send(&app, "GET", "/elections/e", None).await.1["vacant"],
+        app.send("GET", "/elections/e", None).await.1["vacant"],
         true
     );
-    let (status, next) = send(&app, "POST", "/elections/e", Some(json!({}))).await;
+    let (status, next) = app.send("POST", "/elections/e", Some(json!({}))).await;
     assert_eq!(status, 201);
     assert!(next["term"].as_u64().unwrap() > term, "terms rise");
 }
@@ -73,18 +60,20 @@ async fn campaign_leader_proclaim_and_resign_on_one_replica() {
 #[tokio::test]
 async fn a_waiting_candidate_is_elected_the_moment_the_leader_resigns() {
     let app = TestApp::embedded().await;
-    let (_, leader) = send(&app, "POST", "/elections/w", Some(json!({"value": "a"}))).await;
+    let (_, leader) = app
+        .send("POST", "/elections/w", Some(json!({"value": "a"})))
+        .await;
     let candidate = {
         let app = app.handle();
         tokio::spawn(async move {
             let body = json!({"value": "b", "wait_ms": 10_000});
-            send(&app, "POST", "/elections/w", Some(body)).await
+            app.send("POST", "/elections/w", Some(body)).await
         })
     };
     app.wait_for_contention("w", 1).await;
     let id = leader["lease_id"].as_str().unwrap();
     let path = format!("/elections/w/leases/{id}");
-    assert_eq!(send(&app, "DELETE", &path, None).await.0, 204);
+    assert_eq!(app.send("DELETE", &path, None).await.0, 204);
     let (status, next) = tokio::time::timeout(Duration::from_secs(2), candidate)
         .await
         .expect("elected at once, not at the end of its wait")
@@ -119,12 +108,12 @@ async fn bad_election_input_is_a_clear_400() {
         ),
     ];
     for (method, path, body) in cases {
-        let (status, err) = send(&app, method, &path, body.clone()).await;
+        let (status, err) = app.send(method, &path, body.clone()).await;
         assert_eq!(status, 400, "{method} {path} {body:?}: {err}");
         assert_eq!(err["error"], "invalid_request", "{err}");
     }
     assert_eq!(
-        send(&app, "GET", "/elections/ok", None).await.1["vacant"],
+        app.send("GET", "/elections/ok", None).await.1["vacant"],
         true,
         "nothing was elected by any of it"
     );
@@ -134,23 +123,31 @@ async fn bad_election_input_is_a_clear_400() {
 async fn a_term_is_current_while_its_leader_leads() {
     let app = TestApp::embedded().await;
     let body = json!({"value": "a", "ttl_ms": 5000});
-    let (status, lease) = send(&app, "POST", "/elections/t", Some(body)).await;
+    let (status, lease) = app.send("POST", "/elections/t", Some(body)).await;
     assert_eq!(status, 201, "{lease}");
     let (term, id) = (
         lease["term"].as_u64().unwrap(),
         lease["lease_id"].as_str().unwrap().to_owned(),
     );
-    let (status, now) = send(&app, "GET", &format!("/elections/t/fences/{term}"), None).await;
+    let (status, now) = app
+        .send("GET", &format!("/elections/t/fences/{term}"), None)
+        .await;
     assert_eq!(status, 200, "{now}");
     assert_eq!(
         now,
         json!({"name": "t", "fencing_token": term, "current": true})
     );
     // A lock of the same name is another thing: its token space says nothing of the term.
-    let (_, lock) = send(&app, "GET", &format!("/locks/t/fences/{term}"), None).await;
+    let (_, lock) = app
+        .send("GET", &format!("/locks/t/fences/{term}"), None)
+        .await;
     assert_eq!(lock["current"], false);
-    let (status, _) = send(&app, "DELETE", &format!("/elections/t/leases/{id}"), None).await;
+    let (status, _) = app
+        .send("DELETE", &format!("/elections/t/leases/{id}"), None)
+        .await;
     assert_eq!(status, 204);
-    let (_, after) = send(&app, "GET", &format!("/elections/t/fences/{term}"), None).await;
+    let (_, after) = app
+        .send("GET", &format!("/elections/t/fences/{term}"), None)
+        .await;
     assert_eq!(after["current"], false, "a resigned term is over");
 }

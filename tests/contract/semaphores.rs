@@ -11,17 +11,9 @@ use std::time::Duration;
 use common::TestApp;
 use serde_json::{Value, json};
 
-async fn send(app: &TestApp, method: &str, path: &str, body: Option<Value>) -> (u16, Value) {
-    let mut call = app.call(method, path);
-    if let Some(body) = &body {
-        call = call.json(body);
-    }
-    let answer = call.send().await;
-    (answer.status, answer.json())
-}
-
 async fn take(app: &TestApp, name: &str, body: Value) -> (u16, Value) {
-    send(app, "POST", &format!("/semaphores/{name}"), Some(body)).await
+    app.send("POST", &format!("/semaphores/{name}"), Some(body))
+        .await
 }
 
 fn lease_path(name: &str, permit: &Value) -> String {
@@ -54,7 +46,7 @@ async fn at_most_limit_permits_each_on_its_own_slot_with_a_rising_token() {
     assert_eq!(full["message"], "every permit of this semaphore is taken");
     assert!(full["retry_after_ms"].as_u64().unwrap() > 0, "{full}");
 
-    let (status, seen) = send(&app, "GET", "/semaphores/pool", None).await;
+    let (status, seen) = app.send("GET", "/semaphores/pool", None).await;
     assert_eq!(status, 200);
     let holders = seen["holders"].as_array().unwrap();
     assert_eq!(holders.len(), 3, "{seen}");
@@ -74,15 +66,11 @@ async fn at_most_limit_permits_each_on_its_own_slot_with_a_rising_token() {
     // Released: its slot is taken again, with a greater token than the slot's last.
     let freed = &permits[1];
     assert_eq!(
-        send(&app, "DELETE", &lease_path("pool", freed), None)
-            .await
-            .0,
+        app.send("DELETE", &lease_path("pool", freed), None).await.0,
         204
     );
     assert_eq!(
-        send(&app, "DELETE", &lease_path("pool", freed), None)
-            .await
-            .0,
+        app.send("DELETE", &lease_path("pool", freed), None).await.0,
         404
     );
     let (status, again) = take(&app, "pool", json!({"limit": 3})).await;
@@ -91,13 +79,13 @@ async fn at_most_limit_permits_each_on_its_own_slot_with_a_rising_token() {
     assert!(again["fencing_token"].as_u64() > freed["fencing_token"].as_u64());
 
     // A renew keeps the lease id, the slot and the token.
-    let (status, renewed) = send(
-        &app,
-        "PUT",
-        &lease_path("pool", &again),
-        Some(json!({"ttl_ms": 9000})),
-    )
-    .await;
+    let (status, renewed) = app
+        .send(
+            "PUT",
+            &lease_path("pool", &again),
+            Some(json!({"ttl_ms": 9000})),
+        )
+        .await;
     assert_eq!(status, 200, "{renewed}");
     for field in ["lease_id", "slot", "limit", "fencing_token"] {
         assert_eq!(renewed[field], again[field], "{field}");
@@ -111,7 +99,7 @@ async fn a_semaphore_never_collides_with_a_lock_or_an_election_of_its_name() {
     let (status, _) = take(&app, "same", json!({"limit": 1})).await;
     assert_eq!(status, 201);
     assert_eq!(app.grant("same", json!({})).await.0, 201);
-    assert_eq!(send(&app, "POST", "/elections/same", None).await.0, 201);
+    assert_eq!(app.send("POST", "/elections/same", None).await.0, 201);
     assert_eq!(take(&app, "same", json!({"limit": 1})).await.0, 409);
 }
 
@@ -128,9 +116,7 @@ async fn grants_with_different_limits_share_the_slots() {
     assert_eq!(take(&app, "mixed", json!({"limit": 1})).await.0, 409);
     let zero = if wide["slot"] == 0 { &wide } else { &other };
     assert_eq!(
-        send(&app, "DELETE", &lease_path("mixed", zero), None)
-            .await
-            .0,
+        app.send("DELETE", &lease_path("mixed", zero), None).await.0,
         204
     );
     let (status, narrow) = take(&app, "mixed", json!({"limit": 1})).await;
@@ -154,9 +140,7 @@ async fn a_waiting_grant_takes_the_first_slot_freed() {
     };
     app.wait_for_contention("one", 1).await;
     assert_eq!(
-        send(&app, "DELETE", &lease_path("one", &only), None)
-            .await
-            .0,
+        app.send("DELETE", &lease_path("one", &only), None).await.0,
         204
     );
     let (status, next) = tokio::time::timeout(Duration::from_secs(2), waiter)
@@ -172,22 +156,22 @@ async fn a_permits_token_is_current_while_it_holds_its_slot() {
     let (_, permit) = take(&app, "f", json!({"limit": 2})).await;
     let token = permit["fencing_token"].as_u64().unwrap();
     let fence = |t: u64| format!("/semaphores/f/fences/{t}");
-    let (status, body) = send(&app, "GET", &fence(token), None).await;
+    let (status, body) = app.send("GET", &fence(token), None).await;
     assert_eq!((status, &body["current"]), (200, &json!(true)), "{body}");
     assert_eq!(
-        send(&app, "GET", &fence(token + 1), None).await.1["current"],
+        app.send("GET", &fence(token + 1), None).await.1["current"],
         false
     );
     assert_eq!(
-        send(&app, "GET", &format!("/locks/f/fences/{token}"), None)
+        app.send("GET", &format!("/locks/f/fences/{token}"), None)
             .await
             .1["current"],
         false,
         "not the lock's"
     );
-    send(&app, "DELETE", &lease_path("f", &permit), None).await;
+    app.send("DELETE", &lease_path("f", &permit), None).await;
     assert_eq!(
-        send(&app, "GET", &fence(token), None).await.1["current"],
+        app.send("GET", &fence(token), None).await.1["current"],
         false
     );
 }
@@ -197,22 +181,16 @@ async fn force_release_removes_every_permit() {
     let app = TestApp::embedded().await;
     let (_, a) = take(&app, "evict", json!({"limit": 2})).await;
     let (_, b) = take(&app, "evict", json!({"limit": 2})).await;
-    let (status, removed) = send(&app, "DELETE", "/semaphores/evict", None).await;
+    let (status, removed) = app.send("DELETE", "/semaphores/evict", None).await;
     assert_eq!(status, 200, "{removed}");
     assert_eq!(removed["released"], true);
     let highest = a["fencing_token"].as_u64().max(b["fencing_token"].as_u64());
     assert_eq!(removed["fencing_token"].as_u64(), highest);
-    assert_eq!(
-        send(&app, "PUT", &lease_path("evict", &a), None).await.0,
-        404
-    );
-    assert_eq!(
-        send(&app, "PUT", &lease_path("evict", &b), None).await.0,
-        404
-    );
-    let (_, seen) = send(&app, "GET", "/semaphores/evict", None).await;
+    assert_eq!(app.send("PUT", &lease_path("evict", &a), None).await.0, 404);
+    assert_eq!(app.send("PUT", &lease_path("evict", &b), None).await.0, 404);
+    let (_, seen) = app.send("GET", "/semaphores/evict", None).await;
     assert_eq!(seen["holders"], json!([]));
-    let (_, again) = send(&app, "DELETE", "/semaphores/evict", None).await;
+    let (_, again) = app.send("DELETE", "/semaphores/evict", None).await;
     assert_eq!(again["released"], false);
 }
 
@@ -243,7 +221,7 @@ async fn a_keyed_retry_answers_the_permit_its_first_attempt_won() {
         let other = keyed(json!({"limit": limit, "ttl_ms": 5000})).await;
         assert_eq!(other.status, 422, "limit {limit} is another request");
     }
-    send(&app, "DELETE", &lease_path("k", &first), None).await;
+    app.send("DELETE", &lease_path("k", &first), None).await;
     let ended = keyed(json!({"limit": 3, "ttl_ms": 5000})).await;
     assert_eq!(ended.status, 404, "{:?}", ended.json());
 }
@@ -291,7 +269,7 @@ async fn bad_semaphore_input_is_a_clear_400() {
         ("GET", "/semaphores/s/fences/0", None),
     ];
     for (method, path, body) in cases {
-        let (status, err) = send(&app, method, path, body.clone()).await;
+        let (status, err) = app.send(method, path, body.clone()).await;
         assert_eq!(status, 400, "{method} {path} {body:?}: {err}");
         assert_eq!(err["error"], "invalid_request", "{err}");
     }
@@ -299,7 +277,7 @@ async fn bad_semaphore_input_is_a_clear_400() {
     let (_, lock) = app.grant("s", json!({})).await;
     let id = lock["lease_id"].as_str().unwrap();
     assert_eq!(
-        send(&app, "PUT", &format!("/semaphores/s/leases/{id}"), None)
+        app.send("PUT", &format!("/semaphores/s/leases/{id}"), None)
             .await
             .0,
         404
@@ -309,6 +287,6 @@ async fn bad_semaphore_input_is_a_clear_400() {
     let (base, _) = id.split_at(22);
     let other = if permit["slot"] == 0 { 1 } else { 0 };
     let forged = format!("/semaphores/s/leases/{base}_{other}_2");
-    assert_eq!(send(&app, "PUT", &forged, None).await.0, 404);
-    assert_eq!(send(&app, "DELETE", &forged, None).await.0, 404);
+    assert_eq!(app.send("PUT", &forged, None).await.0, 404);
+    assert_eq!(app.send("DELETE", &forged, None).await.0, 404);
 }

@@ -11,15 +11,6 @@ use std::time::Duration;
 use common::TestApp;
 use serde_json::{Value, json};
 
-async fn send(app: &TestApp, method: &str, path: &str, body: Option<Value>) -> (u16, Value) {
-    let mut call = app.call(method, path);
-    if let Some(body) = &body {
-        call = call.json(body);
-    }
-    let answer = call.send().await;
-    (answer.status, answer.json())
-}
-
 fn lease_path(name: &str, lease: &Value) -> String {
     format!(
         "/locks/{name}/leases/{}",
@@ -67,30 +58,29 @@ async fn shared_holders_hold_a_name_together_and_exclude_an_exclusive_grant() {
     assert!(holders.iter().all(|h| h.get("lease_id").is_none()));
 
     // Every lease route works on a shared lease, and a renew keeps its token.
-    let (status, renewed) = send(&app, "PUT", &lease_path("doc", &r1), None).await;
+    let (status, renewed) = app.send("PUT", &lease_path("doc", &r1), None).await;
     assert_eq!(
         (status, &renewed["fencing_token"]),
         (200, &r1["fencing_token"])
     );
     assert_eq!(renewed["mode"], "shared");
-    let (status, checked) = send(&app, "GET", &lease_path("doc", &r1), None).await;
+    let (status, checked) = app.send("GET", &lease_path("doc", &r1), None).await;
     assert_eq!(
         (status, &checked["mode"]),
         (200, &json!("shared")),
         "{checked}"
     );
     let token = r1["fencing_token"].as_u64().unwrap();
-    let (_, fence) = send(&app, "GET", &format!("/locks/doc/fences/{token}"), None).await;
+    let (_, fence) = app
+        .send("GET", &format!("/locks/doc/fences/{token}"), None)
+        .await;
     assert_eq!(fence["current"], true);
 
     for r in [&r1, &r2] {
-        assert_eq!(
-            send(&app, "DELETE", &lease_path("doc", r), None).await.0,
-            204
-        );
+        assert_eq!(app.send("DELETE", &lease_path("doc", r), None).await.0, 204);
     }
     assert_eq!(
-        send(&app, "DELETE", &lease_path("doc", &r1), None).await.0,
+        app.send("DELETE", &lease_path("doc", &r1), None).await.0,
         404
     );
     let (status, writer) = app.grant("doc", json!({})).await;
@@ -131,7 +121,7 @@ async fn a_waiting_exclusive_grant_is_not_overtaken_by_shared_grants_after_it() 
     app.wait_for_contention("queue", 3).await;
     // The reader leaves: the writer, first in line, has the lock at once.
     assert_eq!(
-        send(&app, "DELETE", &lease_path("queue", &reader), None)
+        app.send("DELETE", &lease_path("queue", &reader), None)
             .await
             .0,
         204
@@ -143,7 +133,7 @@ async fn a_waiting_exclusive_grant_is_not_overtaken_by_shared_grants_after_it() 
     assert_eq!((status, &w["mode"]), (201, &json!("exclusive")), "{w}");
     assert!(!late.is_finished(), "the later reader waits for the writer");
     assert_eq!(
-        send(&app, "DELETE", &lease_path("queue", &w), None).await.0,
+        app.send("DELETE", &lease_path("queue", &w), None).await.0,
         204
     );
     let (status, r) = tokio::time::timeout(Duration::from_secs(2), late)
@@ -159,7 +149,7 @@ async fn force_release_removes_every_shared_holder() {
     let app = TestApp::embedded().await;
     let (_, a) = app.grant("evict", json!({"mode": "shared"})).await;
     let (_, b) = app.grant("evict", json!({"mode": "shared"})).await;
-    let (status, removed) = send(&app, "DELETE", "/locks/evict", None).await;
+    let (status, removed) = app.send("DELETE", "/locks/evict", None).await;
     assert_eq!(
         (status, &removed["released"]),
         (200, &json!(true)),
@@ -169,14 +159,8 @@ async fn force_release_removes_every_shared_holder() {
         removed["fencing_token"], b["fencing_token"],
         "the highest removed"
     );
-    assert_eq!(
-        send(&app, "PUT", &lease_path("evict", &a), None).await.0,
-        404
-    );
-    assert_eq!(
-        send(&app, "PUT", &lease_path("evict", &b), None).await.0,
-        404
-    );
+    assert_eq!(app.send("PUT", &lease_path("evict", &a), None).await.0, 404);
+    assert_eq!(app.send("PUT", &lease_path("evict", &b), None).await.0, 404);
     assert_eq!(app.inspect("evict").await.1["held"], false);
 }
 
@@ -243,20 +227,20 @@ async fn a_bad_mode_is_a_clear_400() {
             "{body}"
         );
     }
-    let (status, err) = send(&app, "POST", "/locks/m?mode=writer", None).await;
+    let (status, err) = app.send("POST", "/locks/m?mode=writer", None).await;
     assert_eq!(status, 400, "{err}");
     // A shared lease's id on another name, or with its tail cut off, holds nothing.
     let (_, r) = app.grant("m", json!({"mode": "shared"})).await;
     let id = r["lease_id"].as_str().unwrap();
     assert_eq!(
-        send(&app, "PUT", &format!("/locks/other/leases/{id}"), None)
+        app.send("PUT", &format!("/locks/other/leases/{id}"), None)
             .await
             .0,
         404
     );
     let cut = &id[..22];
     assert_eq!(
-        send(&app, "PUT", &format!("/locks/m/leases/{cut}"), None)
+        app.send("PUT", &format!("/locks/m/leases/{cut}"), None)
             .await
             .0,
         404

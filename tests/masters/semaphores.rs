@@ -8,22 +8,13 @@ use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use common::{RedisMaster, TestApp, config, masters};
-use serde_json::{Value, json};
+use serde_json::json;
 
 async fn replicas(masters: &[RedisMaster]) -> (TestApp, TestApp) {
     let refs: Vec<&RedisMaster> = masters.iter().collect();
     let mut cfg = config(&refs);
     cfg.master_timeout_ms = 200;
     (TestApp::spawn(cfg.clone()).await, TestApp::spawn(cfg).await)
-}
-
-async fn send(app: &TestApp, method: &str, path: &str, body: Option<Value>) -> (u16, Value) {
-    let mut call = app.call(method, path);
-    if let Some(body) = &body {
-        call = call.json(body);
-    }
-    let answer = call.send().await;
-    (answer.status, answer.json())
 }
 
 /// One permit as a worker saw it: from the grant's answer to the release being sent.
@@ -47,7 +38,7 @@ async fn at_most_limit_permits_are_held_at_once_by_workers_on_two_replicas() {
         workers.push(tokio::spawn(async move {
             for _ in 0..8 {
                 let body = json!({"limit": LIMIT, "ttl_ms": 5000, "wait_ms": 20_000});
-                let (status, permit) = send(&app, "POST", "/semaphores/pool", Some(body)).await;
+                let (status, permit) = app.send("POST", "/semaphores/pool", Some(body)).await;
                 assert_eq!(status, 201, "{permit}");
                 let from = Instant::now();
                 // The work the permit guards.
@@ -55,7 +46,7 @@ async fn at_most_limit_permits_are_held_at_once_by_workers_on_two_replicas() {
                 let to = Instant::now();
                 let id = permit["lease_id"].as_str().unwrap();
                 let path = format!("/semaphores/pool/leases/{id}");
-                assert_eq!(send(&app, "DELETE", &path, None).await.0, 204);
+                assert_eq!(app.send("DELETE", &path, None).await.0, 204);
                 let _ = tx.send(Held {
                     slot: permit["slot"].as_u64().unwrap(),
                     token: permit["fencing_token"].as_u64().unwrap(),
@@ -109,20 +100,20 @@ async fn a_waiting_permit_on_one_replica_is_granted_when_a_permit_is_released_on
     let masters = masters(3);
     let (a, b) = replicas(&masters).await;
     let body = json!({"limit": 1, "ttl_ms": 30_000});
-    let (status, held) = send(&a, "POST", "/semaphores/one", Some(body)).await;
+    let (status, held) = a.send("POST", "/semaphores/one", Some(body)).await;
     assert_eq!(status, 201, "{held}");
     let waiter = {
         let b = b.handle();
         tokio::spawn(async move {
             let body = json!({"limit": 1, "ttl_ms": 30_000, "wait_ms": 20_000});
-            send(&b, "POST", "/semaphores/one", Some(body)).await
+            b.send("POST", "/semaphores/one", Some(body)).await
         })
     };
     b.wait_for_contention("one", 1).await;
     let id = held["lease_id"].as_str().unwrap();
     let released = Instant::now();
     assert_eq!(
-        send(&a, "DELETE", &format!("/semaphores/one/leases/{id}"), None)
+        a.send("DELETE", &format!("/semaphores/one/leases/{id}"), None)
             .await
             .0,
         204
