@@ -258,6 +258,18 @@ impl Reply {
         Ok(Some(self.string(i)?).filter(|o| !o.is_empty()))
     }
 
+    /// A holding as read.lua, list.lua and slots.lua write it from `at`: lease, token, TTL,
+    /// what is left of it, owner.
+    fn holding(&self, at: usize) -> NodeResult<Holding> {
+        Ok(Holding {
+            lease: self.string(at)?,
+            token: self.uint(at + 1)?,
+            ttl_ms: self.uint(at + 2)?,
+            pttl_ms: self.uint(at + 3)?,
+            owner: self.owner(at + 4)?,
+        })
+    }
+
     /// The status every script puts first: -1 means the master lost its marker.
     fn status(&self) -> NodeResult<i64> {
         match self.int(0)? {
@@ -403,13 +415,7 @@ impl LockNode for RedisNode {
         if reply.status()? == 0 {
             return Ok(Vec::new());
         }
-        Ok(vec![Holding {
-            lease: reply.string(1)?,
-            token: reply.uint(2)?,
-            ttl_ms: reply.uint(3)?,
-            pttl_ms: reply.uint(4)?,
-            owner: reply.owner(5)?,
-        }])
+        Ok(vec![reply.holding(1)?])
     }
 
     async fn list(&self, listing: Listing<'_>) -> NodeResult<ListPage> {
@@ -433,16 +439,7 @@ impl LockNode for RedisNode {
         let mut locks = Vec::new();
         let mut at = 2;
         while at < reply.0.len() {
-            locks.push((
-                reply.string(at)?,
-                Holding {
-                    lease: reply.string(at + 1)?,
-                    token: reply.uint(at + 2)?,
-                    ttl_ms: reply.uint(at + 3)?,
-                    pttl_ms: reply.uint(at + 4)?,
-                    owner: reply.owner(at + 5)?,
-                },
-            ));
+            locks.push((reply.string(at)?, reply.holding(at + 1)?));
             at += 6;
         }
         Ok(ListPage { locks, more, last })
@@ -460,16 +457,7 @@ impl LockNode for RedisNode {
         while at < reply.0.len() {
             let slot = u16::try_from(reply.uint(at)?)
                 .map_err(|_| NodeError::Script(format!("slot out of range at {at}")))?;
-            held.push((
-                slot,
-                Holding {
-                    lease: reply.string(at + 1)?,
-                    token: reply.uint(at + 2)?,
-                    ttl_ms: reply.uint(at + 3)?,
-                    pttl_ms: reply.uint(at + 4)?,
-                    owner: reply.owner(at + 5)?,
-                },
-            ));
+            held.push((slot, reply.holding(at + 1)?));
             at += 6;
         }
         Ok(held)
