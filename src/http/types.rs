@@ -93,36 +93,37 @@ impl LockStatus {
             owner: None,
             holders: None,
         };
-        match holders.first().map(|h| h.mode) {
-            None => free,
-            Some(Mode::Exclusive) => {
-                let h = holders.into_iter().next().unwrap_or_else(|| unreachable!());
-                Self {
-                    held: true,
-                    mode: Some(LockMode::Exclusive),
-                    fencing_token: Some(h.token),
-                    ttl_remaining_ms: Some(ms_of(h.remaining)),
-                    owner: h.owner,
-                    ..free
-                }
-            }
-            Some(Mode::Shared) => Self {
+        let Some(first) = holders.first() else {
+            return free;
+        };
+        if first.mode == Mode::Exclusive {
+            let mut holders = holders;
+            let h = holders.swap_remove(0);
+            return Self {
                 held: true,
-                mode: Some(LockMode::Shared),
-                fencing_token: holders.iter().map(|h| h.token).max(),
-                ttl_remaining_ms: holders.iter().map(|h| ms_of(h.remaining)).max(),
-                holders: Some(
-                    holders
-                        .into_iter()
-                        .map(|h| SharedHolder {
-                            fencing_token: h.token,
-                            ttl_remaining_ms: ms_of(h.remaining),
-                            owner: h.owner,
-                        })
-                        .collect(),
-                ),
+                mode: Some(LockMode::Exclusive),
+                fencing_token: Some(h.token),
+                ttl_remaining_ms: Some(ms_of(h.remaining)),
+                owner: h.owner,
                 ..free
-            },
+            };
+        }
+        Self {
+            held: true,
+            mode: Some(LockMode::Shared),
+            fencing_token: holders.iter().map(|h| h.token).max(),
+            ttl_remaining_ms: holders.iter().map(|h| ms_of(h.remaining)).max(),
+            holders: Some(
+                holders
+                    .into_iter()
+                    .map(|h| SharedHolder {
+                        fencing_token: h.token,
+                        ttl_remaining_ms: ms_of(h.remaining),
+                        owner: h.owner,
+                    })
+                    .collect(),
+            ),
+            ..free
         }
     }
 }

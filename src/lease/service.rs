@@ -795,13 +795,17 @@ impl LeaseService {
                 })
                 .collect());
         }
-        let holder = self.engine.inspect(&name.key()).await?;
-        if holder.is_some() || name.kind() != Kind::Mutex {
+        if name.kind() != Kind::Mutex {
+            let holder = self.engine.inspect(&name.key()).await?;
             return Ok(holder.map(LockHolder::from).into_iter().collect());
         }
-        let mut holders: Vec<LockHolder> = self
-            .readers(name)
-            .await?
+        // The exclusive holder and the shared ones are read at once: one round trip.
+        let key = name.key();
+        let (holder, readers) = tokio::join!(self.engine.inspect(&key), self.readers(name));
+        if let Some(holder) = holder? {
+            return Ok(vec![LockHolder::from(holder)]);
+        }
+        let mut holders: Vec<LockHolder> = readers?
             .into_iter()
             .map(|(_, holder)| LockHolder {
                 name: name.to_string(),
