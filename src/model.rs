@@ -210,6 +210,30 @@ impl LeaseId {
         Self(format!("{}{SHARED_TAIL}", self.base()))
     }
 
+    /// The lease id of a several-name lease, made from a minted (or derived) id.
+    pub fn group(&self) -> Self {
+        Self(format!("{}{GROUP_TAIL}", self.base()))
+    }
+
+    /// Whether the id is a several-name lease's.
+    pub fn is_group(&self) -> bool {
+        self.0.get(MINTED_LEN..) == Some(GROUP_TAIL)
+    }
+
+    /// An id minted for one attempt of a grant that may make several: its first half is
+    /// `claimant`'s (the same for every attempt of the grant, so that the masters know a
+    /// grant's claims as its own from one attempt to the next), the rest new random bits.
+    pub fn attempt_of(claimant: &LeaseId) -> Self {
+        let fresh = Self::generate();
+        let half = MINTED_LEN / 2;
+        Self(format!("{}{}", &claimant.base()[..half], &fresh.0[half..]))
+    }
+
+    /// What the masters know a grant's claims by: the first half of its ids.
+    pub fn claimant(&self) -> &str {
+        self.0.get(..MINTED_LEN / 2).unwrap_or(&self.0)
+    }
+
     /// Whether the id is a shared hold's.
     pub fn is_shared(&self) -> bool {
         self.0.get(MINTED_LEN..) == Some(SHARED_TAIL)
@@ -237,6 +261,8 @@ impl LeaseId {
 const MINTED_LEN: usize = 22;
 /// What follows the minted part of a shared hold's id.
 const SHARED_TAIL: &str = "_s";
+/// What follows the minted part of a several-name lease's id.
+const GROUP_TAIL: &str = "_m";
 
 impl fmt::Debug for LeaseId {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -419,6 +445,10 @@ pub enum Kind {
     /// A shared holder of a lock (`mode: shared`): a key of its own per lease (see
     /// `LockKey::reader`), beside the lock's own key that an exclusive holder takes.
     Reader,
+    /// Several locks under one lease (`POST /locks` with `names`): a key that stands for
+    /// its members, each a mutex's own key (see `LockKey::group`); every step on it is a
+    /// step on each member, and its grant takes all of them or none on each master.
+    Group,
 }
 
 impl Kind {
@@ -431,6 +461,7 @@ impl Kind {
             Kind::Election => "election:",
             Kind::Semaphore => "semaphore:",
             Kind::Reader => "reader:",
+            Kind::Group => "lock:",
         }
     }
 
@@ -440,7 +471,7 @@ impl Kind {
             Kind::Mutex => "locks",
             Kind::Election => "elections",
             Kind::Semaphore => "semaphores",
-            Kind::Reader => "locks",
+            Kind::Reader | Kind::Group => "locks",
         }
     }
 
@@ -451,9 +482,13 @@ impl Kind {
             Kind::Election => "elections",
             Kind::Semaphore => "semaphores",
             Kind::Reader => "readers",
+            Kind::Group => "names",
         }
     }
 }
+
+/// The most names one lease may hold (`POST /locks` with `names`).
+pub const MAX_GROUP_NAMES: usize = 64;
 
 /// How a lock is held: by one exclusive holder (the default), or shared by any number of
 /// shared holders.
@@ -559,6 +594,27 @@ impl LockKey {
         }
     }
 
+    /// The locks `names` under one lease: the key's name is the names sorted, separated by
+    /// spaces (names have none), so that every grant of the same names asks in the same
+    /// order.
+    pub fn group(names: &[LockName]) -> Self {
+        let mut sorted: Vec<&str> = names.iter().map(LockName::as_str).collect();
+        sorted.sort_unstable();
+        sorted.dedup();
+        Self {
+            kind: Kind::Group,
+            name: sorted.join(" ").into(),
+        }
+    }
+
+    /// The mutexes a group key stands for (a key of another kind stands for itself).
+    pub fn members(&self) -> Vec<LockKey> {
+        match self.kind {
+            Kind::Group => self.name.split(' ').map(LockKey::mutex).collect(),
+            _ => vec![self.clone()],
+        }
+    }
+
     /// The lock a shared hold or a semaphore's slot belongs to: the name before its `/`.
     pub fn owner_name(&self) -> &str {
         self.name.split('/').next().unwrap_or(&self.name)
@@ -582,6 +638,10 @@ impl LockKey {
             }
             // A shared hold's end wakes the lock's waiters: it is announced as the lock.
             Kind::Reader => std::borrow::Cow::Borrowed(self.owner_name()),
+            // Each member is announced as itself (see `members`); this is the first's.
+            Kind::Group => {
+                std::borrow::Cow::Borrowed(self.name.split(' ').next().unwrap_or(&self.name))
+            }
         }
     }
 }

@@ -52,6 +52,19 @@ pub mod schema {
         )
     }
 
+    /// Several lock names as a query parameter: separated by commas (no name has one).
+    pub fn name_list() -> Object {
+        let max = crate::model::MAX_GROUP_NAMES;
+        text(
+            1,
+            max * (MAX_NAME_BYTES + 1) - 1,
+            Some(format!(
+                "^[{NAME_CHARS}]{{1,{MAX_NAME_BYTES}}}(,[{NAME_CHARS}]{{1,{MAX_NAME_BYTES}}}){{0,{}}}$",
+                max - 1
+            )),
+        )
+    }
+
     /// A name's first bytes (`prefix`) or a whole name to list after (`after`); may be empty.
     pub fn name_prefix() -> Object {
         text(
@@ -183,6 +196,50 @@ pub struct GrantRequest {
     pub mode: Option<LockMode>,
 }
 
+/// Fields of a grant of several names under one lease (`POST /locks`); each but `names`
+/// may also be a query parameter.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+#[schema(example = json!({"names": ["account:17", "account:4"], "ttl_ms": 10000, "wait_ms": 5000, "owner": "transfer-81"}))]
+pub struct GroupRequest {
+    /// 1 to 64 distinct lock names, in any order: the server orders them itself, so that
+    /// two grants listing the same names in opposite orders never deadlock. (As a query
+    /// parameter: the names separated by commas.)
+    #[schema(min_items = 1, max_items = 64)]
+    #[serde(deserialize_with = "names_or_list")]
+    pub names: Vec<String>,
+    /// Lease TTL in ms: from 100 to the configured maximum (default 3600000). Default 30000.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<u64>, minimum = 100, maximum = 3600000)]
+    pub ttl_ms: Option<Whole>,
+    /// How long to wait while another lease holds any of the names, in ms (default 0).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<u64>, minimum = 0, maximum = 60000)]
+    pub wait_ms: Option<Whole>,
+    /// Free text naming the holder (at most 256 bytes), shown by inspect and list.
+    #[schema(max_length = 256)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub owner: Option<String>,
+    /// `exclusive` only (the default): a lease on several names is exclusive.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mode: Option<LockMode>,
+}
+
+/// `names` as a JSON array, or as one string of names separated by commas (a query
+/// parameter's form).
+fn names_or_list<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Vec<String>, D::Error> {
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum Names {
+        List(Vec<String>),
+        Joined(String),
+    }
+    Ok(match Names::deserialize(d)? {
+        Names::List(names) => names,
+        Names::Joined(joined) => joined.split(',').map(str::to_owned).collect(),
+    })
+}
+
 /// How a lock is held: by one exclusive holder, or by any number of shared holders.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 #[serde(rename_all = "lowercase")]
@@ -268,6 +325,10 @@ pub struct LeaseBody {
     pub ttl_remaining_ms: Option<u64>,
     /// How the lease holds the lock.
     pub mode: LockMode,
+    /// A lease on several names (`POST /locks`): all of them, sorted. It is renewed,
+    /// checked and revoked through any of them, for all at once.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub names: Option<Vec<String>>,
 }
 
 /// A lock as inspect shows it; never with its lease id.
@@ -682,6 +743,7 @@ mod tests {
             owner: None,
             ttl_remaining_ms: Some(1),
             mode: LockMode::Exclusive,
+            names: Some(vec!["a".into(), "b".into()]),
         });
         round_trip(LockList {
             locks: vec![LockEntry {

@@ -1,4 +1,5 @@
-//! A lock's own operations (check a lease, list held locks) and the operations routes;
+//! A lock's own operations (check a lease, list held locks, grant several at once) and the
+//! operations routes;
 //! the operations every kind shares are `kinds`. Each handler takes its input parsed (see
 //! `extract`), calls the lease service, and answers. The request's op, outcome and latency are recorded once, by the middleware.
 
@@ -11,12 +12,15 @@ use axum::response::{IntoResponse, Response};
 use super::AppState;
 use super::error::ApiError;
 use super::extract::{Fields, LeasePath};
-use super::schema::{ListLimit, NoQuorum, Refusals};
+use super::schema::{ListLimit, NameList, NoQuorum, Refusals, TtlMs, WaitMs};
 use crate::auth::Caller;
 use crate::model::{DEFAULT_LIST_LIMIT, LeaseId, LockName, MAX_LIST_LIMIT, NamePrefix};
+use crate::model::{IdempotencyKey, MAX_GROUP_NAMES, Owner};
 use crate::wire::{
-    ErrorBody, Health, LeaseBody, ListQuery, LockEntry, LockList, NoFields, Readiness, whole,
+    ErrorBody, GroupRequest, Health, LeaseBody, ListQuery, LockEntry, LockList, NoFields,
+    Readiness, whole,
 };
+use axum::http::HeaderMap;
 
 /// Check a lease: is it still held, and for how long.
 #[utoipa::path(
@@ -35,6 +39,71 @@ pub async fn check(
 ) -> Result<Json<LeaseBody>, ApiError> {
     let lease = state.service.check(name, id).await?;
     Ok(Json(LeaseBody::new(&lease, true)))
+}
+
+/// Grant several locks under one lease, all of them or none.
+#[utoipa::path(
+    post, path = "/locks", tag = "locks", operation_id = "grant_many",
+    summary = "Grant several locks under one lease: all of them or none, in an order the server chooses.",
+    params(
+        ("names" = inline(Option<NameList>), Query, description = "as the body field: the names separated by commas (required in one or the other)"),
+        ("ttl_ms" = inline(Option<TtlMs>), Query, description = "as the body field"),
+        ("wait_ms" = inline(Option<WaitMs>), Query, description = "as the body field"),
+        ("owner" = inline(Option<Owner>), Query, description = "as the body field"),
+        ("Idempotency-Key" = inline(Option<IdempotencyKey>), Header, nullable = false, description = "as for a lock's grant; the request is the names, ttl_ms and owner"),
+    ),
+    request_body(content = Option<GroupRequest>, description = "`names` is required (in the body or the query)"),
+    responses(
+        Refusals,
+        (status = 201, description = "Granted: a lease body whose `names` lists every name (sorted) and whose one `fencing_token` is greater than every earlier token of each. Renew, check and revoke it through any of its names. (With `Accept: text/event-stream`, held while connected, as `POST /locks/{name}/hold`.)", body = LeaseBody,
+            headers(("Location" = String, description = "/locks/{first name}/leases/{lease_id}"))),
+        (status = 404, description = "`lease_not_found`: with an Idempotency-Key only, the lease it stands for was granted and has been revoked", body = ErrorBody),
+        (status = 409, description = "`lock_held`: another lease holds one of the names (after `wait_ms`, if any)", body = ErrorBody,
+            headers(("Retry-After" = u64, description = "whole seconds, at least 1"))),
+        (status = 422, description = "`idempotency_mismatch`", body = ErrorBody),
+        (status = 503, description = "`quorum_unavailable`, or `shutting_down`", body = ErrorBody),
+    )
+)]
+pub async fn grant_many(
+    State(state): State<AppState>,
+    caller: Option<Extension<Caller>>,
+    headers: HeaderMap,
+    Fields(req): Fields<GroupRequest>,
+) -> Result<Response, ApiError> {
+    if req.names.is_empty() || req.names.len() > MAX_GROUP_NAMES {
+        return Err(ApiError::Invalid(format!(
+            "names must list 1 to {MAX_GROUP_NAMES} lock names, got {}",
+            req.names.len()
+        )));
+    }
+    let mut names = Vec::with_capacity(req.names.len());
+    for raw in &req.names {
+        let name = LockName::parse(raw)?;
+        if let Some(caller) = caller.as_deref()
+            && !caller.covers(name.as_str())
+        {
+            return Err(ApiError::Forbidden(format!(
+                "the token {:?} may not use {name}: it is outside the token's prefixes",
+                &*caller.name
+            )));
+        }
+        if names.contains(&name) {
+            return Err(ApiError::Invalid(format!("names lists {name} twice")));
+        }
+        names.push(name);
+    }
+    let fields = req.holding();
+    let target = fields.group(names)?;
+    let caller = caller.as_deref();
+    super::kinds::grant_target::<LeaseBody>(
+        &state,
+        target,
+        fields,
+        &headers,
+        caller,
+        std::convert::identity,
+    )
+    .await
 }
 
 /// List held locks, sorted by name, a page at a time.

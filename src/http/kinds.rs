@@ -23,7 +23,7 @@ use crate::lease::{Lease, LeasePolicy};
 use crate::model::{GrantKey, IdempotencyKey, LockName, Owner};
 use crate::model::{Kind, Mode, PermitLimit};
 use crate::wire::{CampaignRequest, GrantRequest, ProclaimRequest, RenewRequest, whole};
-use crate::wire::{ForceReleased, SemaphoreRequest};
+use crate::wire::{ForceReleased, GroupRequest, SemaphoreRequest};
 
 // How each kind's request bodies read: a grant's `ttl_ms`, `wait_ms` and holder text (a
 // lock's owner, a leader's value); a renew's `ttl_ms` and, where the holder may change its
@@ -48,6 +48,19 @@ impl CampaignRequest {
             holder: self.value.as_deref(),
             limit: None,
             mode: None,
+        }
+    }
+}
+
+impl GroupRequest {
+    /// Its fields as every kind's grant reads them (the names apart).
+    pub(super) fn holding(&self) -> GrantFields<'_> {
+        GrantFields {
+            ttl_ms: whole(self.ttl_ms),
+            wait_ms: whole(self.wait_ms),
+            holder: self.owner.as_deref(),
+            limit: None,
+            mode: self.mode.map(Into::into),
         }
     }
 }
@@ -151,6 +164,17 @@ pub(super) struct GrantFields<'a> {
 }
 
 impl GrantFields<'_> {
+    /// What a grant of several names takes: all of them under one lease, exclusive.
+    pub(super) fn group(&self, names: Vec<LockName>) -> Result<Target, ApiError> {
+        if self.mode == Some(Mode::Shared) {
+            return Err(ApiError::Invalid(
+                "a lease on several names is exclusive: mode shared is for one name".into(),
+            ));
+        }
+        Target::group(names)
+            .ok_or_else(|| ApiError::Invalid("names must list 1 to 64 lock names".into()))
+    }
+
     /// What the grant takes: the name, or for a semaphore one of `limit` permits of it.
     fn target(&self, name: LockName) -> Result<Target, ApiError> {
         match (name.kind(), self.limit) {
@@ -195,10 +219,22 @@ pub(super) async fn grant<B: serde::Serialize + for<'a> From<&'a Lease>>(
     caller: Option<&Caller>,
     refine: Refine,
 ) -> Result<Response, ApiError> {
-    if stream::wants_stream(headers) {
-        return hold(state, name, fields, headers, refine);
-    }
     let target = fields.target(name)?;
+    grant_target::<B>(state, target, fields, headers, caller, refine).await
+}
+
+/// Grant `target` (a name, a permit, several names) as `grant` answers it.
+pub(super) async fn grant_target<B: serde::Serialize + for<'a> From<&'a Lease>>(
+    state: &AppState,
+    target: Target,
+    fields: GrantFields<'_>,
+    headers: &HeaderMap,
+    caller: Option<&Caller>,
+    refine: Refine,
+) -> Result<Response, ApiError> {
+    if stream::wants_stream(headers) {
+        return hold_target(state, target, fields, headers, refine);
+    }
     let policy = LeasePolicy::from(state.settings.leases);
     let ttl = policy.ttl(fields.ttl_ms)?;
     let wait = policy.wait(fields.wait_ms)?;
@@ -233,6 +269,17 @@ pub(super) fn hold(
     refine: Refine,
 ) -> Result<Response, ApiError> {
     let target = fields.target(name)?;
+    hold_target(state, target, fields, headers, refine)
+}
+
+/// Hold `target` while the connection lives, as `hold` answers it.
+fn hold_target(
+    state: &AppState,
+    target: Target,
+    fields: GrantFields<'_>,
+    headers: &HeaderMap,
+    refine: Refine,
+) -> Result<Response, ApiError> {
     let policy = LeasePolicy::from(state.settings.leases);
     let ttl = policy.ttl(fields.ttl_ms)?;
     let wait = policy.wait(fields.wait_ms)?;

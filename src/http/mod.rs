@@ -145,6 +145,7 @@ fn registry() -> Registry {
         .add(routes!(kinds::locks::inspect), Op::Inspect, Token(Read))
         .add(routes!(kinds::locks::fence), Op::Fence, Token(Read))
         .add(routes!(handlers::list), Op::List, Token(Read))
+        .add(routes!(handlers::grant_many), Op::Grant, Token(Hold))
         .add(
             routes!(kinds::locks::force_release),
             Op::ForceRelease,

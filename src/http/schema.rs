@@ -34,6 +34,8 @@ pub struct ListLimit;
 pub struct FenceToken;
 /// A semaphore's `limit` as a query parameter.
 pub struct PermitLimitParam;
+/// Several lock names as a query parameter, separated by commas.
+pub struct NameList;
 
 schema_of! {
     LockName => lock_name,
@@ -46,6 +48,7 @@ schema_of! {
     ListLimit => list_limit,
     FenceToken => fencing_token,
     PermitLimitParam => permit_limit,
+    NameList => name_list,
 }
 
 /// An answer with the contract's error body.

@@ -30,6 +30,8 @@ impl LeaseBody {
             owner: lease.owner.as_deref().map(str::to_owned),
             ttl_remaining_ms: with_remaining.then(|| ms_of(lease.remaining_now())),
             mode: lease.mode.into(),
+            names: (!lease.names.is_empty())
+                .then(|| lease.names.iter().map(|n| n.to_string()).collect()),
         }
     }
 }

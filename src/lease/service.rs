@@ -9,7 +9,7 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use super::LeaseError;
-use super::events::{Events, LockEvent};
+use super::events::{Events, LockEvent, Ticket};
 use super::{Ttl, WaitTime};
 use crate::config::Caps;
 use crate::metrics::Metrics;
@@ -48,7 +48,9 @@ impl Drop for Abandoned {
             async move {
                 tracing::info!(lock = %key, "client left before its grant completed; releasing it");
                 let _ = engine.release(&key, id.as_str()).await;
-                events.wake(&key.topic());
+                for member in key.members() {
+                    events.wake(&member.topic());
+                }
             },
             &runtime,
         );
@@ -64,6 +66,8 @@ pub struct Lease {
     pub slot: Option<Slot>,
     /// A lock's lease: shared or exclusive.
     pub mode: Mode,
+    /// A several-name lease's names, sorted (empty for a lease on one name).
+    pub names: Vec<Arc<str>>,
     pub token: FencingToken,
     pub ttl: Duration,
     pub validity: Duration,
@@ -84,6 +88,7 @@ impl Lease {
             } else {
                 Mode::Exclusive
             },
+            names: Vec::new(),
             name,
             id,
             token: leased.token,
@@ -93,6 +98,17 @@ impl Lease {
             owner: leased.owner,
             at: leased.at,
         }
+    }
+
+    /// The names' keys the lease holds: its name's, or each of a several-name lease's.
+    fn keys(&self) -> Vec<LockKey> {
+        if self.names.is_empty() {
+            return vec![self.name.key()];
+        }
+        self.names
+            .iter()
+            .map(|n| LockKey::mutex(n.clone()))
+            .collect()
     }
 
     /// How long the client may still rely on the lease, now.
@@ -143,30 +159,62 @@ pub struct Target {
     pub limit: Option<PermitLimit>,
     /// A lock's mode: shared holders hold it together.
     pub mode: Mode,
+    /// Several locks under one lease: all its names (`name` is the first), sorted.
+    pub group: Option<Arc<[LockName]>>,
 }
 
 impl Target {
     /// One of `limit` permits of the semaphore `name`.
     pub fn permit(name: LockName, limit: PermitLimit) -> Self {
         Self {
-            name,
             limit: Some(limit),
-            mode: Mode::Exclusive,
+            ..Self::from(name)
         }
     }
 
     /// A shared hold of the lock `name`.
     pub fn shared(name: LockName) -> Self {
         Self {
-            name,
-            limit: None,
             mode: Mode::Shared,
+            ..Self::from(name)
+        }
+    }
+
+    /// The locks `names` (1 or more, distinct) under one lease, all or none.
+    pub fn group(mut names: Vec<LockName>) -> Option<Self> {
+        names.sort();
+        names.dedup();
+        let first = names.first()?.clone();
+        Some(Self {
+            group: Some(names.into()),
+            ..Self::from(first)
+        })
+    }
+
+    /// The key a grant of this target's lock takes (not a permit's: it picks a slot).
+    fn key(&self, id: &LeaseId) -> LockKey {
+        match (&self.group, self.mode) {
+            (Some(names), _) => LockKey::group(names),
+            (None, Mode::Shared) => LockKey::reader(self.name.as_str(), id),
+            (None, Mode::Exclusive) => self.name.key(),
+        }
+    }
+
+    /// The topics a grant of this target waits on: each of its names'.
+    fn topics(&self) -> Vec<String> {
+        match &self.group {
+            Some(names) => names.iter().map(|n| n.topic().into_owned()).collect(),
+            None => vec![self.name.topic().into_owned()],
         }
     }
 
     /// What the request asks besides the name, TTL and owner, for its Idempotency-Key's
     /// fingerprint: empty for a lock's exclusive grant.
     fn variant(&self) -> String {
+        if let Some(names) = &self.group {
+            let names: Vec<&str> = names.iter().map(LockName::as_str).collect();
+            return format!("names {}", names.join(" "));
+        }
         match (self.limit, self.mode) {
             (Some(limit), _) => limit.get().to_string(),
             (None, Mode::Shared) => "shared".to_owned(),
@@ -181,7 +229,32 @@ impl From<LockName> for Target {
             name,
             limit: None,
             mode: Mode::Exclusive,
+            group: None,
         }
+    }
+}
+
+/// A waiting grant's places in line: one per name it waits for (a several-name grant's,
+/// one per name). It tries when it is first in any of them (first in all of them could
+/// leave two such grants each first in one line and second in the other, both waiting).
+struct Line(Vec<Ticket>);
+
+impl Line {
+    fn is_first(&self) -> bool {
+        self.0.iter().any(Ticket::is_first)
+    }
+
+    fn position(&self) -> usize {
+        self.0.iter().map(Ticket::position).min().unwrap_or(0)
+    }
+
+    fn mark_seen(&mut self) {
+        self.0.iter_mut().for_each(Ticket::mark_seen);
+    }
+
+    async fn woken(&mut self) {
+        let woken = self.0.iter_mut().map(|t| Box::pin(t.woken()));
+        futures::future::select_all(woken).await;
     }
 }
 
@@ -367,7 +440,7 @@ impl LeaseService {
         let keyed = key.map(|k| k.derive(name, &variant, ttl, owner.as_deref()));
         if wait == WaitTime::NONE {
             let result = self
-                .attempt(&target, ttl, owner, keyed.as_ref(), listeners)
+                .attempt(&target, ttl, owner, keyed.as_ref(), None, listeners)
                 .await;
             self.account(name, &result, false, listeners);
             return result;
@@ -376,12 +449,19 @@ impl LeaseService {
         let started = Instant::now();
         let deadline = tokio::time::Instant::now() + wait.get();
         let mut contended = false;
-        let mut ticket = self
-            .events
-            .join_bounded(&name.topic(), self.caps.waiters_per_name, self.caps.waiters)
-            .map_err(|cap| LeaseError::TooMany {
-                what: format!("too many {cap}; try again later"),
-            })?;
+        let mut tickets = Vec::new();
+        for topic in target.topics() {
+            let ticket = self
+                .events
+                .join_bounded(&topic, self.caps.waiters_per_name, self.caps.waiters)
+                .map_err(|cap| LeaseError::TooMany {
+                    what: format!("too many {cap}; try again later"),
+                })?;
+            tickets.push(ticket);
+        }
+        let mut ticket = Line(tickets);
+        // What the masters know this grant's claims by, from one attempt to the next.
+        let claimant = LeaseId::generate();
         let mut reported = 0;
         // Queued behind another waiter, this grant has found its lock contended already.
         if !ticket.is_first() {
@@ -396,7 +476,14 @@ impl LeaseService {
             let mut wake_at = deadline;
             if ticket.is_first() || now >= deadline {
                 let result = self
-                    .attempt(&target, ttl, owner.clone(), keyed.as_ref(), listeners)
+                    .attempt(
+                        &target,
+                        ttl,
+                        owner.clone(),
+                        keyed.as_ref(),
+                        Some(&claimant),
+                        listeners,
+                    )
                     .await;
                 match result {
                     Err(LeaseError::Held { retry_after })
@@ -448,10 +535,12 @@ impl LeaseService {
             Ok(lease) => {
                 self.track(lease);
                 let token = lease.token;
-                self.events
-                    .publish(&name.topic(), LockEvent::Acquired { token });
-                if listeners.observed {
-                    self.engine.announce(&name.key(), News::Acquired, token);
+                for key in lease.keys() {
+                    self.events
+                        .publish(&key.topic(), LockEvent::Acquired { token });
+                    if listeners.observed {
+                        self.engine.announce(&key, News::Acquired, token);
+                    }
                 }
             }
             Err(LeaseError::Held { .. }) if !already_contended => {
@@ -472,6 +561,7 @@ impl LeaseService {
         ttl: Duration,
         owner: Option<Arc<str>>,
         keyed: Option<&(LeaseId, Idem)>,
+        claimant: Option<&LeaseId>,
         listeners: Listeners,
     ) -> Result<Lease, LeaseError> {
         let mut tries = 0;
@@ -482,19 +572,36 @@ impl LeaseService {
                         .await
                 }
                 None => {
-                    let mut id = keyed.map(|(id, _)| id.clone());
                     let idem = keyed.map(|(_, idem)| idem.clone());
-                    let mut key = target.name.key();
-                    if target.mode == Mode::Shared {
-                        let shared = id
-                            .as_ref()
-                            .map_or_else(LeaseId::generate, |id| id.clone())
-                            .shared();
-                        key = LockKey::reader(target.name.as_str(), &shared);
-                        id = Some(shared);
+                    // An attempt's lease id is its own (a late undo of one attempt must never
+                    // take what another won); its first half is the grant's, which is what
+                    // the masters know the grant's claims by.
+                    let id = match (keyed, claimant) {
+                        (Some((id, _)), _) => id.clone(),
+                        (None, Some(claimant)) => LeaseId::attempt_of(claimant),
+                        (None, None) => LeaseId::generate(),
+                    };
+                    let id = match (&target.group, target.mode) {
+                        (Some(_), _) => id.group(),
+                        (None, Mode::Shared) => id.shared(),
+                        (None, Mode::Exclusive) => id,
+                    };
+                    let key = target.key(&id);
+                    let mut lease = self
+                        .attempt_once(
+                            &target.name,
+                            key,
+                            Some(id),
+                            ttl,
+                            owner.clone(),
+                            idem,
+                            listeners,
+                        )
+                        .await;
+                    if let (Ok(lease), Some(names)) = (&mut lease, &target.group) {
+                        lease.names = names.iter().map(|n| n.as_str().into()).collect();
                     }
-                    self.attempt_once(&target.name, key, id, ttl, owner.clone(), idem, listeners)
-                        .await
+                    lease
                 }
             };
             match result {
@@ -639,18 +746,42 @@ impl LeaseService {
         result
     }
 
-    /// The key a lease of `name` holds: the name's own, or for a semaphore the slot its
-    /// permit's id names (an id that names none is no permit: not found).
-    fn lease_key(name: &LockName, id: &LeaseId) -> Result<LockKey, LeaseError> {
-        if name.kind() == Kind::Mutex && id.is_shared() {
-            return Ok(LockKey::reader(name.as_str(), id));
+    /// The key a lease of `name` holds: the name's own, for a semaphore the slot its
+    /// permit's id names, for a shared lease its own key beside the lock's, and for a
+    /// several-name lease the key of all its names, which the masters tell (an id that
+    /// names none of these is not found).
+    async fn hold_key(&self, name: &LockName, id: &LeaseId) -> Result<LockKey, LeaseError> {
+        match name.kind() {
+            Kind::Mutex if id.is_shared() => Ok(LockKey::reader(name.as_str(), id)),
+            Kind::Mutex if id.is_group() => self.group_key(&name.key(), id.as_str()).await,
+            Kind::Semaphore => id
+                .slot()
+                .map(|slot| LockKey::slot(name.as_str(), slot.index))
+                .ok_or(LeaseError::NotFound),
+            _ => Ok(name.key()),
         }
-        if name.kind() != Kind::Semaphore {
-            return Ok(name.key());
+    }
+
+    /// The key of all the names of the several-name lease `lease`, through its hold of
+    /// `member`.
+    async fn group_key(&self, member: &LockKey, lease: &str) -> Result<LockKey, LeaseError> {
+        let names = self
+            .engine
+            .members(member, lease)
+            .await?
+            .ok_or(LeaseError::NotFound)?;
+        Ok(LockKey {
+            kind: Kind::Group,
+            name: names.into(),
+        })
+    }
+
+    /// A lease answered through `key`: a several-name lease's names are its members'.
+    fn with_names(mut lease: Lease, key: &LockKey) -> Lease {
+        if key.kind == Kind::Group {
+            lease.names = key.members().into_iter().map(|m| m.name).collect();
         }
-        id.slot()
-            .map(|slot| LockKey::slot(name.as_str(), slot.index))
-            .ok_or(LeaseError::NotFound)
+        lease
     }
 
     pub async fn renew(
@@ -687,7 +818,7 @@ impl LeaseService {
         ttl: Option<Ttl>,
         owner: Option<Owner>,
     ) -> Result<Lease, LeaseError> {
-        let key = Self::lease_key(&name, &id)?;
+        let key = self.hold_key(&name, &id).await?;
         let leased = match self
             .engine
             .renew_with(
@@ -709,13 +840,13 @@ impl LeaseService {
             }
             Err(e) => return Err(e.into()),
         };
-        let lease = Lease::new(name, id, leased);
+        let lease = Self::with_names(Lease::new(name, id, leased), &key);
         self.track(&lease);
         Ok(lease)
     }
 
     pub async fn revoke(&self, name: LockName, id: LeaseId) -> Result<(), LeaseError> {
-        let key = Self::lease_key(&name, &id)?;
+        let key = self.hold_key(&name, &id).await?;
         let result = self
             .engine
             .release(&key, id.as_str())
@@ -724,23 +855,26 @@ impl LeaseService {
         if result.is_ok() {
             // Redis announces it to every replica; this covers this process at once, and
             // the embedded store, which has no pub/sub.
-            match self.active().remove(&id) {
-                Some(revoked) => {
-                    let token = revoked.token;
-                    self.events
-                        .publish(&name.topic(), LockEvent::Released { token });
+            let revoked = self.active().remove(&id);
+            for member in key.members() {
+                match &revoked {
+                    Some(revoked) => {
+                        let token = revoked.token;
+                        self.events
+                            .publish(&member.topic(), LockEvent::Released { token });
+                    }
+                    // Granted through another replica: the masters' announcement carries it.
+                    None => self.events.wake(&member.topic()),
                 }
-                // Granted through another replica: the masters' announcement carries it.
-                None => self.events.wake(&name.topic()),
             }
         }
         result
     }
 
     pub async fn check(&self, name: LockName, id: LeaseId) -> Result<Lease, LeaseError> {
-        let key = Self::lease_key(&name, &id)?;
+        let key = self.hold_key(&name, &id).await?;
         let leased = self.engine.check(&key, id.as_str()).await?;
-        Ok(Lease::new(name, id, leased))
+        Ok(Self::with_names(Lease::new(name, id, leased), &key))
     }
 
     /// Remove whoever holds `name` (an administrator's force-release; every permit of a
@@ -756,7 +890,14 @@ impl LeaseService {
                 .map(|(slot, _)| LockKey::slot(name.as_str(), slot))
                 .collect(),
             Kind::Mutex => {
-                let mut keys = vec![name.key()];
+                // A several-name lease is removed from every one of its names.
+                let key = match self.engine.inspect(&name.key()).await? {
+                    Some(holder) if LeaseId::parse(&holder.lease).is_ok_and(|id| id.is_group()) => {
+                        self.group_key(&name.key(), &holder.lease).await?
+                    }
+                    _ => name.key(),
+                };
+                let mut keys = vec![key];
                 keys.extend(self.readers(name).await?.into_iter().map(|(key, _)| key));
                 keys
             }
@@ -766,13 +907,12 @@ impl LeaseService {
         for key in keys {
             if let Some(token) = self.engine.evict(&key).await? {
                 removed.push(token);
+                self.active().retain(|_, t| t.token != token);
+                for member in key.members() {
+                    self.events
+                        .publish(&member.topic(), LockEvent::Evicted { token });
+                }
             }
-        }
-        for token in &removed {
-            let token = *token;
-            self.active().retain(|_, t| t.token != token);
-            self.events
-                .publish(&name.topic(), LockEvent::Evicted { token });
         }
         if removed.is_empty() {
             self.events.wake(&name.topic());
@@ -880,6 +1020,7 @@ mod tests {
             name: LockName::parse("a").unwrap(),
             slot: None,
             mode: Mode::Exclusive,
+            names: Vec::new(),
             id: LeaseId::generate(),
             token: FencingToken(1),
             ttl: Duration::from_secs(10),

@@ -845,6 +845,45 @@ impl Redlock {
         )
     }
 
+    /// The names of the several-name lease `lease`, read through its hold of the mutex
+    /// `key`: from the first master that has them (a lease's names never change), or
+    /// `None` when no master that answered does.
+    pub async fn members(&self, key: &LockKey, lease: &str) -> Result<Option<String>, EngineError> {
+        let lease: Arc<str> = lease.into();
+        let Round {
+            outcome, failures, ..
+        } = self
+            .fan_out(
+                "members",
+                self.config.master_timeout,
+                |_, node| {
+                    let (key, lease) = (key.clone(), lease.clone());
+                    Box::pin(async move { node.members(&key, &lease).await })
+                },
+                |replies: &[Option<NodeResult<Option<String>>>]| {
+                    let found = replies
+                        .iter()
+                        .flatten()
+                        .find_map(|r| r.clone().ok().flatten());
+                    match found {
+                        Some(names) => Some(Some(names)),
+                        None if replies.iter().all(Option::is_some) => Some(None),
+                        None => None,
+                    }
+                },
+            )
+            .await;
+        let q = quorum::majority(self.nodes.len());
+        match outcome {
+            Some(Some(names)) => Ok(Some(names)),
+            Some(None) if self.nodes.len() - failures.len() >= q => Ok(None),
+            _ => Err(unavailable(
+                "fewer than a majority of masters answered",
+                failures,
+            )),
+        }
+    }
+
     /// The slots below `limit` of semaphore `name` that a majority of masters hold, in slot
     /// order, with their holders: one batched step per master.
     pub async fn slots(&self, name: &str, limit: u16) -> Result<Vec<(u16, Holder)>, EngineError> {

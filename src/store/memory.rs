@@ -16,6 +16,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use tokio::time::Instant;
 
+use super::group;
 use super::node::{
     Acquired, Claim, Ending, Holding, ListPage, Listing, LockNode, NodeError, NodeResult, Owned,
     Probe, Renewal,
@@ -49,6 +50,8 @@ struct Entry {
     record: Option<String>,
     made: Option<String>,
     seen: Option<String>,
+    /// A several-name lease's names, sorted, separated by spaces (see acquire_many.lua).
+    group: Option<String>,
 }
 
 #[derive(Debug)]
@@ -129,6 +132,21 @@ impl Data {
             }),
             _ => None,
         }
+    }
+
+    /// A waiting several-name grant's claim on mutex `key` that is not `claimant`'s
+    /// (acquire_many.lua's 'g:...'), as the refusal it makes.
+    fn group_claim(&self, key: &LockKey, claimant: Option<&str>, now: Instant) -> Option<Acquired> {
+        if key.kind != Kind::Mutex {
+            return None;
+        }
+        let (by, until) = self.claims.get(&*key.name)?;
+        (by.starts_with("g:") && *until > now && Some(by.as_str()) != claimant).then(|| {
+            Acquired::Held {
+                pttl_ms: u64::try_from(until.duration_since(now).as_millis()).unwrap_or(u64::MAX),
+                lease: by.clone(),
+            }
+        })
     }
 
     /// Whether the shared holders of lock `key` refuse an exclusive grant (see acquire.lua):
@@ -374,6 +392,114 @@ impl MemoryNode {
     }
 }
 
+impl MemoryNode {
+    /// A several-name lease's grant: all of its names or none (see acquire_many.lua).
+    async fn acquire_many(&self, claim: Claim<'_>) -> NodeResult<Acquired> {
+        let Claim {
+            key,
+            lease,
+            ttl_ms,
+            owner,
+            idem,
+            listeners,
+        } = claim;
+        let members = key.members();
+        let claimant = format!("g:{}", lease.get(..11).unwrap_or(lease));
+        self.step(|data, now| {
+            data.check_marker()?;
+            let record = idem.and_then(|i| {
+                data.records
+                    .get(&i.record)
+                    .filter(|(_, expires)| *expires > now)
+                    .map(|(fingerprint, _)| fingerprint.clone())
+            });
+            if let (Some(record), Some(idem)) = (&record, idem)
+                && *record != idem.fingerprint
+            {
+                return Ok(Acquired::Mismatch);
+            }
+            if let Some(idem) = idem
+                && let Some(first) = data.live(&members[0], now).filter(|e| e.lease == lease)
+            {
+                let token = first.token;
+                for member in &members {
+                    if let Some(entry) = data.locks.get_mut(member) {
+                        entry.seen = Some(idem.attempt.clone());
+                    }
+                }
+                return Ok(Acquired::Granted { token });
+            }
+            for member in &members {
+                if let Some(claimed) = data.group_claim(member, Some(&claimant), now) {
+                    return Ok(claimed);
+                }
+            }
+            let mut blocked = None;
+            for member in &members {
+                let held = data
+                    .live(member, now)
+                    .cloned()
+                    .filter(|e| e.lease != lease)
+                    .map(|e| (data.pttl(&e, now), e.lease));
+                let held = match held {
+                    Some(held) => Some(held),
+                    None => data
+                        .readers_refuse(member, lease, false, now)
+                        .map(|pttl| (pttl, "shared".to_owned())),
+                };
+                if let Some((pttl_ms, holder)) = held {
+                    if listeners.waiting {
+                        let until = now + Duration::from_millis(pttl_ms + 1000);
+                        let claim = data
+                            .claims
+                            .entry(member.name.to_string())
+                            .or_insert_with(|| (claimant.clone(), until));
+                        if claim.1 < until {
+                            *claim = (claimant.clone(), until);
+                        }
+                    }
+                    blocked = blocked.or(Some(Acquired::Held {
+                        pttl_ms,
+                        lease: holder,
+                    }));
+                }
+            }
+            if let Some(blocked) = blocked {
+                return Ok(blocked);
+            }
+            if record.is_some() {
+                return Ok(Acquired::Ended);
+            }
+            data.fence += 1;
+            let token = data.fence;
+            let expires = data.expiry(now, ttl_ms);
+            if let Some(idem) = idem {
+                data.records
+                    .insert(idem.record.clone(), (idem.fingerprint.clone(), expires));
+            }
+            for member in &members {
+                data.claims.remove(&*member.name);
+                data.locks.insert(
+                    member.clone(),
+                    Entry {
+                        lease: lease.to_owned(),
+                        token,
+                        ttl_ms,
+                        owner: owner.filter(|o| !o.is_empty()).map(str::to_owned),
+                        expires,
+                        record: idem.map(|i| i.record.clone()),
+                        made: idem.map(|i| i.attempt.clone()),
+                        seen: idem.map(|i| i.attempt.clone()),
+                        group: Some(key.name.to_string()),
+                    },
+                );
+            }
+            Ok(Acquired::Granted { token })
+        })
+        .await
+    }
+}
+
 #[async_trait]
 impl LockNode for MemoryNode {
     fn address(&self) -> &str {
@@ -391,6 +517,9 @@ impl LockNode for MemoryNode {
             // waiting grant's claim on a lock held shared is all it keeps of them.
             listeners,
         } = claim;
+        if key.kind == Kind::Group {
+            return self.acquire_many(claim).await;
+        }
         self.step(|data, now| {
             data.check_marker()?;
             let record = idem.and_then(|i| {
@@ -423,6 +552,9 @@ impl LockNode for MemoryNode {
                 && let Some(refused) = data.share_refused(key, now)
             {
                 return Ok(refused);
+            }
+            if let Some(claimed) = data.group_claim(key, None, now) {
+                return Ok(claimed);
             }
             if let Some(pttl_ms) = data.readers_refuse(key, lease, listeners.waiting, now) {
                 return Ok(Acquired::Held {
@@ -459,6 +591,7 @@ impl LockNode for MemoryNode {
                     record: idem.map(|i| i.record.clone()),
                     made: idem.map(|i| i.attempt.clone()),
                     seen: idem.map(|i| i.attempt.clone()),
+                    group: None,
                 },
             );
             Ok(Acquired::Granted { token })
@@ -467,6 +600,9 @@ impl LockNode for MemoryNode {
     }
 
     async fn confirm(&self, key: &LockKey, lease: &str, token: u64) -> NodeResult<()> {
+        if key.kind == Kind::Group {
+            return group::confirm(self, key, lease, token).await;
+        }
         self.step(|data, now| {
             data.check_marker()?;
             data.fence = data.fence.max(token);
@@ -479,6 +615,9 @@ impl LockNode for MemoryNode {
     }
 
     async fn renew(&self, renewal: Renewal<'_>) -> NodeResult<Owned<Holding>> {
+        if renewal.key.kind == Kind::Group {
+            return group::renew(self, renewal).await;
+        }
         let (key, lease) = (renewal.key, renewal.lease);
         let (ttl_ms, owner) = (renewal.ttl_ms, renewal.owner);
         self.step(|data, now| {
@@ -507,6 +646,9 @@ impl LockNode for MemoryNode {
     }
 
     async fn release(&self, key: &LockKey, lease: &str, ending: &Ending) -> NodeResult<Owned<()>> {
+        if key.kind == Kind::Group {
+            return group::release(self, key, lease, ending).await;
+        }
         self.step(|data, now| {
             data.check_marker()?;
             let ours = |e: &Entry| match ending {
@@ -532,6 +674,9 @@ impl LockNode for MemoryNode {
     }
 
     async fn read(&self, key: &LockKey) -> NodeResult<Vec<Holding>> {
+        if key.kind == Kind::Group {
+            return group::read(self, key).await;
+        }
         self.step(|data, now| {
             data.check_marker()?;
             if data.live(key, now).is_none() {
@@ -543,6 +688,17 @@ impl LockNode for MemoryNode {
                 .map(|e| data.holding(e, now))
                 .into_iter()
                 .collect())
+        })
+        .await
+    }
+
+    async fn members(&self, key: &LockKey, lease: &str) -> NodeResult<Option<String>> {
+        self.step(|data, now| {
+            data.check_marker()?;
+            Ok(data
+                .live(key, now)
+                .filter(|e| e.lease == lease)
+                .and_then(|e| e.group.clone()))
         })
         .await
     }

@@ -4,6 +4,7 @@
 //! engine above it.
 
 mod batch;
+mod group;
 pub mod memory;
 pub mod node;
 pub mod redis;

@@ -269,6 +269,10 @@ pub trait LockNode: Send + Sync + 'static {
     /// Every holder of `key` here (for a mutex, none or one).
     async fn read(&self, key: &LockKey) -> NodeResult<Vec<Holding>>;
 
+    /// The names the several-name lease `lease` holds, read through its hold of the mutex
+    /// `key` here (`None` when it does not hold it here).
+    async fn members(&self, key: &LockKey, lease: &str) -> NodeResult<Option<String>>;
+
     /// The held slots below `limit` of semaphore `name` here, in slot order, with their
     /// holders: what a permit's grant reads before it takes a free slot.
     async fn slots(&self, name: &str, limit: u16) -> NodeResult<Vec<(u16, Holding)>>;

@@ -19,6 +19,7 @@ use redis::{Script, Value};
 use tokio_util::sync::CancellationToken;
 
 use super::batch::{self, Batcher, Limits, Step};
+use super::group;
 use super::node::{
     Acquired, Announcement, Claim, Ending, Holding, ListPage, Listener, Listing, LockNode,
     NodeError, NodeResult, Owned, Probe, Renewal,
@@ -34,7 +35,7 @@ macro_rules! script {
     };
 }
 /// The steps that travel in batches, by the name `batch.lua` calls them.
-const STEPS: [(&str, &str); 7] = [
+const STEPS: [(&str, &str); 9] = [
     ("acquire", include_str!("scripts/acquire.lua")),
     ("confirm", include_str!("scripts/confirm.lua")),
     ("renew", include_str!("scripts/renew.lua")),
@@ -42,6 +43,8 @@ const STEPS: [(&str, &str); 7] = [
     ("read", include_str!("scripts/read.lua")),
     ("slots", include_str!("scripts/slots.lua")),
     ("share", include_str!("scripts/share.lua")),
+    ("acquire_many", include_str!("scripts/acquire_many.lua")),
+    ("members", include_str!("scripts/members.lua")),
 ];
 static BATCH: LazyLock<Script> =
     LazyLock::new(|| Script::new(&batch::compose(&STEPS, include_str!("scripts/batch.lua"))));
@@ -132,6 +135,7 @@ impl Keys {
             Kind::Election => &self.election_prefix,
             Kind::Semaphore => &self.semaphore_prefix,
             Kind::Reader => &self.reader_prefix,
+            Kind::Group => &self.lock_prefix,
         }
     }
 
@@ -142,6 +146,7 @@ impl Keys {
             Kind::Election => &self.elections,
             Kind::Semaphore => &self.semaphores,
             Kind::Reader => &self.readers,
+            Kind::Group => &self.names,
         }
     }
 }
@@ -301,7 +306,29 @@ impl LockNode for RedisNode {
     async fn acquire(&self, claim: Claim<'_>) -> NodeResult<Acquired> {
         let key = claim.key;
         let mut step;
-        if key.kind == Kind::Reader {
+        if key.kind == Kind::Group {
+            step = Step::new("acquire_many");
+            step.key(&self.keys.fence)
+                .key(&self.keys.marker)
+                .key(&self.keys.names);
+            let members = key.members();
+            for member in &members {
+                step.key(self.keys.lock(member))
+                    .key(self.keys.shared(member))
+                    .key(self.keys.claim(member));
+            }
+            step.arg(claim.lease)
+                .arg(claim.ttl_ms)
+                .arg(claim.owner.unwrap_or(""))
+                .arg(claim.listeners.flags())
+                .arg(&self.keys.lock_prefix)
+                .arg(&*key.name)
+                .arg(claim.lease.get(..11).unwrap_or(claim.lease))
+                .arg(&self.keys.reader_prefix);
+            for member in &members {
+                step.arg(&*member.name);
+            }
+        } else if key.kind == Kind::Reader {
             step = Step::new("share");
             step.key(self.keys.lock(key))
                 .key(&self.keys.fence)
@@ -319,13 +346,15 @@ impl LockNode for RedisNode {
                 .key(self.keys.shared(key))
                 .key(self.keys.claim(key));
         }
-        step.arg(claim.lease)
-            .arg(claim.ttl_ms)
-            .arg(claim.owner.unwrap_or(""))
-            .arg(&*key.name)
-            .arg(self.keys.segment(key.kind))
-            .arg(claim.listeners.flags())
-            .arg(self.keys.readers_of(key));
+        if key.kind != Kind::Group {
+            step.arg(claim.lease)
+                .arg(claim.ttl_ms)
+                .arg(claim.owner.unwrap_or(""))
+                .arg(&*key.name)
+                .arg(self.keys.segment(key.kind))
+                .arg(claim.listeners.flags())
+                .arg(self.keys.readers_of(key));
+        }
         if let Some(idem) = claim.idem {
             step.key(format!("{}{}", self.keys.idem, idem.record))
                 .arg(&idem.fingerprint)
@@ -346,6 +375,9 @@ impl LockNode for RedisNode {
     }
 
     async fn confirm(&self, key: &LockKey, lease: &str, token: u64) -> NodeResult<()> {
+        if key.kind == Kind::Group {
+            return group::confirm(self, key, lease, token).await;
+        }
         let mut step = Step::new("confirm");
         step.key(self.keys.lock(key))
             .key(&self.keys.fence)
@@ -357,6 +389,9 @@ impl LockNode for RedisNode {
     }
 
     async fn renew(&self, renewal: Renewal<'_>) -> NodeResult<Owned<Holding>> {
+        if renewal.key.kind == Kind::Group {
+            return group::renew(self, renewal).await;
+        }
         let (lease, ttl_ms) = (renewal.lease, renewal.ttl_ms);
         let mut step = Step::new("renew");
         step.key(self.keys.lock(renewal.key)).key(&self.keys.marker);
@@ -385,6 +420,9 @@ impl LockNode for RedisNode {
     }
 
     async fn release(&self, key: &LockKey, lease: &str, ending: &Ending) -> NodeResult<Owned<()>> {
+        if key.kind == Kind::Group {
+            return group::release(self, key, lease, ending).await;
+        }
         let (announce, attempt) = match ending {
             Ending::Revoke => ("1", ""),
             Ending::Evict => ("2", ""),
@@ -409,6 +447,9 @@ impl LockNode for RedisNode {
     }
 
     async fn read(&self, key: &LockKey) -> NodeResult<Vec<Holding>> {
+        if key.kind == Kind::Group {
+            return group::read(self, key).await;
+        }
         let mut step = Step::new("read");
         step.key(self.keys.lock(key)).key(&self.keys.marker);
         let reply = self.step(step).await?;
@@ -443,6 +484,18 @@ impl LockNode for RedisNode {
             at += 6;
         }
         Ok(ListPage { locks, more, last })
+    }
+
+    async fn members(&self, key: &LockKey, lease: &str) -> NodeResult<Option<String>> {
+        let mut step = Step::new("members");
+        step.key(self.keys.lock(key))
+            .key(&self.keys.marker)
+            .arg(lease);
+        let reply = self.step(step).await?;
+        if reply.status()? == 0 {
+            return Ok(None);
+        }
+        Ok(Some(reply.string(1)?))
     }
 
     async fn slots(&self, name: &str, limit: u16) -> NodeResult<Vec<(u16, Holding)>> {

@@ -120,7 +120,7 @@ async fn every_answer_is_documented_and_400_exactly_when_the_schema_refuses() {
                         let fresh = format!("c-{sent}");
                         let v = match (i == j, n) {
                             (true, _) => value.as_str(),
-                            (false, "name") => fresh.as_str(),
+                            (false, "name" | "names") => fresh.as_str(),
                             (false, n) => good(n),
                         };
                         match p["in"].as_str().unwrap() {

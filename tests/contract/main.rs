@@ -9,6 +9,7 @@ mod common;
 mod auth;
 mod conformance;
 mod elections;
+mod groups;
 mod locks;
 mod ops;
 mod router;

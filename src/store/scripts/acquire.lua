@@ -41,7 +41,8 @@
 -- shared grants that come after it wait behind it (see share.lua). Each attempt of a
 -- waiting grant extends the claim (an attempt's lease id is its own, so the claim names
 -- only the latest); an exclusive grant removes it (shared grants then wait for that holder
--- anyway, and a writer still waiting claims the name again at its next attempt).
+-- anyway, and a writer still waiting claims the name again at its next attempt). A claim
+-- by a waiting several-name grant ('g:...', acquire_many.lua) makes this grant wait.
 --
 -- Example: EVALSHA <sha> 6 redlockd:lock:a redlockd:fence redlockd:marker redlockd:names
 --          redlockd:shared:a redlockd:claim:a Zm9v 30000 worker-1 a redlockd:lock: w
@@ -73,6 +74,13 @@ if held[1] then
   local pttl = redis.call('PTTL', KEYS[1])
   if pttl < 0 then pttl = 0 end
   return {0, pttl, held[1]}
+end
+-- A waiting several-name grant's claim (acquire_many.lua, 'g:...'): wait behind it.
+local claimed = redis.call('GET', KEYS[6])
+if claimed and string.sub(claimed, 1, 2) == 'g:' then
+  local pttl = redis.call('PTTL', KEYS[6])
+  if pttl < 0 then pttl = 0 end
+  return {0, pttl, claimed}
 end
 if redis.call('EXISTS', KEYS[5]) == 1 then
   local readers, longest = 0, 0
