@@ -71,13 +71,22 @@ struct Topic {
     last_token: FencingToken,
     /// The highest token whose release observers were told of.
     last_released: FencingToken,
+    /// Waiters woken by every release of the name, wherever they are in line: grants of
+    /// several names, which claim a name they wait for, so that the waiter at the head
+    /// (a single grant of it) may find it claimed and go back to sleep.
+    eager: Vec<u64>,
 }
 
 impl Topic {
-    /// Wake the waiter at the head of the line.
+    /// Wake the waiter at the head of the line, and the eager ones.
     fn wake_first(&self) {
         if let Some((_, wake)) = self.order.front() {
             wake.send_modify(|v| *v = v.wrapping_add(1));
+        }
+        for id in &self.eager {
+            if let Ok(at) = self.order.binary_search_by_key(id, |(id, _)| *id) {
+                self.order[at].1.send_modify(|v| *v = v.wrapping_add(1));
+            }
         }
     }
 
@@ -130,6 +139,18 @@ impl Events {
         per_name: usize,
         total: u64,
     ) -> Result<Ticket, &'static str> {
+        self.join_as(name, per_name, total, false)
+    }
+
+    /// `join_bounded`, for a waiter woken by every release of the name (`eager`: see
+    /// `Topic::eager`).
+    pub fn join_as(
+        self: &Arc<Self>,
+        name: &str,
+        per_name: usize,
+        total: u64,
+        eager: bool,
+    ) -> Result<Ticket, &'static str> {
         let mut names = self.names();
         if self.waiting.load(Ordering::Relaxed) >= total {
             return Err("grants waiting in all");
@@ -137,7 +158,11 @@ impl Events {
         if names.get(name).is_some_and(|t| t.order.len() >= per_name) {
             return Err("grants waiting on this name");
         }
-        Ok(self.enqueue(&mut names, name))
+        let ticket = self.enqueue(&mut names, name);
+        if eager && let Some(topic) = names.get_mut(name) {
+            topic.eager.push(ticket.id);
+        }
+        Ok(ticket)
     }
 
     /// Put a new waiter at the end of `name`'s queue; `names` is the map, locked.
@@ -268,6 +293,7 @@ impl Drop for Ticket {
             return;
         };
         let was_first = topic.order.front().is_some_and(|(id, _)| *id == self.id);
+        topic.eager.retain(|id| *id != self.id);
         // The head leaves in O(1) (every hand-off); a waiter that gives up mid-queue is
         // found by its ticket number, which rises along the queue.
         if was_first {

@@ -451,9 +451,10 @@ impl LeaseService {
         let mut contended = false;
         let mut tickets = Vec::new();
         for topic in target.topics() {
+            let eager = target.group.is_some();
             let ticket = self
                 .events
-                .join_bounded(&topic, self.caps.waiters_per_name, self.caps.waiters)
+                .join_as(&topic, self.caps.waiters_per_name, self.caps.waiters, eager)
                 .map_err(|cap| LeaseError::TooMany {
                     what: format!("too many {cap}; try again later"),
                 })?;

@@ -200,3 +200,58 @@ async fn bad_names_are_a_clear_400() {
         "{lease}"
     );
 }
+
+#[tokio::test]
+async fn single_grants_queued_first_wait_behind_a_waiting_grant_of_several_names() {
+    let app = TestApp::embedded().await;
+    let (_, holder) = app.grant("hot", json!({"ttl_ms": 10_000})).await;
+    // Three single grants of `hot` wait, then a grant of `hot` and `cold`.
+    let mut singles = Vec::new();
+    for i in 0..3 {
+        let single = app.handle();
+        singles.push(tokio::spawn(async move {
+            single
+                .grant("hot", json!({"ttl_ms": 10_000, "wait_ms": 10_000}))
+                .await
+        }));
+        app.wait_for_contention("hot", i + 1).await;
+    }
+    let both = {
+        let app = app.handle();
+        tokio::spawn(async move {
+            grant_many(&app, json!({"names": ["hot", "cold"], "wait_ms": 10_000})).await
+        })
+    };
+    // (A grant of several names counts its contention under its first name's class.)
+    app.wait_for_contention("cold", 1).await;
+    // The holder leaves: the grant of both has claimed `hot`, so the singles ahead of it
+    // in this replica's line find it claimed, and it takes both names.
+    assert_eq!(
+        app.send("DELETE", &lease_path("hot", &holder), None)
+            .await
+            .0,
+        204
+    );
+    let (status, lease) = tokio::time::timeout(Duration::from_secs(2), both)
+        .await
+        .expect("the grant of both names is granted at the holder's release")
+        .unwrap();
+    assert_eq!(status, 201, "{lease}");
+    assert!(
+        singles.iter().all(|s| !s.is_finished()),
+        "the singles wait behind it"
+    );
+    assert_eq!(
+        app.send("DELETE", &lease_path("hot", &lease), None).await.0,
+        204
+    );
+    // Then the singles go on, the first at once.
+    let mut singles = singles.into_iter();
+    let first = singles.next().unwrap();
+    let (status, _) = tokio::time::timeout(Duration::from_secs(2), first)
+        .await
+        .expect("the first single is granted when the grant of both lets go")
+        .unwrap();
+    assert_eq!(status, 201);
+    singles.for_each(|s| s.abort());
+}

@@ -12,6 +12,7 @@ mod batch;
 mod contention;
 mod elections;
 mod faults;
+mod groups;
 mod idempotency;
 mod ops;
 mod semaphores;
