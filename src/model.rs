@@ -666,6 +666,9 @@ pub struct Listeners {
     /// The hold is one of a semaphore's slots: its end is always announced, since the
     /// grants that wait for a permit read the slots and mark none of them.
     pub pooled: bool,
+    /// How much longer a waiting grant will wait, in ms: a claim it makes on a name
+    /// (acquire_many.lua) lasts no longer, so that one that gave up holds nobody up.
+    pub patience_ms: u64,
 }
 
 impl Listeners {

@@ -38,14 +38,33 @@ const MAX_TTL: Duration = Duration::from_millis(3000);
 /// must never collide with the lock `job:a`), whose renews now and then proclaim a value;
 /// `%job:a` is the semaphore `job:a`, whose permits allow `POOL_LIMIT` holders (a permit's
 /// steps are recorded under its slot's name, `%job:a/<slot>`); `^job:b` is a shared grant of
-/// the lock `job:b` (recorded as `job:b`, shared), which exclusive grants also take.
-const NAMES: [&str; 6] = ["job:a", "job:b", "job:c", "@job:a", "%job:a", "^job:b"];
+/// the lock `job:b` (recorded as `job:b`, shared), which exclusive grants also take;
+/// `+job:a+job:c` is one lease on both `job:a` and `job:c` (`POST /locks`), recorded as a
+/// lease on each of them.
+const NAMES: [&str; 7] = [
+    "job:a",
+    "job:b",
+    "job:c",
+    "@job:a",
+    "%job:a",
+    "^job:b",
+    "+job:a+job:c",
+];
+
+/// The names of a lease on several names (`+a+b`), or `None`.
+fn group_names(name: &str) -> Option<Vec<&str>> {
+    name.starts_with('+')
+        .then(|| name.split('+').filter(|n| !n.is_empty()).collect())
+}
 const POOL_LIMIT: u64 = 2;
 
 /// The route of a name: `/locks/<name>`, `/elections/<name>` for `@<name>`, and
 /// `/semaphores/<name>` for `%<name>` (or one of its slots, `%<name>/<slot>`), and
 /// `/locks/<name>` again for a shared grant, `^<name>`.
 fn route(name: &str) -> String {
+    if let Some(names) = group_names(name) {
+        return format!("locks/{}", names[0]);
+    }
     if let Some(election) = name.strip_prefix('@') {
         return format!("elections/{election}");
     }
@@ -65,6 +84,9 @@ fn grant_body(name: &str, mut body: Value) -> Value {
     }
     if name.starts_with('^') {
         body["mode"] = json!("shared");
+    }
+    if let Some(names) = group_names(name) {
+        body["names"] = json!(names);
     }
     body
 }
@@ -259,7 +281,10 @@ impl Recorder {
         let path = route(name);
         let request = match (kind, lease) {
             (Kind::Grant, _) => {
-                let post = http.post(format!("{base}/{path}"));
+                let post = match group_names(name) {
+                    Some(_) => http.post(format!("{base}/locks")),
+                    None => http.post(format!("{base}/{path}")),
+                };
                 match idempotency_key {
                     Some(key) => post.header("Idempotency-Key", key),
                     None => post,
@@ -286,24 +311,32 @@ impl Recorder {
             _ => name.to_owned(),
         };
         let shared = name.starts_with('^');
-        self.events.lock().unwrap().push(Event {
-            kind,
-            replica,
-            limit: value["limit"].as_u64(),
-            shared,
-            name: name.trim_start_matches('^').to_owned(),
-            lease: lease.map(str::to_owned).or(granted),
-            invoked,
-            answered,
-            status,
-            // An election's term is its lease's fencing token.
-            token: value["fencing_token"]
-                .as_u64()
-                .or_else(|| value["term"].as_u64()),
-            validity: ms(&value, "validity_ms"),
-            ttl: ms(&value, "ttl_ms").unwrap_or(ttl),
-            message: value["message"].as_str().map(str::to_owned),
-        });
+        // A lease on several names is a lease on each of them.
+        let names = group_names(&name)
+            .map(|names| names.into_iter().map(str::to_owned).collect())
+            .unwrap_or_else(|| vec![name.trim_start_matches('^').to_owned()]);
+        let mut events = self.events.lock().unwrap();
+        for name in names {
+            events.push(Event {
+                kind,
+                replica,
+                limit: value["limit"].as_u64(),
+                shared,
+                name,
+                lease: lease.map(str::to_owned).or(granted.clone()),
+                invoked,
+                answered,
+                status,
+                // An election's term is its lease's fencing token.
+                token: value["fencing_token"]
+                    .as_u64()
+                    .or_else(|| value["term"].as_u64()),
+                validity: ms(&value, "validity_ms"),
+                ttl: ms(&value, "ttl_ms").unwrap_or(ttl),
+                message: value["message"].as_str().map(str::to_owned),
+            });
+        }
+        drop(events);
         (status, value)
     }
 }
@@ -632,7 +665,10 @@ async fn every_name_is_granted_again(cluster: &Cluster) -> Vec<String> {
         let mut granted = false;
         while started.elapsed() < deadline {
             let resp = http
-                .post(format!("{base}/{}", route(name)))
+                .post(match group_names(name) {
+                    Some(_) => format!("{base}/locks"),
+                    None => format!("{base}/{}", route(name)),
+                })
                 .json(&grant_body(name, json!({"ttl_ms": 1000, "wait_ms": 500})))
                 .send()
                 .await;
@@ -799,6 +835,13 @@ async fn random_faults(seed: u64, length: Duration) {
         .filter(|e| e.shared && e.kind == Kind::Grant && e.status == 201)
         .count();
     eprintln!("fault suite: {shared} shared grants of a lock that exclusive grants also take");
+    let groups = history
+        .iter()
+        .filter(|e| e.name == "job:c" && e.kind == Kind::Grant && e.status == 201)
+        .filter(|e| e.lease.as_deref().is_some_and(|l| l.ends_with("_m")))
+        .count();
+    eprintln!("fault suite: {groups} leases on job:a and job:c at once");
+    assert!(groups > 5, "too few leases on several names to judge them");
     assert!(shared > 5, "too few shared grants to judge shared locks");
     assert!(permits > 5, "too few permits to judge the semaphore");
     let retried = recorder.retried.load(std::sync::atomic::Ordering::Relaxed);

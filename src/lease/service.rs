@@ -14,7 +14,7 @@ use super::{Ttl, WaitTime};
 use crate::config::Caps;
 use crate::metrics::Metrics;
 use crate::model::News;
-use crate::model::{FencingToken, GrantKey, LeaseId, LockName, NamePrefix, Owner};
+use crate::model::{FencingToken, GrantKey, LeaseId, LockName, NamePrefix, Owner, millis};
 use crate::model::{Idem, Kind, Listeners, LockKey, MAX_PERMITS, Mode, PermitLimit, Slot};
 use crate::model::{MasterStatus, Traffic};
 use crate::redlock::{EngineError, Holder, Leased, Redlock};
@@ -433,6 +433,7 @@ impl LeaseService {
             waiting: wait != WaitTime::NONE,
             observed: stream.is_some() || name.kind() == Kind::Election,
             pooled: target.limit.is_some(),
+            patience_ms: 0,
         };
         let ttl = ttl.get();
         let owner: Option<Arc<str>> = owner.map(|o| o.shared());
@@ -476,6 +477,10 @@ impl LeaseService {
             // that its 409 carries the holder's real remaining TTL.
             let mut wake_at = deadline;
             if ticket.is_first() || now >= deadline {
+                let listeners = Listeners {
+                    patience_ms: millis(deadline.saturating_duration_since(now)),
+                    ..listeners
+                };
                 let result = self
                     .attempt(
                         &target,

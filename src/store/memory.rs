@@ -449,7 +449,8 @@ impl MemoryNode {
                 };
                 if let Some((pttl_ms, holder)) = held {
                     if listeners.waiting {
-                        let until = now + Duration::from_millis(pttl_ms + 1000);
+                        let lasts = (pttl_ms + 1000).min(listeners.patience_ms + 100);
+                        let until = now + Duration::from_millis(lasts);
                         let claim = data
                             .claims
                             .entry(member.name.to_string())

@@ -324,7 +324,8 @@ impl LockNode for RedisNode {
                 .arg(&self.keys.lock_prefix)
                 .arg(&*key.name)
                 .arg(claim.lease.get(..11).unwrap_or(claim.lease))
-                .arg(&self.keys.reader_prefix);
+                .arg(&self.keys.reader_prefix)
+                .arg(claim.listeners.patience_ms);
             for member in &members {
                 step.arg(&*member.name);
             }

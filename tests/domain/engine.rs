@@ -17,6 +17,7 @@ const NO_ONE: Listeners = Listeners {
     waiting: false,
     observed: false,
     pooled: false,
+    patience_ms: 0,
 };
 
 const TIMEOUT: Duration = Duration::from_millis(50);

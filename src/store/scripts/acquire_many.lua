@@ -8,7 +8,8 @@
 -- listed them in.
 --
 -- A waiting grant claims each name it finds held ('g:' and the claimant, the first half of
--- its attempts' lease ids, until the holder would lapse and a second longer): exclusive
+-- its attempts' lease ids, until the holder would lapse and a second longer, but no longer
+-- than the grant will still wait): exclusive
 -- grants of single names (acquire.lua) and shared ones (share.lua) then wait behind it, so
 -- that single grants that keep taking one of its names do not starve it. A grant meets
 -- another several-name grant's claim on any of its names: it waits, and claims nothing,
@@ -20,24 +21,25 @@
 -- ARGV[1] lease id, ARGV[2] TTL in ms, ARGV[3] owner ('' for none), ARGV[4] who listens
 -- ('w', 'o', as acquire.lua), ARGV[5] the lock key prefix (e.g. redlockd:lock:), ARGV[6]
 -- the names joined by spaces, ARGV[7] the claimant, ARGV[8] the readers' key prefix (e.g.
--- redlockd:reader:), then the names in order; with an Idempotency-Key, last, the request's
+-- redlockd:reader:), ARGV[9] how much longer the grant will wait in ms (its claims last no
+-- longer), then the names in order; with an Idempotency-Key, last, the request's
 -- fingerprint and this attempt's nonce.
 --
 -- Example: EVALSHA <sha> 9 redlockd:fence redlockd:marker redlockd:names
 --          redlockd:lock:a redlockd:shared:lock:a redlockd:claim:lock:a
 --          redlockd:lock:b redlockd:shared:lock:b redlockd:claim:lock:b
---          Zm9v_m 30000 '' w redlockd:lock: 'a b' Zm9vYmFy redlockd:reader: a b
+--          Zm9v_m 30000 '' w redlockd:lock: 'a b' Zm9vYmFy redlockd:reader: 5000 a b
 -- Returns {1, token} when granted (or, with a key, when this lease holds them already),
 -- {0, pttl_ms, lease} for the first name held by another lease (or claimed by another
 -- several-name grant), {-1} when the marker is missing, {-2} and {-3} as acquire.lua.
 local keyed = (#KEYS - 3) % 3 == 1
 local n = math.floor((#KEYS - 3) / 3)
-if n < 1 or #ARGV ~= 8 + n + (keyed and 2 or 0) then
-  return redis.error_reply('acquire_many expects 3 + 3n keys (+1) and 8 + n arguments (+2)')
+if n < 1 or #ARGV ~= 9 + n + (keyed and 2 or 0) then
+  return redis.error_reply('acquire_many expects 3 + 3n keys (+1) and 9 + n arguments (+2)')
 end
 if redis.call('EXISTS', KEYS[2]) == 0 then return {-1} end
 local record = keyed and redis.call('GET', KEYS[#KEYS])
-if record and record ~= ARGV[8 + n + 1] then
+if record and record ~= ARGV[9 + n + 1] then
   return {-2}
 end
 local lease, waiting = ARGV[1], string.find(ARGV[4], 'w', 1, true)
@@ -45,10 +47,10 @@ local mine = 'g:' .. ARGV[7]
 local function lock(i) return KEYS[3 + 3 * (i - 1) + 1] end
 local function shared(i) return KEYS[3 + 3 * (i - 1) + 2] end
 local function claim(i) return KEYS[3 + 3 * (i - 1) + 3] end
-local function name(i) return ARGV[8 + i] end
+local function name(i) return ARGV[9 + i] end
 local first = redis.call('HMGET', lock(1), 'lease', 'token')
 if keyed and first[1] == lease then
-  for i = 1, n do redis.call('HSET', lock(i), 'seen', ARGV[8 + n + 2]) end
+  for i = 1, n do redis.call('HSET', lock(i), 'seen', ARGV[9 + n + 2]) end
   return {1, tonumber(first[2])}
 end
 for i = 1, n do
@@ -80,8 +82,9 @@ for i = 1, n do
   end
   if holder then
     if pttl < 0 then pttl = 0 end
-    if waiting and redis.call('PTTL', claim(i)) < pttl + 1000 then
-      redis.call('SET', claim(i), mine, 'PX', pttl + 1000)
+    local lasts = math.min(pttl + 1000, tonumber(ARGV[9]) + 100)
+    if waiting and redis.call('PTTL', claim(i)) < lasts then
+      redis.call('SET', claim(i), mine, 'PX', lasts)
     end
     blocked = blocked or {0, pttl, holder}
   end
@@ -98,7 +101,7 @@ for i = 1, n do
   redis.call('PEXPIRE', lock(i), ARGV[2])
   redis.call('DEL', claim(i))
   if keyed then
-    local nonce = ARGV[8 + n + 2]
+    local nonce = ARGV[9 + n + 2]
     redis.call('HSET', lock(i), 'idem', KEYS[#KEYS], 'made', nonce, 'seen', nonce)
   end
   if redis.call('ZADD', KEYS[3], 0, name(i)) == 1 then
@@ -110,6 +113,6 @@ for i = 1, n do
   end
 end
 if keyed then
-  redis.call('SET', KEYS[#KEYS], ARGV[8 + n + 1], 'PX', ARGV[2])
+  redis.call('SET', KEYS[#KEYS], ARGV[9 + n + 1], 'PX', ARGV[2])
 end
 return {1, token}
