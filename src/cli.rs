@@ -185,8 +185,10 @@ pub struct LockArgs {
     /// without --shared waits for them all (and later --shared runs wait behind it).
     #[arg(long, conflicts_with = "limit")]
     pub shared: bool,
-    /// The lock's name (the semaphore's, with --limit).
-    pub name: String,
+    /// The lock's name (the semaphore's, with --limit). Several names take every one of
+    /// them under one lease, all or none (in any order: the server orders them).
+    #[arg(required = true, num_args = 1.., value_name = "NAME")]
+    pub names: Vec<String>,
     /// The command and its arguments, after `--`.
     #[arg(last = true, required = true, num_args = 1..)]
     pub command: Vec<String>,

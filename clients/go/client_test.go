@@ -386,3 +386,34 @@ func TestSharedLeasesHoldALockTogether(t *testing.T) {
 	}
 	w.Release(ctx)
 }
+
+func TestSeveralNamesAreOneLease(t *testing.T) {
+	c := startCluster(t, 1)
+	cl := client(t, c.urls()...)
+	ctx := context.Background()
+	one, err := cl.Lock(ctx, "acct:1", redlockd.LockOptions{TTL: 30 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cl.LockMany(ctx, []string{"acct:2", "acct:1"}, redlockd.LockOptions{TTL: time.Second}); !errors.Is(err, redlockd.ErrLockHeld) {
+		t.Fatalf("one of them held: %v", err)
+	}
+	one.Release(ctx)
+	both, err := cl.LockMany(ctx, []string{"acct:2", "acct:1"}, redlockd.LockOptions{TTL: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(both.Names) != 2 || both.Names[0] != "acct:1" || both.Names[1] != "acct:2" {
+		t.Fatalf("names %v", both.Names)
+	}
+	time.Sleep(2500 * time.Millisecond)
+	if err := both.EnsureValid(0); err != nil {
+		t.Fatalf("renewed: %v", err)
+	}
+	if err := both.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if held(t, c.urls()[0], "acct:2")["held"] != false {
+		t.Fatal("still held after release")
+	}
+}

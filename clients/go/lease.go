@@ -27,6 +27,8 @@ type Lease struct {
 	Limit int
 	// Mode is a lock's lease's: "exclusive" or "shared" ("" for other kinds).
 	Mode string
+	// Names are a lease's on several names: all of them, sorted (nil for one name).
+	Names []string
 
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -52,6 +54,7 @@ func newLease(c *Client, kind string, b leaseBody, sent time.Time, opts LockOpti
 		Slot:       -1,
 		Limit:      b.Limit,
 		Mode:       b.Mode,
+		Names:      b.Names,
 	}
 	if b.Slot != nil {
 		l.Slot = *b.Slot

@@ -96,6 +96,8 @@ type LockOptions struct {
 
 	// limit is a semaphore's (set by Permit).
 	limit int
+	// names are a lease's on several names (set by LockMany).
+	names []string
 }
 
 // Lock grants name, waiting up to opts.Wait while another lease holds it. Errors wrap
@@ -103,6 +105,15 @@ type LockOptions struct {
 // Idempotency-Key, so that a retry after a lost answer gets the same lease.
 func (c *Client) Lock(ctx context.Context, name string, opts LockOptions) (*Lease, error) {
 	return c.grant(ctx, "locks", name, opts)
+}
+
+// LockMany takes every one of names under one lease, or none (in any order: the server
+// orders them, so two callers never deadlock); the lease is renewed, signalled and
+// released as one lock's, and its Names lists them. Errors wrap ErrLockHeld while any is
+// held past opts.Wait.
+func (c *Client) LockMany(ctx context.Context, names []string, opts LockOptions) (*Lease, error) {
+	opts.names = names
+	return c.grant(ctx, "locks", "", opts)
 }
 
 // Permit takes one of limit permits of semaphore name, renewed and signalled like a
@@ -313,17 +324,18 @@ func (c *Client) Inspect(ctx context.Context, name string) (LockStatus, error) {
 }
 
 type leaseBody struct {
-	Name         string  `json:"name"`
-	LeaseID      string  `json:"lease_id"`
-	FencingToken *uint64 `json:"fencing_token"`
-	Term         *uint64 `json:"term"`
-	TTLMs        int64   `json:"ttl_ms"`
-	ValidityMs   int64   `json:"validity_ms"`
-	Owner        string  `json:"owner"`
-	Value        string  `json:"value"`
-	Slot         *int    `json:"slot"`
-	Limit        int     `json:"limit"`
-	Mode         string  `json:"mode"`
+	Name         string   `json:"name"`
+	LeaseID      string   `json:"lease_id"`
+	FencingToken *uint64  `json:"fencing_token"`
+	Term         *uint64  `json:"term"`
+	TTLMs        int64    `json:"ttl_ms"`
+	ValidityMs   int64    `json:"validity_ms"`
+	Owner        string   `json:"owner"`
+	Value        string   `json:"value"`
+	Slot         *int     `json:"slot"`
+	Limit        int      `json:"limit"`
+	Mode         string   `json:"mode"`
+	Names        []string `json:"names"`
 }
 
 func (c *Client) grant(ctx context.Context, kind, name string, opts LockOptions) (*Lease, error) {
@@ -344,13 +356,18 @@ func (c *Client) grant(ctx context.Context, kind, name string, opts LockOptions)
 	if opts.Shared && kind == "locks" {
 		body["mode"] = "shared"
 	}
+	route := path(kind, name, "")
+	if len(opts.names) > 0 {
+		body["names"] = opts.names
+		route = "/locks"
+	}
 	key := opts.IdempotencyKey
 	if key == "" {
 		key = newKey()
 	}
 	sent := time.Now()
 	var answer leaseBody
-	if err := c.call(ctx, "POST", path(kind, name, ""), body, key, c.timeout+opts.Wait, &answer); err != nil {
+	if err := c.call(ctx, "POST", route, body, key, c.timeout+opts.Wait, &answer); err != nil {
 		return nil, err
 	}
 	return newLease(c, kind, answer, sent, opts), nil

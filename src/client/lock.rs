@@ -23,7 +23,7 @@ use serde::{Deserialize, Serialize};
 use super::{Failure, Repeat, Servers, idempotency_key, lock_path};
 use crate::cli::LockArgs;
 use crate::model::{FencingToken, MIN_TTL_MS};
-use crate::wire::{GrantRequest, LockMode, RenewRequest, SemaphoreRequest, Whole};
+use crate::wire::{GrantRequest, GroupRequest, LockMode, RenewRequest, SemaphoreRequest, Whole};
 
 /// What `redlockd lock` asks for: a lock, or a semaphore's permit.
 #[derive(Serialize)]
@@ -31,6 +31,7 @@ use crate::wire::{GrantRequest, LockMode, RenewRequest, SemaphoreRequest, Whole}
 enum Grant {
     Lock(GrantRequest),
     Permit(SemaphoreRequest),
+    Group(GroupRequest),
 }
 
 /// What the grant answers that the command needs: a lock's lease body or a permit's.
@@ -85,7 +86,13 @@ pub async fn run(args: LockArgs) -> u8 {
             return exit::USAGE;
         }
     };
-    let name = args.name.clone();
+    if args.names.len() > 1 && (args.limit.is_some() || args.shared) {
+        say("several names are one exclusive lease: they take neither --limit nor --shared");
+        return exit::USAGE;
+    }
+    // Messages and the command's environment name them all, separated by commas.
+    let name = args.names.join(",");
+    let first = args.names[0].clone();
     // A lock kept --hold-at-least after the grant is granted for that long at once (renews
     // then shorten it to --ttl): a server that cannot keep it so long refuses the grant
     // before the command runs, rather than after it ran with nothing kept.
@@ -97,9 +104,24 @@ pub async fn run(args: LockArgs) -> u8 {
             .clone()
             .unwrap_or_else(|| default_owner(&args.command)),
     );
-    let (path, grant, what) = match args.limit {
+    // Where the grant goes, and where its lease is renewed and released (a lease on several
+    // names, through any of them).
+    let (grant_path, path, grant, what) = match args.limit {
+        _ if args.names.len() > 1 => (
+            "/locks".to_owned(),
+            lock_path(&first),
+            Grant::Group(GroupRequest {
+                names: args.names.clone(),
+                ttl_ms,
+                wait_ms,
+                owner,
+                mode: None,
+            }),
+            "locks",
+        ),
         Some(limit) => (
-            format!("/semaphores/{name}"),
+            format!("/semaphores/{first}"),
+            format!("/semaphores/{first}"),
             Grant::Permit(SemaphoreRequest {
                 limit: Some(Whole(u64::from(limit))),
                 ttl_ms,
@@ -109,7 +131,8 @@ pub async fn run(args: LockArgs) -> u8 {
             "permit",
         ),
         None => (
-            lock_path(&name),
+            lock_path(&first),
+            lock_path(&first),
             Grant::Lock(GrantRequest {
                 ttl_ms,
                 wait_ms,
@@ -123,7 +146,7 @@ pub async fn run(args: LockArgs) -> u8 {
     let lease: Granted = match servers
         .call(
             Method::POST,
-            &path,
+            &grant_path,
             Some(&grant),
             args.wait,
             Repeat::Keyed(&idempotency_key()),

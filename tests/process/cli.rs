@@ -634,3 +634,42 @@ async fn with_shared_commands_run_together_and_an_exclusive_run_waits_for_them()
         "--shared and --limit do not go together"
     );
 }
+
+#[tokio::test]
+async fn several_names_are_one_lease_for_the_command_in_any_order() {
+    let bed = Bed::start().await;
+    let out = bed
+        .run(&[
+            "lock",
+            "acct:2",
+            "acct:1",
+            "--",
+            "sh",
+            "-c",
+            r#"echo "$REDLOCKD_LOCK_NAME $REDLOCKD_FENCING_TOKEN""#,
+        ])
+        .await;
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    let seen = String::from_utf8(out.stdout).unwrap();
+    let (names, token) = seen.trim().split_once(' ').unwrap();
+    assert_eq!(names, "acct:2,acct:1");
+    assert!(token.parse::<u64>().unwrap() > 0);
+    assert!(
+        !bed.held("acct:1").await && !bed.held("acct:2").await,
+        "released"
+    );
+    // One of them held elsewhere: the command does not run.
+    let (_, other) = bed.replicas[0]
+        .grant("acct:1", json!({"ttl_ms": 30_000}))
+        .await;
+    let out = bed
+        .run(&["lock", "acct:1", "acct:2", "--", "touch", "ran"])
+        .await;
+    assert_eq!(code(&out), HELD, "{}", stderr(&out));
+    assert!(!bed.path("ran").exists());
+    assert!(!bed.held("acct:2").await, "nothing was taken");
+    let id = other["lease_id"].as_str().unwrap();
+    bed.replicas[0].revoke("acct:1", id).await;
+    let both = bed.run(&["lock", "--shared", "a", "b", "--", "true"]).await;
+    assert_eq!(code(&both), USAGE);
+}

@@ -332,3 +332,19 @@ def test_shared_leases_hold_a_lock_together_and_an_exclusive_one_waits(cluster):
     with client.lock("file", ttl=1.0) as writer:
         assert writer.mode == "exclusive" and writer.fencing_token > r2.fencing_token
         assert client.inspect("file").mode == "exclusive"
+
+
+def test_several_names_are_one_lease_all_or_none(cluster):
+    client = Client(cluster.urls)
+    with client.lock("acct:1", ttl=30):
+        with pytest.raises(LockHeld):
+            client.lock_many(["acct:2", "acct:1"], ttl=1.0)
+        assert held(cluster.urls[0], "acct:2")["held"] is False, "none taken"
+    with client.lock_many(["acct:2", "acct:1"], ttl=1.0) as lease:
+        assert lease.names == ("acct:1", "acct:2")
+        time.sleep(2.5)  # renewed in the background, both names
+        lease.ensure_valid()
+        for name in lease.names:
+            assert held(cluster.urls[0], name)["fencing_token"] == lease.fencing_token
+    for name in ("acct:1", "acct:2"):
+        assert held(cluster.urls[0], name)["held"] is False

@@ -209,6 +209,13 @@ export class Client {
     return this.grant("locks", name, options);
   }
 
+  /** Every one of `names` under one lease, or none (in any order: the server orders them,
+   * so two callers never deadlock); renewed, signalled and released as one lock's lease,
+   * whose `names` lists them. Throws `LockHeld` while any is held past `waitMs`. */
+  async lockMany(names: string[], options: LockOptions = {}): Promise<Lease> {
+    return this.grant("locks", "", options, undefined, names);
+  }
+
   /** One of `limit` permits of semaphore `name`, renewed and signalled like a lock's
    * lease; `slot` says which of the `limit` slots it holds, and its `fencingToken` rises
    * per slot. Throws `LockHeld` when all are taken for the whole `waitMs`. */
@@ -340,17 +347,25 @@ export class Client {
     }
   }
 
-  private async grant(kind: Kind, name: string, options: LockOptions, limit?: number): Promise<Lease> {
+  private async grant(
+    kind: Kind,
+    name: string,
+    options: LockOptions,
+    limit?: number,
+    names?: string[],
+  ): Promise<Lease> {
     const waitMs = options.waitMs ?? 0;
     const body: Json = { ttl_ms: options.ttlMs ?? 30_000, wait_ms: waitMs };
     if (limit !== undefined) body.limit = limit;
     if (options.mode === "shared") body.mode = "shared";
+    if (names !== undefined) body.names = names;
+    const grantPath = names === undefined ? path(kind, name) : "/locks";
     if (options.owner !== undefined) body[kind === "elections" ? "value" : "owner"] = options.owner;
     const sent = performance.now();
     const idempotencyKey = options.idempotencyKey ?? randomUUID();
     let answer: Json;
     try {
-      answer = await this.call("POST", path(kind, name), {
+      answer = await this.call("POST", grantPath, {
         body,
         idempotencyKey,
         timeoutMs: this.timeoutMs + waitMs,
@@ -360,7 +375,7 @@ export class Client {
       if (options.signal?.aborted) {
         // The server may still be waiting on the grant's behalf until its wait ends.
         const waitLeft = Math.max(0, sent + waitMs - performance.now());
-        this.abandon(kind, name, body, idempotencyKey, waitLeft);
+        this.abandon(grantPath, body, idempotencyKey, waitLeft);
       }
       throw e;
     }
@@ -372,11 +387,15 @@ export class Client {
    * Once that wait is over, ask once more with the same key, not waiting, and release
    * what it answers, in the background (a process that exits first leaves the lease to
    * expire at its TTL). */
-  private abandon(kind: Kind, name: string, body: Json, idempotencyKey: string, afterMs: number): void {
+  private abandon(grantPath: string, body: Json, idempotencyKey: string, afterMs: number): void {
     const ask = { ...body, wait_ms: 0 };
     setTimeout(() => {
-      void this.call("POST", path(kind, name), { body: ask, idempotencyKey })
-        .then((won) => this.call("DELETE", path(kind, name, String(won.lease_id))))
+      void this.call("POST", grantPath, { body: ask, idempotencyKey })
+        .then((won) => {
+          // A lease on several names is released through its first name.
+          const held = grantPath === "/locks" ? path("locks", String(won.name)) : grantPath;
+          return this.call("DELETE", `${held}/leases/${encodeURIComponent(String(won.lease_id))}`);
+        })
         .catch(() => undefined);
     }, afterMs + 50).unref();
   }
@@ -456,6 +475,8 @@ export class Lease implements AsyncDisposable {
   readonly slot?: number;
   /** A lock's lease: `"exclusive"` or `"shared"`. */
   readonly mode?: "exclusive" | "shared";
+  /** A lease on several names: all of them, sorted (empty for one name). */
+  readonly names: string[];
   readonly limit?: number;
   /** `performance.now()` until which the lease may be relied on. */
   validUntil: number;
@@ -482,6 +503,7 @@ export class Lease implements AsyncDisposable {
     this.slot = body.slot === undefined ? undefined : Number(body.slot);
     this.limit = body.limit === undefined ? undefined : Number(body.limit);
     this.mode = body.mode as Lease["mode"];
+    this.names = Array.isArray(body.names) ? (body.names as string[]) : [];
     this.signal = this.controller.signal;
     if (options.autoRenew !== false) this.schedule(this.ttlMs / 3);
   }

@@ -261,3 +261,19 @@ test("shared leases hold a lock together and an exclusive one waits for them", (
     assert.ok(w.fencingToken > Math.max(r1.fencingToken, r2.fencingToken));
     await w.release();
   }));
+
+test("several names are one lease, all or none", () =>
+  withCluster({}, async (cluster) => {
+    const client = new Client({ servers: cluster.urls });
+    const one = await client.lock("acct:1", { ttlMs: 30_000 });
+    await assert.rejects(client.lockMany(["acct:2", "acct:1"], { ttlMs: 1000 }), LockHeld);
+    assert.equal((await held(cluster.urls[0], "acct:2")).held, false);
+    await one.release();
+    const both = await client.lockMany(["acct:2", "acct:1"], { ttlMs: 1000 });
+    assert.deepEqual(both.names, ["acct:1", "acct:2"]);
+    await sleep(2500);
+    both.ensureValid();
+    for (const name of both.names) assert.equal((await held(cluster.urls[0], name)).fencing_token, both.fencingToken);
+    await both.release();
+    assert.equal((await held(cluster.urls[0], "acct:2")).held, false);
+  }));

@@ -168,6 +168,20 @@ class AsyncClient:
             return AsyncLease(self, made, on_lost, auto_renew)
         return PendingLease(grant)
 
+    def lock_many(self, names: Sequence[str], ttl: float = 30.0, *, wait: float = 0.0,
+                  owner: Optional[str] = None, on_lost: Optional[OnLost] = None,
+                  auto_renew: bool = True, idempotency_key: Optional[str] = None) -> PendingLease:
+        """`Client.lock_many`: `async with client.lock_many(["a", "b"]) as lease:`."""
+        async def grant() -> AsyncLease:
+            body = _core.grant_body("locks", ttl, wait, owner)
+            body["names"] = list(names)
+            sent = time.monotonic()
+            answer = await self._call("POST", "/locks", body=body,
+                                      idempotency_key=idempotency_key or _core.new_idempotency_key(),
+                                      timeout=self.timeout + wait)
+            return AsyncLease(self, _core.Grant.read("locks", answer, sent), on_lost, auto_renew)
+        return PendingLease(grant)
+
     def permit(self, name: str, limit: int, ttl: float = 30.0, *, wait: float = 0.0,
                owner: Optional[str] = None, on_lost: Optional[OnLost] = None,
                auto_renew: bool = True, idempotency_key: Optional[str] = None) -> PendingLease:

@@ -146,6 +146,7 @@ class Grant:
     slot: Optional[int] = None
     limit: Optional[int] = None
     mode: Optional[str] = None
+    names: Tuple[str, ...] = ()
 
     @classmethod
     def read(cls, kind: str, body: Dict[str, Any], sent: float) -> "Grant":
@@ -161,6 +162,7 @@ class Grant:
             slot=body.get("slot"),
             limit=body.get("limit"),
             mode=body.get("mode"),
+            names=tuple(body.get("names") or ()),
         )
 
 
@@ -181,6 +183,8 @@ class LeaseState:
         self.limit = grant.limit
         #: A lock's lease: "exclusive" or "shared" (None for other kinds).
         self.mode = grant.mode
+        #: A lease on several names: all of them, sorted (empty for one name).
+        self.names = grant.names
         self.lost_reason: Optional[str] = None
         self.released = False
 

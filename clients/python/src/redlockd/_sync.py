@@ -157,6 +157,20 @@ class Client:
         grant = self._grant("locks", name, ttl, wait, owner, idempotency_key, mode=mode)
         return Lease(self, grant, on_lost, auto_renew)
 
+    def lock_many(self, names: Sequence[str], ttl: float = 30.0, *, wait: float = 0.0,
+                  owner: Optional[str] = None, on_lost: Optional[Callable[[Lease], None]] = None,
+                  auto_renew: bool = True, idempotency_key: Optional[str] = None) -> Lease:
+        """Every one of `names` under one lease, or none (in any order: the server orders
+        them, so two callers never deadlock); renewed, signalled and released as one lock's
+        lease, whose `names` lists them. Raises `LockHeld` while any is held past `wait`."""
+        body = _core.grant_body("locks", ttl, wait, owner)
+        body["names"] = list(names)
+        sent = time.monotonic()
+        answer = self._call("POST", "/locks", body=body,
+                            idempotency_key=idempotency_key or _core.new_idempotency_key(),
+                            timeout=self.timeout + wait)
+        return Lease(self, _core.Grant.read("locks", answer, sent), on_lost, auto_renew)
+
     def permit(self, name: str, limit: int, ttl: float = 30.0, *, wait: float = 0.0,
                owner: Optional[str] = None, on_lost: Optional[Callable[[Lease], None]] = None,
                auto_renew: bool = True, idempotency_key: Optional[str] = None) -> Lease:
