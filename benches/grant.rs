@@ -618,9 +618,13 @@ impl Server {
 
     /// A grant of the kind whose routes are `/<route>/{name}`.
     async fn grant_in(&self, route: &str, name: &str, body: Value) -> Result<(String, u64), u16> {
+        let url = match name {
+            "" => format!("{}/{route}", self.base),
+            name => format!("{}/{route}/{name}", self.base),
+        };
         let resp = self
             .http
-            .post(format!("{}/{route}/{name}", self.base))
+            .post(url)
             .json(&body)
             .send()
             .await
@@ -767,6 +771,20 @@ async fn shared_cycle(server: Arc<Server>, c: usize) -> Tally {
     };
     let took = t.elapsed();
     let errors = usize::from(!server.revoke(&name, &id).await);
+    Tally::cycle(took, errors)
+}
+
+/// One uncontended grant → revoke cycle of a lease on two names (each client its own two),
+/// timed at the grant.
+async fn group_cycle(server: Arc<Server>, c: usize) -> Tally {
+    let names = [format!("pair:{c}:a"), format!("pair:{c}:b")];
+    let t = Instant::now();
+    let body = json!({"ttl_ms": 10000, "names": names});
+    let Ok((id, _)) = server.grant_in("locks", "", body).await else {
+        return Tally::error();
+    };
+    let took = t.elapsed();
+    let errors = usize::from(!server.revoke(&names[0], &id).await);
     Tally::cycle(took, errors)
 }
 
@@ -1137,8 +1155,8 @@ async fn uncontended(
         )
         .await;
         stats(&row).await;
-        // Each kind's cost next to a lock's: a semaphore's permit and a shared lease, at 16
-        // clients.
+        // Each kind's cost next to a lock's: a semaphore's permit, a shared lease and a lease
+        // on two names, at 16 clients.
         if c == 16 {
             let s = server.clone();
             let row = measure(
@@ -1159,6 +1177,17 @@ async fn uncontended(
                 &theirs,
                 Some(base),
                 move |i| shared_cycle(s.clone(), i),
+            )
+            .await;
+            stats(&row).await;
+            let s = server.clone();
+            let row = measure(
+                "redlockd, two names at once",
+                workload.clone(),
+                c,
+                &theirs,
+                Some(base),
+                move |i| group_cycle(s.clone(), i),
             )
             .await;
             stats(&row).await;

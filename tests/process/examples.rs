@@ -153,6 +153,30 @@ async fn readers_read_together_and_the_writer_waits_for_them_and_writes_once() {
 }
 
 #[tokio::test]
+async fn transfers_naming_two_accounts_in_opposite_orders_never_deadlock_and_add_up() {
+    let (_masters, app) = server().await;
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("bank.log");
+    let out = tokio::time::timeout(
+        std::time::Duration::from_secs(60),
+        example(&app, "transfer.sh", &[log.to_str().unwrap()]).output(),
+    )
+    .await
+    .expect("every transfer finished: no deadlock")
+    .unwrap();
+    let lines = std::fs::read_to_string(&log).unwrap();
+    assert!(
+        out.status.success(),
+        "{lines}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(lines.matches(" moved ").count(), 8, "{lines}");
+    assert!(!lines.contains("refused"), "{lines}");
+    // Alice pays 2 + 4 + 6 + 8 and receives 1 + 3 + 5 + 7.
+    assert!(lines.ends_with("balances: alice 96, bob 104\n"), "{lines}");
+}
+
+#[tokio::test]
 async fn the_ordered_queue_is_processed_once_in_order_across_the_leaders_death() {
     let (_masters, app) = server().await;
     let dir = tempfile::tempdir().unwrap();
@@ -510,4 +534,5 @@ async fn the_readmes_curl_examples_answer_as_documented() {
     run_documented("### Retrying a grant safely", &[&a, &b]).await;
     run_documented("## Semaphores: at most N holders", &[&a, &b]).await;
     run_documented("## Shared locks: many readers or one writer", &[&a, &b]).await;
+    run_documented("## Several names at once", &[&a, &b]).await;
 }
