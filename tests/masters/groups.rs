@@ -6,15 +6,8 @@ use crate::common;
 
 use std::time::{Duration, Instant};
 
-use common::{RedisMaster, TestApp, config, masters};
+use common::{TestApp, masters};
 use serde_json::{Value, json};
-
-async fn replicas(masters: &[RedisMaster]) -> (TestApp, TestApp) {
-    let refs: Vec<&RedisMaster> = masters.iter().collect();
-    let mut cfg = config(&refs);
-    cfg.master_timeout_ms = 200;
-    (TestApp::spawn(cfg.clone()).await, TestApp::spawn(cfg).await)
-}
 
 async fn revoke(app: &TestApp, name: &str, lease: &Value) {
     let id = lease["lease_id"].as_str().unwrap();
@@ -28,7 +21,7 @@ async fn revoke(app: &TestApp, name: &str, lease: &Value) {
 #[tokio::test]
 async fn opposite_orders_on_two_replicas_never_deadlock_nor_overlap() {
     let masters = masters(3);
-    let (a, b) = replicas(&masters).await;
+    let (a, b) = common::two_replicas(&masters).await;
     let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
     let mut workers = Vec::new();
     for i in 0..6 {
@@ -81,7 +74,7 @@ async fn opposite_orders_on_two_replicas_never_deadlock_nor_overlap() {
 async fn a_waiting_grant_of_several_names_is_not_starved_by_single_grants_of_one_of_them() {
     const HOLD: Duration = Duration::from_millis(200);
     let masters = masters(3);
-    let (a, b) = replicas(&masters).await;
+    let (a, b) = common::two_replicas(&masters).await;
     let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
     // Single grants of `hot` on replica a, each taking it again as soon as it is free: a
     // release there wakes the next of them at once, while the grant of both names, on
@@ -125,7 +118,7 @@ async fn a_waiting_grant_of_several_names_is_not_starved_by_single_grants_of_one
 #[tokio::test]
 async fn single_grants_queued_first_wait_behind_a_waiting_grant_of_several_names() {
     let masters = masters(3);
-    let (a, _b) = replicas(&masters).await;
+    let (a, _b) = common::two_replicas(&masters).await;
     let (_, holder) = a.grant("hot", json!({"ttl_ms": 10_000})).await;
     let mut singles = Vec::new();
     for i in 0..3 {

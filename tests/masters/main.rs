@@ -12,6 +12,7 @@ mod batch;
 mod contention;
 mod elections;
 mod faults;
+mod fences;
 mod groups;
 mod idempotency;
 mod ops;

@@ -7,15 +7,8 @@ use crate::common;
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
-use common::{RedisMaster, TestApp, config, masters};
+use common::masters;
 use serde_json::json;
-
-async fn replicas(masters: &[RedisMaster]) -> (TestApp, TestApp) {
-    let refs: Vec<&RedisMaster> = masters.iter().collect();
-    let mut cfg = config(&refs);
-    cfg.master_timeout_ms = 200;
-    (TestApp::spawn(cfg.clone()).await, TestApp::spawn(cfg).await)
-}
 
 /// One permit as a worker saw it: from the grant's answer to the release being sent.
 struct Held {
@@ -29,7 +22,7 @@ struct Held {
 async fn at_most_limit_permits_are_held_at_once_by_workers_on_two_replicas() {
     const LIMIT: usize = 3;
     let masters = masters(3);
-    let (a, b) = replicas(&masters).await;
+    let (a, b) = common::two_replicas(&masters).await;
     let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
     let mut workers = Vec::new();
     for i in 0..10 {
@@ -98,7 +91,7 @@ async fn at_most_limit_permits_are_held_at_once_by_workers_on_two_replicas() {
 #[tokio::test]
 async fn a_waiting_permit_on_one_replica_is_granted_when_a_permit_is_released_on_the_other() {
     let masters = masters(3);
-    let (a, b) = replicas(&masters).await;
+    let (a, b) = common::two_replicas(&masters).await;
     let body = json!({"limit": 1, "ttl_ms": 30_000});
     let (status, held) = a.send("POST", "/semaphores/one", Some(body)).await;
     assert_eq!(status, 201, "{held}");

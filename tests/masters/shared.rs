@@ -7,15 +7,8 @@ use crate::common;
 
 use std::time::{Duration, Instant};
 
-use common::{RedisMaster, TestApp, config, masters};
+use common::{TestApp, masters};
 use serde_json::{Value, json};
-
-async fn replicas(masters: &[RedisMaster]) -> (TestApp, TestApp) {
-    let refs: Vec<&RedisMaster> = masters.iter().collect();
-    let mut cfg = config(&refs);
-    cfg.master_timeout_ms = 200;
-    (TestApp::spawn(cfg.clone()).await, TestApp::spawn(cfg).await)
-}
 
 async fn revoke(app: &TestApp, name: &str, lease: &Value) {
     let id = lease["lease_id"].as_str().unwrap();
@@ -39,7 +32,7 @@ struct Held {
 #[tokio::test]
 async fn writers_never_overlap_anyone_and_readers_overlap_each_other_on_two_replicas() {
     let masters = masters(3);
-    let (a, b) = replicas(&masters).await;
+    let (a, b) = common::two_replicas(&masters).await;
     let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
     let mut workers = Vec::new();
     for i in 0..8 {
@@ -102,7 +95,7 @@ async fn writers_never_overlap_anyone_and_readers_overlap_each_other_on_two_repl
 async fn a_writer_behind_a_stream_of_overlapping_readers_is_granted_within_about_one_hold() {
     const HOLD: Duration = Duration::from_millis(300);
     let masters = masters(3);
-    let (a, b) = replicas(&masters).await;
+    let (a, b) = common::two_replicas(&masters).await;
     let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
     // Readers on both replicas, each taking the name again as soon as it let go, so that
     // at every moment some reader holds it.
