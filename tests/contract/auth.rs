@@ -239,3 +239,30 @@ async fn every_documented_lock_and_election_operation_needs_a_token() {
     }
     assert!(checked >= 15, "only {checked} operations");
 }
+
+#[tokio::test]
+async fn a_grant_of_several_names_needs_every_name_within_the_tokens_prefixes() {
+    let tokens = tokens();
+    let app = app(&tokens).await;
+    let client = Some(tokens.client.as_str());
+    let (status, err) = call(&app, "POST", "/locks?names=jobs:a,other:b", client).await;
+    assert_eq!(
+        (status, err["error"].as_str()),
+        (403, Some("forbidden")),
+        "{err}"
+    );
+    let reader = Some(tokens.reader.as_str());
+    assert_eq!(
+        call(&app, "GET", "/locks/jobs:a", reader).await.1["held"],
+        false,
+        "nothing taken"
+    );
+    let (status, lease) = call(&app, "POST", "/locks?names=jobs:a,jobs:b", client).await;
+    assert_eq!(status, 201, "{lease}");
+    assert_eq!(
+        call(&app, "POST", "/locks?names=jobs:c", reader).await.0,
+        403,
+        "a reader may not hold"
+    );
+    assert_eq!(call(&app, "POST", "/locks?names=jobs:c", None).await.0, 401);
+}
