@@ -21,7 +21,7 @@ use super::node::{
     Acquired, Claim, Ending, Holding, ListPage, Listing, LockNode, NodeError, NodeResult, Owned,
     Probe, Renewal,
 };
-use crate::model::{Kind, LockKey};
+use crate::model::{Idem, Kind, LockKey};
 
 /// How a memory node misbehaves.
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
@@ -131,6 +131,24 @@ impl Data {
                 lease: claimant.clone(),
             }),
             _ => None,
+        }
+    }
+
+    /// The fingerprint an Idempotency-Key's record holds, if it lives; `Mismatch` as the
+    /// answer when it holds another request's (as acquire.lua checks first).
+    fn record(&self, idem: Option<&Idem>, now: Instant) -> Result<Option<String>, Acquired> {
+        let Some(idem) = idem else {
+            return Ok(None);
+        };
+        match self.records.get(&idem.record) {
+            Some((fingerprint, expires)) if *expires > now => {
+                if *fingerprint == idem.fingerprint {
+                    Ok(Some(fingerprint.clone()))
+                } else {
+                    Err(Acquired::Mismatch)
+                }
+            }
+            _ => Ok(None),
         }
     }
 
@@ -407,17 +425,10 @@ impl MemoryNode {
         let claimant = format!("g:{}", lease.get(..11).unwrap_or(lease));
         self.step(|data, now| {
             data.check_marker()?;
-            let record = idem.and_then(|i| {
-                data.records
-                    .get(&i.record)
-                    .filter(|(_, expires)| *expires > now)
-                    .map(|(fingerprint, _)| fingerprint.clone())
-            });
-            if let (Some(record), Some(idem)) = (&record, idem)
-                && *record != idem.fingerprint
-            {
-                return Ok(Acquired::Mismatch);
-            }
+            let record = match data.record(idem, now) {
+                Ok(record) => record,
+                Err(mismatch) => return Ok(mismatch),
+            };
             if let Some(idem) = idem
                 && let Some(first) = data.live(&members[0], now).filter(|e| e.lease == lease)
             {
@@ -523,17 +534,10 @@ impl LockNode for MemoryNode {
         }
         self.step(|data, now| {
             data.check_marker()?;
-            let record = idem.and_then(|i| {
-                data.records
-                    .get(&i.record)
-                    .filter(|(_, expires)| *expires > now)
-                    .map(|(fingerprint, _)| fingerprint.clone())
-            });
-            if let (Some(record), Some(idem)) = (&record, idem)
-                && *record != idem.fingerprint
-            {
-                return Ok(Acquired::Mismatch);
-            }
+            let record = match data.record(idem, now) {
+                Ok(record) => record,
+                Err(mismatch) => return Ok(mismatch),
+            };
             if data.live(key, now).is_some()
                 && let Some(entry) = data.locks.get_mut(key)
             {
