@@ -169,11 +169,12 @@ impl Data {
 
     /// Whether the shared holders of lock `key` refuse an exclusive grant (see acquire.lua):
     /// then the longest of their remaining TTLs; a waiting grant claims the name meanwhile.
+    /// `waiting`: how much longer a waiting grant will wait (its claim lasts no longer).
     fn readers_refuse(
         &mut self,
         key: &LockKey,
         lease: &str,
-        waiting: bool,
+        waiting: Option<u64>,
         now: Instant,
     ) -> Option<u64> {
         if key.kind != Kind::Mutex {
@@ -199,8 +200,8 @@ impl Data {
             self.shared.remove(&name);
         }
         let longest = longest?;
-        if waiting {
-            let until = now + Duration::from_millis(longest + 1000);
+        if let Some(patience_ms) = waiting {
+            let until = now + Duration::from_millis((longest + 1000).min(patience_ms + 100));
             let claim = self
                 .claims
                 .entry(name)
@@ -455,7 +456,7 @@ impl MemoryNode {
                 let held = match held {
                     Some(held) => Some(held),
                     None => data
-                        .readers_refuse(member, lease, false, now)
+                        .readers_refuse(member, lease, None, now)
                         .map(|pttl| (pttl, "shared".to_owned())),
                 };
                 if let Some((pttl_ms, holder)) = held {
@@ -561,7 +562,12 @@ impl LockNode for MemoryNode {
             if let Some(claimed) = data.group_claim(key, None, now) {
                 return Ok(claimed);
             }
-            if let Some(pttl_ms) = data.readers_refuse(key, lease, listeners.waiting, now) {
+            if let Some(pttl_ms) = data.readers_refuse(
+                key,
+                lease,
+                listeners.waiting.then_some(listeners.patience_ms),
+                now,
+            ) {
                 return Ok(Acquired::Held {
                     pttl_ms,
                     lease: "shared".to_owned(),

@@ -354,7 +354,8 @@ impl LockNode for RedisNode {
                 .arg(&*key.name)
                 .arg(self.keys.segment(key.kind))
                 .arg(claim.listeners.flags())
-                .arg(self.keys.readers_of(key));
+                .arg(self.keys.readers_of(key))
+                .arg(claim.listeners.patience_ms);
         }
         if let Some(idem) = claim.idem {
             step.key(format!("{}{}", self.keys.idem, idem.record))

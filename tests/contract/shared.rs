@@ -246,3 +246,21 @@ async fn a_bad_mode_is_a_clear_400() {
         404
     );
 }
+
+#[tokio::test]
+async fn a_writer_that_gave_up_holds_later_readers_up_no_longer_than_it_waited() {
+    let app = TestApp::embedded().await;
+    let (_, _reader) = app
+        .grant("gave-up", json!({"mode": "shared", "ttl_ms": 10_000}))
+        .await;
+    let (status, _) = app.grant("gave-up", json!({"wait_ms": 200})).await;
+    assert_eq!(status, 409, "the writer gave up");
+    // Its claim on the name lasted no longer than its wait: readers come in again at once,
+    // not when the reader it waited for would lapse (10 s).
+    common::wait_for(
+        "a reader to be granted after the writer gave up",
+        Duration::from_secs(2),
+        async || (app.grant("gave-up", json!({"mode": "shared"})).await.0 == 201).then_some(()),
+    )
+    .await;
+}

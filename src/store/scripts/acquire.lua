@@ -12,9 +12,9 @@
 -- 'a' when its release is always to wake waiters (a semaphore's slot: its waiters read the
 -- slots and mark none)
 -- ARGV[7] the prefix of the name's shared holds' keys (e.g. redlockd:reader:a/; see
--- share.lua).
+-- share.lua), ARGV[8] how much longer the grant will wait in ms (its claim lasts no longer).
 -- With an Idempotency-Key: KEYS[7] the key's record (e.g. redlockd:idem:<hash of the key>),
--- ARGV[8] the request's fingerprint (kind, name, TTL, owner) and ARGV[9] this attempt's
+-- ARGV[9] the request's fingerprint (kind, name, TTL, owner) and ARGV[10] this attempt's
 -- nonce. The lease id is derived from the key and the fingerprint, so a retry asks for the
 -- very lease it may have won. The hash notes which attempt made the hold ('made') and which
 -- last answered for it ('seen'): a failed attempt undoes only a hold it made that no other
@@ -37,7 +37,8 @@
 -- Shared holders (share.lua) each have a key of their own and are listed in KEYS[5]: while
 -- one lives (by its key's TTL, so that its renews count), the lock is held, 'shared'. A
 -- waiting grant marks each shared hold (its release then wakes the grant) and claims the
--- name (KEYS[6], until the last shared hold would lapse, and a second longer), so that
+-- name (KEYS[6], until the last shared hold would lapse, and a second longer, but no
+-- longer than the grant will still wait), so that
 -- shared grants that come after it wait behind it (see share.lua). Each attempt of a
 -- waiting grant extends the claim (an attempt's lease id is its own, so the claim names
 -- only the latest); an exclusive grant removes it (shared grants then wait for that holder
@@ -46,26 +47,26 @@
 --
 -- Example: EVALSHA <sha> 6 redlockd:lock:a redlockd:fence redlockd:marker redlockd:names
 --          redlockd:shared:a redlockd:claim:a Zm9v 30000 worker-1 a redlockd:lock: w
---          redlockd:reader:a/
+--          redlockd:reader:a/ 5000
 -- Returns {1, token} when granted (or, with a key, when this lease holds it already: its
 -- token), {0, pttl_ms, lease} when another lease holds the lock ('shared' for shared
 -- holders, pttl_ms the longest of theirs), {-1} when the marker is
 -- missing (the master must not vote), {-2} when the key was used with another fingerprint,
 -- {-3} when the key's lease held the lock here and has ended.
-local keyed = #KEYS == 7 and #ARGV == 9
-if not keyed and (#KEYS ~= 6 or #ARGV ~= 7) then
-  return redis.error_reply('acquire expects 6 keys and 7 arguments, or 7 and 9')
+local keyed = #KEYS == 7 and #ARGV == 10
+if not keyed and (#KEYS ~= 6 or #ARGV ~= 8) then
+  return redis.error_reply('acquire expects 6 keys and 8 arguments, or 7 and 10')
 end
 if redis.call('EXISTS', KEYS[3]) == 0 then return {-1} end
 local record = keyed and redis.call('GET', KEYS[7])
-if record and record ~= ARGV[8] then
+if record and record ~= ARGV[9] then
   return {-2}
 end
 local waiting = string.find(ARGV[6], 'w', 1, true)
 local held = redis.call('HMGET', KEYS[1], 'lease', 'token')
 if held[1] then
   if keyed and held[1] == ARGV[1] then
-    redis.call('HSET', KEYS[1], 'seen', ARGV[9])
+    redis.call('HSET', KEYS[1], 'seen', ARGV[10])
     return {1, tonumber(held[2])}
   end
   if waiting then
@@ -95,8 +96,9 @@ if redis.call('EXISTS', KEYS[5]) == 1 then
     end
   end
   if readers > 0 then
-    if waiting and redis.call('PTTL', KEYS[6]) < longest + 1000 then
-      redis.call('SET', KEYS[6], ARGV[1], 'PX', longest + 1000)
+    local lasts = math.min(longest + 1000, tonumber(ARGV[8]) + 100)
+    if waiting and redis.call('PTTL', KEYS[6]) < lasts then
+      redis.call('SET', KEYS[6], ARGV[1], 'PX', lasts)
     end
     return {0, longest, 'shared'}
   end
@@ -115,8 +117,8 @@ if string.find(ARGV[6], 'a', 1, true) then
 end
 redis.call('PEXPIRE', KEYS[1], ARGV[2])
 if keyed then
-  redis.call('HSET', KEYS[1], 'idem', KEYS[7], 'made', ARGV[9], 'seen', ARGV[9])
-  redis.call('SET', KEYS[7], ARGV[8], 'PX', ARGV[2])
+  redis.call('HSET', KEYS[1], 'idem', KEYS[7], 'made', ARGV[10], 'seen', ARGV[10])
+  redis.call('SET', KEYS[7], ARGV[9], 'PX', ARGV[2])
 end
 if redis.call('ZADD', KEYS[4], 0, ARGV[4]) == 1 then
   for _, stale in ipairs(redis.call('ZRANDMEMBER', KEYS[4], 2)) do

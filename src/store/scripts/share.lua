@@ -18,9 +18,10 @@
 -- ARGV[1] lease id, ARGV[2] TTL in ms, ARGV[3] owner ('' for none), ARGV[4] the hold's
 -- name in the index (e.g. a/Zm9v_s), ARGV[5] the readers' key prefix (e.g.
 -- redlockd:reader:), ARGV[6] who listens ('w', 'o', as acquire.lua), ARGV[7] the prefix of
--- this lock's shared holds' keys (e.g. redlockd:reader:a/)
--- With an Idempotency-Key: KEYS[8] the key's record, ARGV[8] the request's fingerprint and
--- ARGV[9] this attempt's nonce (see acquire.lua).
+-- this lock's shared holds' keys (e.g. redlockd:reader:a/), ARGV[8] how long the grant
+-- will wait (as acquire.lua's; a shared grant claims nothing)
+-- With an Idempotency-Key: KEYS[8] the key's record, ARGV[9] the request's fingerprint and
+-- ARGV[10] this attempt's nonce (see acquire.lua).
 --
 -- The set of shared holders lives at least as long as any of them (each grant and renew
 -- extends its TTL to theirs), so that it never vanishes under a live holder, and goes with
@@ -31,18 +32,18 @@
 -- {0, pttl_ms, lease} while an exclusive lease holds the lock or a waiting exclusive grant
 -- has claimed it (its lease, and how long the claim lasts), {-1} when the marker is
 -- missing, {-2} and {-3} as acquire.lua.
-local keyed = #KEYS == 8 and #ARGV == 9
-if not keyed and (#KEYS ~= 7 or #ARGV ~= 7) then
-  return redis.error_reply('share expects 7 keys and 7 arguments, or 8 and 9')
+local keyed = #KEYS == 8 and #ARGV == 10
+if not keyed and (#KEYS ~= 7 or #ARGV ~= 8) then
+  return redis.error_reply('share expects 7 keys and 8 arguments, or 8 and 10')
 end
 if redis.call('EXISTS', KEYS[3]) == 0 then return {-1} end
 local record = keyed and redis.call('GET', KEYS[8])
-if record and record ~= ARGV[8] then
+if record and record ~= ARGV[9] then
   return {-2}
 end
 local mine = redis.call('HMGET', KEYS[1], 'lease', 'token')
 if keyed and mine[1] == ARGV[1] then
-  redis.call('HSET', KEYS[1], 'seen', ARGV[9])
+  redis.call('HSET', KEYS[1], 'seen', ARGV[10])
   return {1, tonumber(mine[2])}
 end
 local waiting = string.find(ARGV[6], 'w', 1, true)
@@ -72,8 +73,8 @@ if string.find(ARGV[6], 'o', 1, true) then
 end
 redis.call('PEXPIRE', KEYS[1], ttl)
 if keyed then
-  redis.call('HSET', KEYS[1], 'idem', KEYS[8], 'made', ARGV[9], 'seen', ARGV[9])
-  redis.call('SET', KEYS[8], ARGV[8], 'PX', ttl)
+  redis.call('HSET', KEYS[1], 'idem', KEYS[8], 'made', ARGV[10], 'seen', ARGV[10])
+  redis.call('SET', KEYS[8], ARGV[9], 'PX', ttl)
 end
 if redis.call('SADD', KEYS[6], ARGV[1]) == 1 then
   for _, stale in ipairs(redis.call('SRANDMEMBER', KEYS[6], 2)) do
