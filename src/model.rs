@@ -229,10 +229,6 @@ impl LeaseId {
         Self(format!("{}{}", &claimant.base()[..half], &fresh.0[half..]))
     }
 
-    /// What the masters know a grant's claims by: the first half of its ids.
-    pub fn claimant(&self) -> &str {
-        self.0.get(..MINTED_LEN / 2).unwrap_or(&self.0)
-    }
 
     /// Whether the id is a shared hold's.
     pub fn is_shared(&self) -> bool {
@@ -255,6 +251,12 @@ impl LeaseId {
         let (index, limit) = (index.parse().ok()?, limit.parse().ok()?);
         (index < limit && limit <= MAX_PERMITS).then_some(Slot { index, limit })
     }
+}
+
+/// What the masters know the claims of the grant whose attempt holds `lease` by: the first
+/// half of the id (see `LeaseId::attempt_of`).
+pub fn claimant_of(lease: &str) -> &str {
+    lease.get(..MINTED_LEN / 2).unwrap_or(lease)
 }
 
 /// The length of the ids we mint (16 bytes in base64url).

@@ -541,6 +541,14 @@ impl LeaseService {
             Ok(lease) => {
                 self.track(lease);
                 let token = lease.token;
+                if lease.names.is_empty() {
+                    self.events
+                        .publish(&name.topic(), LockEvent::Acquired { token });
+                    if listeners.observed {
+                        self.engine.announce(&name.key(), News::Acquired, token);
+                    }
+                    return;
+                }
                 for key in lease.keys() {
                     self.events
                         .publish(&key.topic(), LockEvent::Acquired { token });

@@ -21,7 +21,7 @@ use super::node::{
     Acquired, Claim, Ending, Holding, ListPage, Listing, LockNode, NodeError, NodeResult, Owned,
     Probe, Renewal,
 };
-use crate::model::{Idem, Kind, LockKey};
+use crate::model::{Idem, Kind, LockKey, claimant_of};
 
 /// How a memory node misbehaves.
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
@@ -423,7 +423,7 @@ impl MemoryNode {
             listeners,
         } = claim;
         let members = key.members();
-        let claimant = format!("g:{}", lease.get(..11).unwrap_or(lease));
+        let claimant = format!("g:{}", claimant_of(lease));
         self.step(|data, now| {
             data.check_marker()?;
             let record = match data.record(idem, now) {

@@ -26,7 +26,7 @@ use super::node::{
 };
 use crate::config::MasterUrl;
 use crate::model::News;
-use crate::model::{FencingToken, Kind, LockKey, Traffic};
+use crate::model::{FencingToken, Kind, LockKey, Traffic, claimant_of};
 
 macro_rules! script {
     ($name:ident, $file:literal) => {
@@ -323,7 +323,7 @@ impl LockNode for RedisNode {
                 .arg(claim.listeners.flags())
                 .arg(&self.keys.lock_prefix)
                 .arg(&*key.name)
-                .arg(claim.lease.get(..11).unwrap_or(claim.lease))
+                .arg(claimant_of(claim.lease))
                 .arg(&self.keys.reader_prefix)
                 .arg(claim.listeners.patience_ms);
             for member in &members {
