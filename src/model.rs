@@ -229,7 +229,6 @@ impl LeaseId {
         Self(format!("{}{}", &claimant.base()[..half], &fresh.0[half..]))
     }
 
-
     /// Whether the id is a shared hold's.
     pub fn is_shared(&self) -> bool {
         self.0.get(MINTED_LEN..) == Some(SHARED_TAIL)
