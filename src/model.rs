@@ -225,8 +225,9 @@ impl LeaseId {
     /// grant's claims as its own from one attempt to the next), the rest new random bits.
     pub fn attempt_of(claimant: &LeaseId) -> Self {
         let fresh = Self::generate();
-        let half = MINTED_LEN / 2;
-        Self(format!("{}{}", &claimant.base()[..half], &fresh.0[half..]))
+        // A minted id is MINTED_LEN ASCII characters: the second half is there to take.
+        let rest = fresh.0.get(MINTED_LEN / 2..).unwrap_or(&fresh.0);
+        Self(format!("{}{rest}", claimant_of(claimant.as_str())))
     }
 
     /// Whether the id is a shared hold's.
@@ -621,11 +622,6 @@ impl LockKey {
         self.name.split('/').next().unwrap_or(&self.name)
     }
 
-    /// The slot a semaphore's key is, from its name.
-    pub fn slot_index(&self) -> Option<u16> {
-        self.name.rsplit_once('/')?.1.parse().ok()
-    }
-
     /// How announcements and the event bus name this key: a mutex by its bare name (as
     /// every version of redlockd announces it), other kinds by a path no lock name can
     /// spell (names have no `/`), so that an election never wakes a lock's waiters. Every
@@ -842,7 +838,6 @@ mod tests {
     #[test]
     fn a_semaphores_slots_are_announced_as_the_semaphore() {
         let slot = LockKey::slot("pool", 7);
-        assert_eq!(slot.slot_index(), Some(7));
         assert_eq!(slot.topic(), "/semaphores/pool");
         assert_eq!(
             LockName::semaphore("pool").unwrap().topic(),

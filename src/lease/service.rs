@@ -706,8 +706,10 @@ impl LeaseService {
         })
     }
 
-    /// The slots of semaphore `name` that a majority hold, with their holders.
-    async fn slots(&self, name: &LockName) -> Result<Vec<(u16, Holder)>, EngineError> {
+    /// Every slot of semaphore `name` that a majority hold, whatever the limits they were
+    /// taken with (from the masters' index, for inspect and force-release; a grant reads
+    /// only the slots below its limit, `Redlock::slots`).
+    async fn all_slots(&self, name: &LockName) -> Result<Vec<(u16, Holder)>, EngineError> {
         let prefix = format!("{name}/");
         let (holders, _) = self
             .engine
@@ -898,7 +900,7 @@ impl LeaseService {
     pub async fn force_release(&self, name: &LockName) -> Result<Vec<FencingToken>, LeaseError> {
         let keys = match name.kind() {
             Kind::Semaphore => self
-                .slots(name)
+                .all_slots(name)
                 .await?
                 .into_iter()
                 .map(|(slot, _)| LockKey::slot(name.as_str(), slot))
@@ -939,7 +941,7 @@ impl LeaseService {
     pub async fn inspect(&self, name: &LockName) -> Result<Vec<LockHolder>, LeaseError> {
         if name.kind() == Kind::Semaphore {
             return Ok(self
-                .slots(name)
+                .all_slots(name)
                 .await?
                 .into_iter()
                 .map(|(slot, holder)| LockHolder {
