@@ -50,6 +50,7 @@ fn nodes(settings: &Settings) -> anyhow::Result<Vec<Arc<dyn LockNode>>> {
 fn engine_config(settings: &Settings) -> EngineConfig {
     EngineConfig {
         unsafe_skip_quarantine: settings.unsafe_skip_quarantine,
+        max_lock_delay: settings.leases.max_lock_delay,
         ..EngineConfig::new(
             settings.master_timeout,
             settings.drift_factor,

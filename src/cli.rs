@@ -185,6 +185,11 @@ pub struct LockArgs {
     /// without --shared waits for them all (and later --shared runs wait behind it).
     #[arg(long, conflicts_with = "limit")]
     pub shared: bool,
+    /// When the lease ends other than by this run letting go (the run was killed, stalled
+    /// past its TTL, or an administrator removed it), NAME is not granted again for this
+    /// long, so that the work in flight of a run that lost its lock lands first, e.g. `5s`.
+    #[arg(long, value_parser = humantime::parse_duration, conflicts_with_all = ["limit", "shared"])]
+    pub lock_delay: Option<Duration>,
     /// The lock's name (the semaphore's, with --limit). Several names take every one of
     /// them under one lease, all or none (in any order: the server orders them).
     #[arg(required = true, num_args = 1.., value_name = "NAME")]

@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use clap::{Args, Parser, ValueEnum};
 
-use crate::model::{DEFAULT_MAX_TTL_MS, DEFAULT_MAX_WAIT_MS, MIN_TTL_MS};
+use crate::model::{DEFAULT_MAX_TTL_MS, DEFAULT_MAX_WAIT_MS, MAX_LOCK_DELAY_MS, MIN_TTL_MS};
 
 /// The configuration as given: raw values from flags and the environment. `settings()`
 /// parses it. `Debug` is not derived: the Redis URLs may carry passwords.
@@ -43,6 +43,11 @@ pub struct Config {
     /// Largest wait_ms accepted.
     #[arg(long, env = "REDLOCKD_MAX_WAIT_MS", default_value_t = DEFAULT_MAX_WAIT_MS)]
     pub max_wait_ms: u64,
+
+    /// Largest lock_delay_ms accepted (at most 60000); a master that lost its data is
+    /// quarantined this much longer than the largest TTL, so that no delay is cut short.
+    #[arg(long, env = "REDLOCKD_MAX_LOCK_DELAY_MS", default_value_t = MAX_LOCK_DELAY_MS)]
+    pub max_lock_delay_ms: u64,
 
     /// Clock-drift allowance as a share of the TTL (plus 2 ms).
     #[arg(long, env = "REDLOCKD_DRIFT_FACTOR", default_value_t = 0.01)]
@@ -173,6 +178,15 @@ impl Config {
 
     /// Parse and check every value: the settings the program runs with.
     pub fn settings(&self) -> Result<Settings, ConfigError> {
+        if self.max_lock_delay_ms > MAX_LOCK_DELAY_MS {
+            return Err(bad(
+                "REDLOCKD_MAX_LOCK_DELAY_MS",
+                format!(
+                    "{} is more than the contract's largest lock-delay, {MAX_LOCK_DELAY_MS} ms",
+                    self.max_lock_delay_ms
+                ),
+            ));
+        }
         if self.max_ttl_ms < MIN_TTL_MS {
             return Err(bad(
                 "REDLOCKD_MAX_TTL_MS",
@@ -253,6 +267,7 @@ impl Config {
                 default_ttl: ms(self.default_ttl_ms),
                 max_ttl: ms(self.max_ttl_ms),
                 max_wait: ms(self.max_wait_ms),
+                max_lock_delay: ms(self.max_lock_delay_ms),
             },
             drift_factor: self.drift_factor,
             master_timeout: ms(self.master_timeout_ms),
@@ -327,6 +342,7 @@ pub struct LeaseBounds {
     pub default_ttl: Duration,
     pub max_ttl: Duration,
     pub max_wait: Duration,
+    pub max_lock_delay: Duration,
 }
 
 /// Caps on what one replica holds open for its clients, so that no client can make it

@@ -22,6 +22,8 @@ pub const MIN_TTL_MS: u64 = 100;
 /// REDLOCKD_MAX_WAIT_MS change them): the OpenAPI document states these.
 pub const DEFAULT_MAX_TTL_MS: u64 = 3_600_000;
 pub const DEFAULT_MAX_WAIT_MS: u64 = 60_000;
+/// The largest lock-delay the contract allows, in ms.
+pub const MAX_LOCK_DELAY_MS: u64 = 60_000;
 
 /// Largest `limit` of a list call, and the default.
 pub const MAX_LIST_LIMIT: u64 = 1000;
@@ -680,6 +682,24 @@ impl Listeners {
             (true, false, true) => "wa",
             (false, true, true) => "oa",
             (true, true, true) => "woa",
+        }
+    }
+}
+
+/// How a grant's hold behaves beyond its TTL: who hears of its end, and how long the name
+/// stays refused after it ends other than by its holder's revoke (its lock-delay).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct GrantTerms {
+    pub listeners: Listeners,
+    /// 0: none.
+    pub lock_delay_ms: u64,
+}
+
+impl From<Listeners> for GrantTerms {
+    fn from(listeners: Listeners) -> Self {
+        Self {
+            listeners,
+            lock_delay_ms: 0,
         }
     }
 }

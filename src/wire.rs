@@ -194,6 +194,13 @@ pub struct GrantRequest {
     /// is not overtaken by shared grants that come after it, on any replica.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub mode: Option<LockMode>,
+    /// Lock-delay in ms (0 to the configured maximum, default 60000; default 0): when this
+    /// lease ends other than by its holder's revoke (it expires, or is force-released), the
+    /// name is not granted again until this long after, judged by the masters' clocks;
+    /// grants meanwhile are 409 `lock_delay`. For an exclusive lease on one name.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<u64>, minimum = 0, maximum = 60000)]
+    pub lock_delay_ms: Option<Whole>,
 }
 
 /// Fields of a grant of several names under one lease (`POST /locks`); each but `names`
@@ -436,6 +443,12 @@ pub struct CampaignRequest {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schema(value_type = Option<u64>, minimum = 0, maximum = 60000)]
     pub wait_ms: Option<Whole>,
+    /// Lock-delay in ms (default 0): when this term ends other than by the leader's resign
+    /// (it expires, or is force-released), no candidate is elected until this long after;
+    /// campaigns meanwhile are 409 `lock_delay`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<u64>, minimum = 0, maximum = 60000)]
+    pub lock_delay_ms: Option<Whole>,
 }
 
 /// Fields of a leader's renew; with `value`, the leader proclaims a new value and keeps
@@ -723,6 +736,7 @@ mod tests {
             wait_ms: None,
             owner: Some("me".into()),
             mode: Some(LockMode::Shared),
+            lock_delay_ms: Some(Whole(2000)),
         });
         round_trip(GrantRequest::default());
         round_trip(RenewRequest {

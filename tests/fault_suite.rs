@@ -32,8 +32,13 @@ const BIN: &str = env!("CARGO_BIN_EXE_redlockd");
 const MASTERS: usize = 3;
 /// Replicas 0 and 1 run throughout (bar crashes); 2 joins during a fault.
 const REPLICAS: usize = 3;
-/// The largest TTL, and so how long a master that lost its data is quarantined.
+/// The largest TTL.
 const MAX_TTL: Duration = Duration::from_millis(3000);
+/// The largest lock-delay: a master that lost its data is quarantined for this and the
+/// largest TTL.
+const MAX_LOCK_DELAY: Duration = Duration::from_millis(1000);
+/// The lock-delay half the grants of `job:c` carry.
+const LOCK_DELAY_MS: u64 = 300;
 /// The names the workers use; `@job:a` is the election `job:a` (its own kind of key: it
 /// must never collide with the lock `job:a`), whose renews now and then proclaim a value;
 /// `%job:a` is the semaphore `job:a`, whose permits allow `POOL_LIMIT` holders (a permit's
@@ -143,6 +148,10 @@ impl Replica {
             .env("REDLOCKD_LISTEN", format!("127.0.0.1:{port}"))
             .env("REDLOCKD_REDIS_URLS", urls.join(","))
             .env("REDLOCKD_MAX_TTL_MS", MAX_TTL.as_millis().to_string())
+            .env(
+                "REDLOCKD_MAX_LOCK_DELAY_MS",
+                MAX_LOCK_DELAY.as_millis().to_string(),
+            )
             .env("REDLOCKD_DEFAULT_TTL_MS", "1000")
             .env("REDLOCKD_MAX_WAIT_MS", "2000")
             // A debug build on two shared cores: room for a busy moment, still small
@@ -311,6 +320,7 @@ impl Recorder {
             _ => name.to_owned(),
         };
         let shared = name.starts_with('^');
+        let lock_delay = body["lock_delay_ms"].as_u64().map(Duration::from_millis);
         // A lease on several names is a lease on each of them.
         let names = group_names(&name)
             .map(|names| names.into_iter().map(str::to_owned).collect())
@@ -334,6 +344,7 @@ impl Recorder {
                 validity: ms(&value, "validity_ms"),
                 ttl: ms(&value, "ttl_ms").unwrap_or(ttl),
                 message: value["message"].as_str().map(str::to_owned),
+                lock_delay,
             });
         }
         drop(events);
@@ -401,6 +412,9 @@ async fn worker(
         let key = rng
             .random_bool(0.5)
             .then(|| format!("{seed}-{:x}", rng.random::<u64>()));
+        // Half the grants of job:c leave a lock-delay when they lapse; the checker holds
+        // every later grant of job:c (and of job:a+job:c) to it.
+        let delayed = name == "job:c" && rng.random_bool(0.5);
         let mut tries = if key.is_some() { 3 } else { 1 };
         let mut replica = replica;
         let mut base = base;
@@ -413,10 +427,13 @@ async fn worker(
                     Kind::Grant,
                     name,
                     None,
-                    grant_body(
-                        name,
-                        json!({"ttl_ms": ttl.as_millis() as u64, "wait_ms": wait}),
-                    ),
+                    grant_body(name, {
+                        let mut body = json!({"ttl_ms": ttl.as_millis() as u64, "wait_ms": wait});
+                        if delayed {
+                            body["lock_delay_ms"] = json!(LOCK_DELAY_MS);
+                        }
+                        body
+                    }),
                     ttl,
                     key.as_deref(),
                 )
@@ -657,7 +674,7 @@ async fn every_name_is_granted_again(cluster: &Cluster) -> Vec<String> {
         .base
         .clone();
     let http = reqwest::Client::new();
-    let deadline = Duration::from_millis(1500) + MAX_TTL + Duration::from_secs(1);
+    let deadline = Duration::from_millis(1500) + MAX_TTL + MAX_LOCK_DELAY + Duration::from_secs(1);
     let mut blocked = Vec::new();
     for name in NAMES {
         let started = Instant::now();
@@ -737,7 +754,9 @@ async fn random_faults(seed: u64, length: Duration) {
             cluster.snapshots[m] = Some(cluster.logs.path().join(format!("snap-{m}.rdb")));
         }
         let r = rng.random_range(0..2);
-        let data_ok = last_data_loss.is_none_or(|t| t.elapsed() > MAX_TTL + Duration::from_secs(1))
+        let quarantine = MAX_TTL + MAX_LOCK_DELAY;
+        let data_ok = last_data_loss
+            .is_none_or(|t| t.elapsed() > quarantine + Duration::from_secs(1))
             && cluster.all_voting().await;
         let fault = match rng.random_range(0..8) {
             0 => Fault::Pause(m),
@@ -841,6 +860,26 @@ async fn random_faults(seed: u64, length: Duration) {
         .filter(|e| e.lease.as_deref().is_some_and(|l| l.ends_with("_m")))
         .count();
     eprintln!("fault suite: {groups} leases on job:a and job:c at once");
+    let delayed = history
+        .iter()
+        .filter(|e| e.lock_delay.is_some() && e.kind == Kind::Grant && e.status == 201)
+        .count();
+    let refused = history
+        .iter()
+        .filter(|e| e.kind == Kind::Grant && e.status == 409)
+        .filter(|e| {
+            e.message
+                .as_deref()
+                .is_some_and(|m| m.contains("lock-delay"))
+        })
+        .count();
+    eprintln!(
+        "fault suite: {delayed} leases of job:c with a {LOCK_DELAY_MS} ms lock-delay, {refused} grants refused during one"
+    );
+    assert!(
+        delayed > 5,
+        "too few leases with a lock-delay to judge them"
+    );
     assert!(groups > 5, "too few leases on several names to judge them");
     assert!(shared > 5, "too few shared grants to judge shared locks");
     assert!(permits > 5, "too few permits to judge the semaphore");

@@ -90,6 +90,10 @@ pub async fn run(args: LockArgs) -> u8 {
         say("several names are one exclusive lease: they take neither --limit nor --shared");
         return exit::USAGE;
     }
+    if args.names.len() > 1 && args.lock_delay.is_some() {
+        say("--lock-delay is for a lock on one name");
+        return exit::USAGE;
+    }
     // Messages and the command's environment name them all, separated by commas.
     let name = args.names.join(",");
     let first = args.names[0].clone();
@@ -138,6 +142,7 @@ pub async fn run(args: LockArgs) -> u8 {
                 wait_ms,
                 owner,
                 mode: args.shared.then_some(LockMode::Shared),
+                lock_delay_ms: args.lock_delay.map(|d| Whole(millis(d))),
             }),
             if args.shared { "shared lock" } else { "lock" },
         ),
@@ -154,11 +159,17 @@ pub async fn run(args: LockArgs) -> u8 {
         .await
     {
         Ok(lease) => lease,
-        Err(Failure::Held { retry_after, .. }) => {
+        Err(Failure::Held {
+            retry_after,
+            message,
+        }) => {
             // A skip the user declared a success is silent: cron mails any output.
             if !args.quiet && args.held_exit_code != 0 {
                 let held = match args.limit {
                     Some(limit) => format!("every one of the {limit} permits of {name} is taken"),
+                    None if message.contains("lock-delay") => format!(
+                        "{name} is in its lock-delay: its last lease ended without a revoke"
+                    ),
                     None => format!("{name} is held by another lease"),
                 };
                 say(format_args!(

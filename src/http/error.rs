@@ -49,6 +49,15 @@ pub enum ApiError {
     /// 409 `lock_held` on a semaphore: every permit below the grant's limit is taken.
     #[error("every permit of this semaphore is taken")]
     Full { retry_after: Duration },
+    /// 409 `lock_delay`: the lock is free, but the lock-delay of a lease that ended without
+    /// its holder's revoke lasts `retry_after` more.
+    #[error(
+        "the lock is in its lock-delay: its last lease ended without a revoke (expired, or force-released), and the name is not granted until the delay has passed"
+    )]
+    LockDelay { retry_after: Duration },
+    /// 404 `session_not_found`: no such session (expired, ended, or never opened).
+    #[error("no such session: it expired, was ended, or never existed")]
+    SessionNotFound,
     /// 404 `lease_not_found`: no such lease holds the lock (expired, revoked or never granted).
     #[error("no such lease holds this lock: it expired, was revoked, or never existed")]
     LeaseNotFound,
@@ -106,12 +115,14 @@ impl ApiError {
             ApiError::Invalid(_) => StatusCode::BAD_REQUEST,
             ApiError::TooLarge => StatusCode::PAYLOAD_TOO_LARGE,
             ApiError::RequestTimeout => StatusCode::REQUEST_TIMEOUT,
-            ApiError::LockHeld { .. } | ApiError::Led { .. } | ApiError::Full { .. } => {
-                StatusCode::CONFLICT
-            }
-            ApiError::LeaseNotFound | ApiError::KeyEnded | ApiError::NoRoute => {
-                StatusCode::NOT_FOUND
-            }
+            ApiError::LockHeld { .. }
+            | ApiError::Led { .. }
+            | ApiError::Full { .. }
+            | ApiError::LockDelay { .. } => StatusCode::CONFLICT,
+            ApiError::LeaseNotFound
+            | ApiError::KeyEnded
+            | ApiError::SessionNotFound
+            | ApiError::NoRoute => StatusCode::NOT_FOUND,
             ApiError::IdempotencyMismatch => StatusCode::UNPROCESSABLE_ENTITY,
             ApiError::Unavailable { .. } | ApiError::ShuttingDown => {
                 StatusCode::SERVICE_UNAVAILABLE
@@ -130,7 +141,9 @@ impl ApiError {
             ApiError::Invalid(_) | ApiError::TooLarge => "invalid_request",
             ApiError::RequestTimeout => "request_timeout",
             ApiError::LockHeld { .. } | ApiError::Led { .. } | ApiError::Full { .. } => "lock_held",
+            ApiError::LockDelay { .. } => "lock_delay",
             ApiError::LeaseNotFound | ApiError::KeyEnded => "lease_not_found",
+            ApiError::SessionNotFound => "session_not_found",
             ApiError::IdempotencyMismatch => "idempotency_mismatch",
             ApiError::Unavailable { .. } => "quorum_unavailable",
             ApiError::ShuttingDown => "shutting_down",
@@ -180,7 +193,9 @@ impl From<LeaseError> for ApiError {
     fn from(e: LeaseError) -> Self {
         match e {
             LeaseError::Held { retry_after } => ApiError::LockHeld { retry_after },
+            LeaseError::Delayed { retry_after } => ApiError::LockDelay { retry_after },
             LeaseError::NotFound => ApiError::LeaseNotFound,
+            LeaseError::SessionNotFound => ApiError::SessionNotFound,
             LeaseError::KeyEnded => ApiError::KeyEnded,
             LeaseError::IdempotencyMismatch => ApiError::IdempotencyMismatch,
             LeaseError::Unavailable(why) => ApiError::Unavailable {
@@ -202,6 +217,7 @@ impl ApiError {
             ApiError::LockHeld { retry_after }
             | ApiError::Led { retry_after }
             | ApiError::Full { retry_after }
+            | ApiError::LockDelay { retry_after }
             | ApiError::TooMany { retry_after, .. } => Some(*retry_after),
             _ => None,
         }

@@ -36,6 +36,7 @@ impl GrantRequest {
             holder: self.owner.as_deref(),
             limit: None,
             mode: self.mode.map(Into::into),
+            lock_delay_ms: whole(self.lock_delay_ms),
         }
     }
 }
@@ -48,6 +49,7 @@ impl CampaignRequest {
             holder: self.value.as_deref(),
             limit: None,
             mode: None,
+            lock_delay_ms: whole(self.lock_delay_ms),
         }
     }
 }
@@ -61,6 +63,7 @@ impl GroupRequest {
             holder: self.owner.as_deref(),
             limit: None,
             mode: self.mode.map(Into::into),
+            lock_delay_ms: None,
         }
     }
 }
@@ -73,6 +76,7 @@ impl SemaphoreRequest {
             holder: self.owner.as_deref(),
             limit: Some(whole(self.limit)),
             mode: None,
+            lock_delay_ms: None,
         }
     }
 }
@@ -161,6 +165,8 @@ pub(super) struct GrantFields<'a> {
     limit: Option<Option<u64>>,
     /// A lock's `mode`.
     mode: Option<Mode>,
+    /// An exclusive lock's or an election term's `lock_delay_ms`.
+    lock_delay_ms: Option<u64>,
 }
 
 impl GrantFields<'_> {
@@ -175,8 +181,19 @@ impl GrantFields<'_> {
             .ok_or_else(|| ApiError::Invalid("names must list 1 to 64 lock names".into()))
     }
 
-    /// What the grant takes: the name, or for a semaphore one of `limit` permits of it.
-    fn target(&self, name: LockName) -> Result<Target, ApiError> {
+    /// What the grant takes: the name, or for a semaphore one of `limit` permits of it;
+    /// with the lock-delay its lease leaves behind (`policy` bounds it).
+    fn target(&self, name: LockName, policy: &LeasePolicy) -> Result<Target, ApiError> {
+        let delay = policy.lock_delay(self.lock_delay_ms)?;
+        if !delay.is_zero() && self.mode == Some(Mode::Shared) {
+            return Err(ApiError::Invalid(
+                "lock_delay_ms is for an exclusive lease: a shared one leaves no delay".into(),
+            ));
+        }
+        Ok(self.kind_target(name)?.with_lock_delay(delay))
+    }
+
+    fn kind_target(&self, name: LockName) -> Result<Target, ApiError> {
         match (name.kind(), self.limit) {
             (Kind::Semaphore, Some(Some(limit))) => {
                 Ok(Target::permit(name, PermitLimit::parse(limit)?))
@@ -219,7 +236,7 @@ pub(super) async fn grant<B: serde::Serialize + for<'a> From<&'a Lease>>(
     caller: Option<&Caller>,
     refine: Refine,
 ) -> Result<Response, ApiError> {
-    let target = fields.target(name)?;
+    let target = fields.target(name, &LeasePolicy::from(state.settings.leases))?;
     grant_target::<B>(state, target, fields, headers, caller, refine).await
 }
 
@@ -268,7 +285,7 @@ pub(super) fn hold(
     headers: &HeaderMap,
     refine: Refine,
 ) -> Result<Response, ApiError> {
-    let target = fields.target(name)?;
+    let target = fields.target(name, &LeasePolicy::from(state.settings.leases))?;
     hold_target(state, target, fields, headers, refine)
 }
 

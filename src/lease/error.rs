@@ -15,9 +15,16 @@ pub enum LeaseError {
     /// Another lease holds the lock; it lapses in `retry_after` unless renewed.
     #[error("the lock is held by another lease")]
     Held { retry_after: Duration },
+    /// The lock is free, but the lock-delay of a lease that ended without its holder's
+    /// revoke refuses it for `retry_after` more.
+    #[error("the lock is in its lock-delay: a lease ended without a revoke")]
+    Delayed { retry_after: Duration },
     /// No such lease holds the lock on a majority: expired, revoked, or never granted.
     #[error("no such lease holds this lock: it expired, was revoked, or never existed")]
     NotFound,
+    /// No such session lives on a majority: it expired, was ended, or never existed.
+    #[error("no such session: it expired, was ended, or never existed")]
+    SessionNotFound,
     /// The grant's Idempotency-Key stands for a lease that was granted and has ended.
     #[error("the lease of this Idempotency-Key has ended")]
     KeyEnded,
@@ -45,6 +52,7 @@ impl From<EngineError> for LeaseError {
             },
             EngineError::NotFound => LeaseError::NotFound,
             EngineError::Ended => LeaseError::KeyEnded,
+            EngineError::Delayed { retry_after } => LeaseError::Delayed { retry_after },
             EngineError::IdempotencyMismatch => LeaseError::IdempotencyMismatch,
             EngineError::Unavailable(why) => LeaseError::Unavailable(why),
         }

@@ -12,7 +12,7 @@ mod hold;
 mod service;
 
 use crate::config::LeaseBounds;
-use crate::model::{InvalidInput, MIN_TTL_MS, millis};
+use crate::model::{InvalidInput, MAX_LOCK_DELAY_MS, MIN_TTL_MS, millis};
 pub use election::LeaderChange;
 pub use error::LeaseError;
 pub use events::{Events, LockEvent};
@@ -51,11 +51,15 @@ pub struct LeasePolicy {
     default_ttl: Duration,
     max_ttl: Duration,
     max_wait: Duration,
+    max_lock_delay: Duration,
 }
 
 impl From<LeaseBounds> for LeasePolicy {
     fn from(b: LeaseBounds) -> Self {
-        Self::new(b.default_ttl, b.max_ttl, b.max_wait)
+        Self {
+            max_lock_delay: b.max_lock_delay,
+            ..Self::new(b.default_ttl, b.max_ttl, b.max_wait)
+        }
     }
 }
 
@@ -66,6 +70,20 @@ impl LeasePolicy {
             default_ttl,
             max_ttl,
             max_wait,
+            max_lock_delay: Duration::from_millis(MAX_LOCK_DELAY_MS),
+        }
+    }
+
+    /// A grant's lock-delay: `lock_delay_ms`, or none.
+    pub fn lock_delay(&self, lock_delay_ms: Option<u64>) -> Result<Duration, InvalidInput> {
+        let ms = lock_delay_ms.unwrap_or(0);
+        let max = millis(self.max_lock_delay);
+        if ms <= max {
+            Ok(Duration::from_millis(ms))
+        } else {
+            Err(InvalidInput(format!(
+                "lock_delay_ms must be at most {max}, got {ms}"
+            )))
         }
     }
 

@@ -14,8 +14,9 @@ use super::{Ttl, WaitTime};
 use crate::config::Caps;
 use crate::metrics::Metrics;
 use crate::model::News;
+use crate::model::Slot;
 use crate::model::{FencingToken, GrantKey, LeaseId, LockName, NamePrefix, Owner, millis};
-use crate::model::{Idem, Kind, Listeners, LockKey, MAX_PERMITS, Mode, PermitLimit, Slot};
+use crate::model::{GrantTerms, Idem, Kind, Listeners, LockKey, MAX_PERMITS, Mode, PermitLimit};
 use crate::model::{MasterStatus, Traffic};
 use crate::redlock::{EngineError, Holder, Leased, Redlock};
 
@@ -161,6 +162,9 @@ pub struct Target {
     pub mode: Mode,
     /// Several locks under one lease: all its names (`name` is the first), sorted.
     pub group: Option<Arc<[LockName]>>,
+    /// How long the name stays refused after the lease ends other than by its holder's
+    /// revoke (zero: not at all). An exclusive lock's or an election term's only.
+    pub lock_delay: Duration,
 }
 
 impl Target {
@@ -191,6 +195,15 @@ impl Target {
         })
     }
 
+    /// The same target, whose lease leaves its name refused for `delay` after it ends
+    /// other than by its holder's revoke.
+    pub fn with_lock_delay(self, delay: Duration) -> Self {
+        Self {
+            lock_delay: delay,
+            ..self
+        }
+    }
+
     /// The key a grant of this target's lock takes (not a permit's: it picks a slot).
     fn key(&self, id: &LeaseId) -> LockKey {
         match (&self.group, self.mode) {
@@ -211,15 +224,20 @@ impl Target {
     /// What the request asks besides the name, TTL and owner, for its Idempotency-Key's
     /// fingerprint: empty for a lock's exclusive grant.
     fn variant(&self) -> String {
-        if let Some(names) = &self.group {
+        let mut variant = if let Some(names) = &self.group {
             let names: Vec<&str> = names.iter().map(LockName::as_str).collect();
-            return format!("names {}", names.join(" "));
+            format!("names {}", names.join(" "))
+        } else {
+            match (self.limit, self.mode) {
+                (Some(limit), _) => limit.get().to_string(),
+                (None, Mode::Shared) => "shared".to_owned(),
+                (None, Mode::Exclusive) => String::new(),
+            }
+        };
+        if !self.lock_delay.is_zero() {
+            variant.push_str(&format!(" delay {}", millis(self.lock_delay)));
         }
-        match (self.limit, self.mode) {
-            (Some(limit), _) => limit.get().to_string(),
-            (None, Mode::Shared) => "shared".to_owned(),
-            (None, Mode::Exclusive) => String::new(),
-        }
+        variant
     }
 }
 
@@ -230,6 +248,7 @@ impl From<LockName> for Target {
             limit: None,
             mode: Mode::Exclusive,
             group: None,
+            lock_delay: Duration::ZERO,
         }
     }
 }
@@ -492,14 +511,15 @@ impl LeaseService {
                     )
                     .await;
                 match result {
-                    Err(LeaseError::Held { retry_after })
+                    Err(LeaseError::Held { retry_after } | LeaseError::Delayed { retry_after })
                         if tokio::time::Instant::now() < deadline =>
                     {
                         if !contended {
                             contended = true;
                             self.metrics.contended(name.class());
                         }
-                        // The holder's lease lapses then, unless renewed: look again.
+                        // The holder's lease lapses then, unless renewed (or the lock-delay
+                        // ends then, and no announcement will say so): look again.
                         let lapse =
                             tokio::time::Instant::now() + retry_after.max(Duration::from_millis(1));
                         wake_at = deadline.min(lapse);
@@ -601,16 +621,12 @@ impl LeaseService {
                         (None, Mode::Exclusive) => id,
                     };
                     let key = target.key(&id);
+                    let terms = GrantTerms {
+                        listeners,
+                        lock_delay_ms: millis(target.lock_delay),
+                    };
                     let mut lease = self
-                        .attempt_once(
-                            &target.name,
-                            key,
-                            Some(id),
-                            ttl,
-                            owner.clone(),
-                            idem,
-                            listeners,
-                        )
+                        .attempt_once(&target.name, key, Some(id), ttl, owner.clone(), idem, terms)
                         .await;
                     if let (Ok(lease), Some(names)) = (&mut lease, &target.group) {
                         lease.names = names.iter().map(|n| n.as_str().into()).collect();
@@ -688,7 +704,15 @@ impl LeaseService {
             let key = LockKey::slot(name.as_str(), index);
             let idem = keyed.map(|(_, idem)| idem.clone());
             match self
-                .attempt_once(name, key, Some(id), ttl, owner.clone(), idem, listeners)
+                .attempt_once(
+                    name,
+                    key,
+                    Some(id),
+                    ttl,
+                    owner.clone(),
+                    idem,
+                    listeners.into(),
+                )
                 .await
             {
                 Err(EngineError::Held { retry_after }) => {
@@ -740,7 +764,7 @@ impl LeaseService {
         ttl: Duration,
         owner: Option<Arc<str>>,
         idem: Option<Idem>,
-        listeners: Listeners,
+        terms: GrantTerms,
     ) -> Result<Lease, EngineError> {
         let id = id.unwrap_or_else(LeaseId::generate);
         let mut abandoned = (idem.is_none()).then(|| Abandoned {
@@ -752,7 +776,7 @@ impl LeaseService {
         });
         let result = self
             .engine
-            .acquire_keyed(&key, id.as_str(), ttl, owner, idem, listeners)
+            .acquire_keyed(&key, id.as_str(), ttl, owner, idem, terms)
             .await
             .map(|leased| Lease::new(name.clone(), id, leased));
         // Finished: the answer is the request's to give.

@@ -162,7 +162,12 @@ impl Worker {
                     let (_, reply) = reply.await;
                     let needs = match reply {
                         Ok(Acquired::Granted { token: t }) => t != token,
-                        Ok(Acquired::Held { .. } | Acquired::Mismatch | Acquired::Ended)
+                        Ok(
+                            Acquired::Held { .. }
+                            | Acquired::Mismatch
+                            | Acquired::Ended
+                            | Acquired::Delayed { .. },
+                        )
                         | Err(NodeError::Amnesic) => false,
                         Err(_) => true,
                     };

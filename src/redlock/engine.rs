@@ -21,7 +21,7 @@ use super::health::Monitor;
 use super::quorum::{self, GrantOutcome, OwnedOutcome, ReadOutcome, ReleaseOutcome};
 use crate::model::News;
 use crate::model::{
-    FencingToken, Idem, Kind, Listeners, LockKey, MasterFailure, Unavailability, millis,
+    FencingToken, GrantTerms, Idem, Kind, Listeners, LockKey, MasterFailure, Unavailability, millis,
 };
 use crate::store::node::{
     Acquired, Claim, Ending, Holding, ListPage, Listing, LockNode, NodeError, NodeResult, Renewal,
@@ -36,8 +36,11 @@ pub struct EngineConfig {
     pub master_timeout: Duration,
     /// The clock-drift allowance as a share of the TTL (plus 2 ms).
     pub drift_factor: f64,
-    /// The largest TTL a lease may have: how long an amnesic master stays quarantined.
+    /// The largest TTL a lease may have.
     pub max_ttl: Duration,
+    /// The largest lock-delay a lease may have: an amnesic master stays quarantined for
+    /// the largest TTL and this, so that a delay it forgot is over before it votes.
+    pub max_lock_delay: Duration,
     /// UNSAFE, for the fault suite only: a master that lost its data votes again at once.
     /// It exists so that the suite can show its checker catches the double grants this
     /// causes; nothing else should ever set it.
@@ -51,8 +54,15 @@ impl EngineConfig {
             master_timeout,
             drift_factor,
             max_ttl,
+            max_lock_delay: Duration::ZERO,
             unsafe_skip_quarantine: false,
         }
+    }
+
+    /// How long a master that lost its data sits out: until every lease (and its
+    /// lock-delay) it may have held is over.
+    pub fn quarantine(&self) -> Duration {
+        self.max_ttl + self.max_lock_delay
     }
 }
 
@@ -74,6 +84,9 @@ pub enum EngineError {
     /// The lease the grant's Idempotency-Key stands for was granted and has ended.
     #[error("the lease of this Idempotency-Key has ended")]
     Ended,
+    /// The lock is free but an ended lease's lock-delay refuses it until `retry_after`.
+    #[error("the lock is in its lock-delay after a lease that ended without a revoke")]
+    Delayed { retry_after: Duration },
     #[error("{}", .0.reason)]
     Unavailable(Unavailability),
 }
@@ -429,8 +442,12 @@ impl Redlock {
         ttl: Duration,
         owner: Option<Arc<str>>,
         idem: Option<Idem>,
-        listeners: Listeners,
+        terms: impl Into<GrantTerms>,
     ) -> Result<Leased, EngineError> {
+        let GrantTerms {
+            listeners,
+            lock_delay_ms,
+        } = terms.into();
         let started = Instant::now();
         let ttl_ms = millis(ttl);
         let (key, lease): (LockKey, Arc<str>) = (key.clone(), lease.into());
@@ -459,6 +476,7 @@ impl Redlock {
                             owner: owner.as_deref(),
                             idem: idem.as_deref(),
                             listeners,
+                            lock_delay_ms,
                         };
                         let reply = node.acquire(claim).await;
                         if let Ok(Acquired::Granted { token }) = &reply {
@@ -495,6 +513,11 @@ impl Redlock {
                 drop(stragglers);
                 self.abandon(&key, &lease, ttl, idem.as_deref()).await;
                 return Err(EngineError::Ended);
+            }
+            Some(GrantOutcome::Delayed { retry_after }) => {
+                drop(stragglers);
+                self.abandon(&key, &lease, ttl, idem.as_deref()).await;
+                return Err(EngineError::Delayed { retry_after });
             }
             Some(GrantOutcome::Unavailable) | None => {
                 drop(stragglers);

@@ -454,12 +454,12 @@ impl Monitor {
         let quarantine = *self.state(i).quarantine.get_or_insert_with(|| {
             tracing::warn!(
                 master = %self.addresses[i],
-                quarantine_ms = self.config.max_ttl.as_millis() as u64,
+                quarantine_ms = self.config.quarantine().as_millis() as u64,
                 "master has lost its data; it will not vote until every lease it may have held has expired"
             );
             Quarantine {
-                until: now + self.config.max_ttl,
-                until_wall: SystemTime::now() + self.config.max_ttl,
+                until: now + self.config.quarantine(),
+                until_wall: SystemTime::now() + self.config.quarantine(),
             }
         });
         if now < quarantine.until && !self.config.unsafe_skip_quarantine {
@@ -539,12 +539,13 @@ impl Monitor {
         let probes: Vec<Probe> = probes.into_iter().flatten().collect();
         if !force {
             for (probe, address) in probes.iter().zip(&self.addresses) {
-                if !probe.marked() && probe.uptime < self.config.max_ttl {
+                let quarantine = self.config.quarantine();
+                if !probe.marked() && probe.uptime < quarantine {
                     return Err(format!(
-                        "{address} restarted {} s ago: a lease it held may be live elsewhere until REDLOCKD_MAX_TTL_MS ({} s) after its restart; wait {} s more, or pass --force if no lease can be live",
+                        "{address} restarted {} s ago: a lease it held (or its lock-delay) may be live elsewhere until REDLOCKD_MAX_TTL_MS plus REDLOCKD_MAX_LOCK_DELAY_MS ({} s) after its restart; wait {} s more, or pass --force if no lease can be live",
                         probe.uptime.as_secs(),
-                        self.config.max_ttl.as_secs(),
-                        (self.config.max_ttl - probe.uptime).as_secs() + 1
+                        quarantine.as_secs(),
+                        (quarantine - probe.uptime).as_secs() + 1
                     ));
                 }
             }

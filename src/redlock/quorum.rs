@@ -48,7 +48,14 @@ pub enum GrantOutcome {
     Mismatch,
     /// A majority say the Idempotency-Key's lease held the lock and has ended.
     Ended,
+    /// The lock is free, but an ended lease's lock-delay refuses it on a majority (or may,
+    /// counting the masters that did not answer) until `retry_after`.
+    Delayed { retry_after: Duration },
 }
+
+/// What a master's lock-delay counts as in the tally of holders: a holder of its own, which
+/// no lease id can spell (lease ids are URL-safe).
+const DELAY: &str = " delay";
 
 /// Decide an acquire round, or `None` while the pending answers could still change it.
 pub fn decide_grant(replies: &[Option<NodeResult<Acquired>>]) -> Option<GrantOutcome> {
@@ -64,6 +71,7 @@ pub fn decide_grant(replies: &[Option<NodeResult<Acquired>>]) -> Option<GrantOut
             None => pending += 1,
             Some(Ok(Acquired::Granted { token })) => tokens.push(*token),
             Some(Ok(Acquired::Held { pttl_ms, lease })) => held.push((lease, *pttl_ms)),
+            Some(Ok(Acquired::Delayed { pttl_ms })) => held.push((DELAY, *pttl_ms)),
             // The key's record is the client's own request, on any master: no vote changes it.
             Some(Ok(Acquired::Mismatch)) => return Some(GrantOutcome::Mismatch),
             // A minority's record may be a failed attempt's that its clean-up missed; only a
@@ -118,10 +126,12 @@ pub fn decide_grant(replies: &[Option<NodeResult<Acquired>>]) -> Option<GrantOut
         .collect();
     pttls.sort_unstable();
     let must_expire = (count + failed + q).saturating_sub(n).max(1);
-    let retry_after = pttls.get(must_expire - 1).copied().unwrap_or_default();
-    Some(GrantOutcome::Held {
-        retry_after: Duration::from_millis(retry_after),
-    })
+    let retry_after =
+        Duration::from_millis(pttls.get(must_expire - 1).copied().unwrap_or_default());
+    if lease == DELAY {
+        return Some(GrantOutcome::Delayed { retry_after });
+    }
+    Some(GrantOutcome::Held { retry_after })
 }
 
 /// Decide a confirm round: `true` once a majority hold the token, `false` once they

@@ -52,6 +52,10 @@ struct Entry {
     seen: Option<String>,
     /// A several-name lease's names, sorted, separated by spaces (see acquire_many.lua).
     group: Option<String>,
+    /// The lease's lock-delay in ms (0: none; see acquire.lua).
+    delay_ms: u64,
+    /// The session the lease is held through, if any (see session.lua).
+    session: Option<String>,
 }
 
 #[derive(Debug)]
@@ -76,6 +80,9 @@ struct Data {
     /// Each lock's claim by a waiting exclusive grant: its lease and when the claim lapses
     /// (see acquire.lua). Lost on a restart, as a claim is only about who goes first.
     claims: HashMap<String, (String, Instant)>,
+    /// Each lock's lock-delay: the lease it follows and when it lapses (acquire.lua's 'd:'
+    /// claim; a separate map here because `claims` is by mutex name only).
+    delays: HashMap<LockKey, (String, Instant)>,
 }
 
 impl Data {
@@ -99,6 +106,7 @@ impl Data {
                 !readers.is_empty()
             });
             self.claims.retain(|_, (_, until)| *until > now);
+            self.delays.retain(|_, (_, until)| *until > now);
             self.since_sweep = 0;
         }
     }
@@ -213,6 +221,26 @@ impl Data {
         Some(longest)
     }
 
+    /// The lock-delay that refuses a grant of lock `key` (a shared hold's: its lock's)
+    /// while the lock is free, as acquire.lua's 'd:' claim does.
+    fn delayed(&self, key: &LockKey, now: Instant) -> Option<Acquired> {
+        let lock = match key.kind {
+            Kind::Reader => LockKey::mutex(key.owner_name()),
+            _ => key.clone(),
+        };
+        let (_, until) = self.delays.get(&lock).filter(|(_, until)| *until > now)?;
+        let left = until.duration_since(now).mul_f64(self.clock_rate);
+        Some(Acquired::Delayed {
+            pttl_ms: u64::try_from(left.as_millis()).unwrap_or(u64::MAX),
+        })
+    }
+
+    /// Start (or move) `entry`'s lock-delay: it lapses `delay_ms` after `end`.
+    fn delay_after(&mut self, key: &LockKey, lease: &str, delay_ms: u64, end: Instant) {
+        let until = end + Duration::from_millis(delay_ms).div_f64(self.clock_rate);
+        self.delays.insert(key.clone(), (lease.to_owned(), until));
+    }
+
     fn holding(&self, entry: &Entry, now: Instant) -> Holding {
         Holding {
             lease: entry.lease.clone(),
@@ -242,6 +270,7 @@ pub struct Snapshot {
     fence: u64,
     marker: Option<String>,
     watermarks: HashMap<String, u64>,
+    delays: HashMap<LockKey, (String, Instant)>,
 }
 
 pub struct MemoryNode {
@@ -269,6 +298,7 @@ impl MemoryNode {
                 since_sweep: 0,
                 shared: HashMap::new(),
                 claims: HashMap::new(),
+                delays: HashMap::new(),
             }),
             fault: Mutex::new(Fault::None),
             #[cfg(any(test, feature = "test-util"))]
@@ -317,6 +347,7 @@ impl MemoryNode {
             fence: 0,
             marker: None,
             watermarks: HashMap::new(),
+            delays: HashMap::new(),
         });
     }
 
@@ -330,6 +361,7 @@ impl MemoryNode {
             fence: data.fence,
             marker: data.marker.clone(),
             watermarks: data.watermarks.clone(),
+            delays: data.delays.clone(),
         }
     }
 
@@ -343,6 +375,7 @@ impl MemoryNode {
         data.fence = snapshot.fence;
         data.marker = snapshot.marker;
         data.watermarks = snapshot.watermarks;
+        data.delays = snapshot.delays;
         data.claims.clear();
         data.shared.clear();
         let readers: Vec<LockKey> = data
@@ -421,6 +454,7 @@ impl MemoryNode {
             owner,
             idem,
             listeners,
+            ..
         } = claim;
         let members = key.members();
         let claimant = format!("g:{}", claimant_of(lease));
@@ -445,6 +479,11 @@ impl MemoryNode {
                 if let Some(claimed) = data.group_claim(member, Some(&claimant), now) {
                     return Ok(claimed);
                 }
+                if data.live(member, now).is_none()
+                    && let Some(delayed) = data.delayed(member, now)
+                {
+                    return Ok(delayed);
+                }
             }
             let mut blocked = None;
             for member in &members {
@@ -460,7 +499,7 @@ impl MemoryNode {
                         .map(|pttl| (pttl, "shared".to_owned())),
                 };
                 if let Some((pttl_ms, holder)) = held {
-                    if listeners.waiting {
+                    if listeners.waiting && !data.delays.contains_key(member) {
                         let lasts = (pttl_ms + 1000).min(listeners.patience_ms + 100);
                         let until = now + Duration::from_millis(lasts);
                         let claim = data
@@ -504,6 +543,8 @@ impl MemoryNode {
                         made: idem.map(|i| i.attempt.clone()),
                         seen: idem.map(|i| i.attempt.clone()),
                         group: Some(key.name.to_string()),
+                        delay_ms: 0,
+                        session: None,
                     },
                 );
             }
@@ -529,6 +570,7 @@ impl LockNode for MemoryNode {
             // The embedded store announces nothing: its replica hears of its own doings; a
             // waiting grant's claim on a lock held shared is all it keeps of them.
             listeners,
+            lock_delay_ms,
         } = claim;
         if key.kind == Kind::Group {
             return self.acquire_many(claim).await;
@@ -561,6 +603,9 @@ impl LockNode for MemoryNode {
             }
             if let Some(claimed) = data.group_claim(key, None, now) {
                 return Ok(claimed);
+            }
+            if let Some(delayed) = data.delayed(key, now) {
+                return Ok(delayed);
             }
             if let Some(pttl_ms) = data.readers_refuse(
                 key,
@@ -603,8 +648,13 @@ impl LockNode for MemoryNode {
                     made: idem.map(|i| i.attempt.clone()),
                     seen: idem.map(|i| i.attempt.clone()),
                     group: None,
+                    delay_ms: lock_delay_ms,
+                    session: None,
                 },
             );
+            if lock_delay_ms > 0 {
+                data.delay_after(key, lease, lock_delay_ms, expires);
+            }
             Ok(Acquired::Granted { token })
         })
         .await
@@ -637,6 +687,11 @@ impl LockNode for MemoryNode {
             let Some(entry) = data.live(key, now).filter(|e| e.lease == lease) else {
                 return Ok(Owned::NotOwner);
             };
+            if entry.session.is_some() {
+                // Held through a session: it lives as long as the session (see renew.lua).
+                let entry = entry.clone();
+                return Ok(Owned::Yes(data.holding(&entry, now)));
+            }
             let ttl_ms = ttl_ms.unwrap_or(entry.ttl_ms);
             entry.ttl_ms = ttl_ms;
             entry.expires = now + Duration::from_millis(ttl_ms).div_f64(rate);
@@ -651,6 +706,10 @@ impl LockNode for MemoryNode {
                 pttl_ms: ttl_ms,
                 owner: entry.owner.clone(),
             };
+            let (delay_ms, expires) = (entry.delay_ms, entry.expires);
+            if delay_ms > 0 {
+                data.delay_after(key, lease, delay_ms, expires);
+            }
             Ok(Owned::Yes(holding))
         })
         .await
@@ -672,9 +731,18 @@ impl LockNode for MemoryNode {
                 .live(key, now)
                 .is_some_and(|e| e.lease == lease && ours(e))
             {
-                let record = data.locks.remove(key).and_then(|e| e.record);
-                if let (Some(record), Ending::Undo { .. }) = (record, ending) {
+                let entry = data.locks.remove(key);
+                let delay_ms = entry.as_ref().map_or(0, |e| e.delay_ms);
+                if let (Some(record), Ending::Undo { .. }) = (entry.and_then(|e| e.record), ending)
+                {
                     data.records.remove(&record);
+                }
+                if delay_ms > 0 {
+                    if *ending == Ending::Evict {
+                        data.delay_after(key, lease, delay_ms, now);
+                    } else if data.delays.get(key).is_some_and(|(l, _)| l == lease) {
+                        data.delays.remove(key);
+                    }
                 }
                 Ok(Owned::Yes(()))
             } else {

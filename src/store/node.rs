@@ -38,6 +38,9 @@ pub enum Acquired {
     /// The key's lease held the lock here and has ended (revoked, or force-released): a
     /// retry must not lock again for a holder that has let go. Nothing was written.
     Ended,
+    /// The lock is free here, but the lock-delay of a lease that ended other than by its
+    /// holder's revoke lasts `pttl_ms` more, by this master's clock. Nothing was written.
+    Delayed { pttl_ms: u64 },
 }
 
 /// How a lease's hold on one master ends.
@@ -178,10 +181,13 @@ pub struct Claim<'a> {
     pub owner: Option<&'a str>,
     pub idem: Option<&'a Idem>,
     pub listeners: Listeners,
+    /// How long after the lease ends other than by its holder's revoke the name stays
+    /// refused (0: not at all).
+    pub lock_delay_ms: u64,
 }
 
 impl<'a> Claim<'a> {
-    /// A claim with no owner text and no Idempotency-Key.
+    /// A claim with no owner text, no Idempotency-Key and no lock-delay.
     pub fn new(key: &'a LockKey, lease: &'a str, ttl_ms: u64) -> Self {
         Self {
             key,
@@ -190,6 +196,7 @@ impl<'a> Claim<'a> {
             owner: None,
             idem: None,
             listeners: Listeners::default(),
+            lock_delay_ms: 0,
         }
     }
 

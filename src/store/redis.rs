@@ -356,6 +356,9 @@ impl LockNode for RedisNode {
                 .arg(claim.listeners.flags())
                 .arg(self.keys.readers_of(key))
                 .arg(claim.listeners.patience_ms);
+            if key.kind != Kind::Reader {
+                step.arg(claim.lock_delay_ms);
+            }
         }
         if let Some(idem) = claim.idem {
             step.key(format!("{}{}", self.keys.idem, idem.record))
@@ -369,6 +372,9 @@ impl LockNode for RedisNode {
             }),
             -2 => Ok(Acquired::Mismatch),
             -3 => Ok(Acquired::Ended),
+            -4 => Ok(Acquired::Delayed {
+                pttl_ms: reply.uint(1)?,
+            }),
             _ => Ok(Acquired::Held {
                 pttl_ms: reply.uint(1)?,
                 lease: reply.string(2)?,
@@ -396,7 +402,9 @@ impl LockNode for RedisNode {
         }
         let (lease, ttl_ms) = (renewal.lease, renewal.ttl_ms);
         let mut step = Step::new("renew");
-        step.key(self.keys.lock(renewal.key)).key(&self.keys.marker);
+        step.key(self.keys.lock(renewal.key))
+            .key(&self.keys.marker)
+            .key(self.keys.claim(renewal.key));
         if renewal.key.kind == Kind::Reader {
             step.key(self.keys.shared(renewal.key));
         }
@@ -431,7 +439,9 @@ impl LockNode for RedisNode {
             Ending::Undo { attempt } => ("0", attempt.as_deref().unwrap_or("")),
         };
         let mut step = Step::new("release");
-        step.key(self.keys.lock(key)).key(&self.keys.marker);
+        step.key(self.keys.lock(key))
+            .key(&self.keys.marker)
+            .key(self.keys.claim(key));
         if key.kind == Kind::Reader {
             step.key(self.keys.shared(key));
         }

@@ -10,6 +10,7 @@ mod auth;
 mod conformance;
 mod elections;
 mod groups;
+mod lock_delay;
 mod locks;
 mod ops;
 mod router;

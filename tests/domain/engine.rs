@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use redlockd::metrics::Metrics;
-use redlockd::model::{FencingToken, Idem, Kind, Listeners, LockKey};
+use redlockd::model::{FencingToken, GrantTerms, Idem, Kind, Listeners, LockKey};
 use redlockd::redlock::{EngineConfig, EngineError, Redlock};
 use redlockd::store::memory::{Fault, MemoryNode};
 use redlockd::store::node::{Acquired, Claim, Ending, LockNode, Owned};
@@ -994,4 +994,79 @@ async fn a_failed_attempt_never_undoes_a_hold_a_concurrent_retry_counts_on() {
     // The holder's own revoke ends it everywhere.
     bed.engine.release(&key("c"), "C1").await.expect("revoked");
     assert!(bed.nodes.iter().all(|n| !n.holds("c", "C1")));
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_master_that_restarts_empty_sits_out_the_largest_ttl_and_the_largest_lock_delay() {
+    let (max_ttl, max_delay) = (Duration::from_secs(30), Duration::from_secs(20));
+    let nodes: Vec<Arc<MemoryNode>> = (0..3)
+        .map(|i| Arc::new(MemoryNode::new(format!("m{i}"))))
+        .collect();
+    let engine = Redlock::new(
+        nodes
+            .iter()
+            .map(|n| n.clone() as Arc<dyn LockNode>)
+            .collect(),
+        EngineConfig {
+            max_lock_delay: max_delay,
+            ..EngineConfig::new(TIMEOUT, 0.01, max_ttl)
+        },
+        Arc::new(Metrics::new()),
+    );
+    let bed = Bed { nodes, engine };
+    bed.probe().await;
+    let terms = GrantTerms {
+        listeners: NO_ONE,
+        lock_delay_ms: 20_000,
+    };
+    bed.engine
+        .acquire_keyed(&key("d"), "D1", TTL, None, None, terms)
+        .await
+        .expect("granted");
+    bed.engine.evict(&key("d")).await.expect("evicted");
+    assert!(matches!(
+        bed.grant("d", "D2").await,
+        Err(EngineError::Delayed { .. })
+    ));
+    bed.nodes[2].restart_empty();
+    bed.probe().await;
+    tokio::time::advance(max_ttl + Duration::from_secs(1)).await;
+    bed.probe().await;
+    assert!(
+        bed.engine.monitor().status()[2].quarantined_until.is_some(),
+        "a delay of up to {max_delay:?} may be live that the master forgot"
+    );
+    tokio::time::advance(max_delay).await;
+    bed.probe().await;
+    assert!(bed.engine.monitor().status()[2].quarantined_until.is_none());
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_delay_on_a_majority_is_delayed_and_on_a_minority_is_granted() {
+    let bed = bed(3).await;
+    let terms = GrantTerms {
+        listeners: NO_ONE,
+        lock_delay_ms: 5_000,
+    };
+    bed.engine
+        .acquire_keyed(&key("m"), "M1", TTL, None, None, terms)
+        .await
+        .expect("granted");
+    // The lease ends on A alone, evicted there: A is delayed, B and C still hold it: the
+    // lock is held, not delayed.
+    bed.nodes[0]
+        .release(&key("m"), "M1", &Ending::Evict)
+        .await
+        .expect("evicted on A");
+    assert!(matches!(
+        bed.grant("m", "M2").await,
+        Err(EngineError::Held { .. })
+    ));
+    bed.engine.evict(&key("m")).await.expect("evicted");
+    let Err(EngineError::Delayed { retry_after }) = bed.grant("m", "M3").await else {
+        panic!("delayed on a majority");
+    };
+    assert!(retry_after <= Duration::from_secs(5), "{retry_after:?}");
+    tokio::time::advance(retry_after + Duration::from_millis(1)).await;
+    bed.grant("m", "M4").await.expect("granted after the delay");
 }

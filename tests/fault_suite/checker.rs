@@ -40,6 +40,9 @@ pub struct Event {
     /// A shared lease of a lock (`mode: shared`): it may overlap other shared leases of the
     /// name, never an exclusive one.
     pub shared: bool,
+    /// The lock-delay the grant asked for: once its lease ends other than by its holder's
+    /// revoke, the name is granted to nobody until that long after.
+    pub lock_delay: Option<Duration>,
 }
 
 /// A stretch of time during which replica `replica` could reach fewer than a majority of
@@ -68,7 +71,48 @@ pub fn check(history: &[Event], outages: &[Outage]) -> Vec<String> {
     only_the_holder(history, &mut violations);
     no_grant_without_a_majority(&grants, outages, &mut violations);
     permits_within_their_limit(history, &mut violations);
+    delays_are_kept(history, &grants, &mut violations);
     violations
+}
+
+/// A lease with a lock-delay that its holder never asked to revoke ends no sooner than its
+/// last grant or renew was sent plus its TTL (the masters set the expiry after that): no
+/// later grant of its name may be answered before that end plus the delay.
+fn delays_are_kept(history: &[Event], grants: &[&Event], violations: &mut Vec<String>) {
+    let revoked: HashSet<(&str, &str)> = history
+        .iter()
+        .filter(|e| e.kind == Kind::Revoke)
+        .filter_map(|e| Some((e.name.as_str(), e.lease.as_deref()?)))
+        .collect();
+    for g in grants {
+        let (Some(delay), Some(lease), Some(token)) = (g.lock_delay, g.lease.as_deref(), g.token)
+        else {
+            continue;
+        };
+        if delay.is_zero() || revoked.contains(&(g.name.as_str(), lease)) {
+            continue;
+        }
+        let ends = history
+            .iter()
+            .filter(|e| e.name == g.name && e.lease.as_deref() == Some(lease))
+            .filter(|e| matches!((e.kind, e.status), (Kind::Grant, 201) | (Kind::Renew, 200)))
+            .map(|e| e.invoked + e.ttl)
+            .max()
+            .unwrap_or(g.invoked + g.ttl);
+        let free = (ends + delay).saturating_sub(EXPIRY_SLACK);
+        for other in grants {
+            if other.name == g.name
+                && other.lease.as_deref() != Some(lease)
+                && other.token.is_some_and(|t| t > token)
+                && other.answered < free
+            {
+                violations.push(format!(
+                    "{}: granted at {:?} inside the lock-delay of the lease with token {token}, which ended no sooner than {ends:?} and left the name refused until {:?}",
+                    g.name, other.answered, ends + delay
+                ));
+            }
+        }
+    }
 }
 
 /// A semaphore's permits: never more valid at once than the largest limit among them, and
@@ -378,6 +422,7 @@ mod tests {
             message: None,
             limit: None,
             shared: false,
+            lock_delay: None,
         }
     }
 
@@ -396,6 +441,7 @@ mod tests {
             message: None,
             limit: None,
             shared: false,
+            lock_delay: None,
         }
     }
 
@@ -524,5 +570,45 @@ mod tests {
             ..outage
         };
         assert!(check(&history, &[other]).is_empty());
+    }
+
+    #[test]
+    fn a_grant_inside_a_lapsed_leases_lock_delay_is_caught() {
+        let delayed = |mut e: Event| {
+            e.lock_delay = Some(ms(300));
+            e
+        };
+        // L1 (TTL 520 from 0, delay 300) lapses: free from 820 on (770 with the slack).
+        let lapsed = [
+            delayed(grant("L1", 1, 0, 10, 500)),
+            grant("L2", 2, 650, 700, 500),
+        ];
+        let violations = check(&lapsed, &[]);
+        assert!(
+            violations.iter().any(|v| v.contains("lock-delay")),
+            "{violations:?}"
+        );
+        let after = [
+            delayed(grant("L1", 1, 0, 10, 500)),
+            grant("L2", 2, 800, 830, 500),
+        ];
+        assert_eq!(check(&after, &[]), Vec::<String>::new());
+        // A renew moves the end; a revoke leaves no delay to keep.
+        let renewed = [
+            delayed(grant("L1", 1, 0, 10, 500)),
+            step(Kind::Renew, "L1", 300, 310, 200),
+            grant("L2", 2, 1350, 1400, 500),
+        ];
+        let violations = check(&renewed, &[]);
+        assert!(
+            violations.len() == 1 && violations[0].contains("lock-delay"),
+            "{violations:?}"
+        );
+        let revoked = [
+            delayed(grant("L1", 1, 0, 10, 500)),
+            step(Kind::Revoke, "L1", 100, 110, 204),
+            grant("L2", 2, 120, 130, 500),
+        ];
+        assert_eq!(check(&revoked, &[]), Vec::<String>::new());
     }
 }

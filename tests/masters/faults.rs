@@ -182,6 +182,9 @@ async fn a_master_that_restarts_empty_is_quarantined_for_the_largest_ttl() {
     let mut cfg = config(&ms.iter().collect::<Vec<_>>());
     cfg.max_ttl_ms = 2000;
     cfg.default_ttl_ms = 1000;
+    // No lock-delays here: the quarantine is the largest TTL alone (a delay would add its
+    // largest; see domain::engine).
+    cfg.max_lock_delay_ms = 0;
     let app = TestApp::spawn(cfg).await;
     let (_, first) = app.must_grant("q", json!({"ttl_ms": 2000})).await;
 

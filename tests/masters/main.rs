@@ -15,6 +15,7 @@ mod faults;
 mod fences;
 mod groups;
 mod idempotency;
+mod lock_delay;
 mod ops;
 mod semaphores;
 mod shared;

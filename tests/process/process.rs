@@ -60,6 +60,10 @@ fn a_bad_configuration_stops_the_process_and_names_the_variable() {
             "REDLOCKD_DEFAULT_TTL_MS",
         ),
         (&[("REDLOCKD_MAX_WAIT_MS", "soon")], "REDLOCKD_MAX_WAIT_MS"),
+        (
+            &[("REDLOCKD_MAX_LOCK_DELAY_MS", "60001")],
+            "REDLOCKD_MAX_LOCK_DELAY_MS",
+        ),
         (&[("REDLOCKD_DRIFT_FACTOR", "-1")], "REDLOCKD_DRIFT_FACTOR"),
         (
             &[("REDLOCKD_REDIS_URLS", "http://127.0.0.1:1")],

@@ -12,9 +12,10 @@
 -- 'a' when its release is always to wake waiters (a semaphore's slot: its waiters read the
 -- slots and mark none)
 -- ARGV[7] the prefix of the name's shared holds' keys (e.g. redlockd:reader:a/; see
--- share.lua), ARGV[8] how much longer the grant will wait in ms (its claim lasts no longer).
+-- share.lua), ARGV[8] how much longer the grant will wait in ms (its claim lasts no longer),
+-- ARGV[9] the lease's lock-delay in ms ('0' for none).
 -- With an Idempotency-Key: KEYS[7] the key's record (e.g. redlockd:idem:<hash of the key>),
--- ARGV[9] the request's fingerprint (kind, name, TTL, owner) and ARGV[10] this attempt's
+-- ARGV[10] the request's fingerprint (kind, name, TTL, owner) and ARGV[11] this attempt's
 -- nonce. The lease id is derived from the key and the fingerprint, so a retry asks for the
 -- very lease it may have won. The hash notes which attempt made the hold ('made') and which
 -- last answered for it ('seen'): a failed attempt undoes only a hold it made that no other
@@ -45,28 +46,37 @@
 -- anyway, and a writer still waiting claims the name again at its next attempt). A claim
 -- by a waiting several-name grant ('g:...', acquire_many.lua) makes this grant wait.
 --
+-- Lock-delay: a lease granted with one ('delay' in the hash) also claims its name as
+-- 'd:<lease>' until its TTL and the delay after it have passed (renew.lua moves the claim
+-- with the TTL, session.lua with its session's). So when the lease ends without its holder's
+-- revoke (it expired here, or was evicted: release.lua restarts the delay from then), the
+-- claim outlives it by the delay, judged by this master's clock, and every grant of the name
+-- (exclusive, shared, several names) is refused as delayed until it lapses. A holder's own
+-- revoke removes the claim.
+--
 -- Example: EVALSHA <sha> 6 redlockd:lock:a redlockd:fence redlockd:marker redlockd:names
 --          redlockd:shared:a redlockd:claim:a Zm9v 30000 worker-1 a redlockd:lock: w
---          redlockd:reader:a/ 5000
+--          redlockd:reader:a/ 5000 0
 -- Returns {1, token} when granted (or, with a key, when this lease holds it already: its
 -- token), {0, pttl_ms, lease} when another lease holds the lock ('shared' for shared
 -- holders, pttl_ms the longest of theirs), {-1} when the marker is
 -- missing (the master must not vote), {-2} when the key was used with another fingerprint,
--- {-3} when the key's lease held the lock here and has ended.
-local keyed = #KEYS == 7 and #ARGV == 10
-if not keyed and (#KEYS ~= 6 or #ARGV ~= 8) then
-  return redis.error_reply('acquire expects 6 keys and 8 arguments, or 7 and 10')
+-- {-3} when the key's lease held the lock here and has ended, {-4, pttl_ms} while an ended
+-- lease's lock-delay lasts.
+local keyed = #KEYS == 7 and #ARGV == 11
+if not keyed and (#KEYS ~= 6 or #ARGV ~= 9) then
+  return redis.error_reply('acquire expects 6 keys and 9 arguments, or 7 and 11')
 end
 if redis.call('EXISTS', KEYS[3]) == 0 then return {-1} end
 local record = keyed and redis.call('GET', KEYS[7])
-if record and record ~= ARGV[9] then
+if record and record ~= ARGV[10] then
   return {-2}
 end
 local waiting = string.find(ARGV[6], 'w', 1, true)
 local held = redis.call('HMGET', KEYS[1], 'lease', 'token')
 if held[1] then
   if keyed and held[1] == ARGV[1] then
-    redis.call('HSET', KEYS[1], 'seen', ARGV[10])
+    redis.call('HSET', KEYS[1], 'seen', ARGV[11])
     return {1, tonumber(held[2])}
   end
   if waiting then
@@ -76,11 +86,14 @@ if held[1] then
   if pttl < 0 then pttl = 0 end
   return {0, pttl, held[1]}
 end
--- A waiting several-name grant's claim (acquire_many.lua, 'g:...'): wait behind it.
+-- A waiting several-name grant's claim (acquire_many.lua, 'g:...'): wait behind it; an
+-- ended lease's lock-delay ('d:...'): refused until it lapses.
 local claimed = redis.call('GET', KEYS[6])
-if claimed and string.sub(claimed, 1, 2) == 'g:' then
+local claim_kind = claimed and string.sub(claimed, 1, 2)
+if claim_kind == 'g:' or claim_kind == 'd:' then
   local pttl = redis.call('PTTL', KEYS[6])
   if pttl < 0 then pttl = 0 end
+  if claim_kind == 'd:' then return {-4, pttl} end
   return {0, pttl, claimed}
 end
 if redis.call('EXISTS', KEYS[5]) == 1 then
@@ -116,9 +129,14 @@ if string.find(ARGV[6], 'a', 1, true) then
   redis.call('HSET', KEYS[1], 'waited', '1')
 end
 redis.call('PEXPIRE', KEYS[1], ARGV[2])
+local delay = tonumber(ARGV[9])
+if delay > 0 then
+  redis.call('HSET', KEYS[1], 'delay', delay)
+  redis.call('SET', KEYS[6], 'd:' .. ARGV[1], 'PX', tonumber(ARGV[2]) + delay)
+end
 if keyed then
-  redis.call('HSET', KEYS[1], 'idem', KEYS[7], 'made', ARGV[10], 'seen', ARGV[10])
-  redis.call('SET', KEYS[7], ARGV[9], 'PX', ARGV[2])
+  redis.call('HSET', KEYS[1], 'idem', KEYS[7], 'made', ARGV[11], 'seen', ARGV[11])
+  redis.call('SET', KEYS[7], ARGV[10], 'PX', ARGV[2])
 end
 if redis.call('ZADD', KEYS[4], 0, ARGV[4]) == 1 then
   for _, stale in ipairs(redis.call('ZRANDMEMBER', KEYS[4], 2)) do

@@ -31,7 +31,9 @@
 --          Zm9v_m 30000 '' w redlockd:lock: 'a b' Zm9vYmFy redlockd:reader: 5000 a b
 -- Returns {1, token} when granted (or, with a key, when this lease holds them already),
 -- {0, pttl_ms, lease} for the first name held by another lease (or claimed by another
--- several-name grant), {-1} when the marker is missing, {-2} and {-3} as acquire.lua.
+-- several-name grant), {-1} when the marker is missing, {-2}, {-3} and {-4, pttl_ms} (a
+-- name's ended lease's lock-delay, see acquire.lua) as acquire.lua. A lock-delay's claim
+-- ('d:...') is never replaced by this grant's.
 local keyed = (#KEYS - 3) % 3 == 1
 local n = math.floor((#KEYS - 3) / 3)
 if n < 1 or #ARGV ~= 9 + n + (keyed and 2 or 0) then
@@ -60,6 +62,11 @@ for i = 1, n do
     if pttl < 0 then pttl = 0 end
     return {0, pttl, c}
   end
+  if c and string.sub(c, 1, 2) == 'd:' and redis.call('EXISTS', lock(i)) == 0 then
+    local pttl = redis.call('PTTL', claim(i))
+    if pttl < 0 then pttl = 0 end
+    return {-4, pttl}
+  end
 end
 local blocked
 for i = 1, n do
@@ -83,7 +90,9 @@ for i = 1, n do
   if holder then
     if pttl < 0 then pttl = 0 end
     local lasts = math.min(pttl + 1000, tonumber(ARGV[9]) + 100)
-    if waiting and redis.call('PTTL', claim(i)) < lasts then
+    local c = redis.call('GET', claim(i))
+    local delayed = c and string.sub(c, 1, 2) == 'd:'
+    if waiting and not delayed and redis.call('PTTL', claim(i)) < lasts then
       redis.call('SET', claim(i), mine, 'PX', lasts)
     end
     blocked = blocked or {0, pttl, holder}

@@ -6,8 +6,8 @@
 -- listens to, to wake its waiters), and 'released <token> <name>' on the events channel
 -- (ordered by token, for observers). The name stays in the index (see acquire.lua).
 --
--- KEYS[1] the lock hash, KEYS[2] the marker, and for a shared hold (share.lua) KEYS[3] the
--- lock's set of shared holders, which the hold leaves
+-- KEYS[1] the lock hash, KEYS[2] the marker, KEYS[3] the name's claim, and for a shared
+-- hold (share.lua) KEYS[4] the lock's set of shared holders, which the hold leaves
 -- ARGV[1] lease id, ARGV[2] the release channel, ARGV[3] '1' to announce a revoke, '2' an
 -- administrator's eviction (announced as 'evicted <token> <name>' in place of
 -- 'released ...'), '0' not to announce, ARGV[4] the events channel, ARGV[5] the name as
@@ -15,7 +15,12 @@
 -- can spell, so that it wakes no lock's waiters), ARGV[6] when undoing a keyed grant's
 -- attempt, its nonce ('' otherwise)
 --
--- Example: EVALSHA <sha> 2 redlockd:lock:a redlockd:marker Zm9v redlockd:released 1 redlockd:events a ''
+-- A lease with a lock-delay ('delay' in the hash): a revoke (or an undo) removes its 'd:'
+-- claim, so that the name is free at once; an eviction restarts the delay from now (see
+-- acquire.lua).
+--
+-- Example: EVALSHA <sha> 3 redlockd:lock:a redlockd:marker redlockd:claim:a Zm9v
+--          redlockd:released 1 redlockd:events a ''
 -- A lease granted with an Idempotency-Key names its key's record in the hash ('idem'):
 -- the clean-up of a failed attempt deletes the record too, so that a retry of the same key
 -- may try again; a revoke keeps it (see acquire.lua). A keyed attempt's clean-up deletes
@@ -23,11 +28,12 @@
 --
 -- Returns 1 when deleted, 0 when the lease does not hold the lock here, -1 when the
 -- marker is missing.
-if (#KEYS ~= 2 and #KEYS ~= 3) or #ARGV ~= 6 then
-  return redis.error_reply('release expects 2 or 3 keys and 6 arguments')
+if (#KEYS ~= 3 and #KEYS ~= 4) or #ARGV ~= 6 then
+  return redis.error_reply('release expects 3 or 4 keys and 6 arguments')
 end
 if redis.call('EXISTS', KEYS[2]) == 0 then return -1 end
-local held = redis.call('HMGET', KEYS[1], 'lease', 'token', 'idem', 'made', 'seen', 'waited', 'observed')
+local held = redis.call('HMGET', KEYS[1], 'lease', 'token', 'idem', 'made', 'seen', 'waited',
+  'observed', 'delay')
 if held[1] ~= ARGV[1] then
   return 0
 end
@@ -35,8 +41,15 @@ if ARGV[6] ~= '' and (held[4] ~= ARGV[6] or held[5] ~= ARGV[6]) then
   return 0
 end
 redis.call('DEL', KEYS[1])
-if #KEYS == 3 then
-  redis.call('SREM', KEYS[3], ARGV[1])
+if #KEYS == 4 then
+  redis.call('SREM', KEYS[4], ARGV[1])
+end
+if held[8] then
+  if ARGV[3] == '2' then
+    redis.call('SET', KEYS[3], 'd:' .. ARGV[1], 'PX', held[8])
+  elseif redis.call('GET', KEYS[3]) == 'd:' .. ARGV[1] then
+    redis.call('DEL', KEYS[3])
+  end
 end
 if held[3] and ARGV[3] == '0' then
   redis.call('DEL', held[3])

@@ -1,20 +1,30 @@
 -- renew: extend a lock, but only for the lease that holds it (compare, then PEXPIRE), and
 -- optionally replace its owner text (an elected leader proclaiming a new value).
 --
--- KEYS[1] the lock hash, KEYS[2] the marker, and for a shared hold (share.lua) KEYS[3] the
--- lock's set of shared holders, which must live as long as the hold
+-- KEYS[1] the lock hash, KEYS[2] the marker, KEYS[3] the name's claim (a lease with a
+-- lock-delay keeps its 'd:' claim its TTL and the delay ahead, see acquire.lua), and for a
+-- shared hold (share.lua) KEYS[4] the lock's set of shared holders, which must live as long
+-- as the hold
 -- ARGV[1] lease id, ARGV[2] new TTL in ms ('' keeps the lease's own TTL),
 -- ARGV[3] (optional) the new owner text
 --
--- Example: EVALSHA <sha> 2 redlockd:lock:a redlockd:marker Zm9v 60000
+-- A lease held through a session (session.lua; 'session' in the hash) lives as long as its
+-- session: renewing the lease itself changes nothing and answers what is left of it.
+--
+-- Example: EVALSHA <sha> 3 redlockd:lock:a redlockd:marker redlockd:claim:a Zm9v 60000
 -- Returns {1, token, ttl_ms, pttl_ms, owner} when renewed, {0} when the lease does not
 -- hold the lock here, {-1} when the marker is missing.
-if (#KEYS ~= 2 and #KEYS ~= 3) or (#ARGV ~= 2 and #ARGV ~= 3) then
-  return redis.error_reply('renew expects 2 or 3 keys and 2 or 3 arguments')
+if (#KEYS ~= 3 and #KEYS ~= 4) or (#ARGV ~= 2 and #ARGV ~= 3) then
+  return redis.error_reply('renew expects 3 or 4 keys and 2 or 3 arguments')
 end
 if redis.call('EXISTS', KEYS[2]) == 0 then return {-1} end
-if redis.call('HGET', KEYS[1], 'lease') ~= ARGV[1] then
+local holder = redis.call('HMGET', KEYS[1], 'lease', 'delay', 'session')
+if holder[1] ~= ARGV[1] then
   return {0}
+end
+if holder[3] then
+  local fields = redis.call('HMGET', KEYS[1], 'token', 'owner', 'ttl')
+  return {1, tonumber(fields[1]), tonumber(fields[3]), redis.call('PTTL', KEYS[1]), fields[2]}
 end
 local ttl = ARGV[2]
 if ttl == '' then
@@ -26,8 +36,11 @@ if #ARGV == 3 then
   redis.call('HSET', KEYS[1], 'owner', ARGV[3])
 end
 redis.call('PEXPIRE', KEYS[1], ttl)
-if #KEYS == 3 and redis.call('PTTL', KEYS[3]) < tonumber(ttl) then
-  redis.call('PEXPIRE', KEYS[3], ttl)
+if holder[2] then
+  redis.call('SET', KEYS[3], 'd:' .. ARGV[1], 'PX', tonumber(ttl) + tonumber(holder[2]))
+end
+if #KEYS == 4 and redis.call('PTTL', KEYS[4]) < tonumber(ttl) then
+  redis.call('PEXPIRE', KEYS[4], ttl)
 end
 local fields = redis.call('HMGET', KEYS[1], 'token', 'owner')
 return {1, tonumber(fields[1]), tonumber(ttl), redis.call('PTTL', KEYS[1]), fields[2]}

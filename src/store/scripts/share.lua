@@ -31,7 +31,7 @@
 -- Returns {1, token} when granted (or, with a key, when this lease holds it already),
 -- {0, pttl_ms, lease} while an exclusive lease holds the lock or a waiting exclusive grant
 -- has claimed it (its lease, and how long the claim lasts), {-1} when the marker is
--- missing, {-2} and {-3} as acquire.lua.
+-- missing, {-2}, {-3} and {-4, pttl_ms} (an ended lease's lock-delay) as acquire.lua.
 local keyed = #KEYS == 8 and #ARGV == 10
 if not keyed and (#KEYS ~= 7 or #ARGV ~= 8) then
   return redis.error_reply('share expects 7 keys and 8 arguments, or 8 and 10')
@@ -60,6 +60,7 @@ local claim = redis.call('GET', KEYS[7])
 if claim then
   local pttl = redis.call('PTTL', KEYS[7])
   if pttl < 0 then pttl = 0 end
+  if string.sub(claim, 1, 2) == 'd:' then return {-4, pttl} end
   return {0, pttl, claim}
 end
 if record then
