@@ -62,16 +62,23 @@ pub enum StreamKind {
     Hold,
     Campaign,
     Observe,
+    Session,
 }
 
 impl StreamKind {
-    const ALL: [StreamKind; 3] = [StreamKind::Hold, StreamKind::Campaign, StreamKind::Observe];
+    const ALL: [StreamKind; 4] = [
+        StreamKind::Hold,
+        StreamKind::Campaign,
+        StreamKind::Observe,
+        StreamKind::Session,
+    ];
 
     pub fn as_str(self) -> &'static str {
         match self {
             StreamKind::Hold => "hold",
             StreamKind::Campaign => "campaign",
             StreamKind::Observe => "observe",
+            StreamKind::Session => "session",
         }
     }
 }
@@ -98,6 +105,8 @@ pub struct Metrics {
     master_steps: IntCounterVec,
     master_calls: IntCounterVec,
     leases_active: IntGauge,
+    sessions_active: IntGauge,
+    session_holds: Histogram,
     master_backlog: IntGaugeVec,
     master_backlog_dropped: IntCounterVec,
     streams_active: IntGaugeVec,
@@ -235,6 +244,19 @@ impl Metrics {
                 "redlockd_leases_active",
                 "Leases granted by this process and neither revoked nor expired",
             ),
+            sessions_active: define.gauge(
+                "redlockd_sessions_active",
+                "Sessions opened or renewed through this process and neither ended nor expired",
+            ),
+            session_holds: define.add(Histogram::with_opts(
+                HistogramOpts::new(
+                    "redlockd_session_holds",
+                    "Holds per session, as each renew and read of a session finds them",
+                )
+                .buckets(vec![
+                    0.0, 1.0, 2.0, 5.0, 10.0, 20.0, 50.0, 100.0, 200.0, 500.0, 1000.0,
+                ]),
+            )),
             master_backlog: define.gauges(
                 "redlockd_master_backlog",
                 "Work a master still owes after its request was answered: late acquires to settle, releases to repeat",
@@ -247,7 +269,7 @@ impl Metrics {
             ),
             streams_active: define.gauges(
                 "redlockd_streams_active",
-                "Event streams open: held leases (hold), election campaigns (campaign), observers (observe)",
+                "Event streams open: held leases (hold), election campaigns (campaign), observers (observe), held sessions (session)",
                 &["kind"],
             ),
             ready: define.gauge(
@@ -410,6 +432,18 @@ impl Metrics {
     pub fn set_leases_active(&self, count: usize) {
         self.leases_active
             .set(i64::try_from(count).unwrap_or(i64::MAX));
+    }
+
+    /// Sessions end on the masters without telling us, so the gauge is set from the lease
+    /// service's own count just before each scrape.
+    pub fn set_sessions_active(&self, count: usize) {
+        self.sessions_active
+            .set(i64::try_from(count).unwrap_or(i64::MAX));
+    }
+
+    /// A session was seen holding `count` holds.
+    pub fn session_holds(&self, count: usize) {
+        self.session_holds.observe(count as f64);
     }
 
     /// The Prometheus text exposition of every metric.

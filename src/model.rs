@@ -165,6 +165,34 @@ impl NamePrefix {
     }
 }
 
+/// A session id: like a lease id, 128 bits from a CSPRNG, base64url without padding; a
+/// capability (whoever knows it renews and ends the session and holds through it), so it
+/// is never logged, and `Debug` prints a short prefix only.
+#[derive(Clone, PartialEq, Eq, Hash)]
+pub struct SessionId(String);
+
+impl SessionId {
+    pub fn generate() -> Self {
+        Self(LeaseId::generate().0)
+    }
+
+    pub fn parse(raw: &str) -> Result<Self, InvalidInput> {
+        LeaseId::parse(raw)
+            .map(|id| Self(id.0))
+            .map_err(|_| InvalidInput("malformed session id".into()))
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Debug for SessionId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "SessionId({}…)", &self.0[..self.0.len().min(4)])
+    }
+}
+
 /// A lease id: 128 bits from a CSPRNG, base64url without padding.
 ///
 /// Knowing it is what authorises renew and revoke, so it is never logged or shown by
@@ -479,6 +507,30 @@ impl Kind {
         }
     }
 
+    /// The kind as one word, as a session's record of its holds writes it (session.lua).
+    pub fn word(self) -> &'static str {
+        match self {
+            Kind::Mutex => "mutex",
+            Kind::Election => "election",
+            Kind::Semaphore => "semaphore",
+            Kind::Reader => "reader",
+            Kind::Group => "group",
+        }
+    }
+
+    /// The kind `word` names (see `word`).
+    pub fn from_word(word: &str) -> Option<Self> {
+        [
+            Kind::Mutex,
+            Kind::Election,
+            Kind::Semaphore,
+            Kind::Reader,
+            Kind::Group,
+        ]
+        .into_iter()
+        .find(|k| k.word() == word)
+    }
+
     /// The name of this kind's index of held names (for listing), after the prefix.
     pub fn index(self) -> &'static str {
         match self {
@@ -684,6 +736,14 @@ impl Listeners {
             (true, true, true) => "woa",
         }
     }
+}
+
+/// One hold made through a session: the key its lease holds, the lease, its token.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct SessionHold {
+    pub key: LockKey,
+    pub lease: String,
+    pub token: u64,
 }
 
 /// How a grant's hold behaves beyond its TTL: who hears of its end, and how long the name

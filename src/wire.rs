@@ -116,6 +116,11 @@ pub mod schema {
             .build()
     }
 
+    /// A lock-delay in ms.
+    pub fn lock_delay_ms() -> Object {
+        integer(0, crate::model::MAX_LOCK_DELAY_MS)
+    }
+
     /// A semaphore's `limit`.
     pub fn permit_limit() -> Object {
         integer(1, u64::from(crate::model::MAX_PERMITS))
@@ -201,6 +206,11 @@ pub struct GrantRequest {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schema(value_type = Option<u64>, minimum = 0, maximum = 60000)]
     pub lock_delay_ms: Option<Whole>,
+    /// A session (`POST /sessions`) to hold this through instead of its own renews: it is
+    /// held for as long as the session is, renewed by the session's renews, and released
+    /// when the session ends or expires (its `ttl_ms`, if any, is the session's then).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub session: Option<String>,
 }
 
 /// Fields of a grant of several names under one lease (`POST /locks`); each but `names`
@@ -230,6 +240,11 @@ pub struct GroupRequest {
     /// `exclusive` only (the default): a lease on several names is exclusive.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub mode: Option<LockMode>,
+    /// A session (`POST /sessions`) to hold this through instead of its own renews: it is
+    /// held for as long as the session is, renewed by the session's renews, and released
+    /// when the session ends or expires (its `ttl_ms`, if any, is the session's then).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub session: Option<String>,
 }
 
 /// `names` as a JSON array, or as one string of names separated by commas (a query
@@ -449,6 +464,11 @@ pub struct CampaignRequest {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schema(value_type = Option<u64>, minimum = 0, maximum = 60000)]
     pub lock_delay_ms: Option<Whole>,
+    /// A session (`POST /sessions`) to hold this through instead of its own renews: it is
+    /// held for as long as the session is, renewed by the session's renews, and released
+    /// when the session ends or expires (its `ttl_ms`, if any, is the session's then).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub session: Option<String>,
 }
 
 /// Fields of a leader's renew; with `value`, the leader proclaims a new value and keeps
@@ -576,6 +596,74 @@ pub struct SemaphoreRequest {
     #[schema(max_length = 256)]
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub owner: Option<String>,
+    /// A session (`POST /sessions`) to hold this through instead of its own renews: it is
+    /// held for as long as the session is, renewed by the session's renews, and released
+    /// when the session ends or expires (its `ttl_ms`, if any, is the session's then).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub session: Option<String>,
+}
+
+/// Fields of a session's opening; each may also be given as a query parameter.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+#[schema(example = json!({"ttl_ms": 15000, "owner": "ingest-worker-7"}))]
+pub struct SessionRequest {
+    /// Session TTL in ms: from 100 to the configured maximum (default 3600000). Default
+    /// 30000. Every hold made through the session lives this long unless it is renewed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<u64>, minimum = 100, maximum = 3600000)]
+    pub ttl_ms: Option<Whole>,
+    /// Free text naming the holder (at most 256 bytes).
+    #[schema(max_length = 256)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub owner: Option<String>,
+}
+
+/// A session: what opening, renewing and reading it answer.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+#[schema(example = json!({
+    "session_id": "k2VdY1Qm0sJx9a7bTf4r3w", "ttl_ms": 15000, "validity_ms": 14840,
+    "expires_at": "2026-11-25T03:00:15.000Z", "owner": "ingest-worker-7"
+}))]
+pub struct SessionBody {
+    /// Opaque; whoever knows it can renew and end the session, and hold through it. Keep it
+    /// secret.
+    pub session_id: String,
+    /// The TTL the session was opened or last renewed with.
+    #[schema(minimum = 100, maximum = 3600000)]
+    pub ttl_ms: u64,
+    /// How long the session (and every hold made through it) may be relied on from the
+    /// moment this response was written.
+    pub validity_ms: u64,
+    /// When the session lapses unless renewed.
+    pub expires_at: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub owner: Option<String>,
+    /// With `GET /sessions/{session_id}`: what is held through it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub holds: Option<Vec<SessionHoldBody>>,
+}
+
+/// One hold made through a session.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct SessionHoldBody {
+    /// `lock`, `semaphore` or `election`.
+    pub kind: String,
+    /// The lock's, semaphore's or election's name (a lease on several names: the first).
+    pub name: String,
+    /// Its lease id (a permit's, a term's): renew is not needed, revoke releases it alone.
+    pub lease_id: String,
+    #[schema(value_type = u64)]
+    pub fencing_token: FencingToken,
+    /// A lease on several names: all of them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub names: Option<Vec<String>>,
+    /// A permit's slot.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub slot: Option<u16>,
+    /// A lock's lease: how it holds the lock.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mode: Option<LockMode>,
 }
 
 /// A permit: what taking and renewing a semaphore's permit answer. A lease body with the
@@ -737,6 +825,7 @@ mod tests {
             owner: Some("me".into()),
             mode: Some(LockMode::Shared),
             lock_delay_ms: Some(Whole(2000)),
+            session: Some("k2VdY1Qm0sJx9a7bTf4r3w".into()),
         });
         round_trip(GrantRequest::default());
         round_trip(RenewRequest {

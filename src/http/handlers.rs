@@ -12,7 +12,7 @@ use axum::response::{IntoResponse, Response};
 use super::AppState;
 use super::error::ApiError;
 use super::extract::{Fields, LeasePath};
-use super::schema::{ListLimit, NameList, NoQuorum, Refusals, TtlMs, WaitMs};
+use super::schema::{ListLimit, NameList, NoQuorum, Refusals, SessionIdParam, TtlMs, WaitMs};
 use crate::auth::Caller;
 use crate::model::{DEFAULT_LIST_LIMIT, LeaseId, LockName, MAX_LIST_LIMIT, NamePrefix};
 use crate::model::{IdempotencyKey, MAX_GROUP_NAMES, Owner};
@@ -50,6 +50,7 @@ pub async fn check(
         ("ttl_ms" = inline(Option<TtlMs>), Query, description = "as the body field"),
         ("wait_ms" = inline(Option<WaitMs>), Query, description = "as the body field"),
         ("owner" = inline(Option<Owner>), Query, description = "as the body field"),
+        ("session" = inline(Option<SessionIdParam>), Query, description = "as the body field"),
         ("Idempotency-Key" = inline(Option<IdempotencyKey>), Header, nullable = false, description = "as for a lock's grant; the request is the names, ttl_ms and owner"),
     ),
     request_body(content = Option<GroupRequest>, description = "`names` is required (in the body or the query)"),
@@ -183,6 +184,9 @@ pub async fn metrics(State(state): State<AppState>) -> Response {
     state
         .metrics
         .set_leases_active(state.service.active_leases());
+    state
+        .metrics
+        .set_sessions_active(state.service.active_sessions());
     for (master, traffic) in state.service.master_traffic() {
         state
             .metrics

@@ -21,7 +21,7 @@ use crate::auth::Caller;
 use crate::lease::Target;
 use crate::lease::{Lease, LeasePolicy};
 use crate::model::{GrantKey, IdempotencyKey, LockName, Owner};
-use crate::model::{Kind, Mode, PermitLimit};
+use crate::model::{Kind, Mode, PermitLimit, SessionId};
 use crate::wire::{CampaignRequest, GrantRequest, ProclaimRequest, RenewRequest, whole};
 use crate::wire::{ForceReleased, GroupRequest, SemaphoreRequest};
 
@@ -37,6 +37,7 @@ impl GrantRequest {
             limit: None,
             mode: self.mode.map(Into::into),
             lock_delay_ms: whole(self.lock_delay_ms),
+            session: self.session.as_deref(),
         }
     }
 }
@@ -50,6 +51,7 @@ impl CampaignRequest {
             limit: None,
             mode: None,
             lock_delay_ms: whole(self.lock_delay_ms),
+            session: self.session.as_deref(),
         }
     }
 }
@@ -64,6 +66,7 @@ impl GroupRequest {
             limit: None,
             mode: self.mode.map(Into::into),
             lock_delay_ms: None,
+            session: self.session.as_deref(),
         }
     }
 }
@@ -77,6 +80,7 @@ impl SemaphoreRequest {
             limit: Some(whole(self.limit)),
             mode: None,
             lock_delay_ms: None,
+            session: self.session.as_deref(),
         }
     }
 }
@@ -167,6 +171,8 @@ pub(super) struct GrantFields<'a> {
     mode: Option<Mode>,
     /// An exclusive lock's or an election term's `lock_delay_ms`.
     lock_delay_ms: Option<u64>,
+    /// The session to hold through.
+    session: Option<&'a str>,
 }
 
 impl GrantFields<'_> {
@@ -177,8 +183,17 @@ impl GrantFields<'_> {
                 "a lease on several names is exclusive: mode shared is for one name".into(),
             ));
         }
-        Target::group(names)
-            .ok_or_else(|| ApiError::Invalid("names must list 1 to 64 lock names".into()))
+        let target = Target::group(names)
+            .ok_or_else(|| ApiError::Invalid("names must list 1 to 64 lock names".into()))?;
+        self.through_session(target)
+    }
+
+    /// `target`, held through the grant's session if it names one.
+    fn through_session(&self, target: Target) -> Result<Target, ApiError> {
+        match self.session {
+            Some(raw) => Ok(target.in_session(SessionId::parse(raw)?)),
+            None => Ok(target),
+        }
     }
 
     /// What the grant takes: the name, or for a semaphore one of `limit` permits of it;
@@ -190,7 +205,7 @@ impl GrantFields<'_> {
                 "lock_delay_ms is for an exclusive lease: a shared one leaves no delay".into(),
             ));
         }
-        Ok(self.kind_target(name)?.with_lock_delay(delay))
+        self.through_session(self.kind_target(name)?.with_lock_delay(delay))
     }
 
     fn kind_target(&self, name: LockName) -> Result<Target, ApiError> {
@@ -361,7 +376,7 @@ macro_rules! kind_routes {
     (
         $module:ident in $tag:literal, refined by $refine:path,
         $route:literal, $hold_route:literal, $lease_route:literal, $fence_route:literal,
-        paths ($name_path:ident, $lease_path:ident, $fence_path:ident), holder $holder:literal $(renewed $renewed:literal)? $(counted $limit:literal)?,
+        paths ($name_path:ident, $lease_path:ident, $fence_path:ident), holder $holder:literal $(renewed $renewed:literal)? $(counted $limit:literal)? $(delayed $delay:literal)?,
         types ($grant:ty, $renew:ty, $lease:ty, $status:ty, $stream:ty)
     ) => {
         pub(super) mod $module {
@@ -396,6 +411,8 @@ macro_rules! kind_routes {
                     ("wait_ms" = inline(Option<WaitMs>), Query, description = "as the body field"),
                     ($holder = inline(Option<Owner>), Query, description = "as the body field"),
                     $(($limit = inline(Option<super::super::schema::PermitLimitParam>), Query, description = "as the body field (required in one or the other)"),)?
+                    $(($delay = inline(Option<super::super::schema::LockDelayMs>), Query, description = "as the body field"),)?
+                    ("session" = inline(Option<super::super::schema::SessionIdParam>), Query, description = "as the body field"),
                     ("Idempotency-Key" = inline(Option<IdempotencyKey>), Header, nullable = false, description = words().grant.idempotency_key()),
                 ),
                 request_body(content = Option<$grant>, description = words().grant.body()),
@@ -430,6 +447,8 @@ macro_rules! kind_routes {
                     ("wait_ms" = inline(Option<WaitMs>), Query, description = "as the body field"),
                     ($holder = inline(Option<Owner>), Query, description = "as the body field"),
                     $(($limit = inline(Option<super::super::schema::PermitLimitParam>), Query, description = "as the body field (required in one or the other)"),)?
+                    $(($delay = inline(Option<super::super::schema::LockDelayMs>), Query, description = "as the body field"),)?
+                    ("session" = inline(Option<super::super::schema::SessionIdParam>), Query, description = "as the body field"),
                 ),
                 request_body(content = Option<$grant>, description = words().hold.body()),
                 responses(
@@ -555,10 +574,10 @@ macro_rules! kind_routes {
 }
 
 kind_routes!(locks in "locks", refined by std::convert::identity, "/locks/{name}", "/locks/{name}/hold", "/locks/{name}/leases/{lease_id}", "/locks/{name}/fences/{fencing_token}",
-    paths (LockPath, LeasePath, FencePath), holder "owner",
+    paths (LockPath, LeasePath, FencePath), holder "owner" delayed "lock_delay_ms",
     types (crate::wire::GrantRequest, crate::wire::RenewRequest, crate::wire::LeaseBody, crate::wire::LockStatus, crate::wire::HoldStreamData));
 kind_routes!(elections in "elections", refined by ApiError::in_election, "/elections/{name}", "/elections/{name}/hold", "/elections/{name}/leases/{lease_id}", "/elections/{name}/fences/{fencing_token}",
-    paths (ElectionPath, ElectionLeasePath, ElectionFencePath), holder "value" renewed "value",
+    paths (ElectionPath, ElectionLeasePath, ElectionFencePath), holder "value" renewed "value" delayed "lock_delay_ms",
     types (crate::wire::CampaignRequest, crate::wire::ProclaimRequest, crate::wire::ElectionLease, crate::wire::Leader, crate::wire::CampaignStreamData));
 kind_routes!(semaphores in "semaphores", refined by ApiError::in_semaphore, "/semaphores/{name}", "/semaphores/{name}/hold", "/semaphores/{name}/leases/{lease_id}", "/semaphores/{name}/fences/{fencing_token}",
     paths (SemaphorePath, PermitPath, SemaphoreFencePath), holder "owner" counted "limit",

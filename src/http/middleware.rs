@@ -57,6 +57,7 @@ fn kind_of(route: Option<&str>) -> &'static str {
     match route {
         Some(r) if r.starts_with("/elections") => "election",
         Some(r) if r.starts_with("/semaphores") => "semaphore",
+        Some(r) if r.starts_with("/sessions") => "session",
         _ => "lock",
     }
 }

@@ -9,6 +9,7 @@ mod kinds;
 mod middleware;
 mod schema;
 pub(crate) mod serve;
+mod sessions;
 mod stream;
 pub(crate) mod tls;
 mod types;
@@ -125,6 +126,7 @@ pub struct AppState {
         (name = "locks", description = "Grant, renew, revoke and inspect leases"),
         (name = "elections", description = "Leader election: campaign, observe, proclaim, resign"),
         (name = "semaphores", description = "At most `limit` holders: take, renew, release and inspect permits"),
+        (name = "sessions", description = "One heartbeat for many holds: open, renew, read and end a session"),
         (name = "operations", description = "Health, readiness and metrics"),
     )
 )]
@@ -178,6 +180,10 @@ fn registry() -> Registry {
             Op::ForceRelease,
             Token(Admin),
         )
+        .add(routes!(sessions::open), Op::Grant, Token(Hold))
+        .add(routes!(sessions::renew), Op::Renew, Token(Hold))
+        .add(routes!(sessions::end), Op::Revoke, Token(Hold))
+        .add(routes!(sessions::read), Op::Check, Token(Hold))
         .unmetered(routes!(handlers::healthz), Open)
         .unmetered(routes!(handlers::readyz), Open)
         .unmetered(routes!(handlers::metrics), Operations)

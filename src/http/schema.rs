@@ -36,6 +36,10 @@ pub struct FenceToken;
 pub struct PermitLimitParam;
 /// Several lock names as a query parameter, separated by commas.
 pub struct NameList;
+/// `lock_delay_ms` as a query parameter.
+pub struct LockDelayMs;
+/// A session id, in a path or as the `session` query parameter.
+pub struct SessionIdParam;
 
 schema_of! {
     LockName => lock_name,
@@ -49,6 +53,8 @@ schema_of! {
     FenceToken => fencing_token,
     PermitLimitParam => permit_limit,
     NameList => name_list,
+    LockDelayMs => lock_delay_ms,
+    SessionIdParam => lease_id,
 }
 
 /// An answer with the contract's error body.

@@ -24,7 +24,7 @@ use crate::wire::{LostEvent, QueuedEvent};
 
 /// A comment line this often keeps proxies from closing a quiet stream (heartbeats come
 /// only every third of the TTL, which may be many minutes).
-const KEEP_ALIVE: Duration = Duration::from_secs(15);
+pub(super) const KEEP_ALIVE: Duration = Duration::from_secs(15);
 
 /// Whether the client asked for a stream (`Accept: text/event-stream`).
 pub fn wants_stream(headers: &HeaderMap) -> bool {

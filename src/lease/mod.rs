@@ -10,6 +10,7 @@ mod error;
 pub mod events;
 mod hold;
 mod service;
+mod sessions;
 
 use crate::config::LeaseBounds;
 use crate::model::{InvalidInput, MAX_LOCK_DELAY_MS, MIN_TTL_MS, millis};
@@ -18,6 +19,7 @@ pub use error::LeaseError;
 pub use events::{Events, LockEvent};
 pub use hold::{HoldEvent, LostReason};
 pub use service::{Lease, LeaseService, LockHolder, Readiness, Target};
+pub use sessions::{HeldThrough, Session, SessionEvent, SessionLost};
 
 use std::time::Duration;
 

@@ -14,6 +14,7 @@ use super::{Ttl, WaitTime};
 use crate::config::Caps;
 use crate::metrics::Metrics;
 use crate::model::News;
+use crate::model::SessionId;
 use crate::model::Slot;
 use crate::model::{FencingToken, GrantKey, LeaseId, LockName, NamePrefix, Owner, millis};
 use crate::model::{GrantTerms, Idem, Kind, Listeners, LockKey, MAX_PERMITS, Mode, PermitLimit};
@@ -76,6 +77,8 @@ pub struct Lease {
     pub owner: Option<Arc<str>>,
     /// When the masters' answers were in: `validity` and `remaining` count from here.
     pub at: tokio::time::Instant,
+    /// The session it is held through, if any: it lives as long as the session.
+    pub session: Option<SessionId>,
 }
 
 impl Lease {
@@ -98,6 +101,23 @@ impl Lease {
             remaining: leased.remaining,
             owner: leased.owner,
             at: leased.at,
+            session: None,
+        }
+    }
+
+    /// The key the lease holds on the masters: its name's, a shared lease's own, a permit's
+    /// slot's, or a several-name lease's key of all its names.
+    fn hold_key(&self) -> LockKey {
+        if !self.names.is_empty() {
+            return LockKey {
+                kind: Kind::Group,
+                name: self.names.join(" ").into(),
+            };
+        }
+        match (self.slot, self.mode) {
+            (Some(slot), _) => LockKey::slot(self.name.as_str(), slot.index),
+            (None, Mode::Shared) => LockKey::reader(self.name.as_str(), &self.id),
+            (None, Mode::Exclusive) => self.name.key(),
         }
     }
 
@@ -165,6 +185,8 @@ pub struct Target {
     /// How long the name stays refused after the lease ends other than by its holder's
     /// revoke (zero: not at all). An exclusive lock's or an election term's only.
     pub lock_delay: Duration,
+    /// The session the hold is made through, if any: it lives as long as the session.
+    pub session: Option<SessionId>,
 }
 
 impl Target {
@@ -200,6 +222,14 @@ impl Target {
     pub fn with_lock_delay(self, delay: Duration) -> Self {
         Self {
             lock_delay: delay,
+            ..self
+        }
+    }
+
+    /// The same target, held through session `id`.
+    pub fn in_session(self, id: SessionId) -> Self {
+        Self {
+            session: Some(id),
             ..self
         }
     }
@@ -249,6 +279,7 @@ impl From<LockName> for Target {
             mode: Mode::Exclusive,
             group: None,
             lock_delay: Duration::ZERO,
+            session: None,
         }
     }
 }
@@ -324,6 +355,8 @@ pub struct LeaseService {
     pub(super) caps: Caps,
     /// Event streams open now (held leases, campaigns, observers).
     pub(super) streams: std::sync::atomic::AtomicUsize,
+    /// Sessions opened or renewed here: the source of `redlockd_sessions_active`.
+    pub(super) sessions: super::sessions::Sessions,
 }
 
 impl LeaseService {
@@ -353,6 +386,7 @@ impl LeaseService {
             tasks: TaskTracker::new(),
             caps,
             streams: std::sync::atomic::AtomicUsize::new(0),
+            sessions: Default::default(),
         })
     }
 
@@ -391,6 +425,16 @@ impl LeaseService {
                 token: lease.token,
             },
         );
+    }
+
+    /// A lease that ended here other than by its own revoke (its session's end).
+    pub(super) fn forget(&self, id: &LeaseId) {
+        self.active().remove(id);
+    }
+
+    /// Sessions opened or renewed here that are neither ended nor lapsed.
+    pub fn active_sessions(&self) -> usize {
+        self.sessions.active()
     }
 
     /// Leases granted here that are neither revoked nor lapsed.
@@ -642,6 +686,11 @@ impl LeaseService {
                     }
                     tries += 1;
                     tokio::time::sleep(pause).await;
+                }
+                Ok(lease) if target.session.is_some() => {
+                    let key = lease.hold_key();
+                    let id = target.session.as_ref().unwrap_or_else(|| unreachable!());
+                    return self.attach_to(id, lease, key).await;
                 }
                 result => return result.map_err(Into::into),
             }
@@ -1068,6 +1117,7 @@ mod tests {
             remaining: Duration::from_secs(10),
             owner: None,
             at: tokio::time::Instant::now(),
+            session: None,
         };
         // Time spent between the masters' answers and the response (serialising, a slow
         // task) is time the client can no longer rely on.

@@ -29,6 +29,9 @@ use crate::store::node::{
 
 use crate::metrics::Metrics;
 
+mod sessions;
+pub use sessions::SessionLease;
+
 /// The engine's knobs, all from the contract's configuration.
 #[derive(Debug, Clone)]
 pub struct EngineConfig {

@@ -13,5 +13,5 @@ mod engine;
 mod health;
 mod quorum;
 
-pub use engine::{EngineConfig, EngineError, Holder, Leased, Redlock, Sighting};
+pub use engine::{EngineConfig, EngineError, Holder, Leased, Redlock, SessionLease, Sighting};
 pub use health::Monitor;

@@ -19,9 +19,9 @@ use tokio::time::Instant;
 use super::group;
 use super::node::{
     Acquired, Claim, Ending, Holding, ListPage, Listing, LockNode, NodeError, NodeResult, Owned,
-    Probe, Renewal,
+    Probe, Renewal, SessionState, SessionStep,
 };
-use crate::model::{Idem, Kind, LockKey, claimant_of};
+use crate::model::{Idem, Kind, LockKey, SessionHold, claimant_of};
 
 /// How a memory node misbehaves.
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
@@ -58,6 +58,15 @@ struct Entry {
     session: Option<String>,
 }
 
+/// A session as a master keeps it (see session.lua).
+#[derive(Debug, Clone)]
+struct Session {
+    ttl_ms: u64,
+    owner: Option<String>,
+    expires: Instant,
+    holds: Vec<SessionHold>,
+}
+
 #[derive(Debug)]
 struct Data {
     locks: HashMap<LockKey, Entry>,
@@ -83,6 +92,7 @@ struct Data {
     /// Each lock's lock-delay: the lease it follows and when it lapses (acquire.lua's 'd:'
     /// claim; a separate map here because `claims` is by mutex name only).
     delays: HashMap<LockKey, (String, Instant)>,
+    sessions: HashMap<String, Session>,
 }
 
 impl Data {
@@ -107,6 +117,7 @@ impl Data {
             });
             self.claims.retain(|_, (_, until)| *until > now);
             self.delays.retain(|_, (_, until)| *until > now);
+            self.sessions.retain(|_, s| s.expires > now);
             self.since_sweep = 0;
         }
     }
@@ -241,6 +252,56 @@ impl Data {
         self.delays.insert(key.clone(), (lease.to_owned(), until));
     }
 
+    /// Make every key of `hold` that its lease still holds expire at `expires` (with its
+    /// session), its lock-delay moving along; false when none is left.
+    fn carry(
+        &mut self,
+        hold: &SessionHold,
+        expires: Instant,
+        session: Option<&str>,
+        now: Instant,
+    ) -> bool {
+        let keys = match hold.key.kind {
+            Kind::Group => hold.key.members(),
+            _ => vec![hold.key.clone()],
+        };
+        let mut live = false;
+        for key in keys {
+            let Some(entry) = self.live(&key, now).filter(|e| e.lease == hold.lease) else {
+                continue;
+            };
+            live = true;
+            entry.expires = expires;
+            if let Some(session) = session {
+                entry.session = Some(session.to_owned());
+            }
+            let delay_ms = entry.delay_ms;
+            if delay_ms > 0 {
+                self.delay_after(&key, &hold.lease, delay_ms, expires);
+            }
+        }
+        live
+    }
+
+    fn session_state(&self, session: &Session, now: Instant, holds: bool) -> SessionState {
+        let left = session
+            .expires
+            .saturating_duration_since(now)
+            .mul_f64(self.clock_rate);
+        SessionState {
+            ttl_ms: session.ttl_ms,
+            pttl_ms: u64::try_from(left.as_millis()).unwrap_or(u64::MAX),
+            owner: session.owner.clone(),
+            holds: if holds {
+                session.holds.clone()
+            } else {
+                Vec::new()
+            },
+            carried: 0,
+            attached: false,
+        }
+    }
+
     fn holding(&self, entry: &Entry, now: Instant) -> Holding {
         Holding {
             lease: entry.lease.clone(),
@@ -271,6 +332,7 @@ pub struct Snapshot {
     marker: Option<String>,
     watermarks: HashMap<String, u64>,
     delays: HashMap<LockKey, (String, Instant)>,
+    sessions: HashMap<String, Session>,
 }
 
 pub struct MemoryNode {
@@ -299,6 +361,7 @@ impl MemoryNode {
                 shared: HashMap::new(),
                 claims: HashMap::new(),
                 delays: HashMap::new(),
+                sessions: HashMap::new(),
             }),
             fault: Mutex::new(Fault::None),
             #[cfg(any(test, feature = "test-util"))]
@@ -348,6 +411,7 @@ impl MemoryNode {
             marker: None,
             watermarks: HashMap::new(),
             delays: HashMap::new(),
+            sessions: HashMap::new(),
         });
     }
 
@@ -362,6 +426,7 @@ impl MemoryNode {
             marker: data.marker.clone(),
             watermarks: data.watermarks.clone(),
             delays: data.delays.clone(),
+            sessions: data.sessions.clone(),
         }
     }
 
@@ -376,6 +441,7 @@ impl MemoryNode {
         data.marker = snapshot.marker;
         data.watermarks = snapshot.watermarks;
         data.delays = snapshot.delays;
+        data.sessions = snapshot.sessions;
         data.claims.clear();
         data.shared.clear();
         let readers: Vec<LockKey> = data
@@ -688,9 +754,14 @@ impl LockNode for MemoryNode {
                 return Ok(Owned::NotOwner);
             };
             if entry.session.is_some() {
-                // Held through a session: it lives as long as the session (see renew.lua).
+                // Held through a session: it lives as long as the session (see renew.lua),
+                // and what is left of it is its TTL as far as the caller is concerned.
                 let entry = entry.clone();
-                return Ok(Owned::Yes(data.holding(&entry, now)));
+                let holding = data.holding(&entry, now);
+                return Ok(Owned::Yes(Holding {
+                    ttl_ms: holding.pttl_ms,
+                    ..holding
+                }));
             }
             let ttl_ms = ttl_ms.unwrap_or(entry.ttl_ms);
             entry.ttl_ms = ttl_ms;
@@ -767,6 +838,70 @@ impl LockNode for MemoryNode {
                 .map(|e| data.holding(e, now))
                 .into_iter()
                 .collect())
+        })
+        .await
+    }
+
+    async fn session(&self, id: &str, step: SessionStep<'_>) -> NodeResult<Owned<SessionState>> {
+        self.step(|data, now| {
+            data.check_marker()?;
+            if let SessionStep::Open { ttl_ms, owner } = step {
+                let session = Session {
+                    ttl_ms,
+                    owner: owner.filter(|o| !o.is_empty()).map(str::to_owned),
+                    expires: data.expiry(now, ttl_ms),
+                    holds: Vec::new(),
+                };
+                let state = data.session_state(&session, now, false);
+                data.sessions.insert(id.to_owned(), session);
+                return Ok(Owned::Yes(state));
+            }
+            let Some(mut session) = data.sessions.get(id).filter(|s| s.expires > now).cloned()
+            else {
+                data.sessions.remove(id);
+                return Ok(Owned::NotOwner);
+            };
+            let state = match step {
+                SessionStep::Open { .. } => unreachable!("answered above"),
+                SessionStep::Renew { ttl_ms } => {
+                    session.ttl_ms = ttl_ms.unwrap_or(session.ttl_ms);
+                    session.expires = data.expiry(now, session.ttl_ms);
+                    let holds = std::mem::take(&mut session.holds);
+                    session.holds = holds
+                        .into_iter()
+                        .filter(|h| data.carry(h, session.expires, None, now))
+                        .collect();
+                    SessionState {
+                        carried: session.holds.len() as u64,
+                        ..data.session_state(&session, now, false)
+                    }
+                }
+                SessionStep::Read => data.session_state(&session, now, true),
+                SessionStep::End => {
+                    data.sessions.remove(id);
+                    return Ok(Owned::Yes(data.session_state(&session, now, true)));
+                }
+                SessionStep::Attach { hold } => {
+                    if !data.carry(hold, session.expires, Some(id), now) {
+                        return Ok(Owned::Yes(SessionState::default()));
+                    }
+                    for key in match hold.key.kind {
+                        Kind::Group => hold.key.members(),
+                        _ => vec![hold.key.clone()],
+                    } {
+                        if let Some(entry) = data.locks.get_mut(&key) {
+                            entry.ttl_ms = session.ttl_ms;
+                        }
+                    }
+                    session.holds.push(hold.clone());
+                    SessionState {
+                        attached: true,
+                        ..data.session_state(&session, now, false)
+                    }
+                }
+            };
+            data.sessions.insert(id.to_owned(), session);
+            Ok(Owned::Yes(state))
         })
         .await
     }

@@ -9,7 +9,7 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 
-use crate::model::{FencingToken, Idem, Kind, Listeners, LockKey, News, Traffic};
+use crate::model::{FencingToken, Idem, Kind, Listeners, LockKey, News, SessionHold, Traffic};
 
 /// What one master holds for one lock, for one of its holders.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -77,6 +77,37 @@ pub enum Owned<T> {
     Yes(T),
     /// The lock is free here or held by another lease.
     NotOwner,
+}
+
+/// What one master holds for a session.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct SessionState {
+    pub ttl_ms: u64,
+    /// What is left of it on this master, by this master's clock.
+    pub pttl_ms: u64,
+    pub owner: Option<String>,
+    /// Its holds (read and end only).
+    pub holds: Vec<SessionHold>,
+    /// How many holds a renew carried along.
+    pub carried: u64,
+    /// An attach: whether the hold was here to attach (its grant may have reached only a
+    /// majority of masters).
+    pub attached: bool,
+}
+
+/// One step of a session's life on one master.
+#[derive(Debug, Clone, Copy)]
+pub enum SessionStep<'a> {
+    /// Make the session, with its TTL and owner text.
+    Open { ttl_ms: u64, owner: Option<&'a str> },
+    /// Extend it, and every hold made through it, to `ttl_ms` (its own when `None`).
+    Renew { ttl_ms: Option<u64> },
+    /// What it is and holds.
+    Read,
+    /// Delete it, answering its holds, which the caller then releases.
+    End,
+    /// Make `hold` one of the session's: its keys live as long as the session from now.
+    Attach { hold: &'a SessionHold },
 }
 
 /// What a health probe learns about a master.
@@ -283,6 +314,10 @@ pub trait LockNode: Send + Sync + 'static {
     /// The held slots below `limit` of semaphore `name` here, in slot order, with their
     /// holders: what a permit's grant reads before it takes a free slot.
     async fn slots(&self, name: &str, limit: u16) -> NodeResult<Vec<(u16, Holding)>>;
+
+    /// One step of session `id` (see `SessionStep`); `NotOwner` when the session does not
+    /// exist here.
+    async fn session(&self, id: &str, step: SessionStep<'_>) -> NodeResult<Owned<SessionState>>;
 
     /// A page of held locks (see `Listing`). A master may stop early to keep one call
     /// short; `ListPage::more` says so.

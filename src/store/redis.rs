@@ -22,11 +22,11 @@ use super::batch::{self, Batcher, Limits, Step};
 use super::group;
 use super::node::{
     Acquired, Announcement, Claim, Ending, Holding, ListPage, Listener, Listing, LockNode,
-    NodeError, NodeResult, Owned, Probe, Renewal,
+    NodeError, NodeResult, Owned, Probe, Renewal, SessionState, SessionStep,
 };
 use crate::config::MasterUrl;
 use crate::model::News;
-use crate::model::{FencingToken, Kind, LockKey, Traffic, claimant_of};
+use crate::model::{FencingToken, Kind, LockKey, SessionHold, Traffic, claimant_of};
 
 macro_rules! script {
     ($name:ident, $file:literal) => {
@@ -35,7 +35,7 @@ macro_rules! script {
     };
 }
 /// The steps that travel in batches, by the name `batch.lua` calls them.
-const STEPS: [(&str, &str); 9] = [
+const STEPS: [(&str, &str); 10] = [
     ("acquire", include_str!("scripts/acquire.lua")),
     ("confirm", include_str!("scripts/confirm.lua")),
     ("renew", include_str!("scripts/renew.lua")),
@@ -45,6 +45,7 @@ const STEPS: [(&str, &str); 9] = [
     ("share", include_str!("scripts/share.lua")),
     ("acquire_many", include_str!("scripts/acquire_many.lua")),
     ("members", include_str!("scripts/members.lua")),
+    ("session", include_str!("scripts/session.lua")),
 ];
 static BATCH: LazyLock<Script> =
     LazyLock::new(|| Script::new(&batch::compose(&STEPS, include_str!("scripts/batch.lua"))));
@@ -74,6 +75,8 @@ struct Keys {
     channel: String,
     events: String,
     idem: String,
+    /// Each session's hash (`<this><session id>`).
+    session: String,
 }
 
 impl Keys {
@@ -95,7 +98,37 @@ impl Keys {
             channel: format!("{prefix}released"),
             events: format!("{prefix}events"),
             idem: format!("{prefix}idem:"),
+            session: format!("{prefix}session:"),
         }
+    }
+
+    /// What a session's hash records of `hold` (see session.lua): what it is, then the keys
+    /// that carry it.
+    fn session_entry(&self, hold: &SessionHold) -> (String, Vec<String>) {
+        let key = &hold.key;
+        let mut keys = Vec::new();
+        let mut entry = format!("{} {} {}", key.kind.word(), hold.token, key.name);
+        let mut line = |tag: &str, k: String| {
+            entry.push_str(&format!("\n{tag} {k}"));
+            keys.push(k);
+        };
+        match key.kind {
+            Kind::Group => {
+                for member in key.members() {
+                    line("k", self.lock(&member));
+                }
+            }
+            Kind::Reader => {
+                line("k", self.lock(key));
+                line("s", self.shared(key));
+            }
+            Kind::Semaphore => line("k", self.lock(key)),
+            Kind::Mutex | Kind::Election => {
+                line("k", self.lock(key));
+                line("c", self.claim(key));
+            }
+        }
+        (entry, keys)
     }
 
     /// The key of `key` on the masters: prefix, kind segment, name.
@@ -217,6 +250,24 @@ fn classify(e: redis::RedisError) -> NodeError {
             _ => NodeError::Other(e.to_string()),
         }
     }
+}
+
+/// A session's hold as session.lua answers it: '<lease>\n<kind> <token> <key name>\n...'.
+fn parse_hold(text: &str) -> Option<SessionHold> {
+    let mut lines = text.lines();
+    let lease = lines.next()?.to_owned();
+    let mut what = lines.next()?.splitn(3, ' ');
+    let kind = Kind::from_word(what.next()?)?;
+    let token = what.next()?.parse().ok()?;
+    let name = what.next()?;
+    Some(SessionHold {
+        key: LockKey {
+            kind,
+            name: name.into(),
+        },
+        lease,
+        token,
+    })
 }
 
 /// Reads the loosely typed replies of our scripts.
@@ -469,6 +520,64 @@ impl LockNode for RedisNode {
             return Ok(Vec::new());
         }
         Ok(vec![reply.holding(1)?])
+    }
+
+    async fn session(&self, id: &str, step: SessionStep<'_>) -> NodeResult<Owned<SessionState>> {
+        let mut call = Step::new("session");
+        call.key(format!("{}{id}", self.keys.session))
+            .key(&self.keys.marker);
+        match step {
+            SessionStep::Open { ttl_ms, owner } => {
+                call.arg("open").arg(ttl_ms).arg(owner.unwrap_or(""));
+            }
+            SessionStep::Renew { ttl_ms } => {
+                call.arg("renew");
+                match ttl_ms {
+                    Some(ttl) => call.arg(ttl),
+                    None => call.arg(""),
+                };
+            }
+            SessionStep::Read => {
+                call.arg("read");
+            }
+            SessionStep::End => {
+                call.arg("end");
+            }
+            SessionStep::Attach { hold } => {
+                let (entry, keys) = self.keys.session_entry(hold);
+                for key in keys {
+                    call.key(key);
+                }
+                call.arg("attach").arg(&hold.lease).arg(entry);
+            }
+        }
+        let reply = self.step(call).await?;
+        match reply.status()? {
+            0 => return Ok(Owned::NotOwner),
+            2 => return Ok(Owned::Yes(SessionState::default())),
+            _ => {}
+        }
+        let mut state = SessionState {
+            pttl_ms: reply.uint(1)?,
+            ttl_ms: reply.uint(2)?,
+            owner: reply.owner(3)?,
+            holds: Vec::new(),
+            carried: 0,
+            attached: matches!(step, SessionStep::Attach { .. }),
+        };
+        if matches!(step, SessionStep::Renew { .. }) {
+            state.carried = reply.uint(4)?;
+            return Ok(Owned::Yes(state));
+        }
+        for at in 4..reply.0.len() {
+            let text = reply.string(at)?;
+            state
+                .holds
+                .push(parse_hold(&text).ok_or_else(|| {
+                    NodeError::Script(format!("a session's hold reads {text:?}"))
+                })?);
+        }
+        Ok(Owned::Yes(state))
     }
 
     async fn list(&self, listing: Listing<'_>) -> NodeResult<ListPage> {

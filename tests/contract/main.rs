@@ -15,5 +15,6 @@ mod locks;
 mod ops;
 mod router;
 mod semaphores;
+mod sessions;
 mod shared;
 mod streams;

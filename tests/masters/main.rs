@@ -18,5 +18,6 @@ mod idempotency;
 mod lock_delay;
 mod ops;
 mod semaphores;
+mod sessions;
 mod shared;
 mod streams;

@@ -103,7 +103,7 @@ impl Bed {
 
     /// What an operator's dashboard should show a moment of: grants, contention, waits
     /// granted and given up, a 429 past the waiter cap, a held stream, a campaign and its
-    /// observer, renews, revokes, a leader read, a semaphore's permits. The streams stay open while the caller
+    /// observer, renews, revokes, a leader read, a semaphore's permits, sessions. The streams stay open while the caller
     /// keeps what this returns.
     async fn contended_workload(&self) -> Workload {
         let lease: Value = self
@@ -230,6 +230,21 @@ impl Bed {
                 let _ = call(reqwest::Method::GET, "/locks?prefix=dash").await;
                 let _ = call(reqwest::Method::GET, "/elections/dash:lead").await;
                 let _ = call(reqwest::Method::DELETE, &lease).await;
+                // A session with a lock held through it: opened, renewed, read, ended.
+                let Ok(opened) = call(reqwest::Method::POST, "/sessions?ttl_ms=5000").await else {
+                    continue;
+                };
+                let session: Value = opened.json().await.unwrap_or_default();
+                let id = session["session_id"].as_str().unwrap_or("none").to_owned();
+                let path = format!("/sessions/{id}");
+                let _ = call(
+                    reqwest::Method::POST,
+                    &format!("/locks/dash:s?session={id}"),
+                )
+                .await;
+                let _ = call(reqwest::Method::PUT, &path).await;
+                let _ = call(reqwest::Method::GET, &path).await;
+                let _ = call(reqwest::Method::DELETE, &path).await;
             }
         });
         Workload {

@@ -1,0 +1,210 @@
+//! Sessions: open (or hold by a stream), renew, read and end; one heartbeat for every lock,
+//! permit and election term held through the session.
+
+use std::convert::Infallible;
+use std::time::SystemTime;
+
+use axum::Json;
+use axum::extract::{FromRequestParts, Path, State};
+use axum::http::request::Parts;
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::response::sse::{Event, KeepAlive, Sse};
+use axum::response::{IntoResponse, Response};
+use futures::Stream;
+
+use super::AppState;
+use super::error::ApiError;
+use super::extract::Fields;
+use super::schema::{NoQuorum, Refusals, SessionIdParam, TtlMs};
+use super::stream;
+use super::types::rfc3339;
+use crate::lease::{HeldThrough, LeasePolicy, Session, SessionEvent};
+use crate::model::{Kind, Owner, SessionId};
+use crate::wire::{
+    ErrorBody, LockMode, LostEvent, NoFields, RenewRequest, SessionBody, SessionHoldBody,
+    SessionRequest, whole,
+};
+
+/// The `{session_id}` of a session's route, parsed.
+pub struct SessionPath(pub SessionId);
+
+impl<S: Send + Sync> FromRequestParts<S> for SessionPath {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, ApiError> {
+        let Path(raw) = Path::<String>::from_request_parts(parts, state)
+            .await
+            .map_err(|_| ApiError::Invalid("malformed session id".into()))?;
+        Ok(Self(SessionId::parse(&raw)?))
+    }
+}
+
+impl From<&Session> for SessionBody {
+    fn from(session: &Session) -> Self {
+        Self {
+            session_id: session.id.as_str().to_owned(),
+            ttl_ms: crate::model::millis(session.ttl),
+            validity_ms: crate::model::millis(session.validity_now()),
+            expires_at: rfc3339(
+                SystemTime::now() + session.remaining.saturating_sub(session.at.elapsed()),
+            ),
+            owner: session.owner.as_deref().map(str::to_owned),
+            holds: None,
+        }
+    }
+}
+
+impl From<&HeldThrough> for SessionHoldBody {
+    fn from(hold: &HeldThrough) -> Self {
+        Self {
+            kind: match hold.kind {
+                Kind::Election => "election",
+                Kind::Semaphore => "semaphore",
+                _ => "lock",
+            }
+            .to_owned(),
+            name: hold.name.clone(),
+            lease_id: hold.lease.as_str().to_owned(),
+            fencing_token: hold.token,
+            names: (!hold.names.is_empty()).then(|| hold.names.clone()),
+            slot: hold.slot,
+            mode: (hold.kind == Kind::Mutex).then_some(if hold.shared {
+                LockMode::Shared
+            } else {
+                LockMode::Exclusive
+            }),
+        }
+    }
+}
+
+/// Open a session.
+#[utoipa::path(
+    post, path = "/sessions", tag = "sessions", operation_id = "open_session",
+    summary = "Open a session: one heartbeat for every lock, permit and election term held through it.",
+    params(
+        ("ttl_ms" = inline(Option<TtlMs>), Query, description = "as the body field"),
+        ("owner" = inline(Option<crate::model::Owner>), Query, description = "as the body field"),
+    ),
+    request_body(content = Option<SessionRequest>, description = "May be empty: every field has a default"),
+    responses(
+        Refusals, NoQuorum,
+        (status = 201, description = "Opened. Grants that name it (`\"session\": \"<session_id>\"`) are held for as long as it is. With `Accept: text/event-stream`, the session lives while the connection does: events `opened` (`SessionBody`), `heartbeat` (`SessionBody`, after each renew at a third of the TTL), then `lost` (`LostEvent`: it could not be renewed) and the stream ends; closing the connection ends the session and releases what is held through it.", body = SessionBody,
+            headers(("Location" = String, description = "/sessions/{session_id}"))),
+    )
+)]
+pub async fn open(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    Fields(req): Fields<SessionRequest>,
+) -> Result<Response, ApiError> {
+    let policy = LeasePolicy::from(state.settings.leases);
+    let ttl = policy.ttl(whole(req.ttl_ms))?;
+    let owner = req.owner.as_deref().map(Owner::parse).transpose()?;
+    if stream::wants_stream(&headers) {
+        let events = state.service.hold_session(ttl, owner)?;
+        return Ok(held(events).into_response());
+    }
+    let session = state.service.open_session(ttl, owner).await?;
+    let mut response = Json(SessionBody::from(&session)).into_response();
+    *response.status_mut() = StatusCode::CREATED;
+    if let Ok(value) = HeaderValue::from_str(&format!("/sessions/{}", session.id.as_str())) {
+        response.headers_mut().insert(header::LOCATION, value);
+    }
+    Ok(response)
+}
+
+/// Renew a session, and with it every hold made through it.
+#[utoipa::path(
+    put, path = "/sessions/{session_id}", tag = "sessions", operation_id = "renew_session",
+    summary = "Renew a session: every lock, permit and term held through it is renewed with it, in one call per master.",
+    params(
+        ("session_id" = inline(SessionIdParam), Path),
+        ("ttl_ms" = inline(Option<TtlMs>), Query, description = "as the body field"),
+    ),
+    request_body(content = Option<RenewRequest>, description = "May be empty: the session's own TTL"),
+    responses(
+        Refusals, NoQuorum,
+        (status = 200, description = "Renewed", body = SessionBody),
+        (status = 404, description = "`session_not_found`: expired, ended, or never opened", body = ErrorBody),
+    )
+)]
+pub async fn renew(
+    State(state): State<AppState>,
+    SessionPath(id): SessionPath,
+    Fields(req): Fields<RenewRequest>,
+) -> Result<Json<SessionBody>, ApiError> {
+    let ttl = LeasePolicy::from(state.settings.leases).renew_ttl(whole(req.ttl_ms))?;
+    let session = state.service.renew_session(&id, ttl).await?;
+    Ok(Json(SessionBody::from(&session)))
+}
+
+/// End a session: release everything held through it.
+#[utoipa::path(
+    delete, path = "/sessions/{session_id}", tag = "sessions", operation_id = "end_session",
+    summary = "End a session: every lock, permit and election term held through it is released at once.",
+    params(("session_id" = inline(SessionIdParam), Path)),
+    responses(
+        Refusals, NoQuorum,
+        (status = 204, description = "Ended; waiting grants on every replica are woken"),
+        (status = 404, description = "`session_not_found`", body = ErrorBody),
+    )
+)]
+pub async fn end(
+    State(state): State<AppState>,
+    SessionPath(id): SessionPath,
+    Fields(NoFields {}): Fields<NoFields>,
+) -> Result<StatusCode, ApiError> {
+    state.service.end_session(&id).await?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+/// A session and what is held through it.
+#[utoipa::path(
+    get, path = "/sessions/{session_id}", tag = "sessions", operation_id = "read_session",
+    summary = "Read a session: its TTL, what is left of it, and every hold made through it.",
+    params(("session_id" = inline(SessionIdParam), Path)),
+    responses(
+        Refusals, NoQuorum,
+        (status = 200, description = "The session body with `holds`", body = SessionBody),
+        (status = 404, description = "`session_not_found`", body = ErrorBody),
+    )
+)]
+pub async fn read(
+    State(state): State<AppState>,
+    SessionPath(id): SessionPath,
+    Fields(NoFields {}): Fields<NoFields>,
+) -> Result<Json<SessionBody>, ApiError> {
+    let session = state.service.session(&id).await?;
+    let mut body = SessionBody::from(&session);
+    body.holds = Some(session.holds.iter().map(SessionHoldBody::from).collect());
+    Ok(Json(body))
+}
+
+fn event<T: serde::Serialize>(name: &'static str, data: &T) -> Event {
+    Event::default()
+        .event(name)
+        .json_data(data)
+        .unwrap_or_else(|_| Event::default().event(name))
+}
+
+/// The SSE response of a session held by a stream.
+fn held(
+    rx: tokio::sync::mpsc::Receiver<SessionEvent>,
+) -> Sse<impl Stream<Item = Result<Event, Infallible>> + Send + 'static> {
+    let events = futures::stream::unfold(rx, |mut rx| async move {
+        let next = match rx.recv().await? {
+            SessionEvent::Opened(s) => event("opened", &SessionBody::from(&s)),
+            SessionEvent::Heartbeat(s) => event("heartbeat", &SessionBody::from(&s)),
+            SessionEvent::Lost(reason) => event(
+                "lost",
+                &LostEvent {
+                    reason: reason.code().to_owned(),
+                    message: reason.message().to_owned(),
+                },
+            ),
+            SessionEvent::Failed(e) => event("failed", &ApiError::from(e).body()),
+        };
+        Some((Ok(next), rx))
+    });
+    Sse::new(events).keep_alive(KeepAlive::new().interval(stream::KEEP_ALIVE))
+}

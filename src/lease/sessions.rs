@@ -1,0 +1,364 @@
+//! Sessions: one heartbeat for many holds. A session is opened with a TTL, renewed (or held
+//! by a stream, which renews it), and ended; any grant may name it, and is then held for as
+//! long as the session is: one renew of the session, one call per master, renews every
+//! hold made through it, and ending it releases them all at once and wakes their waiters
+//! on every replica.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use tokio::sync::mpsc;
+use tokio::time::{Instant, sleep_until, timeout_at};
+
+use super::events::LockEvent;
+use super::{Lease, LeaseError, LeaseService, Ttl};
+use crate::metrics::StreamKind;
+use crate::model::SessionHold;
+use crate::model::{FencingToken, Kind, LeaseId, LockKey, Owner, SessionId};
+use crate::redlock::{EngineError, SessionLease};
+
+/// Events a held stream of a session's life buffers: `opened`, then `heartbeat`s, then
+/// perhaps `lost`.
+const SESSION_BUFFER: usize = 8;
+
+/// A session as the service hands it to the HTTP layer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Session {
+    pub id: SessionId,
+    pub ttl: Duration,
+    pub validity: Duration,
+    pub remaining: Duration,
+    pub owner: Option<Arc<str>>,
+    pub at: Instant,
+    /// What is held through it (read only).
+    pub holds: Vec<HeldThrough>,
+}
+
+impl Session {
+    fn new(id: SessionId, lease: SessionLease) -> Self {
+        Self {
+            id,
+            ttl: lease.ttl,
+            validity: lease.validity,
+            remaining: lease.remaining,
+            owner: lease.owner,
+            at: lease.at,
+            holds: Vec::new(),
+        }
+    }
+
+    /// How long the client may still rely on the session, now.
+    pub fn validity_now(&self) -> Duration {
+        self.validity.saturating_sub(self.at.elapsed())
+    }
+}
+
+/// One hold made through a session, as `GET /sessions/{id}` lists it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HeldThrough {
+    /// The kind's collection: locks, semaphores, elections.
+    pub kind: Kind,
+    pub name: String,
+    /// A several-name lease's names; a permit's slot; a shared lease's mode.
+    pub names: Vec<String>,
+    pub slot: Option<u16>,
+    pub shared: bool,
+    pub lease: LeaseId,
+    pub token: FencingToken,
+}
+
+impl HeldThrough {
+    fn of(hold: &SessionHold) -> Option<Self> {
+        let key = &hold.key;
+        let lease = LeaseId::parse(&hold.lease).ok()?;
+        let token = FencingToken(hold.token);
+        let view = |kind, name: &str| Self {
+            kind,
+            name: name.to_owned(),
+            names: Vec::new(),
+            slot: None,
+            shared: false,
+            lease: lease.clone(),
+            token,
+        };
+        Some(match key.kind {
+            Kind::Mutex => view(Kind::Mutex, &key.name),
+            Kind::Election => view(Kind::Election, &key.name),
+            Kind::Reader => Self {
+                shared: true,
+                ..view(Kind::Mutex, key.owner_name())
+            },
+            Kind::Semaphore => {
+                let (name, slot) = key.name.rsplit_once('/')?;
+                Self {
+                    slot: slot.parse().ok(),
+                    ..view(Kind::Semaphore, name)
+                }
+            }
+            Kind::Group => {
+                let names: Vec<String> = key.members().iter().map(|m| m.name.to_string()).collect();
+                Self {
+                    names: names.clone(),
+                    ..view(Kind::Mutex, names.first()?)
+                }
+            }
+        })
+    }
+}
+
+/// Sessions this process opened (or renewed), with when each lapses unless renewed: the
+/// source of `redlockd_sessions_active`.
+#[derive(Default)]
+pub(super) struct Sessions(Mutex<HashMap<SessionId, Instant>>);
+
+impl Sessions {
+    fn map(&self) -> std::sync::MutexGuard<'_, HashMap<SessionId, Instant>> {
+        // A plain map of deadlines: nothing a panic elsewhere could leave half-done.
+        self.0.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn track(&self, session: &Session) {
+        let mut map = self.map();
+        let now = Instant::now();
+        if map.len() >= 1024 && map.len().is_power_of_two() {
+            map.retain(|_, lapses| *lapses > now);
+        }
+        map.insert(session.id.clone(), now + session.remaining);
+    }
+
+    fn forget(&self, id: &SessionId) {
+        self.map().remove(id);
+    }
+
+    pub(super) fn active(&self) -> usize {
+        let now = Instant::now();
+        let mut map = self.map();
+        map.retain(|_, lapses| *lapses > now);
+        map.len()
+    }
+}
+
+/// Why a streamed session ended, as its `lost` event says.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SessionLost {
+    /// A renew found the session gone from a majority of masters: it expired or was ended.
+    NotFound,
+    /// No renew reached a majority before the session's validity ran out.
+    QuorumLost,
+    /// The replica is shutting down; the session was ended.
+    ShuttingDown,
+}
+
+impl SessionLost {
+    pub fn code(self) -> &'static str {
+        match self {
+            SessionLost::NotFound => "session_not_found",
+            SessionLost::QuorumLost => "quorum_lost",
+            SessionLost::ShuttingDown => "shutting_down",
+        }
+    }
+
+    pub fn message(self) -> &'static str {
+        match self {
+            SessionLost::NotFound => {
+                "a renew found the session gone from a majority of masters: it expired or was ended"
+            }
+            SessionLost::QuorumLost => {
+                "no renew reached a majority of masters before the session's validity ran out"
+            }
+            SessionLost::ShuttingDown => {
+                "the replica holding the stream is shutting down; the session was ended"
+            }
+        }
+    }
+}
+
+/// What a streamed session tells its client.
+#[derive(Debug)]
+pub enum SessionEvent {
+    Opened(Session),
+    Heartbeat(Session),
+    Lost(SessionLost),
+    Failed(LeaseError),
+}
+
+fn not_found(e: EngineError) -> LeaseError {
+    match e {
+        EngineError::NotFound => LeaseError::SessionNotFound,
+        e => e.into(),
+    }
+}
+
+impl LeaseService {
+    /// Open a session that lives `ttl` unless renewed.
+    pub async fn open_session(
+        &self,
+        ttl: Ttl,
+        owner: Option<Owner>,
+    ) -> Result<Session, LeaseError> {
+        let id = SessionId::generate();
+        let lease = self
+            .engine()
+            .open_session(id.as_str(), ttl.get(), owner.map(|o| o.shared()))
+            .await?;
+        let session = Session::new(id, lease);
+        self.sessions.track(&session);
+        Ok(session)
+    }
+
+    /// Renew session `id`, and every hold made through it, for `ttl` (its own when `None`).
+    pub async fn renew_session(
+        &self,
+        id: &SessionId,
+        ttl: Option<Ttl>,
+    ) -> Result<Session, LeaseError> {
+        let lease = self
+            .engine()
+            .renew_session(id.as_str(), ttl.map(Ttl::get))
+            .await
+            .map_err(not_found)?;
+        self.metrics
+            .session_holds(usize::try_from(lease.holds).unwrap_or(usize::MAX));
+        let session = Session::new(id.clone(), lease);
+        self.sessions.track(&session);
+        Ok(session)
+    }
+
+    /// Session `id` and what is held through it.
+    pub async fn session(&self, id: &SessionId) -> Result<Session, LeaseError> {
+        let (lease, holds) = self
+            .engine()
+            .read_session(id.as_str())
+            .await
+            .map_err(not_found)?;
+        let mut session = Session::new(id.clone(), lease);
+        session.holds = holds.iter().filter_map(HeldThrough::of).collect();
+        Ok(session)
+    }
+
+    /// End session `id`: every hold made through it is released, and waiting grants on
+    /// every replica are woken.
+    pub async fn end_session(&self, id: &SessionId) -> Result<(), LeaseError> {
+        let holds = self
+            .engine()
+            .end_session(id.as_str())
+            .await
+            .map_err(not_found)?;
+        self.sessions.forget(id);
+        for hold in &holds {
+            if let Ok(lease) = LeaseId::parse(&hold.lease) {
+                self.forget(&lease);
+            }
+            for member in hold.key.members() {
+                self.events().publish(
+                    &member.topic(),
+                    LockEvent::Released {
+                        token: FencingToken(hold.token),
+                    },
+                );
+            }
+        }
+        Ok(())
+    }
+
+    /// Make the just granted `lease` (on `key`) one of session `id`'s holds: its validity
+    /// is then the session's. When the session is gone, the hold is released and the grant
+    /// answers `SessionNotFound`.
+    pub(super) async fn attach_to(
+        &self,
+        id: &SessionId,
+        mut lease: Lease,
+        key: LockKey,
+    ) -> Result<Lease, LeaseError> {
+        let hold = SessionHold {
+            key: key.clone(),
+            lease: lease.id.as_str().to_owned(),
+            token: lease.token.0,
+        };
+        match self.engine().attach(id.as_str(), hold).await {
+            Ok(session) => {
+                lease.ttl = session.ttl;
+                lease.validity = session.validity;
+                lease.remaining = session.remaining;
+                lease.at = session.at;
+                lease.session = Some(id.clone());
+                Ok(lease)
+            }
+            Err(e) => {
+                let _ = self.engine().release(&key, lease.id.as_str()).await;
+                for member in key.members() {
+                    self.events().wake(&member.topic());
+                }
+                Err(not_found(e))
+            }
+        }
+    }
+
+    /// Open a session held by a stream: renewed at a third of its TTL while the stream is
+    /// open, ended when the client leaves (every hold through it released).
+    pub fn hold_session(
+        self: &Arc<Self>,
+        ttl: Ttl,
+        owner: Option<Owner>,
+    ) -> Result<mpsc::Receiver<SessionEvent>, LeaseError> {
+        self.stream(SESSION_BUFFER, |service, tx| {
+            service.session_task(ttl, owner, tx)
+        })
+    }
+
+    async fn session_task(
+        self: Arc<Self>,
+        ttl: Ttl,
+        owner: Option<Owner>,
+        tx: mpsc::Sender<SessionEvent>,
+    ) {
+        let _open = self.metrics.stream_opened(StreamKind::Session);
+        let session = tokio::select! {
+            result = self.open_session(ttl, owner) => result,
+            () = tx.closed() => return,
+        };
+        let session = match session {
+            Ok(session) => session,
+            Err(e) => {
+                let _ = tx.send(SessionEvent::Failed(e)).await;
+                return;
+            }
+        };
+        let id = session.id.clone();
+        let _ = tx.send(SessionEvent::Opened(session.clone())).await;
+        let every = ttl.get() / 3;
+        let retry = (every / 4).clamp(Duration::from_millis(20), Duration::from_secs(1));
+        let mut valid_until = session.at + session.validity;
+        let mut next = Instant::now() + every;
+        let lost = loop {
+            tokio::select! {
+                () = sleep_until(next.min(valid_until)) => {
+                    if Instant::now() >= valid_until {
+                        break Some(SessionLost::QuorumLost);
+                    }
+                    match timeout_at(valid_until, self.renew_session(&id, None)).await {
+                        Err(_) => break Some(SessionLost::QuorumLost),
+                        Ok(Ok(renewed)) => {
+                            valid_until = renewed.at + renewed.validity;
+                            next = Instant::now() + every;
+                            let _ = tx.try_send(SessionEvent::Heartbeat(renewed));
+                        }
+                        Ok(Err(LeaseError::SessionNotFound)) => break Some(SessionLost::NotFound),
+                        Ok(Err(_)) => next = Instant::now() + retry,
+                    }
+                }
+                () = tx.closed() => break None,
+                () = self.shutdown.cancelled() => break Some(SessionLost::ShuttingDown),
+            }
+        };
+        if let Some(reason) = lost {
+            let _ =
+                tokio::time::timeout(Duration::from_secs(1), tx.send(SessionEvent::Lost(reason)))
+                    .await;
+        }
+        if lost != Some(SessionLost::NotFound) {
+            let _ = self.end_session(&id).await;
+        }
+    }
+}

@@ -1,0 +1,135 @@
+-- session: one heartbeat for many holds. A session is a hash on each master
+-- (e.g. redlockd:session:<id>) with its TTL ('ttl'), its owner text ('owner') and, for each
+-- hold made through it, a field 'h:<lease id>' whose value says what the hold is and which
+-- keys carry it, one line each:
+--   '<kind> <token> <key name>'  first: what GET /sessions/{id} lists, and what ending the
+--                                session releases (kind and key name as the lock key's)
+--   'k <key>'                    a key the lease holds (a lock hash, a shared hold's hash,
+--                                a permit's slot, each name of a several-name lease)
+--   'c <key>'                    the name's claim, where a lock-delay is kept (acquire.lua)
+--   's <key>'                    the set of shared holders, which lives as long as the hold
+-- A hold's keys expire with the session: attaching sets their TTL to what is left of the
+-- session and marks them ('session' in the hash: renew.lua then leaves them alone), and a
+-- renew of the session extends the session and every key of every hold in one call. So a
+-- hold lives exactly as long as its session on each master, however many holds there are,
+-- and a session that ends or expires takes its holds with it.
+--
+-- KEYS[1] the session hash, KEYS[2] the marker; for 'attach', then the hold's keys as its
+-- lines name them.
+-- ARGV[1] the operation:
+--   'open' ttl owner            make the session (its TTL and owner text)
+--   'renew' ttl                 extend it and its holds ('' keeps its TTL)
+--   'read'                      what it is and holds
+--   'end'                       delete it; answers its holds (the caller releases them)
+--   'attach' lease entry        add the hold `lease` described by `entry` (its lines): its
+--                               keys named with 'k' that the lease holds are given what is
+--                               left of the session, and its lock-delay claim moves along
+--
+-- Example: EVALSHA <sha> 2 redlockd:session:Zm9v redlockd:marker renew 30000
+-- Returns {-1} when the marker is missing, {0} when the session does not exist here, {2}
+-- when an attached hold is not held here (its grant did not reach this master), else
+-- {1, pttl_ms, ttl_ms, owner, holds...} where holds are '<lease>\n<entry>' each ('read'
+-- and 'end'; 'renew' answers how many holds it carried instead, the others nothing).
+if #KEYS < 2 or #ARGV < 1 then
+  return redis.error_reply('session expects 2 keys or more and an operation')
+end
+if redis.call('EXISTS', KEYS[2]) == 0 then return {-1} end
+local op = ARGV[1]
+local session = KEYS[1]
+
+if op == 'open' then
+  if #ARGV ~= 3 then return redis.error_reply('session open expects ttl and owner') end
+  redis.call('HSET', session, 'ttl', ARGV[2], 'owner', ARGV[3])
+  redis.call('PEXPIRE', session, ARGV[2])
+  return {1, tonumber(ARGV[2]), tonumber(ARGV[2]), ARGV[3]}
+end
+
+local fields = redis.call('HMGET', session, 'ttl', 'owner')
+if not fields[1] then return {0} end
+
+-- Each line of a hold's entry, as {tag, rest}.
+local function lines(entry)
+  local out = {}
+  for line in string.gmatch(entry, '[^\n]+') do
+    local sp = string.find(line, ' ', 1, true)
+    if sp then out[#out + 1] = {string.sub(line, 1, sp - 1), string.sub(line, sp + 1)} end
+  end
+  return out
+end
+
+-- Give the hold `lease` described by `entry` `ttl` ms more, as renew.lua would; false
+-- when none of its keys is still its own here (it ended: revoked, or released elsewhere).
+local function extend(lease, entry, ttl)
+  local live, delay = false, nil
+  for i, line in ipairs(lines(entry)) do
+    local tag, key = line[1], line[2]
+    if i > 1 and tag == 'k' then
+      local held = redis.call('HMGET', key, 'lease', 'delay')
+      if held[1] == lease then
+        live = true
+        delay = held[2] or delay
+        redis.call('PEXPIRE', key, ttl)
+      end
+    elseif tag == 'c' and live and delay then
+      redis.call('SET', key, 'd:' .. lease, 'PX', ttl + tonumber(delay))
+    elseif tag == 's' and live and redis.call('PTTL', key) < ttl then
+      redis.call('PEXPIRE', key, ttl)
+    end
+  end
+  return live
+end
+
+local answer = {1, redis.call('PTTL', session), tonumber(fields[1]), fields[2] or ''}
+
+if op == 'renew' then
+  local ttl = tonumber(ARGV[2] ~= '' and ARGV[2] or fields[1])
+  if ARGV[2] ~= '' then redis.call('HSET', session, 'ttl', ttl) end
+  redis.call('PEXPIRE', session, ttl)
+  local all = redis.call('HGETALL', session)
+  local carried = 0
+  for i = 1, #all, 2 do
+    local field = all[i]
+    if string.sub(field, 1, 2) == 'h:' then
+      if extend(string.sub(field, 3), all[i + 1], ttl) then
+        carried = carried + 1
+      else
+        redis.call('HDEL', session, field)
+      end
+    end
+  end
+  answer[2], answer[3], answer[5] = ttl, ttl, carried
+  return answer
+end
+
+if op == 'read' or op == 'end' then
+  local all = redis.call('HGETALL', session)
+  for i = 1, #all, 2 do
+    if string.sub(all[i], 1, 2) == 'h:' then
+      answer[#answer + 1] = string.sub(all[i], 3) .. '\n' .. all[i + 1]
+    end
+  end
+  if op == 'end' then redis.call('DEL', session) end
+  return answer
+end
+
+if op == 'attach' then
+  if #ARGV ~= 3 then return redis.error_reply('session attach expects lease and entry') end
+  local lease, entry = ARGV[2], ARGV[3]
+  local pttl = redis.call('PTTL', session)
+  if pttl <= 0 then return {0} end
+  local live = false
+  for i, line in ipairs(lines(entry)) do
+    if i > 1 and line[1] == 'k' and redis.call('HGET', line[2], 'lease') == lease then
+      live = true
+      redis.call('HSET', line[2], 'session', '1', 'ttl', fields[1])
+      redis.call('PEXPIRE', line[2], pttl)
+    end
+  end
+  -- The hold did not reach this master (or is gone): nothing to carry here.
+  if not live then return {2} end
+  redis.call('HSET', session, 'h:' .. lease, entry)
+  extend(lease, entry, pttl)
+  return answer
+end
+
+return redis.error_reply('session: unknown operation ' .. op)

@@ -1,0 +1,274 @@
+//! Sessions in process over the embedded store: holds of every kind made through one
+//! session live as long as it does, renewing it renews them, ending it releases them all,
+//! an expired session's holds are free, a grant through an unknown session holds nothing,
+//! and a streamed session ends with its connection. The same on real masters and two
+//! replicas is in `masters::sessions`.
+
+use crate::common;
+
+use std::time::Duration;
+
+use common::{TestApp, wait_for};
+use serde_json::{Value, json};
+
+async fn open(app: &TestApp, ttl_ms: u64) -> String {
+    let (status, session) = app
+        .send(
+            "POST",
+            "/sessions",
+            Some(json!({"ttl_ms": ttl_ms, "owner": "w1"})),
+        )
+        .await;
+    assert_eq!(status, 201, "{session}");
+    assert_eq!(session["owner"], "w1");
+    assert_eq!(session["ttl_ms"], ttl_ms);
+    assert!(session["validity_ms"].as_u64().unwrap() <= ttl_ms);
+    session["session_id"].as_str().unwrap().to_owned()
+}
+
+/// A lock, a permit, a shared lock, a lease on two names and an election term through
+/// `session`.
+async fn hold_everything(app: &TestApp, session: &str) -> Vec<Value> {
+    let mut held = Vec::new();
+    for (path, body) in [
+        ("/locks/s:lock", json!({"session": session})),
+        (
+            "/semaphores/s:pool",
+            json!({"session": session, "limit": 2}),
+        ),
+        (
+            "/locks/s:doc",
+            json!({"session": session, "mode": "shared"}),
+        ),
+        (
+            "/locks",
+            json!({"session": session, "names": ["s:a", "s:b"]}),
+        ),
+        (
+            "/elections/s:lead",
+            json!({"session": session, "value": "me"}),
+        ),
+    ] {
+        let (status, lease) = app.send("POST", path, Some(body)).await;
+        assert_eq!(status, 201, "{path}: {lease}");
+        held.push(lease);
+    }
+    held
+}
+
+async fn all_held(app: &TestApp) -> bool {
+    let mut held = true;
+    for path in [
+        "/locks/s:lock",
+        "/locks/s:doc",
+        "/locks/s:a",
+        "/locks/s:b",
+        "/elections/s:lead",
+    ] {
+        let (_, status) = app.get(path).await;
+        held &= status["held"] == true || status["vacant"] == false;
+    }
+    let (_, pool) = app.get("/semaphores/s:pool").await;
+    held && pool["holders"].as_array().is_some_and(|p| !p.is_empty())
+}
+
+async fn none_held(app: &TestApp) -> bool {
+    for path in ["/locks/s:lock", "/locks/s:doc", "/locks/s:a", "/locks/s:b"] {
+        if app.get(path).await.1["held"] != false {
+            return false;
+        }
+    }
+    let (_, pool) = app.get("/semaphores/s:pool").await;
+    let (_, lead) = app.get("/elections/s:lead").await;
+    pool["holders"].as_array().is_none_or(|p| p.is_empty()) && lead["vacant"] == true
+}
+
+#[tokio::test]
+async fn holds_of_every_kind_live_as_long_as_their_session_and_go_when_it_ends() {
+    let app = TestApp::embedded().await;
+    let session = open(&app, 400).await;
+    let held = hold_everything(&app, &session).await;
+    // The holds' validity is the session's.
+    for lease in &held {
+        let ttl = lease["ttl_ms"].as_u64().unwrap();
+        assert!(ttl <= 400, "{lease}");
+        assert!(lease["validity_ms"].as_u64().unwrap() <= 400, "{lease}");
+    }
+    // Held for twice the session's TTL while only the session is renewed.
+    let started = std::time::Instant::now();
+    while started.elapsed() < Duration::from_millis(800) {
+        let (status, renewed) = app.send("PUT", &format!("/sessions/{session}"), None).await;
+        assert_eq!(status, 200, "{renewed}");
+        assert!(
+            all_held(&app).await,
+            "a hold lapsed while its session was renewed"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    // A renew of one hold changes nothing: it answers what is left of the session.
+    let lock = &held[0];
+    let (status, renewed) = app
+        .send(
+            "PUT",
+            &format!(
+                "/locks/s:lock/leases/{}",
+                lock["lease_id"].as_str().unwrap()
+            ),
+            Some(json!({"ttl_ms": 60000})),
+        )
+        .await;
+    assert_eq!(status, 200, "{renewed}");
+    assert!(renewed["ttl_ms"].as_u64().unwrap() <= 400, "{renewed}");
+
+    let (status, read) = app.get(&format!("/sessions/{session}")).await;
+    assert_eq!(status, 200);
+    let holds = read["holds"].as_array().unwrap();
+    assert_eq!(holds.len(), 5, "{read}");
+    let kinds: Vec<&str> = holds.iter().map(|h| h["kind"].as_str().unwrap()).collect();
+    for kind in ["lock", "semaphore", "election"] {
+        assert!(kinds.contains(&kind), "{kinds:?}");
+    }
+    assert!(holds.iter().any(|h| h["mode"] == "shared"));
+    assert!(holds.iter().any(|h| h["names"] == json!(["s:a", "s:b"])));
+    assert!(holds.iter().any(|h| h["slot"].is_u64()));
+
+    assert_eq!(
+        app.send("DELETE", &format!("/sessions/{session}"), None)
+            .await
+            .0,
+        204
+    );
+    assert!(
+        none_held(&app).await,
+        "ending the session released every hold at once"
+    );
+    let (status, gone) = app.get(&format!("/sessions/{session}")).await;
+    assert_eq!((status, &gone["error"]), (404, &json!("session_not_found")));
+    assert_eq!(
+        app.send("PUT", &format!("/sessions/{session}"), None)
+            .await
+            .0,
+        404
+    );
+}
+
+#[tokio::test]
+async fn an_expired_sessions_holds_are_free() {
+    let app = TestApp::embedded().await;
+    let session = open(&app, 300).await;
+    hold_everything(&app, &session).await;
+    wait_for(
+        "the session to expire",
+        Duration::from_secs(5),
+        async || none_held(&app).await.then_some(()),
+    )
+    .await;
+    let (status, body) = app.grant("s:lock", json!({})).await;
+    assert_eq!(status, 201, "{body}");
+}
+
+#[tokio::test]
+async fn a_grant_through_an_unknown_or_ended_session_is_404_and_holds_nothing() {
+    let app = TestApp::embedded().await;
+    let (status, body) = app
+        .grant("u:lock", json!({"session": "AAAAAAAAAAAAAAAAAAAAAA"}))
+        .await;
+    assert_eq!((status, &body["error"]), (404, &json!("session_not_found")));
+    assert_eq!(app.inspect("u:lock").await.1["held"], false);
+    let session = open(&app, 5000).await;
+    app.send("DELETE", &format!("/sessions/{session}"), None)
+        .await;
+    let (status, body) = app.grant("u:lock", json!({"session": session})).await;
+    assert_eq!((status, &body["error"]), (404, &json!("session_not_found")));
+    assert_eq!(app.grant("u:lock", json!({})).await.0, 201);
+    let (status, _) = app.grant("u:x", json!({"session": "not a session"})).await;
+    assert_eq!(status, 400);
+}
+
+#[tokio::test]
+async fn a_hold_revoked_by_its_own_lease_id_leaves_the_rest_of_the_session() {
+    let app = TestApp::embedded().await;
+    let session = open(&app, 5000).await;
+    let (_, one) = app.grant("r:1", json!({"session": session})).await;
+    let (_, _two) = app.grant("r:2", json!({"session": session})).await;
+    let id = one["lease_id"].as_str().unwrap();
+    assert_eq!(app.revoke("r:1", id).await.0, 204);
+    let (_, read) = app.get(&format!("/sessions/{session}")).await;
+    assert_eq!(app.inspect("r:2").await.1["held"], true);
+    assert_eq!(app.inspect("r:1").await.1["held"], false);
+    // The session's renew drops the hold that is gone.
+    app.send("PUT", &format!("/sessions/{session}"), None).await;
+    let (_, read_after) = app.get(&format!("/sessions/{session}")).await;
+    assert!(
+        read_after["holds"].as_array().unwrap().len() <= read["holds"].as_array().unwrap().len()
+    );
+    assert_eq!(
+        read_after["holds"].as_array().unwrap().len(),
+        1,
+        "{read_after}"
+    );
+}
+
+#[tokio::test]
+async fn a_waiter_is_woken_when_a_session_ends() {
+    let app = TestApp::embedded().await;
+    let session = open(&app, 30000).await;
+    app.grant("w:lock", json!({"session": session})).await;
+    let waiter = app.grant_in_background("w:lock", json!({"wait_ms": 10000}));
+    app.wait_for_contention("w", 1).await;
+    let ended = std::time::Instant::now();
+    app.send("DELETE", &format!("/sessions/{session}"), None)
+        .await;
+    let (status, body, at) = waiter.await.unwrap();
+    assert_eq!(status, 201, "{body}");
+    assert!(at - ended < Duration::from_millis(500), "woken, not polled");
+}
+
+#[tokio::test]
+async fn a_streamed_session_ends_with_its_connection() {
+    let app = TestApp::embedded().await;
+    let mut stream = app
+        .call("POST", "/sessions?ttl_ms=600")
+        .header("accept", "text/event-stream")
+        .send_stream()
+        .await;
+    let opened = stream.expect("opened").await;
+    let session = opened["session_id"].as_str().unwrap().to_owned();
+    let (status, _) = app.grant("st:lock", json!({"session": session})).await;
+    assert_eq!(status, 201);
+    // Renewed by the stream: still held after twice the TTL.
+    stream.expect("heartbeat").await;
+    stream.expect("heartbeat").await;
+    stream.expect("heartbeat").await;
+    stream.expect("heartbeat").await;
+    assert_eq!(app.inspect("st:lock").await.1["held"], true);
+    drop(stream);
+    wait_for("the lock to be freed", Duration::from_secs(1), async || {
+        (app.inspect("st:lock").await.1["held"] == false).then_some(())
+    })
+    .await;
+    let (status, _) = app.get(&format!("/sessions/{session}")).await;
+    assert_eq!(status, 404);
+}
+
+#[tokio::test]
+async fn sessions_are_counted_in_the_metrics() {
+    let app = TestApp::embedded().await;
+    let session = open(&app, 30000).await;
+    app.grant("m:1", json!({"session": session})).await;
+    app.send("PUT", &format!("/sessions/{session}"), None).await;
+    let metrics = app.text("/metrics").await;
+    assert!(metrics.contains("redlockd_sessions_active 1"), "{metrics}");
+    assert!(
+        metrics.contains(r#"redlockd_session_holds_bucket{le="1"} 1"#),
+        "one renew carried one hold"
+    );
+    assert!(metrics.contains(r#"kind="session""#));
+    app.send("DELETE", &format!("/sessions/{session}"), None)
+        .await;
+    assert!(
+        app.text("/metrics")
+            .await
+            .contains("redlockd_sessions_active 0")
+    );
+}

@@ -1,0 +1,168 @@
+//! Sessions on three real masters and two replicas: a lock, a permit and a shared lock held
+//! through one session opened on one replica stay held for twice its TTL while only the
+//! session is renewed (on the other replica), ending it frees them all at once and wakes a
+//! waiter on the other replica, an expired session's holds are free, a streamed session's
+//! holds are freed within a second of its connection closing, and a renew of a session with
+//! 100 holds is one call per master.
+
+use crate::common;
+
+use std::time::{Duration, Instant};
+
+use common::{TestApp, masters, wait_for};
+use serde_json::{Value, json};
+
+async fn open(app: &TestApp, ttl_ms: u64) -> String {
+    let (status, session) = app
+        .send("POST", "/sessions", Some(json!({"ttl_ms": ttl_ms})))
+        .await;
+    assert_eq!(status, 201, "{session}");
+    session["session_id"].as_str().unwrap().to_owned()
+}
+
+async fn hold_three(app: &TestApp, session: &str) {
+    for (path, body) in [
+        ("/locks/m:lock", json!({"session": session})),
+        (
+            "/semaphores/m:pool",
+            json!({"session": session, "limit": 1}),
+        ),
+        (
+            "/locks/m:doc",
+            json!({"session": session, "mode": "shared"}),
+        ),
+    ] {
+        let (status, lease) = app.send("POST", path, Some(body)).await;
+        assert_eq!(status, 201, "{path}: {lease}");
+    }
+}
+
+/// How many of the three nobody holds, as inspect on `app` sees them.
+async fn free_count(app: &TestApp) -> usize {
+    let (_, lock) = app.inspect("m:lock").await;
+    let (_, doc) = app.inspect("m:doc").await;
+    let (_, pool) = app.get("/semaphores/m:pool").await;
+    usize::from(lock["held"] == false)
+        + usize::from(doc["held"] == false)
+        + usize::from(pool["holders"].as_array().is_some_and(Vec::is_empty))
+}
+
+#[tokio::test]
+async fn holds_live_while_only_their_session_is_renewed_on_another_replica_and_end_with_it() {
+    let masters = masters(3);
+    let (a, b) = common::two_replicas(&masters).await;
+    let session = open(&a, 500).await;
+    hold_three(&a, &session).await;
+    let started = Instant::now();
+    while started.elapsed() < Duration::from_millis(1000) {
+        let (status, renewed) = b.send("PUT", &format!("/sessions/{session}"), None).await;
+        assert_eq!(status, 200, "{renewed}");
+        let (_, lock) = b.inspect("m:lock").await;
+        assert_eq!(lock["held"], true, "held at {:?}", started.elapsed());
+        tokio::time::sleep(Duration::from_millis(150)).await;
+    }
+    assert_eq!(
+        free_count(&b).await,
+        0,
+        "all three still held after twice the TTL"
+    );
+    let (_, read) = b.get(&format!("/sessions/{session}")).await;
+    assert_eq!(read["holds"].as_array().unwrap().len(), 3, "{read}");
+
+    let waiter = b.grant_in_background("m:lock", json!({"wait_ms": 10000, "ttl_ms": 200}));
+    b.wait_for_contention("m", 1).await;
+    let ended = Instant::now();
+    assert_eq!(
+        a.send("DELETE", &format!("/sessions/{session}"), None)
+            .await
+            .0,
+        204
+    );
+    let (status, body, at) = waiter.await.unwrap();
+    assert_eq!(status, 201, "{body}");
+    assert!(
+        at - ended < Duration::from_millis(500),
+        "the waiter on the other replica was woken {:?} after the end",
+        at - ended
+    );
+    wait_for(
+        "the other holds to be free",
+        Duration::from_secs(1),
+        async || (free_count(&b).await >= 2).then_some(()),
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn an_expired_sessions_holds_are_free_on_every_replica() {
+    let masters = masters(3);
+    let (a, b) = common::two_replicas(&masters).await;
+    let session = open(&a, 300).await;
+    hold_three(&a, &session).await;
+    assert_eq!(free_count(&b).await, 0);
+    wait_for(
+        "the session's holds to lapse",
+        Duration::from_secs(3),
+        async || (free_count(&b).await == 3).then_some(()),
+    )
+    .await;
+    let (status, body) = b.get(&format!("/sessions/{session}")).await;
+    assert_eq!((status, &body["error"]), (404, &json!("session_not_found")));
+    let (status, body) = b.grant("m:late", json!({"session": session})).await;
+    assert_eq!((status, &body["error"]), (404, &json!("session_not_found")));
+}
+
+#[tokio::test]
+async fn a_streamed_sessions_holds_are_freed_within_a_second_of_its_connection_closing() {
+    let masters = masters(3);
+    let (a, b) = common::two_replicas(&masters).await;
+    let mut stream = a
+        .call("POST", "/sessions?ttl_ms=5000")
+        .header("accept", "text/event-stream")
+        .send_stream()
+        .await;
+    let opened = stream.expect("opened").await;
+    let session = opened["session_id"].as_str().unwrap().to_owned();
+    hold_three(&b, &session).await;
+    drop(stream);
+    let closed = Instant::now();
+    wait_for("the holds to be free", Duration::from_secs(1), async || {
+        (free_count(&b).await == 3).then_some(())
+    })
+    .await;
+    eprintln!("freed {:?} after the stream closed", closed.elapsed());
+}
+
+/// What `redlockd_master_calls_total` says of each master.
+async fn calls(app: &TestApp) -> Vec<u64> {
+    let metrics = app.text("/metrics").await;
+    metrics
+        .lines()
+        .filter(|l| l.starts_with("redlockd_master_calls_total{"))
+        .filter_map(|l| l.rsplit(' ').next()?.parse().ok())
+        .collect()
+}
+
+#[tokio::test]
+async fn a_renew_of_a_session_with_100_holds_is_one_call_per_master() {
+    let masters = masters(3);
+    let (a, _b) = common::two_replicas(&masters).await;
+    let session = open(&a, 30000).await;
+    for i in 0..100 {
+        let (status, lease) = a
+            .grant(&format!("h:{i}"), json!({"session": session}))
+            .await;
+        assert_eq!(status, 201, "{lease}");
+    }
+    let before = calls(&a).await;
+    let (status, renewed) = a.send("PUT", &format!("/sessions/{session}"), None).await;
+    assert_eq!(status, 200, "{renewed}");
+    let after = calls(&a).await;
+    let per_master: Vec<u64> = after.iter().zip(&before).map(|(a, b)| a - b).collect();
+    eprintln!("a renew of a session with 100 holds: {per_master:?} calls per master");
+    assert_eq!(per_master, vec![1, 1, 1], "one call per master");
+    let (_, read) = a.get(&format!("/sessions/{session}")).await;
+    assert_eq!(read["holds"].as_array().map(Vec::len), Some(100));
+    let holds: &Vec<Value> = read["holds"].as_array().unwrap();
+    assert!(holds.iter().all(|h| h["kind"] == "lock"));
+}
