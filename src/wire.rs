@@ -642,6 +642,11 @@ pub struct SessionBody {
     /// With `GET /sessions/{session_id}`: what is held through it.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub holds: Option<Vec<SessionHoldBody>>,
+    /// With a renew: the lease ids of holds that this renew could not keep (their grant
+    /// reached fewer than a majority of the masters that renewed the session). They have
+    /// ended, as a lease whose renew is 404 has; the rest of the session's holds are kept.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lost: Option<Vec<String>>,
 }
 
 /// One hold made through a session.

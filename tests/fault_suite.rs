@@ -37,7 +37,7 @@ const MAX_TTL: Duration = Duration::from_millis(3000);
 /// The largest lock-delay: a master that lost its data is quarantined for this and the
 /// largest TTL.
 const MAX_LOCK_DELAY: Duration = Duration::from_millis(1000);
-/// The lock-delay half the grants of `job:c` carry.
+/// The lock-delay a third of the grants of `job:c` carry.
 const LOCK_DELAY_MS: u64 = 300;
 /// The names the workers use; `@job:a` is the election `job:a` (its own kind of key: it
 /// must never collide with the lock `job:a`), whose renews now and then proclaim a value;
@@ -267,6 +267,8 @@ struct Recorder {
     stale: Mutex<Vec<(String, String)>>,
     /// Grants won by a retry with the first attempt's Idempotency-Key.
     retried: std::sync::atomic::AtomicUsize,
+    /// Rounds of a worker holding a name through a session.
+    sessions: std::sync::atomic::AtomicUsize,
 }
 
 fn ms(v: &Value, field: &str) -> Option<Duration> {
@@ -404,6 +406,10 @@ async fn worker(
                 .await;
             continue;
         }
+        if rng.random_ratio(1, 6) && matches!(name, "job:a" | "job:b") {
+            session_round(&mut rng, &http, replica, &base, name, &recorder).await;
+            continue;
+        }
         let ttl = Duration::from_millis(rng.random_range(400..1500));
         let wait = if rng.random_ratio(1, 3) { 300 } else { 0 };
         // Half the grants carry an Idempotency-Key and, when no answer comes (or a 503),
@@ -412,9 +418,9 @@ async fn worker(
         let key = rng
             .random_bool(0.5)
             .then(|| format!("{seed}-{:x}", rng.random::<u64>()));
-        // Half the grants of job:c leave a lock-delay when they lapse; the checker holds
+        // A third of the grants of job:c leave a lock-delay when they lapse; the checker holds
         // every later grant of job:c (and of job:a+job:c) to it.
-        let delayed = name == "job:c" && rng.random_bool(0.5);
+        let delayed = name == "job:c" && rng.random_ratio(1, 3);
         let mut tries = if key.is_some() { 3 } else { 1 };
         let mut replica = replica;
         let mut base = base;
@@ -508,6 +514,124 @@ async fn worker(
             }
         }
     }
+}
+
+/// One round of a worker that holds `name` through a session: open a session, grant the
+/// name through it, renew only the session for a while, then end the session (or revoke
+/// the hold first, or let the session lapse). The hold is recorded as a lease whose renews
+/// are the session's (its validity is the session's), and the session's end as its revoke.
+async fn session_round(
+    rng: &mut StdRng,
+    http: &reqwest::Client,
+    replica: usize,
+    base: &str,
+    name: &str,
+    recorder: &Recorder,
+) {
+    let ttl = Duration::from_millis(rng.random_range(400..1500));
+    let opened = http
+        .post(format!("{base}/sessions"))
+        .json(&json!({"ttl_ms": ttl.as_millis() as u64}))
+        .send()
+        .await;
+    let Ok(opened) = opened else { return };
+    if opened.status() != 201 {
+        return;
+    }
+    let session: Value = opened.json().await.unwrap_or_default();
+    let Some(id) = session["session_id"].as_str().map(str::to_owned) else {
+        return;
+    };
+    let (status, lease) = recorder
+        .call(
+            http,
+            replica,
+            base,
+            Kind::Grant,
+            name,
+            None,
+            json!({"session": id, "wait_ms": 300}),
+            ttl,
+            None,
+        )
+        .await;
+    let held = (status == 201)
+        .then(|| lease["lease_id"].as_str().map(str::to_owned))
+        .flatten();
+    // A step of the session, recorded as that step of the hold (when there is one).
+    let step = async |method: reqwest::Method, kind: Kind| {
+        let invoked = recorder.started.elapsed();
+        let answer = http
+            .request(method, format!("{base}/sessions/{id}"))
+            .send()
+            .await;
+        let (status, value) = match answer {
+            Ok(resp) => {
+                let status = resp.status().as_u16();
+                (status, resp.json::<Value>().await.unwrap_or(Value::Null))
+            }
+            Err(_) => (0, Value::Null),
+        };
+        // A renew that could not keep the hold (its grant reached too few of the masters
+        // that renewed the session) says so: the hold has ended, as a renew's 404 says.
+        let lost = value["lost"]
+            .as_array()
+            .is_some_and(|l| l.iter().any(|id| id.as_str() == held.as_deref()));
+        let status = if lost { 404 } else { status };
+        if let Some(lease) = &held {
+            recorder.events.lock().unwrap().push(Event {
+                kind,
+                replica,
+                name: name.to_owned(),
+                lease: Some(lease.clone()),
+                invoked,
+                answered: recorder.started.elapsed(),
+                status,
+                token: None,
+                validity: ms(&value, "validity_ms"),
+                ttl: ms(&value, "ttl_ms").unwrap_or(ttl),
+                message: value["message"].as_str().map(str::to_owned),
+                limit: None,
+                shared: false,
+                lock_delay: None,
+            });
+        }
+        status
+    };
+    for _ in 0..rng.random_range(1..4) {
+        tokio::time::sleep(ttl / 3).await;
+        if step(reqwest::Method::PUT, Kind::Renew).await != 200 {
+            break;
+        }
+    }
+    match rng.random_range(0..5) {
+        // The session lapses, and its hold with it.
+        0 => {}
+        // The hold is revoked by its own lease id, then the session ends.
+        1 if held.is_some() => {
+            let lease = held.as_deref().unwrap_or_default();
+            recorder
+                .call(
+                    http,
+                    replica,
+                    base,
+                    Kind::Revoke,
+                    name,
+                    Some(lease),
+                    json!({}),
+                    ttl,
+                    None,
+                )
+                .await;
+            let _ = http.delete(format!("{base}/sessions/{id}")).send().await;
+        }
+        _ => {
+            step(reqwest::Method::DELETE, Kind::Revoke).await;
+        }
+    }
+    recorder
+        .sessions
+        .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
 }
 
 /// Masters, replicas, firewall and the record of what could reach what.
@@ -728,6 +852,7 @@ async fn random_faults(seed: u64, length: Duration) {
         events: Mutex::new(Vec::new()),
         stale: Mutex::new(Vec::new()),
         retried: Default::default(),
+        sessions: Default::default(),
     });
     let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let workers: Vec<_> = (0..6)
@@ -880,6 +1005,9 @@ async fn random_faults(seed: u64, length: Duration) {
         delayed > 5,
         "too few leases with a lock-delay to judge them"
     );
+    let sessions = recorder.sessions.load(std::sync::atomic::Ordering::Relaxed);
+    eprintln!("fault suite: {sessions} rounds of a worker holding a name through a session");
+    assert!(sessions > 5, "too few session rounds to judge sessions");
     assert!(groups > 5, "too few leases on several names to judge them");
     assert!(shared > 5, "too few shared grants to judge shared locks");
     assert!(permits > 5, "too few permits to judge the semaphore");
@@ -977,6 +1105,7 @@ async fn restart_empty_under_a_live_lease(unsafe_switch: bool) -> Vec<String> {
         events: Mutex::new(Vec::new()),
         stale: Mutex::new(Vec::new()),
         retried: Default::default(),
+        sessions: Default::default(),
     };
     let http = reqwest::Client::new();
     let bases: Vec<String> = (0..2)

@@ -417,3 +417,71 @@ func TestSeveralNamesAreOneLease(t *testing.T) {
 		t.Fatal("still held after release")
 	}
 }
+
+func TestASessionHoldsALockAPermitAndASharedLockWithOneHeartbeat(t *testing.T) {
+	c := startCluster(t, 1)
+	ctx := context.Background()
+	cl := client(t, c.urls()...)
+	session, err := cl.Session(ctx, redlockd.SessionOptions{TTL: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	lock, err := session.Lock(ctx, "s:lock", redlockd.LockOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	permit, err := session.Permit(ctx, "s:pool", 1, redlockd.LockOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	shared, err := session.Lock(ctx, "s:doc", redlockd.LockOptions{Shared: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(2 * time.Second) // only the session is renewed
+	for _, l := range []*redlockd.Lease{lock, permit, shared} {
+		if err := l.EnsureValid(0); err != nil {
+			t.Fatalf("%s lapsed while its session was renewed: %v", l.Name, err)
+		}
+	}
+	if _, err := cl.Lock(ctx, "s:lock", redlockd.LockOptions{TTL: time.Second}); !errors.Is(err, redlockd.ErrLockHeld) {
+		t.Fatalf("held through the session: %v", err)
+	}
+	if err := session.End(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"s:lock", "s:doc"} {
+		if held(t, c.urls()[0], name)["held"] != false {
+			t.Fatalf("%s still held after the session ended", name)
+		}
+	}
+	if lock.Context().Err() == nil {
+		t.Fatal("a hold's context ends with its session")
+	}
+}
+
+func TestALockDelayRefusesTheNameAfterALapse(t *testing.T) {
+	c := startCluster(t, 1)
+	ctx := context.Background()
+	cl := client(t, c.urls()...)
+	if _, err := cl.Lock(ctx, "s:delay", redlockd.LockOptions{TTL: 300 * time.Millisecond, LockDelay: time.Second, NoAutoRenew: true}); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for held(t, c.urls()[0], "s:delay")["held"] != false {
+		if time.Now().After(deadline) {
+			t.Fatal("the lease never lapsed")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	_, err := cl.Lock(ctx, "s:delay", redlockd.LockOptions{TTL: time.Second})
+	var e *redlockd.Error
+	if !errors.As(err, &e) || e.Code != "lock_delay" || !errors.Is(err, redlockd.ErrLockHeld) {
+		t.Fatalf("refused as delayed: %v", err)
+	}
+	after, err := cl.Lock(ctx, "s:delay", redlockd.LockOptions{TTL: time.Second, Wait: 2 * time.Second})
+	if err != nil {
+		t.Fatalf("granted once the delay ended: %v", err)
+	}
+	_ = after.Release(ctx)
+}

@@ -74,7 +74,7 @@ func errorFrom(status int, body errorBody, retryAfterHeader string) *Error {
 	switch {
 	case status == 409:
 		e.Kind = ErrLockHeld
-	case status == 404 && body.Error == "lease_not_found":
+	case status == 404 && (body.Error == "lease_not_found" || body.Error == "session_not_found"):
 		e.Kind = ErrLeaseLost
 	case status == 401:
 		e.Kind = ErrUnauthorized

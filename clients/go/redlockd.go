@@ -93,11 +93,16 @@ type LockOptions struct {
 	// Shared holds a lock together with other shared holders (an exclusive grant waits
 	// for them all); for Lock only.
 	Shared bool
+	// LockDelay: when the lease ends other than by its Release (it expires, or is
+	// force-released), nobody gets the name until this long after; for Lock only.
+	LockDelay time.Duration
 
 	// limit is a semaphore's (set by Permit).
 	limit int
 	// names are a lease's on several names (set by LockMany).
 	names []string
+	// session is the session the hold is made through (set by Session's methods).
+	session string
 }
 
 // Lock grants name, waiting up to opts.Wait while another lease holds it. Errors wrap
@@ -355,6 +360,15 @@ func (c *Client) grant(ctx context.Context, kind, name string, opts LockOptions)
 	}
 	if opts.Shared && kind == "locks" {
 		body["mode"] = "shared"
+	}
+	if opts.LockDelay > 0 && kind == "locks" {
+		body["lock_delay_ms"] = opts.LockDelay.Milliseconds()
+	}
+	if opts.session != "" {
+		// A hold through a session lives as long as the session: no TTL of its own.
+		delete(body, "ttl_ms")
+		body["session"] = opts.session
+		opts.NoAutoRenew = true
 	}
 	route := path(kind, name, "")
 	if len(opts.names) > 0 {

@@ -183,7 +183,10 @@ fn failure(status: StatusCode, body: &[u8], base: &str) -> Failure {
             ),
             message,
         },
-        StatusCode::NOT_FOUND if parsed.is_some_and(|b| b.error == "lease_not_found") => {
+        StatusCode::NOT_FOUND
+            if parsed
+                .is_some_and(|b| matches!(&*b.error, "lease_not_found" | "session_not_found")) =>
+        {
             Failure::NotFound(message)
         }
         StatusCode::UNAUTHORIZED | StatusCode::FORBIDDEN => Failure::Denied(message),

@@ -50,6 +50,7 @@ impl From<&Session> for SessionBody {
             ),
             owner: session.owner.as_deref().map(str::to_owned),
             holds: None,
+            lost: (!session.lost.is_empty()).then(|| session.lost.clone()),
         }
     }
 }

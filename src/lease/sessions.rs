@@ -33,6 +33,9 @@ pub struct Session {
     pub at: Instant,
     /// What is held through it (read only).
     pub holds: Vec<HeldThrough>,
+    /// Holds a renew found on fewer than a majority of masters (their grants reached only
+    /// some of them): they ended, and were released (renew only).
+    pub lost: Vec<String>,
 }
 
 impl Session {
@@ -45,6 +48,7 @@ impl Session {
             owner: lease.owner,
             at: lease.at,
             holds: Vec::new(),
+            lost: lease.lost,
         }
     }
 

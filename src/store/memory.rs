@@ -297,7 +297,7 @@ impl Data {
             } else {
                 Vec::new()
             },
-            carried: 0,
+            carried: Vec::new(),
             attached: false,
         }
     }
@@ -872,7 +872,7 @@ impl LockNode for MemoryNode {
                         .filter(|h| data.carry(h, session.expires, None, now))
                         .collect();
                     SessionState {
-                        carried: session.holds.len() as u64,
+                        carried: session.holds.iter().map(|h| h.lease.clone()).collect(),
                         ..data.session_state(&session, now, false)
                     }
                 }

@@ -88,8 +88,8 @@ pub struct SessionState {
     pub owner: Option<String>,
     /// Its holds (read and end only).
     pub holds: Vec<SessionHold>,
-    /// How many holds a renew carried along.
-    pub carried: u64,
+    /// The lease ids of the holds a renew carried along.
+    pub carried: Vec<String>,
     /// An attach: whether the hold was here to attach (its grant may have reached only a
     /// majority of masters).
     pub attached: bool,

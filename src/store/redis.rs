@@ -562,11 +562,13 @@ impl LockNode for RedisNode {
             ttl_ms: reply.uint(2)?,
             owner: reply.owner(3)?,
             holds: Vec::new(),
-            carried: 0,
+            carried: Vec::new(),
             attached: matches!(step, SessionStep::Attach { .. }),
         };
         if matches!(step, SessionStep::Renew { .. }) {
-            state.carried = reply.uint(4)?;
+            for at in 4..reply.0.len() {
+                state.carried.push(reply.string(at)?);
+            }
             return Ok(Owned::Yes(state));
         }
         for at in 4..reply.0.len() {

@@ -1070,3 +1070,40 @@ async fn a_delay_on_a_majority_is_delayed_and_on_a_minority_is_granted() {
     tokio::time::advance(retry_after + Duration::from_millis(1)).await;
     bed.grant("m", "M4").await.expect("granted after the delay");
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_session_renew_that_finds_a_hold_on_a_minority_reports_it_lost_and_frees_it() {
+    use redlockd::model::SessionHold;
+    let bed = bed(3).await;
+    bed.engine
+        .open_session("S", Duration::from_secs(10), None)
+        .await
+        .expect("opened on all three");
+    // The hold's grant reaches A and B only.
+    bed.nodes[2].set_fault(Fault::Down);
+    let token = bed.grant("h", "H1").await.expect("granted on A, B");
+    let hold = SessionHold {
+        key: key("h"),
+        lease: "H1".into(),
+        token: token.0,
+    };
+    bed.engine
+        .attach("S", hold)
+        .await
+        .expect("attached on A, B");
+    bed.nodes[2].set_fault(Fault::None);
+    bed.reverify(&[&bed.engine]).await;
+    // The renew reaches A and C: only A carries the hold.
+    bed.nodes[1].set_fault(Fault::Down);
+    let renewed = bed
+        .engine
+        .renew_session("S", None)
+        .await
+        .expect("the session is renewed on A, C");
+    assert_eq!(renewed.lost, vec!["H1".to_owned()]);
+    assert_eq!(renewed.holds, 0);
+    bed.nodes[1].set_fault(Fault::None);
+    bed.reverify(&[&bed.engine]).await;
+    assert!(!bed.nodes[0].holds("h", "H1"), "the lost hold was released");
+    bed.grant("h", "H2").await.expect("the name is free");
+}

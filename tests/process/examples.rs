@@ -452,7 +452,9 @@ fn documented(block: &str) -> (String, Vec<Documented>) {
 async fn run_documented(heading: &str, replicas: &[&TestApp]) {
     let (script, steps) = documented(&readme_block(heading));
     assert!(steps.len() >= 2, "{heading}: {script}");
-    let mut script = script.replace("q3JtZ0kPq6Nw2b1xVf8u4A", "$LEASE_ID");
+    let mut script = script
+        .replace("q3JtZ0kPq6Nw2b1xVf8u4A", "$LEASE_ID")
+        .replace("k2VdY1Qm0sJx9a7bTf4r3w", "$SESSION_ID");
     for (port, app) in [8080, 8081].iter().zip(replicas) {
         script = script.replace(
             &format!("localhost:{port}"),
@@ -467,6 +469,9 @@ curl() {
   printf '%s\n' "$out"
   if [ -z "${LEASE_ID:-}" ]; then
     LEASE_ID=$(printf '%s' "$out" | sed -n 's/.*"lease_id":"\([^"]*\)".*/\1/p' | head -n 1)
+  fi
+  if [ -z "${SESSION_ID:-}" ]; then
+    SESSION_ID=$(printf '%s' "$out" | sed -n 's/.*"session_id":"\([^"]*\)".*/\1/p' | head -n 1)
   fi
 }
 "#;
@@ -535,4 +540,6 @@ async fn the_readmes_curl_examples_answer_as_documented() {
     run_documented("## Semaphores: at most N holders", &[&a, &b]).await;
     run_documented("## Shared locks: many readers or one writer", &[&a, &b]).await;
     run_documented("## Several names at once", &[&a, &b]).await;
+    run_documented("## Sessions: one heartbeat for many locks", &[&a, &b]).await;
+    run_documented("## Lock-delay: a pause after a holder fails", &[&a, &b]).await;
 }

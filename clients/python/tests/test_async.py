@@ -85,3 +85,19 @@ def test_async_permit_holds_a_slot_and_releases_it(cluster):
             assert (await client.semaphore("async-pool")).holders == ()
 
     asyncio.run(main())
+
+
+def test_async_session_holds_locks_and_ends_them_together(cluster):
+    async def main():
+        async with AsyncClient(cluster.urls) as client:
+            async with await client.session(ttl=1.0) as session:
+                lock = await session.lock("as:lock")
+                permit = await session.permit("as:pool", 1)
+                await asyncio.sleep(2.0)  # only the session is renewed
+                lock.ensure_valid()
+                permit.ensure_valid()
+                assert len((await session.info())["holds"]) == 2
+            status = await client.inspect("as:lock")
+            assert status.held is False
+            assert (await client.semaphore("as:pool")).holders == ()
+    asyncio.run(main())

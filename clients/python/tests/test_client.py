@@ -348,3 +348,50 @@ def test_several_names_are_one_lease_all_or_none(cluster):
             assert held(cluster.urls[0], name)["fencing_token"] == lease.fencing_token
     for name in ("acct:1", "acct:2"):
         assert held(cluster.urls[0], name)["held"] is False
+
+
+def test_a_session_holds_a_lock_a_permit_and_a_shared_lock_with_one_heartbeat(cluster):
+    client = Client(cluster.urls)
+    with client.session(ttl=1.0, owner="py-session") as session:
+        lock = session.lock("s:lock")
+        permit = session.permit("s:pool", 1)
+        shared = session.lock("s:doc", mode="shared")
+        # Two TTLs later all three are still held: only the session was renewed.
+        time.sleep(2.0)
+        for lease in (lock, permit, shared):
+            lease.ensure_valid()
+        assert held(cluster.urls[0], "s:lock")["held"] is True
+        assert len(session.info()["holds"]) == 3
+        with pytest.raises(LockHeld):
+            client.lock("s:lock", ttl=1.0)
+    # Ending the session released every hold at once.
+    assert held(cluster.urls[0], "s:lock")["held"] is False
+    assert held(cluster.urls[0], "s:doc")["held"] is False
+    assert client.semaphore("s:pool").holders == ()
+    with pytest.raises(LeaseLost):
+        client._call("PUT", f"/sessions/{session.session_id}", body={})
+
+
+def test_a_lost_session_marks_its_holds_lost(cluster):
+    client = Client(cluster.urls)
+    told = []
+    session = client.session(ttl=1.0, on_lost=told.append)
+    lock = session.lock("s:lost")
+    # Someone ends the session behind the client's back: the next renew finds it gone.
+    httpx.delete(f"{cluster.urls[0]}/sessions/{session.session_id}")
+    assert session.lost.wait(timeout=2.0)
+    assert told == [session] and session.lost_reason == "session_not_found"
+    assert lock.lost.is_set()
+    with pytest.raises(LeaseLost):
+        lock.ensure_valid()
+
+
+def test_a_lock_delay_refuses_the_name_after_a_lease_that_lapsed(cluster):
+    client = Client(cluster.urls)
+    client.lock("s:delay", ttl=0.3, lock_delay=1.0, auto_renew=False)
+    wait_for("the lease to lapse", lambda: held(cluster.urls[0], "s:delay")["held"] is False)
+    with pytest.raises(LockHeld) as refused:
+        client.lock("s:delay", ttl=1.0)
+    assert refused.value.code == "lock_delay" and 0 < refused.value.retry_after <= 1.0
+    with client.lock("s:delay", ttl=1.0, wait=2.0) as after:
+        after.ensure_valid()

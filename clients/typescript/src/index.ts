@@ -75,7 +75,9 @@ export function errorFrom(status: number, body: Record<string, unknown>, headers
   const code = typeof body.error === "string" ? body.error : "";
   const text = `${code ? code + ": " : ""}${typeof body.message === "string" ? body.message : `HTTP ${status}`}`;
   if (status === 409) return new LockHeld(text, code, status, body);
-  if (status === 404 && code === "lease_not_found") return new LeaseLost(text, code, status, body);
+  if (status === 404 && (code === "lease_not_found" || code === "session_not_found")) {
+    return new LeaseLost(text, code, status, body);
+  }
   if (status === 401) return new Unauthorized(text, code, status, body);
   if (status === 403) return new Forbidden(text, code, status, body);
   if (status === 429) {
@@ -119,6 +121,18 @@ export interface LockOptions {
   /** A lock's mode: `"shared"` holds it together with other shared holders (an exclusive
    * grant waits for them all). Default `"exclusive"`. */
   mode?: "exclusive" | "shared";
+  /** A lock's lock-delay: when the lease ends other than by its release (it expires, or
+   * is force-released), nobody gets the name until this many ms after. Default 0. */
+  lockDelayMs?: number;
+}
+
+/** Options of a session. */
+export interface SessionOptions {
+  /** Default 30000: every hold through the session lives this long unless renewed. */
+  ttlMs?: number;
+  owner?: string;
+  /** Called once when the session is lost (its holds are lost with it). */
+  onLost?: (session: Session) => void;
 }
 
 /** Options of a call that only reads. */
@@ -221,6 +235,17 @@ export class Client {
    * per slot. Throws `LockHeld` when all are taken for the whole `waitMs`. */
   async permit(name: string, limit: number, options: LockOptions = {}): Promise<Lease> {
     return this.grant("semaphores", name, options, limit);
+  }
+
+  /** Open a session: one heartbeat (at a third of `ttlMs`) for every lock, permit and
+   * term taken through it (`session.lock(...)`), which need no renew of their own.
+   * `await using` ends it, releasing them all at once. */
+  async session(options: SessionOptions = {}): Promise<Session> {
+    const body: Json = { ttl_ms: options.ttlMs ?? 30_000 };
+    if (options.owner !== undefined) body.owner = options.owner;
+    const sent = performance.now();
+    const answer = await this.call("POST", "/sessions", { body });
+    return new Session(this, answer, sent, options);
   }
 
   /** The permits of semaphore `name` held now, by slot. */
@@ -347,15 +372,23 @@ export class Client {
     }
   }
 
-  private async grant(
+  /** @internal */
+  async grant(
     kind: Kind,
     name: string,
     options: LockOptions,
     limit?: number,
     names?: string[],
+    session?: string,
   ): Promise<Lease> {
     const waitMs = options.waitMs ?? 0;
     const body: Json = { ttl_ms: options.ttlMs ?? 30_000, wait_ms: waitMs };
+    if (session !== undefined) {
+      // A hold through a session lives as long as the session: no TTL of its own.
+      delete body.ttl_ms;
+      body.session = session;
+    }
+    if (options.lockDelayMs) body.lock_delay_ms = options.lockDelayMs;
     if (limit !== undefined) body.limit = limit;
     if (options.mode === "shared") body.mode = "shared";
     if (names !== undefined) body.names = names;
@@ -484,7 +517,8 @@ export class Lease implements AsyncDisposable {
   readonly signal: AbortSignal;
   private readonly controller = new AbortController();
   private timer?: NodeJS.Timeout;
-  private released = false;
+  /** @internal */
+  released = false;
 
   /** @internal */
   constructor(
@@ -599,7 +633,8 @@ export class Lease implements AsyncDisposable {
     this.schedule(next);
   }
 
-  private lose(reason: string): void {
+  /** @internal */
+  lose(reason: string): void {
     if (this.lostReason || this.released) return;
     this.lostReason = reason;
     clearTimeout(this.timer);
@@ -608,6 +643,164 @@ export class Lease implements AsyncDisposable {
       this.options.onLost?.(this);
     } catch {
       // A callback's bug must not break the lease.
+    }
+  }
+}
+
+/** A session: one heartbeat for many holds. Renewed in the background at a third of its
+ * TTL until ended; every lock, permit and term taken through it is valid as long as the
+ * session is, and is lost with it. `signal` aborts when the session is lost. `await using`
+ * ends it, releasing every hold at once. */
+export class Session implements AsyncDisposable {
+  readonly sessionId: string;
+  ttlMs: number;
+  readonly owner?: string;
+  /** `performance.now()` until which the session (and its holds) may be relied on. */
+  validUntil: number;
+  lostReason?: string;
+  readonly signal: AbortSignal;
+  /** The holds taken through this session and not lost. */
+  holds: Lease[] = [];
+  private readonly controller = new AbortController();
+  private timer?: NodeJS.Timeout;
+  private ended = false;
+
+  /** @internal */
+  constructor(
+    private readonly client: Client,
+    body: Json,
+    sent: number,
+    private readonly options: SessionOptions,
+  ) {
+    this.sessionId = String(body.session_id);
+    this.ttlMs = Number(body.ttl_ms);
+    this.owner = body.owner as string | undefined;
+    this.validUntil = sent + Number(body.validity_ms);
+    this.signal = this.controller.signal;
+    this.schedule(this.ttlMs / 3);
+  }
+
+  /** Lock `name` through this session (`ttlMs` and `autoRenew` do not apply). */
+  async lock(name: string, options: LockOptions = {}): Promise<Lease> {
+    return this.hold(await this.client.grant("locks", name, this.holdOptions(options), undefined, undefined, this.sessionId));
+  }
+
+  /** One of `limit` permits of semaphore `name`, through this session. */
+  async permit(name: string, limit: number, options: LockOptions = {}): Promise<Lease> {
+    return this.hold(await this.client.grant("semaphores", name, this.holdOptions(options), limit, undefined, this.sessionId));
+  }
+
+  /** Every one of `names` under one lease, through this session. */
+  async lockMany(names: string[], options: LockOptions = {}): Promise<Lease> {
+    return this.hold(await this.client.grant("locks", "", this.holdOptions(options), undefined, names, this.sessionId));
+  }
+
+  /** Become leader of election `name` through this session. */
+  async campaign(name: string, value?: string, options: Omit<LockOptions, "owner"> = {}): Promise<Lease> {
+    return this.hold(
+      await this.client.grant("elections", name, this.holdOptions({ ...options, owner: value }), undefined, undefined, this.sessionId),
+    );
+  }
+
+  /** Milliseconds the session may still be relied on (0 once lost). */
+  get remainingMs(): number {
+    return this.lostReason ? 0 : Math.max(0, this.validUntil - performance.now());
+  }
+
+  /** Renew the session, and every hold through it, now (it does this on its own). */
+  async renew(): Promise<void> {
+    const sent = performance.now();
+    let answer: Json;
+    try {
+      answer = await this.client.call("PUT", `/sessions/${encodeURIComponent(this.sessionId)}`, {
+        body: {},
+        timeoutMs: Math.min(this.client.timeoutMs, this.validUntil - sent),
+      });
+    } catch (e) {
+      if (e instanceof LeaseLost) this.lose("session_not_found");
+      throw e;
+    }
+    this.validUntil = Math.max(this.validUntil, sent + Number(answer.validity_ms));
+    this.ttlMs = Number(answer.ttl_ms);
+    const lost = new Set(Array.isArray(answer.lost) ? (answer.lost as string[]) : []);
+    for (const hold of this.holds) {
+      if (lost.has(hold.leaseId)) hold.lose("lease_not_found");
+      else hold.validUntil = Math.max(hold.validUntil, this.validUntil);
+    }
+    this.holds = this.holds.filter((h) => !lost.has(h.leaseId));
+  }
+
+  /** The session as the server reads it, with `holds`. */
+  async info(options: CallOptions = {}): Promise<Json> {
+    return this.client.call("GET", `/sessions/${encodeURIComponent(this.sessionId)}`, { signal: options.signal });
+  }
+
+  /** End the session: every hold through it is released. A session already gone is not
+   * an error. */
+  async end(): Promise<void> {
+    if (this.ended) return;
+    this.ended = true;
+    clearTimeout(this.timer);
+    for (const hold of this.holds) hold.released = true;
+    try {
+      await this.client.call("DELETE", `/sessions/${encodeURIComponent(this.sessionId)}`);
+    } catch (e) {
+      if (!(e instanceof LeaseLost)) throw e;
+    }
+  }
+
+  /** End on leaving an `await using` scope (a failed end is not thrown: the session
+   * lapses at its TTL). */
+  async [Symbol.asyncDispose](): Promise<void> {
+    try {
+      await this.end();
+    } catch {
+      // Lapses at its TTL.
+    }
+  }
+
+  private holdOptions(options: LockOptions): LockOptions {
+    return { ...options, autoRenew: false };
+  }
+
+  private hold(lease: Lease): Lease {
+    this.holds.push(lease);
+    return lease;
+  }
+
+  private schedule(delayMs: number): void {
+    const left = this.validUntil - performance.now();
+    this.timer = setTimeout(() => void this.tick(), Math.max(0, Math.min(delayMs, left)));
+    this.timer.unref();
+  }
+
+  private async tick(): Promise<void> {
+    if (this.ended || this.lostReason) return;
+    let next = this.ttlMs / 3;
+    try {
+      await this.renew();
+    } catch (e) {
+      if (e instanceof LeaseLost) return;
+      next = Math.max(this.ttlMs / 10, 10);
+    }
+    if (this.ended) return;
+    if (performance.now() >= this.validUntil) {
+      this.lose("expired");
+      return;
+    }
+    this.schedule(next);
+  }
+
+  private lose(reason: string): void {
+    if (this.lostReason || this.ended) return;
+    this.lostReason = reason;
+    clearTimeout(this.timer);
+    for (const hold of this.holds) hold.lose(reason);
+    this.controller.abort(new LeaseLost(`session lost: ${reason}`, reason));
+    try {
+      this.options.onLost?.(this);
+    } catch {
+      // A callback's bug must not break the session.
     }
   }
 }

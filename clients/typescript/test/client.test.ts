@@ -277,3 +277,40 @@ test("several names are one lease, all or none", () =>
     await both.release();
     assert.equal((await held(cluster.urls[0], "acct:2")).held, false);
   }));
+
+test("a session holds a lock, a permit and a shared lock with one heartbeat, and ends them together", () =>
+  withCluster({}, async (cluster) => {
+    const client = new Client({ servers: cluster.urls });
+    {
+      await using session = await client.session({ ttlMs: 1000 });
+      const lock = await session.lock("s:lock");
+      const permit = await session.permit("s:pool", 1);
+      const shared = await session.lock("s:doc", { mode: "shared" });
+      await sleep(2000); // only the session is renewed
+      for (const lease of [lock, permit, shared]) lease.ensureValid();
+      assert.equal((await held(cluster.urls[0], "s:lock")).held, true);
+      assert.equal(((await session.info()).holds as unknown[]).length, 3);
+      await assert.rejects(client.lock("s:lock", { ttlMs: 1000 }), LockHeld);
+    }
+    assert.equal((await held(cluster.urls[0], "s:lock")).held, false);
+    assert.equal((await held(cluster.urls[0], "s:doc")).held, false);
+    assert.deepEqual((await client.semaphore("s:pool")).holders, []);
+  }));
+
+test("a lost session marks its holds lost; a lock-delay refuses the name after a lapse", () =>
+  withCluster({}, async (cluster) => {
+    const client = new Client({ servers: cluster.urls });
+    const session = await client.session({ ttlMs: 1000 });
+    const lock = await session.lock("s:lost");
+    await fetch(`${cluster.urls[0]}/sessions/${session.sessionId}`, { method: "DELETE" });
+    await waitFor("the session to be lost", async () => session.signal.aborted);
+    assert.equal(session.lostReason, "session_not_found");
+    assert.equal(lock.signal.aborted, true);
+    assert.throws(() => lock.ensureValid(), LeaseLost);
+
+    await client.lock("s:delay", { ttlMs: 300, lockDelayMs: 1000, autoRenew: false });
+    await waitFor("the lease to lapse", async () => (await held(cluster.urls[0], "s:delay")).held === false);
+    await assert.rejects(client.lock("s:delay"), (e: LockHeld) => e.code === "lock_delay" && e.retryAfterMs > 0);
+    const after = await client.lock("s:delay", { waitMs: 2000 });
+    await after.release();
+  }));

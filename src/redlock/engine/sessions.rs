@@ -23,8 +23,11 @@ pub struct SessionLease {
     pub remaining: Duration,
     pub owner: Option<Arc<str>>,
     pub at: Instant,
-    /// How many holds a renew carried along (the most any master did).
+    /// How many holds a renew carried along on a majority.
     pub holds: u64,
+    /// The holds a renew found on fewer than a majority of the masters that renewed the
+    /// session (a grant that reached only some of them): no longer valid, and released.
+    pub lost: Vec<String>,
 }
 
 /// Which of a session's steps, as the engine asks for it (the node's step borrows).
@@ -87,7 +90,30 @@ impl Redlock {
         let ttl_ms = ttl.map(crate::model::millis);
         let (states, started, _) = self.session_step(id, Op::Renew { ttl_ms }).await?;
         let mut lease = self.lease_of(&states, started, None)?;
-        lease.holds = states.iter().map(|s| s.carried).max().unwrap_or_default();
+        let q = quorum::majority(self.nodes.len());
+        let mut counted: std::collections::HashMap<&str, usize> = Default::default();
+        for lease_id in states.iter().flat_map(|s| &s.carried) {
+            *counted.entry(lease_id).or_default() += 1;
+        }
+        lease.holds = counted.values().filter(|c| **c >= q).count() as u64;
+        lease.lost = counted
+            .into_iter()
+            .filter(|(_, c)| *c < q)
+            .map(|(l, _)| l.to_owned())
+            .collect();
+        if !lease.lost.is_empty() {
+            // Each such hold is gone as a lease: release it, and take it off the session.
+            if let Ok((states, _, _)) = self.session_step(id, Op::Read).await {
+                let mut holds: Vec<&SessionHold> = Vec::new();
+                for hold in states.iter().flat_map(|s| &s.holds) {
+                    if lease.lost.contains(&hold.lease) && !holds.contains(&hold) {
+                        holds.push(hold);
+                    }
+                }
+                let releases = holds.iter().map(|h| self.release(&h.key, &h.lease));
+                futures::future::join_all(releases).await;
+            }
+        }
         Ok(lease)
     }
 
@@ -220,6 +246,7 @@ impl Redlock {
                 .find_map(|s| s.owner.as_deref().map(Arc::from)),
             at,
             holds: 0,
+            lost: Vec::new(),
         })
     }
 
@@ -250,6 +277,7 @@ impl Redlock {
                 .find_map(|s| s.owner.as_deref().map(Arc::from)),
             at,
             holds: 0,
+            lost: Vec::new(),
         })
     }
 }

@@ -29,7 +29,10 @@
 -- Returns {-1} when the marker is missing, {0} when the session does not exist here, {2}
 -- when an attached hold is not held here (its grant did not reach this master), else
 -- {1, pttl_ms, ttl_ms, owner, holds...} where holds are '<lease>\n<entry>' each ('read'
--- and 'end'; 'renew' answers how many holds it carried instead, the others nothing).
+-- and 'end'; 'renew' answers the lease ids of the holds it carried instead, the others
+-- nothing). A renew's caller counts, for each hold, the masters that carried it: a hold
+-- that fewer than a majority carried (its grant reached only some of the masters that have
+-- the session) is lost, as a lease whose renew a majority denied is.
 if #KEYS < 2 or #ARGV < 1 then
   return redis.error_reply('session expects 2 keys or more and an operation')
 end
@@ -86,18 +89,17 @@ if op == 'renew' then
   if ARGV[2] ~= '' then redis.call('HSET', session, 'ttl', ttl) end
   redis.call('PEXPIRE', session, ttl)
   local all = redis.call('HGETALL', session)
-  local carried = 0
+  answer[2], answer[3] = ttl, ttl
   for i = 1, #all, 2 do
     local field = all[i]
     if string.sub(field, 1, 2) == 'h:' then
       if extend(string.sub(field, 3), all[i + 1], ttl) then
-        carried = carried + 1
+        answer[#answer + 1] = string.sub(field, 3)
       else
         redis.call('HDEL', session, field)
       end
     end
   end
-  answer[2], answer[3], answer[5] = ttl, ttl, carried
   return answer
 end
 

@@ -8,7 +8,7 @@ safe retries, over one or more redlockd replicas.
         send_report(fence=lease.fencing_token)
 """
 
-from ._async import AsyncClient, AsyncLease, PendingLease
+from ._async import AsyncClient, AsyncLease, AsyncSession, PendingLease
 from ._errors import (
     BadRequest,
     Forbidden,
@@ -28,11 +28,12 @@ from ._models import (
     SharedHolder,
     TickResult,
 )
-from ._sync import Client, Lease
+from ._sync import Client, Lease, Session
 
 __all__ = [
     "AsyncClient",
     "AsyncLease",
+    "AsyncSession",
     "BadRequest",
     "Client",
     "Forbidden",
@@ -46,6 +47,7 @@ __all__ = [
     "PermitHolder",
     "RedlockdError",
     "SemaphoreStatus",
+    "Session",
     "SharedHolder",
     "TickResult",
     "TooManyRequests",

@@ -134,6 +134,134 @@ class PendingLease(Awaitable[AsyncLease]):
             await self._lease.__aexit__(*exc)
 
 
+class AsyncSession(_core.SessionState):
+    """The asyncio flavour of `Session`: renewed by a task at a third of its TTL until
+    ended; `async with` ends it (releasing every hold through it) on leaving the block."""
+
+    def __init__(self, client: "AsyncClient", body: Dict[str, Any], sent: float,
+                 on_lost: Optional[Callable[["AsyncSession"], Any]] = None):
+        super().__init__(body, sent)
+        self._client = client
+        self._on_lost = on_lost
+        self.lost = asyncio.Event()
+        self._task = asyncio.get_running_loop().create_task(self._renew_loop())
+
+    async def lock(self, name: str, *, wait: float = 0.0, owner: Optional[str] = None,
+                   mode: str = "exclusive", idempotency_key: Optional[str] = None) -> AsyncLease:
+        """Lock `name` through this session."""
+        return self._hold(await self._client._grant(
+            "locks", name, self.ttl, wait, owner, idempotency_key, mode=mode,
+            session=self.session_id))
+
+    async def permit(self, name: str, limit: int, *, wait: float = 0.0,
+                     owner: Optional[str] = None,
+                     idempotency_key: Optional[str] = None) -> AsyncLease:
+        """One of `limit` permits of semaphore `name`, through this session."""
+        return self._hold(await self._client._grant(
+            "semaphores", name, self.ttl, wait, owner, idempotency_key, limit,
+            session=self.session_id))
+
+    async def lock_many(self, names: Sequence[str], *, wait: float = 0.0,
+                        owner: Optional[str] = None,
+                        idempotency_key: Optional[str] = None) -> AsyncLease:
+        """Every one of `names` under one lease, through this session."""
+        body = _core.grant_body("locks", self.ttl, wait, owner, session=self.session_id)
+        body["names"] = list(names)
+        sent = time.monotonic()
+        answer = await self._client._call(
+            "POST", "/locks", body=body,
+            idempotency_key=idempotency_key or _core.new_idempotency_key(),
+            timeout=self._client.timeout + wait)
+        return self._hold(_core.Grant.read("locks", answer, sent))
+
+    async def campaign(self, name: str, value: Optional[str] = None, *,
+                       wait: float = 0.0) -> AsyncLease:
+        """Become leader of election `name` through this session."""
+        return self._hold(await self._client._grant(
+            "elections", name, self.ttl, wait, value, None, session=self.session_id))
+
+    async def renew(self) -> None:
+        """Renew the session, and every hold through it, now."""
+        sent = time.monotonic()
+        timeout = max(0.05, min(self._client.timeout, self.valid_until - sent))
+        try:
+            answer = await self._client._call("PUT", f"/sessions/{self.session_id}", body={},
+                                              timeout=timeout)
+        except LeaseLost:
+            await self._lose("session_not_found")
+            raise
+        for hold in self.renewed(answer, sent):
+            await hold._lose("lease_not_found")  # type: ignore[attr-defined]
+
+    async def info(self) -> Dict[str, Any]:
+        """The session as the server reads it, with `holds`."""
+        return await self._client._call("GET", f"/sessions/{self.session_id}")
+
+    async def end(self) -> None:
+        """End the session: every hold through it is released."""
+        if self.ended:
+            return
+        self.ended = True
+        if self._task is not asyncio.current_task():
+            self._task.cancel()
+        for hold in self.holds:
+            hold.released = True
+        try:
+            await self._client._call("DELETE", f"/sessions/{self.session_id}",
+                                     expect_body=False)
+        except LeaseLost:
+            pass
+
+    async def __aenter__(self) -> "AsyncSession":
+        return self
+
+    async def __aexit__(self, *exc: Any) -> None:
+        try:
+            await self.end()
+        except RedlockdError as e:
+            log.warning("end of session failed (%s); it lapses at its TTL", e)
+
+    def _hold(self, grant: _core.Grant) -> AsyncLease:
+        lease = AsyncLease(self._client, grant, auto_renew=False)
+        self.holds.append(lease)
+        return lease
+
+    async def _lose(self, reason: str) -> None:
+        if self.lost_reason is not None or self.ended:
+            return
+        self.lost_reason = reason
+        self.lost.set()
+        for hold in self.holds:
+            await hold._lose(reason)  # type: ignore[attr-defined]
+        if self._on_lost is not None:
+            try:
+                result = self._on_lost(self)
+                if inspect.isawaitable(result):
+                    await result
+            except Exception:  # noqa: BLE001 - a callback's bug must not kill the renewer
+                log.exception("on_lost callback of a session failed")
+
+    async def _renew_loop(self) -> None:
+        delay = self.renew_every()
+        while True:
+            await asyncio.sleep(delay)
+            if self.ended:
+                return
+            try:
+                await self.renew()
+                delay = self.renew_every()
+            except LeaseLost:
+                return
+            except RedlockdError as e:
+                log.debug("renew of a session failed: %s", e)
+                delay = self.retry_every()
+            left = self.valid_until - time.monotonic()
+            if left <= 0:
+                await self._lose("expired")
+                return
+            delay = min(delay, left)
+
+
 class AsyncClient:
     """The asyncio flavour of `Client`, with the same behaviour."""
 
@@ -160,13 +288,23 @@ class AsyncClient:
     def lock(self, name: str, ttl: float = 30.0, *, wait: float = 0.0,
              owner: Optional[str] = None, on_lost: Optional[OnLost] = None,
              auto_renew: bool = True, idempotency_key: Optional[str] = None,
-             mode: str = "exclusive") -> PendingLease:
+             mode: str = "exclusive", lock_delay: Optional[float] = None) -> PendingLease:
         """`lease = await client.lock(...)`, or `async with client.lock(...) as lease:`;
-        `mode="shared"` as `Client.lock`."""
+        `mode="shared"` and `lock_delay` as `Client.lock`."""
         async def grant() -> AsyncLease:
-            made = await self._grant("locks", name, ttl, wait, owner, idempotency_key, mode=mode)
+            made = await self._grant("locks", name, ttl, wait, owner, idempotency_key, mode=mode,
+                                     lock_delay=lock_delay)
             return AsyncLease(self, made, on_lost, auto_renew)
         return PendingLease(grant)
+
+    async def session(self, ttl: float = 30.0, *, owner: Optional[str] = None,
+                      on_lost: Optional[Callable[[AsyncSession], Any]] = None) -> AsyncSession:
+        """`Client.session`: `async with await client.session(15) as session:`."""
+        body: Dict[str, Any] = {"ttl_ms": max(1, int(ttl * 1000))}
+        if owner is not None:
+            body["owner"] = owner
+        sent = time.monotonic()
+        return AsyncSession(self, await self._call("POST", "/sessions", body=body), sent, on_lost)
 
     def lock_many(self, names: Sequence[str], ttl: float = 30.0, *, wait: float = 0.0,
                   owner: Optional[str] = None, on_lost: Optional[OnLost] = None,
@@ -255,8 +393,9 @@ class AsyncClient:
 
     async def _grant(self, kind: str, name: str, ttl: float, wait: float, owner: Optional[str],
                      key: Optional[str], limit: Optional[int] = None,
-               mode: Optional[str] = None) -> _core.Grant:
-        body = _core.grant_body(kind, ttl, wait, owner, limit, mode)
+                     mode: Optional[str] = None, session: Optional[str] = None,
+                     lock_delay: Optional[float] = None) -> _core.Grant:
+        body = _core.grant_body(kind, ttl, wait, owner, limit, mode, session, lock_delay)
         sent = time.monotonic()
         answer = await self._call("POST", _core.path(kind, name), body=body,
                                   idempotency_key=key or _core.new_idempotency_key(),

@@ -91,8 +91,15 @@ def path(kind: str, name: str, lease_id: Optional[str] = None) -> str:
 
 
 def grant_body(kind: str, ttl: float, wait: float, owner: Optional[str],
-               limit: Optional[int] = None, mode: Optional[str] = None) -> Dict[str, Any]:
+               limit: Optional[int] = None, mode: Optional[str] = None,
+               session: Optional[str] = None, lock_delay: Optional[float] = None) -> Dict[str, Any]:
     body: Dict[str, Any] = {"ttl_ms": max(1, int(ttl * 1000)), "wait_ms": max(0, int(wait * 1000))}
+    if session is not None:
+        # A hold through a session lives as long as the session: it has no TTL of its own.
+        del body["ttl_ms"]
+        body["session"] = session
+    if lock_delay:
+        body["lock_delay_ms"] = max(0, int(lock_delay * 1000))
     if owner is not None:
         body["value" if kind == "elections" else "owner"] = owner
     if limit is not None:
@@ -224,6 +231,50 @@ class LeaseState:
     def __repr__(self) -> str:
         state = "lost: " + self.lost_reason if self.lost_reason else f"{self.remaining:.3f}s valid"
         return f"<Lease {self.kind}/{self.name} token={self.fencing_token} {state}>"
+
+
+class SessionState:
+    """The part of a session both flavours share: its id, TTL and validity, and the holds
+    made through it, whose validity is the session's."""
+
+    def __init__(self, body: Dict[str, Any], sent: float):
+        self.session_id: str = body["session_id"]
+        self.ttl = float(body["ttl_ms"]) / 1000.0
+        self.owner: Optional[str] = body.get("owner")
+        self.valid_until = sent + float(body["validity_ms"]) / 1000.0
+        self.lost_reason: Optional[str] = None
+        self.ended = False
+        self.holds: List[LeaseState] = []
+
+    @property
+    def remaining(self) -> float:
+        """Seconds the session (and every hold through it) may still be relied on."""
+        if self.lost_reason is not None:
+            return 0.0
+        return max(0.0, self.valid_until - time.monotonic())
+
+    def renewed(self, body: Dict[str, Any], sent: float) -> List[LeaseState]:
+        """Take a renew's answer: the holds it kept are valid as long as the session; those
+        it could not keep (`lost`) are returned, to be marked lost."""
+        self.valid_until = max(self.valid_until, sent + float(body["validity_ms"]) / 1000.0)
+        self.ttl = float(body["ttl_ms"]) / 1000.0
+        gone = set(body.get("lost") or ())
+        lost = [h for h in self.holds if h.lease_id in gone]
+        for hold in self.holds:
+            if hold.lease_id not in gone:
+                hold.valid_until = max(hold.valid_until, self.valid_until)
+        self.holds = [h for h in self.holds if h.lease_id not in gone]
+        return lost
+
+    def renew_every(self) -> float:
+        return max(self.ttl / 3.0, 0.01)
+
+    def retry_every(self) -> float:
+        return max(self.ttl * RETRY_SHARE, 0.01)
+
+    def __repr__(self) -> str:
+        state = "lost: " + self.lost_reason if self.lost_reason else f"{self.remaining:.3f}s valid"
+        return f"<Session {len(self.holds)} holds {state}>"
 
 
 class Sse:

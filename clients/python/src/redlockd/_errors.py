@@ -32,7 +32,8 @@ class Unavailable(RedlockdError):
 
 class LeaseLost(RedlockdError):
     """The lease no longer protects anything: revoked, expired, or its validity ran out
-    before a renew succeeded. Stop the protected work."""
+    before a renew succeeded (for a session: the session is gone, code
+    `session_not_found`). Stop the protected work."""
 
 
 class BadRequest(RedlockdError):
@@ -68,7 +69,7 @@ def from_response(status: int, body: Any, headers: Any = None) -> RedlockdError:
     text = f"{code}: {message}" if code else message
     if status == 409:
         return LockHeld(text, code, status, body)
-    if status == 404 and code == "lease_not_found":
+    if status == 404 and code in ("lease_not_found", "session_not_found"):
         return LeaseLost(text, code, status, body)
     if status == 401:
         return Unauthorized(text, code, status, body)

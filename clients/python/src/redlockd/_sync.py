@@ -118,6 +118,135 @@ class Lease(_core.LeaseState):
             delay = min(delay, left)
 
 
+class Session(_core.SessionState):
+    """A session: one heartbeat for many holds. Renewed in the background at a third of
+    its TTL until ended; every lock, permit and term taken through it (`lock`, `permit`,
+    `lock_many`, `campaign`) needs no renew of its own and is valid as long as the session
+    is. `lost` is set (and every hold marked lost) when it can no longer be renewed. Use it
+    as a context manager to end it on leaving the block: ending it releases every hold."""
+
+    def __init__(self, client: "Client", body: Dict[str, Any], sent: float,
+                 on_lost: Optional[Callable[["Session"], None]] = None):
+        super().__init__(body, sent)
+        self._client = client
+        self._on_lost = on_lost
+        self.lost = threading.Event()
+        self._stop = threading.Event()
+        self._guard = threading.Lock()
+        self._thread = threading.Thread(target=self._renew_loop, name="redlockd-session",
+                                        daemon=True)
+        self._thread.start()
+
+    def lock(self, name: str, *, wait: float = 0.0, owner: Optional[str] = None,
+             mode: str = "exclusive", idempotency_key: Optional[str] = None) -> Lease:
+        """Lock `name` through this session (see `Client.lock`)."""
+        return self._hold(self._client._grant("locks", name, self.ttl, wait, owner,
+                                              idempotency_key, mode=mode,
+                                              session=self.session_id))
+
+    def permit(self, name: str, limit: int, *, wait: float = 0.0, owner: Optional[str] = None,
+               idempotency_key: Optional[str] = None) -> Lease:
+        """One of `limit` permits of semaphore `name`, through this session."""
+        return self._hold(self._client._grant("semaphores", name, self.ttl, wait, owner,
+                                              idempotency_key, limit,
+                                              session=self.session_id))
+
+    def lock_many(self, names: Sequence[str], *, wait: float = 0.0, owner: Optional[str] = None,
+                  idempotency_key: Optional[str] = None) -> Lease:
+        """Every one of `names` under one lease, through this session."""
+        body = _core.grant_body("locks", self.ttl, wait, owner, session=self.session_id)
+        body["names"] = list(names)
+        sent = time.monotonic()
+        answer = self._client._call("POST", "/locks", body=body,
+                                    idempotency_key=idempotency_key or _core.new_idempotency_key(),
+                                    timeout=self._client.timeout + wait)
+        return self._hold(_core.Grant.read("locks", answer, sent))
+
+    def campaign(self, name: str, value: Optional[str] = None, *, wait: float = 0.0) -> Lease:
+        """Become leader of election `name` through this session."""
+        return self._hold(self._client._grant("elections", name, self.ttl, wait, value, None,
+                                              session=self.session_id))
+
+    def renew(self) -> None:
+        """Renew the session, and every hold through it, now (the background thread does
+        this on its own). Raises `LeaseLost` when the session is gone."""
+        sent = time.monotonic()
+        timeout = max(0.05, min(self._client.timeout, self.valid_until - sent))
+        try:
+            answer = self._client._call("PUT", f"/sessions/{self.session_id}", body={},
+                                        timeout=timeout)
+        except LeaseLost:
+            self._lose("session_not_found")
+            raise
+        for hold in self.renewed(answer, sent):
+            hold._lose("lease_not_found")  # type: ignore[attr-defined]
+
+    def info(self) -> Dict[str, Any]:
+        """The session as the server reads it, with `holds`."""
+        return self._client._call("GET", f"/sessions/{self.session_id}")
+
+    def end(self) -> None:
+        """End the session: every hold through it is released. A session already gone is
+        not an error."""
+        with self._guard:
+            if self.ended:
+                return
+            self.ended = True
+        self._stop.set()
+        for hold in self.holds:
+            hold.released = True
+        try:
+            self._client._call("DELETE", f"/sessions/{self.session_id}", expect_body=False)
+        except LeaseLost:
+            pass
+
+    def __enter__(self) -> "Session":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        try:
+            self.end()
+        except RedlockdError as e:
+            log.warning("end of session failed (%s); it lapses at its TTL", e)
+
+    def _hold(self, grant: _core.Grant) -> Lease:
+        lease = Lease(self._client, grant, auto_renew=False)
+        self.holds.append(lease)
+        return lease
+
+    def _lose(self, reason: str) -> None:
+        with self._guard:
+            if self.lost_reason is not None or self.ended:
+                return
+            self.lost_reason = reason
+        self._stop.set()
+        self.lost.set()
+        for hold in self.holds:
+            hold._lose(reason)
+        if self._on_lost is not None:
+            try:
+                self._on_lost(self)
+            except Exception:  # noqa: BLE001 - a callback's bug must not kill the renewer
+                log.exception("on_lost callback of a session failed")
+
+    def _renew_loop(self) -> None:
+        delay = self.renew_every()
+        while not self._stop.wait(delay):
+            try:
+                self.renew()
+                delay = self.renew_every()
+            except LeaseLost:
+                return
+            except RedlockdError as e:
+                log.debug("renew of a session failed: %s", e)
+                delay = self.retry_every()
+            left = self.valid_until - time.monotonic()
+            if left <= 0:
+                self._lose("expired")
+                return
+            delay = min(delay, left)
+
+
 class Client:
     """A redlockd client over one or more replicas (failover between them).
 
@@ -148,14 +277,28 @@ class Client:
 
     def lock(self, name: str, ttl: float = 30.0, *, wait: float = 0.0, owner: Optional[str] = None,
              on_lost: Optional[Callable[[Lease], None]] = None, auto_renew: bool = True,
-             idempotency_key: Optional[str] = None, mode: str = "exclusive") -> Lease:
+             idempotency_key: Optional[str] = None, mode: str = "exclusive",
+             lock_delay: Optional[float] = None) -> Lease:
         """Grant `name` for `ttl` seconds, waiting up to `wait` while another holds it.
         `mode="shared"` holds it together with other shared holders (an exclusive grant
         waits for them all). Raises `LockHeld`, `Unavailable`, `BadRequest`, `Unauthorized`.
         The grant carries an Idempotency-Key, so that a retry after a lost answer gets the
-        same lease."""
-        grant = self._grant("locks", name, ttl, wait, owner, idempotency_key, mode=mode)
+        same lease. `lock_delay` (seconds): if the lease ends other than by its release
+        (it expires, is force-released), nobody gets `name` until that long after."""
+        grant = self._grant("locks", name, ttl, wait, owner, idempotency_key, mode=mode,
+                            lock_delay=lock_delay)
         return Lease(self, grant, on_lost, auto_renew)
+
+    def session(self, ttl: float = 30.0, *, owner: Optional[str] = None,
+                on_lost: Optional[Callable[[Session], None]] = None) -> Session:
+        """Open a session that lives `ttl` seconds unless renewed (it renews itself until
+        ended): take locks, permits and terms through it with `session.lock(...)`; `with`
+        ends it, releasing all of them at once."""
+        body: Dict[str, Any] = {"ttl_ms": max(1, int(ttl * 1000))}
+        if owner is not None:
+            body["owner"] = owner
+        sent = time.monotonic()
+        return Session(self, self._call("POST", "/sessions", body=body), sent, on_lost)
 
     def lock_many(self, names: Sequence[str], ttl: float = 30.0, *, wait: float = 0.0,
                   owner: Optional[str] = None, on_lost: Optional[Callable[[Lease], None]] = None,
@@ -246,8 +389,9 @@ class Client:
 
     def _grant(self, kind: str, name: str, ttl: float, wait: float, owner: Optional[str],
                key: Optional[str], limit: Optional[int] = None,
-               mode: Optional[str] = None) -> _core.Grant:
-        body = _core.grant_body(kind, ttl, wait, owner, limit, mode)
+               mode: Optional[str] = None, session: Optional[str] = None,
+               lock_delay: Optional[float] = None) -> _core.Grant:
+        body = _core.grant_body(kind, ttl, wait, owner, limit, mode, session, lock_delay)
         sent = time.monotonic()
         answer = self._call("POST", _core.path(kind, name), body=body,
                             idempotency_key=key or _core.new_idempotency_key(),
