@@ -167,29 +167,58 @@ impl NamePrefix {
 
 /// A session id: like a lease id, 128 bits from a CSPRNG, base64url without padding; a
 /// capability (whoever knows it renews and ends the session and holds through it), so it
-/// is never logged, and `Debug` prints a short prefix only.
+/// is never logged, and `Debug` prints a short prefix only. A session belongs to the token
+/// that opened it: on the masters it is named by the id and a hash of the token's name
+/// (`key`), so that another token's request with the same id finds no session.
 #[derive(Clone, PartialEq, Eq, Hash)]
-pub struct SessionId(String);
+pub struct SessionId {
+    id: String,
+    /// A hash of the opening token's name (empty without authentication).
+    scope: String,
+}
 
 impl SessionId {
-    pub fn generate() -> Self {
-        Self(LeaseId::generate().0)
+    /// A new session id for the token named `scope` ("" without authentication).
+    pub fn generate(scope: &str) -> Self {
+        Self::scoped(LeaseId::generate().0, scope)
     }
 
-    pub fn parse(raw: &str) -> Result<Self, InvalidInput> {
+    /// The session id `raw`, as the token named `scope` asks for it.
+    pub fn parse(raw: &str, scope: &str) -> Result<Self, InvalidInput> {
         LeaseId::parse(raw)
-            .map(|id| Self(id.0))
+            .map(|id| Self::scoped(id.0, scope))
             .map_err(|_| InvalidInput("malformed session id".into()))
     }
 
+    fn scoped(id: String, scope: &str) -> Self {
+        use sha2::{Digest, Sha256};
+        let scope = if scope.is_empty() {
+            String::new()
+        } else {
+            hex::encode(&Sha256::digest(scope.as_bytes())[..8])
+        };
+        Self { id, scope }
+    }
+
+    /// The id the client knows.
     pub fn as_str(&self) -> &str {
-        &self.0
+        &self.id
+    }
+
+    /// The session's name on the masters: its id, within its token's scope.
+    pub fn key(&self) -> String {
+        if self.scope.is_empty() {
+            self.id.clone()
+        } else {
+            format!("{}.{}", self.scope, self.id)
+        }
     }
 }
 
 impl fmt::Debug for SessionId {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "SessionId({}…)", &self.0[..self.0.len().min(4)])
+        let shown: String = self.id.chars().take(4).collect();
+        write!(f, "SessionId({shown}…)")
     }
 }
 

@@ -94,8 +94,8 @@ pub async fn grant_many(
         names.push(name);
     }
     let fields = req.holding();
-    let target = fields.group(names)?;
     let caller = caller.as_deref();
+    let target = fields.group(names, super::kinds::scope_of(caller))?;
     super::kinds::grant_target::<LeaseBody>(
         &state,
         target,

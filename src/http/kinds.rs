@@ -177,7 +177,7 @@ pub(super) struct GrantFields<'a> {
 
 impl GrantFields<'_> {
     /// What a grant of several names takes: all of them under one lease, exclusive.
-    pub(super) fn group(&self, names: Vec<LockName>) -> Result<Target, ApiError> {
+    pub(super) fn group(&self, names: Vec<LockName>, scope: &str) -> Result<Target, ApiError> {
         if self.mode == Some(Mode::Shared) {
             return Err(ApiError::Invalid(
                 "a lease on several names is exclusive: mode shared is for one name".into(),
@@ -185,27 +185,33 @@ impl GrantFields<'_> {
         }
         let target = Target::group(names)
             .ok_or_else(|| ApiError::Invalid("names must list 1 to 64 lock names".into()))?;
-        self.through_session(target)
+        self.through_session(target, scope)
     }
 
-    /// `target`, held through the grant's session if it names one.
-    fn through_session(&self, target: Target) -> Result<Target, ApiError> {
+    /// `target`, held through the grant's session if it names one (as the token named
+    /// `scope` knows it: a session belongs to the token that opened it).
+    fn through_session(&self, target: Target, scope: &str) -> Result<Target, ApiError> {
         match self.session {
-            Some(raw) => Ok(target.in_session(SessionId::parse(raw)?)),
+            Some(raw) => Ok(target.in_session(SessionId::parse(raw, scope)?)),
             None => Ok(target),
         }
     }
 
     /// What the grant takes: the name, or for a semaphore one of `limit` permits of it;
     /// with the lock-delay its lease leaves behind (`policy` bounds it).
-    fn target(&self, name: LockName, policy: &LeasePolicy) -> Result<Target, ApiError> {
+    fn target(
+        &self,
+        name: LockName,
+        policy: &LeasePolicy,
+        scope: &str,
+    ) -> Result<Target, ApiError> {
         let delay = policy.lock_delay(self.lock_delay_ms)?;
         if !delay.is_zero() && self.mode == Some(Mode::Shared) {
             return Err(ApiError::Invalid(
                 "lock_delay_ms is for an exclusive lease: a shared one leaves no delay".into(),
             ));
         }
-        self.through_session(self.kind_target(name)?.with_lock_delay(delay))
+        self.through_session(self.kind_target(name)?.with_lock_delay(delay), scope)
     }
 
     fn kind_target(&self, name: LockName) -> Result<Target, ApiError> {
@@ -221,6 +227,12 @@ impl GrantFields<'_> {
             _ => Ok(name.into()),
         }
     }
+}
+
+/// The scope of the caller's sessions and keys: its token's name ("" without
+/// authentication).
+pub(super) fn scope_of(caller: Option<&Caller>) -> &str {
+    caller.map_or("", |c| &c.name)
 }
 
 /// The request's `Idempotency-Key`, in its caller's scope (the token's name; one shared
@@ -251,7 +263,8 @@ pub(super) async fn grant<B: serde::Serialize + for<'a> From<&'a Lease>>(
     caller: Option<&Caller>,
     refine: Refine,
 ) -> Result<Response, ApiError> {
-    let target = fields.target(name, &LeasePolicy::from(state.settings.leases))?;
+    let policy = LeasePolicy::from(state.settings.leases);
+    let target = fields.target(name, &policy, scope_of(caller))?;
     grant_target::<B>(state, target, fields, headers, caller, refine).await
 }
 
@@ -298,9 +311,11 @@ pub(super) fn hold(
     name: LockName,
     fields: GrantFields<'_>,
     headers: &HeaderMap,
+    caller: Option<&Caller>,
     refine: Refine,
 ) -> Result<Response, ApiError> {
-    let target = fields.target(name, &LeasePolicy::from(state.settings.leases))?;
+    let policy = LeasePolicy::from(state.settings.leases);
+    let target = fields.target(name, &policy, scope_of(caller))?;
     hold_target(state, target, fields, headers, refine)
 }
 
@@ -461,10 +476,11 @@ macro_rules! kind_routes {
             pub async fn hold(
                 State(state): State<AppState>,
                 $name_path(name): $name_path,
+                caller: Option<Extension<Caller>>,
                 headers: HeaderMap,
                 Fields(req): Fields<$grant>,
             ) -> Result<Response, ApiError> {
-                super::hold(&state, name, req.holding(), &headers, REFINE)
+                super::hold(&state, name, req.holding(), &headers, caller.as_deref(), REFINE)
             }
 
             #[utoipa::path(

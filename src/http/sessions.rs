@@ -4,20 +4,22 @@
 use std::convert::Infallible;
 use std::time::SystemTime;
 
-use axum::Json;
 use axum::extract::{FromRequestParts, Path, State};
 use axum::http::request::Parts;
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
+use axum::{Extension, Json};
 use futures::Stream;
 
 use super::AppState;
 use super::error::ApiError;
 use super::extract::Fields;
+use super::kinds::scope_of;
 use super::schema::{NoQuorum, Refusals, SessionIdParam, TtlMs};
 use super::stream;
 use super::types::rfc3339;
+use crate::auth::Caller;
 use crate::lease::{HeldThrough, LeasePolicy, Session, SessionEvent};
 use crate::model::{Kind, Owner, SessionId};
 use crate::wire::{
@@ -35,7 +37,9 @@ impl<S: Send + Sync> FromRequestParts<S> for SessionPath {
         let Path(raw) = Path::<String>::from_request_parts(parts, state)
             .await
             .map_err(|_| ApiError::Invalid("malformed session id".into()))?;
-        Ok(Self(SessionId::parse(&raw)?))
+        // A session belongs to the token that opened it: another token finds none.
+        let caller = parts.extensions.get::<Caller>();
+        Ok(Self(SessionId::parse(&raw, scope_of(caller))?))
     }
 }
 
@@ -95,17 +99,19 @@ impl From<&HeldThrough> for SessionHoldBody {
 )]
 pub async fn open(
     State(state): State<AppState>,
+    caller: Option<Extension<Caller>>,
     headers: HeaderMap,
     Fields(req): Fields<SessionRequest>,
 ) -> Result<Response, ApiError> {
     let policy = LeasePolicy::from(state.settings.leases);
     let ttl = policy.ttl(whole(req.ttl_ms))?;
     let owner = req.owner.as_deref().map(Owner::parse).transpose()?;
+    let scope = scope_of(caller.as_deref());
     if stream::wants_stream(&headers) {
-        let events = state.service.hold_session(ttl, owner)?;
+        let events = state.service.hold_session(ttl, owner, scope.into())?;
         return Ok(held(events).into_response());
     }
-    let session = state.service.open_session(ttl, owner).await?;
+    let session = state.service.open_session(ttl, owner, scope).await?;
     let mut response = Json(SessionBody::from(&session)).into_response();
     *response.status_mut() = StatusCode::CREATED;
     if let Ok(value) = HeaderValue::from_str(&format!("/sessions/{}", session.id.as_str())) {

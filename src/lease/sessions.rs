@@ -196,15 +196,18 @@ fn not_found(e: EngineError) -> LeaseError {
 
 impl LeaseService {
     /// Open a session that lives `ttl` unless renewed.
+    /// Open a session for the token named `scope` ("" without authentication): only that
+    /// token's requests find it.
     pub async fn open_session(
         &self,
         ttl: Ttl,
         owner: Option<Owner>,
+        scope: &str,
     ) -> Result<Session, LeaseError> {
-        let id = SessionId::generate();
+        let id = SessionId::generate(scope);
         let lease = self
             .engine()
-            .open_session(id.as_str(), ttl.get(), owner.map(|o| o.shared()))
+            .open_session(&id.key(), ttl.get(), owner.map(|o| o.shared()))
             .await?;
         let session = Session::new(id, lease);
         self.sessions.track(&session);
@@ -219,7 +222,7 @@ impl LeaseService {
     ) -> Result<Session, LeaseError> {
         let lease = self
             .engine()
-            .renew_session(id.as_str(), ttl.map(Ttl::get))
+            .renew_session(&id.key(), ttl.map(Ttl::get))
             .await
             .map_err(not_found)?;
         self.metrics
@@ -233,7 +236,7 @@ impl LeaseService {
     pub async fn session(&self, id: &SessionId) -> Result<Session, LeaseError> {
         let (lease, holds) = self
             .engine()
-            .read_session(id.as_str())
+            .read_session(&id.key())
             .await
             .map_err(not_found)?;
         let mut session = Session::new(id.clone(), lease);
@@ -246,7 +249,7 @@ impl LeaseService {
     pub async fn end_session(&self, id: &SessionId) -> Result<(), LeaseError> {
         let holds = self
             .engine()
-            .end_session(id.as_str())
+            .end_session(&id.key())
             .await
             .map_err(not_found)?;
         self.sessions.forget(id);
@@ -280,7 +283,7 @@ impl LeaseService {
             lease: lease.id.as_str().to_owned(),
             token: lease.token.0,
         };
-        match self.engine().attach(id.as_str(), hold).await {
+        match self.engine().attach(&id.key(), hold).await {
             Ok(session) => {
                 lease.ttl = session.ttl;
                 lease.validity = session.validity;
@@ -305,9 +308,10 @@ impl LeaseService {
         self: &Arc<Self>,
         ttl: Ttl,
         owner: Option<Owner>,
+        scope: Arc<str>,
     ) -> Result<mpsc::Receiver<SessionEvent>, LeaseError> {
         self.stream(SESSION_BUFFER, |service, tx| {
-            service.session_task(ttl, owner, tx)
+            service.session_task(ttl, owner, scope, tx)
         })
     }
 
@@ -315,11 +319,12 @@ impl LeaseService {
         self: Arc<Self>,
         ttl: Ttl,
         owner: Option<Owner>,
+        scope: Arc<str>,
         tx: mpsc::Sender<SessionEvent>,
     ) {
         let _open = self.metrics.stream_opened(StreamKind::Session);
         let session = tokio::select! {
-            result = self.open_session(ttl, owner) => result,
+            result = self.open_session(ttl, owner, &scope) => result,
             () = tx.closed() => return,
         };
         let session = match session {

@@ -266,3 +266,42 @@ async fn a_grant_of_several_names_needs_every_name_within_the_tokens_prefixes() 
     );
     assert_eq!(call(&app, "POST", "/locks?names=jobs:c", None).await.0, 401);
 }
+
+#[tokio::test]
+async fn a_session_belongs_to_the_token_that_opened_it() {
+    let t = tokens();
+    let app = app(&t).await;
+    let (status, session) = call(&app, "POST", "/sessions", Some(&t.client)).await;
+    assert_eq!(status, 201, "{session}");
+    let id = session["session_id"].as_str().unwrap();
+    let path = format!("/sessions/{id}");
+    assert_eq!(call(&app, "PUT", &path, Some(&t.client)).await.0, 200);
+    // Another token (even an administrator's) finds no such session, and holds nothing
+    // through it; a reader may not open one.
+    for (method, path) in [
+        ("PUT", path.clone()),
+        ("GET", path.clone()),
+        ("DELETE", path.clone()),
+        ("POST", format!("/locks/jobs:s?session={id}")),
+    ] {
+        let (status, body) = call(&app, method, &path, Some(&t.admin)).await;
+        assert_eq!(
+            (status, &body["error"]),
+            (404, &json!("session_not_found")),
+            "{method} {path}: {body}"
+        );
+    }
+    assert_eq!(
+        call(&app, "POST", "/sessions", Some(&t.reader)).await.0,
+        403
+    );
+    let (status, held) = call(
+        &app,
+        "POST",
+        &format!("/locks/jobs:s?session={id}"),
+        Some(&t.client),
+    )
+    .await;
+    assert_eq!(status, 201, "{held}");
+    assert_eq!(call(&app, "DELETE", &path, Some(&t.client)).await.0, 204);
+}
