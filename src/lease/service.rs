@@ -267,6 +267,9 @@ impl Target {
         if !self.lock_delay.is_zero() {
             variant.push_str(&format!(" delay {}", millis(self.lock_delay)));
         }
+        if let Some(session) = &self.session {
+            variant.push_str(&format!(" session {}", session.key()));
+        }
         variant
     }
 }
@@ -687,12 +690,17 @@ impl LeaseService {
                     tries += 1;
                     tokio::time::sleep(pause).await;
                 }
-                Ok(lease) if target.session.is_some() => {
-                    let key = lease.hold_key();
-                    let id = target.session.as_ref().unwrap_or_else(|| unreachable!());
-                    return self.attach_to(id, lease, key).await;
+                // A hold through a session lives as long as the session from now on.
+                Ok(lease) => {
+                    return match &target.session {
+                        Some(id) => {
+                            let key = lease.hold_key();
+                            self.attach_to(id, lease, key).await
+                        }
+                        None => Ok(lease),
+                    };
                 }
-                result => return result.map_err(Into::into),
+                Err(e) => return Err(e.into()),
             }
         }
     }

@@ -756,6 +756,9 @@ impl LockNode for MemoryNode {
             if entry.session.is_some() {
                 // Held through a session: it lives as long as the session (see renew.lua),
                 // and what is left of it is its TTL as far as the caller is concerned.
+                if let Some(owner) = owner {
+                    entry.owner = Some(owner.to_owned());
+                }
                 let entry = entry.clone();
                 let holding = data.holding(&entry, now);
                 return Ok(Owned::Yes(Holding {

@@ -272,3 +272,30 @@ async fn sessions_are_counted_in_the_metrics() {
             .contains("redlockd_sessions_active 0")
     );
 }
+
+#[tokio::test]
+async fn a_leader_elected_through_a_session_proclaims_and_is_deposed_with_it() {
+    let app = TestApp::embedded().await;
+    let session = open(&app, 5000).await;
+    let (status, term) = app
+        .send(
+            "POST",
+            "/elections/e:lead",
+            Some(json!({"session": session, "value": "a"})),
+        )
+        .await;
+    assert_eq!(status, 201, "{term}");
+    let lease = term["lease_id"].as_str().unwrap();
+    let (status, proclaimed) = app
+        .send(
+            "PUT",
+            &format!("/elections/e:lead/leases/{lease}"),
+            Some(json!({"value": "b"})),
+        )
+        .await;
+    assert_eq!(status, 200, "{proclaimed}");
+    assert_eq!(app.get("/elections/e:lead").await.1["value"], "b");
+    app.send("DELETE", &format!("/sessions/{session}"), None)
+        .await;
+    assert_eq!(app.get("/elections/e:lead").await.1["vacant"], true);
+}
