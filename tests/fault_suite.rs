@@ -37,7 +37,7 @@ const MAX_TTL: Duration = Duration::from_millis(3000);
 /// The largest lock-delay: a master that lost its data is quarantined for this and the
 /// largest TTL.
 const MAX_LOCK_DELAY: Duration = Duration::from_millis(1000);
-/// The lock-delay a third of the grants of `job:c` carry.
+/// The lock-delay half the grants of `job:d` carry.
 const LOCK_DELAY_MS: u64 = 300;
 /// The names the workers use; `@job:a` is the election `job:a` (its own kind of key: it
 /// must never collide with the lock `job:a`), whose renews now and then proclaim a value;
@@ -45,11 +45,12 @@ const LOCK_DELAY_MS: u64 = 300;
 /// steps are recorded under its slot's name, `%job:a/<slot>`); `^job:b` is a shared grant of
 /// the lock `job:b` (recorded as `job:b`, shared), which exclusive grants also take;
 /// `+job:a+job:c` is one lease on both `job:a` and `job:c` (`POST /locks`), recorded as a
-/// lease on each of them.
-const NAMES: [&str; 7] = [
+/// lease on each of them; half the grants of `job:d` carry a lock-delay.
+const NAMES: [&str; 8] = [
     "job:a",
     "job:b",
     "job:c",
+    "job:d",
     "@job:a",
     "%job:a",
     "^job:b",
@@ -418,9 +419,9 @@ async fn worker(
         let key = rng
             .random_bool(0.5)
             .then(|| format!("{seed}-{:x}", rng.random::<u64>()));
-        // A third of the grants of job:c leave a lock-delay when they lapse; the checker holds
-        // every later grant of job:c (and of job:a+job:c) to it.
-        let delayed = name == "job:c" && rng.random_ratio(1, 3);
+        // Half the grants of job:d leave a lock-delay when they lapse; the checker holds
+        // every later grant of job:d to it.
+        let delayed = name == "job:d" && rng.random_bool(0.5);
         let mut tries = if key.is_some() { 3 } else { 1 };
         let mut replica = replica;
         let mut base = base;
@@ -534,8 +535,14 @@ async fn session_round(
         .json(&json!({"ttl_ms": ttl.as_millis() as u64}))
         .send()
         .await;
-    let Ok(opened) = opened else { return };
+    // A session that cannot be opened (no majority): pause as a failed grant does.
+    let pause = Duration::from_millis(rng.random_range(5..40));
+    let Ok(opened) = opened else {
+        tokio::time::sleep(pause).await;
+        return;
+    };
     if opened.status() != 201 {
+        tokio::time::sleep(pause).await;
         return;
     }
     let session: Value = opened.json().await.unwrap_or_default();
@@ -999,7 +1006,7 @@ async fn random_faults(seed: u64, length: Duration) {
         })
         .count();
     eprintln!(
-        "fault suite: {delayed} leases of job:c with a {LOCK_DELAY_MS} ms lock-delay, {refused} grants refused during one"
+        "fault suite: {delayed} leases of job:d with a {LOCK_DELAY_MS} ms lock-delay, {refused} grants refused during one"
     );
     assert!(
         delayed > 5,

@@ -495,6 +495,55 @@ export class Client {
   }
 }
 
+/** What a lease and a session share: renewing in the background at a third of the TTL,
+ * a failed renew again every tenth of it while still valid, and the loss signalled at the
+ * end of the validity at the latest. Its timers do not keep the process alive. */
+class Renewer {
+  private timer?: NodeJS.Timeout;
+
+  constructor(
+    private readonly owner: {
+      ttlMs: number;
+      validUntil: number;
+      renew(): Promise<void>;
+      done(): boolean;
+      lose(reason: string): void;
+    },
+  ) {}
+
+  start(): void {
+    this.schedule(this.owner.ttlMs / 3);
+  }
+
+  stop(): void {
+    clearTimeout(this.timer);
+  }
+
+  private schedule(delayMs: number): void {
+    const left = this.owner.validUntil - performance.now();
+    this.timer = setTimeout(() => void this.tick(), Math.max(0, Math.min(delayMs, left)));
+    this.timer.unref();
+  }
+
+  private async tick(): Promise<void> {
+    const owner = this.owner;
+    if (owner.done()) return;
+    let next = owner.ttlMs / 3;
+    try {
+      await owner.renew();
+    } catch (e) {
+      if (e instanceof LeaseLost) return;
+      next = Math.max(owner.ttlMs / 10, 10);
+    }
+    if (owner.done()) return;
+    if (performance.now() >= owner.validUntil) {
+      owner.lose("expired");
+      return;
+    }
+    this.schedule(next);
+  }
+}
+
 /** A granted lease, renewed in the background at a third of its TTL until released.
  * `signal` is aborted (with a `LeaseLost` reason) when it can no longer be relied on;
  * pass it to the protected work. `await using` releases it on leaving the scope. */
@@ -516,7 +565,7 @@ export class Lease implements AsyncDisposable {
   lostReason?: string;
   readonly signal: AbortSignal;
   private readonly controller = new AbortController();
-  private timer?: NodeJS.Timeout;
+  private readonly renewer = new Renewer(this);
   /** @internal */
   released = false;
 
@@ -539,7 +588,7 @@ export class Lease implements AsyncDisposable {
     this.mode = body.mode as Lease["mode"];
     this.names = Array.isArray(body.names) ? (body.names as string[]) : [];
     this.signal = this.controller.signal;
-    if (options.autoRenew !== false) this.schedule(this.ttlMs / 3);
+    if (options.autoRenew !== false) this.renewer.start();
   }
 
   /** An election's term: its lease's fencing token. */
@@ -591,7 +640,7 @@ export class Lease implements AsyncDisposable {
   async release(): Promise<void> {
     if (this.released) return;
     this.released = true;
-    clearTimeout(this.timer);
+    this.renewer.stop();
     try {
       await this.client.call("DELETE", path(this.kind, this.name, this.leaseId));
     } catch (e) {
@@ -609,35 +658,16 @@ export class Lease implements AsyncDisposable {
     }
   }
 
-  private schedule(delayMs: number): void {
-    // Wake at the end of the validity at the latest, to signal the loss on time.
-    const left = this.validUntil - performance.now();
-    this.timer = setTimeout(() => void this.tick(), Math.max(0, Math.min(delayMs, left)));
-    this.timer.unref();
-  }
-
-  private async tick(): Promise<void> {
-    if (this.released || this.lostReason) return;
-    let next = this.ttlMs / 3;
-    try {
-      await this.renew();
-    } catch (e) {
-      if (e instanceof LeaseLost) return;
-      next = Math.max(this.ttlMs / 10, 10);
-    }
-    if (this.released) return;
-    if (performance.now() >= this.validUntil) {
-      this.lose("expired");
-      return;
-    }
-    this.schedule(next);
+  /** @internal */
+  done(): boolean {
+    return this.released || this.lostReason !== undefined;
   }
 
   /** @internal */
   lose(reason: string): void {
     if (this.lostReason || this.released) return;
     this.lostReason = reason;
-    clearTimeout(this.timer);
+    this.renewer.stop();
     this.controller.abort(new LeaseLost(`lease of ${this.name} lost: ${reason}`, reason));
     try {
       this.options.onLost?.(this);
@@ -662,7 +692,7 @@ export class Session implements AsyncDisposable {
   /** The holds taken through this session and not lost. */
   holds: Lease[] = [];
   private readonly controller = new AbortController();
-  private timer?: NodeJS.Timeout;
+  private readonly renewer: Renewer = new Renewer(this);
   private ended = false;
 
   /** @internal */
@@ -677,7 +707,7 @@ export class Session implements AsyncDisposable {
     this.owner = body.owner as string | undefined;
     this.validUntil = sent + Number(body.validity_ms);
     this.signal = this.controller.signal;
-    this.schedule(this.ttlMs / 3);
+    this.renewer.start();
   }
 
   /** Lock `name` through this session (`ttlMs` and `autoRenew` do not apply). */
@@ -740,7 +770,7 @@ export class Session implements AsyncDisposable {
   async end(): Promise<void> {
     if (this.ended) return;
     this.ended = true;
-    clearTimeout(this.timer);
+    this.renewer.stop();
     for (const hold of this.holds) hold.released = true;
     try {
       await this.client.call("DELETE", `/sessions/${encodeURIComponent(this.sessionId)}`);
@@ -768,33 +798,16 @@ export class Session implements AsyncDisposable {
     return lease;
   }
 
-  private schedule(delayMs: number): void {
-    const left = this.validUntil - performance.now();
-    this.timer = setTimeout(() => void this.tick(), Math.max(0, Math.min(delayMs, left)));
-    this.timer.unref();
+  /** @internal */
+  done(): boolean {
+    return this.ended || this.lostReason !== undefined;
   }
 
-  private async tick(): Promise<void> {
-    if (this.ended || this.lostReason) return;
-    let next = this.ttlMs / 3;
-    try {
-      await this.renew();
-    } catch (e) {
-      if (e instanceof LeaseLost) return;
-      next = Math.max(this.ttlMs / 10, 10);
-    }
-    if (this.ended) return;
-    if (performance.now() >= this.validUntil) {
-      this.lose("expired");
-      return;
-    }
-    this.schedule(next);
-  }
-
-  private lose(reason: string): void {
+  /** @internal */
+  lose(reason: string): void {
     if (this.lostReason || this.ended) return;
     this.lostReason = reason;
-    clearTimeout(this.timer);
+    this.renewer.stop();
     for (const hold of this.holds) hold.lose(reason);
     this.controller.abort(new LeaseLost(`session lost: ${reason}`, reason));
     try {

@@ -20,7 +20,37 @@ log = logging.getLogger("redlockd")
 OnLost = Callable[["AsyncLease"], Union[None, Awaitable[None]]]
 
 
-class AsyncLease(_core.LeaseState):
+class _RenewsItself:
+    """A task's renewing, for a lease and a session alike: at a third of the TTL, a failed
+    renew again every tenth of it while still valid, and the loss signalled at the end of
+    the validity at the latest."""
+
+    # Each user has these: `renew()`, `renew_every()`, `retry_every()`, `_lose(reason)`,
+    # `_done()` (released or ended).
+    valid_until: float
+
+    async def _renew_loop(self) -> None:
+        delay = self.renew_every()  # type: ignore[attr-defined]
+        while True:
+            await asyncio.sleep(delay)
+            if self._done():  # type: ignore[attr-defined]
+                return
+            try:
+                await self.renew()  # type: ignore[attr-defined]
+                delay = self.renew_every()  # type: ignore[attr-defined]
+            except LeaseLost:
+                return
+            except RedlockdError as e:
+                log.debug("renew of %r failed: %s", self, e)
+                delay = self.retry_every()  # type: ignore[attr-defined]
+            left = self.valid_until - time.monotonic()
+            if left <= 0:
+                await self._lose("expired")  # type: ignore[attr-defined]
+                return
+            delay = min(delay, left)
+
+
+class AsyncLease(_core.LeaseState, _RenewsItself):
     """A granted lease, renewed by a task at a third of its TTL until released; `lost` is
     set (and `on_lost` called, once) when it can no longer be relied on. `async with`
     releases it on leaving the block, exception or not."""
@@ -88,25 +118,8 @@ class AsyncLease(_core.LeaseState):
             except Exception:  # noqa: BLE001 - a callback's bug must not kill the renewer
                 log.exception("on_lost callback for %s failed", self.name)
 
-    async def _renew_loop(self) -> None:
-        delay = self.renew_every()
-        while True:
-            await asyncio.sleep(delay)
-            if self.released:
-                return
-            try:
-                await self.renew()
-                delay = self.renew_every()
-            except LeaseLost:
-                return
-            except RedlockdError as e:
-                log.debug("renew of %s failed: %s", self.name, e)
-                delay = self.retry_every()
-            left = self.valid_until - time.monotonic()
-            if left <= 0:
-                await self._lose("expired")
-                return
-            delay = min(delay, left)
+    def _done(self) -> bool:
+        return self.released
 
 
 class PendingLease(Awaitable[AsyncLease]):
@@ -134,7 +147,7 @@ class PendingLease(Awaitable[AsyncLease]):
             await self._lease.__aexit__(*exc)
 
 
-class AsyncSession(_core.SessionState):
+class AsyncSession(_core.SessionState, _RenewsItself):
     """The asyncio flavour of `Session`: renewed by a task at a third of its TTL until
     ended; `async with` ends it (releasing every hold through it) on leaving the block."""
 
@@ -241,25 +254,8 @@ class AsyncSession(_core.SessionState):
             except Exception:  # noqa: BLE001 - a callback's bug must not kill the renewer
                 log.exception("on_lost callback of a session failed")
 
-    async def _renew_loop(self) -> None:
-        delay = self.renew_every()
-        while True:
-            await asyncio.sleep(delay)
-            if self.ended:
-                return
-            try:
-                await self.renew()
-                delay = self.renew_every()
-            except LeaseLost:
-                return
-            except RedlockdError as e:
-                log.debug("renew of a session failed: %s", e)
-                delay = self.retry_every()
-            left = self.valid_until - time.monotonic()
-            if left <= 0:
-                await self._lose("expired")
-                return
-            delay = min(delay, left)
+    def _done(self) -> bool:
+        return self.ended
 
 
 class AsyncClient:

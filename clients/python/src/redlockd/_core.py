@@ -173,7 +173,21 @@ class Grant:
         )
 
 
-class LeaseState:
+class Renewable:
+    """What leases and sessions share: a TTL renewed at a third of it, a failed renew tried
+    again every tenth of it while still valid."""
+
+    ttl: float
+    valid_until: float
+
+    def renew_every(self) -> float:
+        return max(self.ttl / 3.0, 0.01)
+
+    def retry_every(self) -> float:
+        return max(self.ttl * RETRY_SHARE, 0.01)
+
+
+class LeaseState(Renewable):
     """The part of a lease both flavours share: its fields, its validity, and the one-way
     step to lost."""
 
@@ -222,18 +236,12 @@ class LeaseState:
         if owner is not None:
             self.owner = owner
 
-    def renew_every(self) -> float:
-        return max(self.ttl / 3.0, 0.01)
-
-    def retry_every(self) -> float:
-        return max(self.ttl * RETRY_SHARE, 0.01)
-
     def __repr__(self) -> str:
         state = "lost: " + self.lost_reason if self.lost_reason else f"{self.remaining:.3f}s valid"
         return f"<Lease {self.kind}/{self.name} token={self.fencing_token} {state}>"
 
 
-class SessionState:
+class SessionState(Renewable):
     """The part of a session both flavours share: its id, TTL and validity, and the holds
     made through it, whose validity is the session's."""
 
@@ -265,12 +273,6 @@ class SessionState:
                 hold.valid_until = max(hold.valid_until, self.valid_until)
         self.holds = [h for h in self.holds if h.lease_id not in gone]
         return lost
-
-    def renew_every(self) -> float:
-        return max(self.ttl / 3.0, 0.01)
-
-    def retry_every(self) -> float:
-        return max(self.ttl * RETRY_SHARE, 0.01)
 
     def __repr__(self) -> str:
         state = "lost: " + self.lost_reason if self.lost_reason else f"{self.remaining:.3f}s valid"

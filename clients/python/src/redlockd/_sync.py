@@ -16,7 +16,35 @@ from ._models import Leader, LeaderEvent, LockStatus, SemaphoreStatus, TickResul
 log = logging.getLogger("redlockd")
 
 
-class Lease(_core.LeaseState):
+class _RenewsItself:
+    """A background thread's renewing, for a lease and a session alike: at a third of the
+    TTL, a failed renew again every tenth of it while still valid, and the loss signalled
+    at the end of the validity at the latest."""
+
+    # Each user has these: `renew()`, `renew_every()`, `retry_every()`, `_lose(reason)`.
+    _stop: threading.Event
+    valid_until: float
+
+    def _renew_loop(self) -> None:
+        delay = self.renew_every()
+        while not self._stop.wait(delay):
+            try:
+                self.renew()  # type: ignore[attr-defined]
+                delay = self.renew_every()  # type: ignore[attr-defined]
+            except LeaseLost:
+                return
+            except RedlockdError as e:
+                log.debug("renew of %r failed: %s", self, e)
+                delay = self.retry_every()  # type: ignore[attr-defined]
+            left = self.valid_until - time.monotonic()
+            if left <= 0:
+                self._lose("expired")  # type: ignore[attr-defined]
+                return
+            # Wake at the end of the validity at the latest, to signal the loss on time.
+            delay = min(delay, left)
+
+
+class Lease(_core.LeaseState, _RenewsItself):
     """A granted lease. Renewed in the background at a third of its TTL until released;
     `lost` is set (and `on_lost` called, once, with the lease) when it can no longer be
     relied on. Use it as a context manager to release it on leaving the block, exception
@@ -99,26 +127,9 @@ class Lease(_core.LeaseState):
             except Exception:  # noqa: BLE001 - a callback's bug must not kill the renewer
                 log.exception("on_lost callback for %s failed", self.name)
 
-    def _renew_loop(self) -> None:
-        delay = self.renew_every()
-        while not self._stop.wait(delay):
-            try:
-                self.renew()
-                delay = self.renew_every()
-            except LeaseLost:
-                return
-            except RedlockdError as e:
-                log.debug("renew of %s failed: %s", self.name, e)
-                delay = self.retry_every()
-            left = self.valid_until - time.monotonic()
-            if left <= 0:
-                self._lose("expired")
-                return
-            # Wake at the end of the validity at the latest, to signal the loss on time.
-            delay = min(delay, left)
 
 
-class Session(_core.SessionState):
+class Session(_core.SessionState, _RenewsItself):
     """A session: one heartbeat for many holds. Renewed in the background at a third of
     its TTL until ended; every lock, permit and term taken through it (`lock`, `permit`,
     `lock_many`, `campaign`) needs no renew of its own and is valid as long as the session
@@ -229,22 +240,6 @@ class Session(_core.SessionState):
             except Exception:  # noqa: BLE001 - a callback's bug must not kill the renewer
                 log.exception("on_lost callback of a session failed")
 
-    def _renew_loop(self) -> None:
-        delay = self.renew_every()
-        while not self._stop.wait(delay):
-            try:
-                self.renew()
-                delay = self.renew_every()
-            except LeaseLost:
-                return
-            except RedlockdError as e:
-                log.debug("renew of a session failed: %s", e)
-                delay = self.retry_every()
-            left = self.valid_until - time.monotonic()
-            if left <= 0:
-                self._lose("expired")
-                return
-            delay = min(delay, left)
 
 
 class Client:
