@@ -393,5 +393,6 @@ def test_a_lock_delay_refuses_the_name_after_a_lease_that_lapsed(cluster):
     with pytest.raises(LockHeld) as refused:
         client.lock("s:delay", ttl=1.0)
     assert refused.value.code == "lock_delay" and 0 < refused.value.retry_after <= 1.0
-    with client.lock("s:delay", ttl=1.0, wait=2.0) as after:
+    # Validity counts from when the grant was sent: a TTL longer than the wait.
+    with client.lock("s:delay", ttl=10.0, wait=2.0) as after:
         after.ensure_valid()
