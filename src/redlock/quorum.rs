@@ -201,6 +201,29 @@ pub fn decide_renew(
     Some(outcome)
 }
 
+/// Decide a session's renew as `decide_owned` does, except that while some hold is carried
+/// by fewer than a majority of the masters that renewed the session and others have still
+/// to answer, it waits for them: a hold whose grant reached the masters that answer last is
+/// not declared lost for their slowness (each answer is bounded by the master timeout).
+pub fn decide_session_renew(
+    replies: &[Option<NodeResult<crate::store::node::Owned<crate::store::node::SessionState>>>],
+) -> Option<OwnedOutcome<crate::store::node::SessionState>> {
+    let outcome = decide_owned(replies)?;
+    if let OwnedOutcome::Done(states) = &outcome
+        && replies.iter().any(Option::is_none)
+    {
+        let q = majority(replies.len());
+        let short = states
+            .iter()
+            .flat_map(|s| &s.carried)
+            .any(|lease| states.iter().filter(|s| s.carried.contains(lease)).count() < q);
+        if short {
+            return None;
+        }
+    }
+    Some(outcome)
+}
+
 /// The outcome of a release round. It is decided as soon as the answers in hand decide it:
 /// a master still silent then has its release finished (and repeated) by its backlog, and
 /// keeps the key until that lands or the TTL ends.

@@ -1107,3 +1107,32 @@ async fn a_session_renew_that_finds_a_hold_on_a_minority_reports_it_lost_and_fre
     assert!(!bed.nodes[0].holds("h", "H1"), "the lost hold was released");
     bed.grant("h", "H2").await.expect("the name is free");
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_session_renew_waits_for_a_slow_master_before_calling_a_hold_lost() {
+    use redlockd::model::SessionHold;
+    let bed = bed(3).await;
+    bed.engine
+        .open_session("S", Duration::from_secs(10), None)
+        .await
+        .expect("opened on all three");
+    bed.nodes[2].set_fault(Fault::Down);
+    let token = bed.grant("h", "H1").await.expect("granted on A, B");
+    let hold = SessionHold {
+        key: key("h"),
+        lease: "H1".into(),
+        token: token.0,
+    };
+    bed.engine
+        .attach("S", hold)
+        .await
+        .expect("attached on A, B");
+    bed.nodes[2].set_fault(Fault::None);
+    bed.reverify(&[&bed.engine]).await;
+    // A and C answer at once, B (which carries the hold too) a little later.
+    bed.nodes[1].set_fault(Fault::Slow(TIMEOUT / 2));
+    let renewed = bed.engine.renew_session("S", None).await.expect("renewed");
+    assert!(renewed.lost.is_empty(), "{:?}", renewed.lost);
+    assert_eq!(renewed.holds, 1);
+    assert!(bed.nodes[0].holds("h", "H1"));
+}

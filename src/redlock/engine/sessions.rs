@@ -208,7 +208,10 @@ impl Redlock {
                         node.session(&id, step).await
                     })
                 },
-                quorum::decide_owned,
+                match op {
+                    Op::Renew { .. } => quorum::decide_session_renew,
+                    _ => quorum::decide_owned,
+                },
             )
             .await;
         self.finish(pending);
