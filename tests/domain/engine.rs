@@ -1073,26 +1073,8 @@ async fn a_delay_on_a_majority_is_delayed_and_on_a_minority_is_granted() {
 
 #[tokio::test(start_paused = true)]
 async fn a_session_renew_that_finds_a_hold_on_a_minority_reports_it_lost_and_frees_it() {
-    use redlockd::model::SessionHold;
-    let bed = bed(3).await;
-    bed.engine
-        .open_session("S", Duration::from_secs(10), None)
-        .await
-        .expect("opened on all three");
-    // The hold's grant reaches A and B only.
-    bed.nodes[2].set_fault(Fault::Down);
-    let token = bed.grant("h", "H1").await.expect("granted on A, B");
-    let hold = SessionHold {
-        key: key("h"),
-        lease: "H1".into(),
-        token: token.0,
-    };
-    bed.engine
-        .attach("S", hold)
-        .await
-        .expect("attached on A, B");
-    bed.nodes[2].set_fault(Fault::None);
-    bed.reverify(&[&bed.engine]).await;
+    // The hold's grant reached A and B only.
+    let bed = session_with_a_hold_on_a_and_b().await;
     // The renew reaches A and C: only A carries the hold.
     bed.nodes[1].set_fault(Fault::Down);
     let renewed = bed
@@ -1110,6 +1092,18 @@ async fn a_session_renew_that_finds_a_hold_on_a_minority_reports_it_lost_and_fre
 
 #[tokio::test(start_paused = true)]
 async fn a_session_renew_waits_for_a_slow_master_before_calling_a_hold_lost() {
+    let bed = session_with_a_hold_on_a_and_b().await;
+    // A and C answer at once, B (which carries the hold too) a little later.
+    bed.nodes[1].set_fault(Fault::Slow(TIMEOUT / 2));
+    let renewed = bed.engine.renew_session("S", None).await.expect("renewed");
+    assert!(renewed.lost.is_empty(), "{:?}", renewed.lost);
+    assert_eq!(renewed.holds, 1);
+    assert!(bed.nodes[0].holds("h", "H1"));
+}
+
+/// Session "S" open on all three masters, with the hold "H1" of "h" whose grant (and so
+/// its attachment) reached A and B only; every master votes again afterwards.
+async fn session_with_a_hold_on_a_and_b() -> Bed {
     use redlockd::model::SessionHold;
     let bed = bed(3).await;
     bed.engine
@@ -1129,10 +1123,5 @@ async fn a_session_renew_waits_for_a_slow_master_before_calling_a_hold_lost() {
         .expect("attached on A, B");
     bed.nodes[2].set_fault(Fault::None);
     bed.reverify(&[&bed.engine]).await;
-    // A and C answer at once, B (which carries the hold too) a little later.
-    bed.nodes[1].set_fault(Fault::Slow(TIMEOUT / 2));
-    let renewed = bed.engine.renew_session("S", None).await.expect("renewed");
-    assert!(renewed.lost.is_empty(), "{:?}", renewed.lost);
-    assert_eq!(renewed.holds, 1);
-    assert!(bed.nodes[0].holds("h", "H1"));
+    bed
 }
