@@ -211,14 +211,20 @@ async fn a_traced_grant_shows_one_span_per_master_step_under_the_clients_trace()
     let lease_id = granted["lease_id"].as_str().expect("granted").to_owned();
     // Stopping sends what is still batched.
     common::signal(server.child.id(), "-TERM");
+    // The request's span and its three acquire spans (the third master's may end after the
+    // grant was answered, and travel in a later batch).
     wait_for(
         "the grant's spans to arrive",
         Duration::from_secs(10),
         async || {
             let got = spans(&bodies.lock().unwrap());
-            got.iter()
-                .any(|s| s.name == "POST /locks/{name}")
-                .then_some(())
+            let request = got.iter().find(|s| s.name == "POST /locks/{name}")?;
+            let acquires = got
+                .iter()
+                .filter(|s| s.parent == request.id)
+                .filter(|s| s.attributes.get("step").is_some_and(|v| v == "acquire"))
+                .count();
+            (acquires >= 3).then_some(())
         },
     )
     .await;
