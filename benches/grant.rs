@@ -17,7 +17,8 @@
 //!
 //! Workloads: uncontended grant → release cycles at 1, 16 and 64 clients (each its own
 //! name); 16 clients on one name waiting for it (hand-off time, re-grants to the previous
-//! holder, timeouts); renew-heavy (each grant renewed ten times). CPU comes from `/proc`
+//! holder, timeouts); renew-heavy (each grant renewed ten times); keep-alive (ten holds per
+//! client kept alive by ten lease renews, or by one renew of their session). CPU comes from `/proc`
 //! (redlockd's process and the masters', separately). Then scale: 5 and 7 masters, a
 //! million names held (Redis memory per lease), 10⁵ leases held through redlockd (its
 //! memory per lease), and 10⁴ grants waiting on one name (CPU per hand-off against 100
@@ -746,6 +747,71 @@ async fn http_cycle(server: Arc<Server>, c: usize, renews: usize) -> Tally {
     Tally::cycle(took, errors)
 }
 
+/// How many holds a keep-alive row keeps per client.
+const KEPT: usize = 10;
+
+/// Each client's holds in a keep-alive row: its lease ids (with their names), or its
+/// session's id; taken on the client's first cycle and kept for the row.
+struct Kept(Vec<tokio::sync::OnceCell<Result<Vec<(String, String)>, ()>>>);
+
+impl Kept {
+    fn new(clients: usize) -> Self {
+        Self((0..clients).map(|_| tokio::sync::OnceCell::new()).collect())
+    }
+}
+
+/// One keep-alive round of client `c`'s `KEPT` holds: a renew of each lease, or (with
+/// `session`) one renew of the session they were taken through, timed as a whole.
+async fn keepalive_cycle(server: Arc<Server>, kept: Arc<Kept>, c: usize, session: bool) -> Tally {
+    let held = kept.0[c]
+        .get_or_init(|| async {
+            let mut held = Vec::new();
+            let mut body = json!({"ttl_ms": 60000});
+            if session {
+                let opened: Value = server
+                    .http
+                    .post(format!("{}/sessions", server.base))
+                    .json(&body)
+                    .send()
+                    .await
+                    .map_err(drop)?
+                    .json()
+                    .await
+                    .map_err(drop)?;
+                let id = opened["session_id"].as_str().ok_or(())?.to_owned();
+                held.push((String::new(), id.clone()));
+                body = json!({"session": id});
+            }
+            for i in 0..KEPT {
+                let name = format!("kept:{}:{c}:{i}", u8::from(session));
+                let (id, _) = server.grant(&name, body.clone()).await.map_err(drop)?;
+                if !session {
+                    held.push((name, id));
+                }
+            }
+            Ok(held)
+        })
+        .await;
+    let Ok(held) = held else {
+        return Tally::error();
+    };
+    let t = Instant::now();
+    let mut errors = 0;
+    if session {
+        let sent = server
+            .http
+            .put(format!("{}/sessions/{}", server.base, held[0].1))
+            .send()
+            .await;
+        errors += usize::from(!expect_status("session renew", sent, 200).await);
+    } else {
+        for (name, id) in held {
+            errors += usize::from(!server.renew(name, id).await);
+        }
+    }
+    Tally::cycle(t.elapsed(), errors)
+}
+
 /// One uncontended take → release cycle of a semaphore's permit (limit 3, each client a
 /// semaphore of its own), timed at the take: a lock's cycle plus the read of the slots.
 async fn permit_cycle(server: Arc<Server>, c: usize) -> Tally {
@@ -1327,6 +1393,31 @@ async fn main() {
         &theirs,
         Some(base),
         move |c| http_cycle(s.clone(), c, 10),
+    )
+    .await;
+    // Keeping many holds alive: each renewed on its own, or all through one session.
+    let workload = format!("keep {KEPT} holds alive once; 16 clients");
+    let s = server.clone();
+    let leases = Arc::new(Kept::new(16));
+    let base = measure(
+        "redlockd, lease renews",
+        workload.clone(),
+        16,
+        &theirs,
+        None,
+        move |c| keepalive_cycle(s.clone(), leases.clone(), c, false),
+    )
+    .await
+    .rate();
+    let s = server.clone();
+    let sessions = Arc::new(Kept::new(16));
+    measure(
+        "redlockd, one session renew",
+        workload,
+        16,
+        &theirs,
+        Some(base),
+        move |c| keepalive_cycle(s.clone(), sessions.clone(), c, true),
     )
     .await;
     drop(server);
