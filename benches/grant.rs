@@ -752,7 +752,10 @@ const KEPT: usize = 10;
 
 /// Each client's holds in a keep-alive row: its lease ids (with their names), or its
 /// session's id; taken on the client's first cycle and kept for the row.
-struct Kept(Vec<tokio::sync::OnceCell<Result<Vec<(String, String)>, ()>>>);
+struct Kept(Vec<tokio::sync::OnceCell<Result<Held, ()>>>);
+
+/// (name, lease id) of each lease; with a session, its id alone (as the only lease id).
+type Held = Vec<(String, String)>;
 
 impl Kept {
     fn new(clients: usize) -> Self {
