@@ -198,3 +198,36 @@ async fn a_lock_delay_out_of_bounds_or_on_a_shared_grant_is_400() {
     // The free name was never held by a refused request.
     assert_eq!(app.inspect("x").await.1["held"], false);
 }
+
+#[tokio::test]
+async fn a_session_that_expires_leaves_its_holds_delays_and_one_ended_leaves_none() {
+    let app = TestApp::embedded().await;
+    let open = async |ttl_ms: u64| {
+        let (_, session) = app
+            .send("POST", "/sessions", Some(json!({"ttl_ms": ttl_ms})))
+            .await;
+        session["session_id"].as_str().unwrap().to_owned()
+    };
+    let lapsing = open(300).await;
+    let (status, _) = app
+        .grant("sd:1", json!({"session": lapsing, "lock_delay_ms": 600}))
+        .await;
+    assert_eq!(status, 201);
+    let (status, body, _) = first_answer_after_the_lease(&app, "sd:1").await;
+    assert_eq!(
+        (status, &body["error"]),
+        (409, &json!("lock_delay")),
+        "{body}"
+    );
+
+    let ended = open(30000).await;
+    app.grant("sd:2", json!({"session": ended, "lock_delay_ms": 60000}))
+        .await;
+    app.send("DELETE", &format!("/sessions/{ended}"), None)
+        .await;
+    let (status, body) = app.grant("sd:2", json!({})).await;
+    assert_eq!(
+        status, 201,
+        "ending the session is its holder's own release: {body}"
+    );
+}

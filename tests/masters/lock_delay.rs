@@ -98,3 +98,27 @@ async fn a_master_restarted_empty_does_not_shorten_a_delay() {
         "{body}"
     );
 }
+
+#[tokio::test]
+async fn a_lapsed_sessions_hold_leaves_its_delay_on_real_masters() {
+    let masters = masters(3);
+    let (a, b) = common::two_replicas(&masters).await;
+    let (_, session) = a
+        .send("POST", "/sessions", Some(json!({"ttl_ms": 300})))
+        .await;
+    let id = session["session_id"].as_str().unwrap();
+    let (status, _) = a
+        .grant("sdelay", json!({"session": id, "lock_delay_ms": 800}))
+        .await;
+    assert_eq!(status, 201);
+    let (status, body) = wait_for("the session to lapse", Duration::from_secs(5), async || {
+        let (status, body) = b.grant("sdelay", json!({})).await;
+        (body["error"] != "lock_held").then_some((status, body))
+    })
+    .await;
+    assert_eq!(
+        (status, &body["error"]),
+        (409, &json!("lock_delay")),
+        "{body}"
+    );
+}
