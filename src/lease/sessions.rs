@@ -195,9 +195,8 @@ fn not_found(e: EngineError) -> LeaseError {
 }
 
 impl LeaseService {
-    /// Open a session that lives `ttl` unless renewed.
-    /// Open a session for the token named `scope` ("" without authentication): only that
-    /// token's requests find it.
+    /// Open a session that lives `ttl` unless renewed, for the token named `scope` ("" without
+    /// authentication): only that token's requests find it.
     pub async fn open_session(
         &self,
         ttl: Ttl,
@@ -227,6 +226,9 @@ impl LeaseService {
             .map_err(not_found)?;
         self.metrics
             .session_holds(usize::try_from(lease.holds).unwrap_or(usize::MAX));
+        // Holds it could not keep were released: this replica's waiters for them wake now
+        // (other replicas hear of it from the masters).
+        self.released(&lease.released);
         let session = Session::new(id.clone(), lease);
         self.sessions.track(&session);
         Ok(session)
@@ -253,7 +255,14 @@ impl LeaseService {
             .await
             .map_err(not_found)?;
         self.sessions.forget(id);
-        for hold in &holds {
+        self.released(&holds);
+        Ok(())
+    }
+
+    /// `holds`, released through their session: no longer this replica's leases, and their
+    /// waiters here are told at once.
+    fn released(&self, holds: &[SessionHold]) {
+        for hold in holds {
             if let Ok(lease) = LeaseId::parse(&hold.lease) {
                 self.forget(&lease);
             }
@@ -266,7 +275,6 @@ impl LeaseService {
                 );
             }
         }
-        Ok(())
     }
 
     /// Make the just granted `lease` (on `key`) one of session `id`'s holds: its validity

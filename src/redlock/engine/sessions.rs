@@ -28,6 +28,8 @@ pub struct SessionLease {
     /// The holds a renew found on fewer than a majority of the masters that renewed the
     /// session (a grant that reached only some of them): no longer valid, and released.
     pub lost: Vec<String>,
+    /// Those of them found again (their keys) and released.
+    pub released: Vec<SessionHold>,
 }
 
 /// Which of a session's steps, as the engine asks for it (the node's step borrows).
@@ -104,14 +106,15 @@ impl Redlock {
         if !lease.lost.is_empty() {
             // Each such hold is gone as a lease: release it, and take it off the session.
             if let Ok((states, _, _)) = self.session_step(id, Op::Read).await {
-                let mut holds: Vec<&SessionHold> = Vec::new();
-                for hold in states.iter().flat_map(|s| &s.holds) {
+                let mut holds: Vec<SessionHold> = Vec::new();
+                for hold in states.into_iter().flat_map(|s| s.holds) {
                     if lease.lost.contains(&hold.lease) && !holds.contains(&hold) {
                         holds.push(hold);
                     }
                 }
                 let releases = holds.iter().map(|h| self.release(&h.key, &h.lease));
                 futures::future::join_all(releases).await;
+                lease.released = holds;
             }
         }
         Ok(lease)
@@ -250,6 +253,7 @@ impl Redlock {
             at,
             holds: 0,
             lost: Vec::new(),
+            released: Vec::new(),
         })
     }
 
@@ -281,6 +285,7 @@ impl Redlock {
             at,
             holds: 0,
             lost: Vec::new(),
+            released: Vec::new(),
         })
     }
 }
