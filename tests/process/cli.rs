@@ -673,3 +673,51 @@ async fn several_names_are_one_lease_for_the_command_in_any_order() {
     let both = bed.run(&["lock", "--shared", "a", "b", "--", "true"]).await;
     assert_eq!(code(&both), USAGE);
 }
+
+#[tokio::test]
+async fn with_lock_delay_a_run_that_dies_leaves_the_name_refused_and_one_that_ends_does_not() {
+    let bed = Bed::start().await;
+    // A run that ends lets go at once: the next run is not delayed.
+    let out = bed
+        .run(&["lock", "--lock-delay", "30s", "ld:job", "--", "true"])
+        .await;
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    let out = bed.run(&["lock", "ld:job", "--", "true"]).await;
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+
+    // A run killed outright (no revoke) leaves its lease to lapse, then the delay.
+    let mut dying = bed
+        .cli(&[
+            "lock",
+            "--lock-delay",
+            "2s",
+            "--ttl",
+            "600ms",
+            "ld:job",
+            "--",
+            "sh",
+            "-c",
+            "echo $$ > job.pid; sleep 30",
+        ])
+        .spawn()
+        .expect("spawn redlockd lock");
+    bed.appears("job.pid").await;
+    let job = std::fs::read_to_string(bed.path("job.pid")).unwrap();
+    let lock_pid = dying.id().expect("running").to_string();
+    common::signal(lock_pid.parse().unwrap(), "-KILL");
+    let _ = dying.wait().await;
+    common::signal(job.trim().parse().unwrap(), "-KILL");
+    wait_for("the lease to lapse", Duration::from_secs(5), async || {
+        (!bed.held("ld:job").await).then_some(())
+    })
+    .await;
+    let out = bed.run(&["lock", "ld:job", "--", "touch", "ran"]).await;
+    assert_eq!(code(&out), HELD, "{}", stderr(&out));
+    assert!(stderr(&out).contains("lock-delay"), "{}", stderr(&out));
+    assert!(!bed.path("ran").exists());
+    let out = bed
+        .run(&["lock", "--wait", "5s", "ld:job", "--", "touch", "ran"])
+        .await;
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    assert!(bed.path("ran").exists());
+}
