@@ -224,8 +224,7 @@ impl LeaseService {
             .renew_session(&id.key(), ttl.map(Ttl::get))
             .await
             .map_err(not_found)?;
-        self.metrics
-            .session_holds(usize::try_from(lease.holds).unwrap_or(usize::MAX));
+        self.metrics.session_holds(lease.holds);
         // Holds it could not keep were released: this replica's waiters for them wake now
         // (other replicas hear of it from the masters).
         self.released(&lease.released);

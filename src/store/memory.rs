@@ -67,6 +67,33 @@ struct Session {
     holds: Vec<SessionHold>,
 }
 
+impl Entry {
+    /// The hold a grant makes: `lease` with `token` until `expires`, noting the
+    /// Idempotency-Key's record and attempt when there is one.
+    fn granted(
+        lease: &str,
+        token: u64,
+        ttl_ms: u64,
+        owner: Option<&str>,
+        expires: Instant,
+        idem: Option<&Idem>,
+    ) -> Self {
+        Self {
+            lease: lease.to_owned(),
+            token,
+            ttl_ms,
+            owner: owner.filter(|o| !o.is_empty()).map(str::to_owned),
+            expires,
+            record: idem.map(|i| i.record.clone()),
+            made: idem.map(|i| i.attempt.clone()),
+            seen: idem.map(|i| i.attempt.clone()),
+            group: None,
+            delay_ms: 0,
+            session: None,
+        }
+    }
+}
+
 #[derive(Debug)]
 struct Data {
     locks: HashMap<LockKey, Entry>,
@@ -600,17 +627,8 @@ impl MemoryNode {
                 data.locks.insert(
                     member.clone(),
                     Entry {
-                        lease: lease.to_owned(),
-                        token,
-                        ttl_ms,
-                        owner: owner.filter(|o| !o.is_empty()).map(str::to_owned),
-                        expires,
-                        record: idem.map(|i| i.record.clone()),
-                        made: idem.map(|i| i.attempt.clone()),
-                        seen: idem.map(|i| i.attempt.clone()),
                         group: Some(key.name.to_string()),
-                        delay_ms: 0,
-                        session: None,
+                        ..Entry::granted(lease, token, ttl_ms, owner, expires, idem)
                     },
                 );
             }
@@ -705,17 +723,8 @@ impl LockNode for MemoryNode {
             data.locks.insert(
                 key.clone(),
                 Entry {
-                    lease: lease.to_owned(),
-                    token,
-                    ttl_ms,
-                    owner: owner.filter(|o| !o.is_empty()).map(str::to_owned),
-                    expires,
-                    record: idem.map(|i| i.record.clone()),
-                    made: idem.map(|i| i.attempt.clone()),
-                    seen: idem.map(|i| i.attempt.clone()),
-                    group: None,
                     delay_ms: lock_delay_ms,
-                    session: None,
+                    ..Entry::granted(lease, token, ttl_ms, owner, expires, idem)
                 },
             );
             if lock_delay_ms > 0 {

@@ -24,7 +24,7 @@ pub struct SessionLease {
     pub owner: Option<Arc<str>>,
     pub at: Instant,
     /// How many holds a renew carried along on a majority.
-    pub holds: u64,
+    pub holds: usize,
     /// The holds a renew found on fewer than a majority of the masters that renewed the
     /// session (a grant that reached only some of them): no longer valid, and released.
     pub lost: Vec<String>,
@@ -97,7 +97,7 @@ impl Redlock {
         for lease_id in states.iter().flat_map(|s| &s.carried) {
             *counted.entry(lease_id).or_default() += 1;
         }
-        lease.holds = counted.values().filter(|c| **c >= q).count() as u64;
+        lease.holds = counted.values().filter(|c| **c >= q).count();
         lease.lost = counted
             .into_iter()
             .filter(|(_, c)| *c < q)
