@@ -154,7 +154,21 @@ async fn a_renew_of_a_session_with_100_holds_is_one_call_per_master() {
             .await;
         assert_eq!(status, 201, "{lease}");
     }
-    let before = calls(&a).await;
+    // Late answers of the grants (a straggler's settling, say) travel after them: measure
+    // once every master's calls have stopped moving.
+    let mut last = calls(&a).await;
+    let before = wait_for(
+        "the grants' calls to settle",
+        Duration::from_secs(5),
+        async || {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            let now = calls(&a).await;
+            let steady = now == last;
+            last = now.clone();
+            steady.then_some(now)
+        },
+    )
+    .await;
     let (status, renewed) = a.send("PUT", &format!("/sessions/{session}"), None).await;
     assert_eq!(status, 200, "{renewed}");
     let after = calls(&a).await;
