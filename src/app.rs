@@ -18,6 +18,7 @@ use crate::http::{self, AppState};
 use crate::lease::{Events, LeaseService, LockEvent};
 use crate::metrics::Metrics;
 use crate::redlock::{EngineConfig, Redlock};
+use crate::store::cluster::ShardPolicy;
 use crate::store::memory::MemoryNode;
 use crate::store::node::LockNode;
 use crate::store::node::{Announcement, Listener};
@@ -33,13 +34,19 @@ fn nodes(settings: &Settings) -> anyhow::Result<Vec<Arc<dyn LockNode>>> {
     let Backend::Redis(urls) = &settings.backend else {
         return Ok(vec![Arc::new(MemoryNode::embedded())]);
     };
+    let engine = engine_config(settings);
+    let policy = ShardPolicy {
+        quarantine: engine.quarantine(),
+        skip_quarantine: engine.unsafe_skip_quarantine,
+    };
     urls.iter()
         .map(|url| {
-            RedisNode::new(
+            RedisNode::with_policy(
                 url,
                 &settings.key_prefix,
                 settings.master_timeout,
                 settings.master_batch_max,
+                policy,
             )
             .map(|n| Arc::new(n) as Arc<dyn LockNode>)
             .with_context(|| format!("REDLOCKD_REDIS_URLS: {url}"))

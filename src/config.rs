@@ -237,6 +237,12 @@ impl Config {
             }
             masters.push(url);
         }
+        if masters.iter().any(MasterUrl::is_cluster) && self.key_prefix.contains(['{', '}']) {
+            return Err(bad(
+                "REDLOCKD_KEY_PREFIX",
+                "must not contain { or } when a master is a Redis Cluster: redlockd's keys carry a hash tag of their own",
+            ));
+        }
         if let Some(endpoint) = self.otlp_endpoint.as_deref().filter(|e| !e.is_empty())
             && !endpoint.starts_with("http://")
         {
@@ -388,6 +394,7 @@ impl Backend {
 pub struct MasterUrl {
     url: String,
     redacted: String,
+    cluster: bool,
 }
 
 impl MasterUrl {
@@ -402,19 +409,37 @@ impl MasterUrl {
         let parsed = url::Url::parse(raw)
             .map_err(|e| format!("{:?} is not a URL: {e}", redact_text(raw)))?;
         let redacted = redact_parsed(&parsed);
-        if !matches!(parsed.scheme(), "redis" | "rediss") {
-            return Err(format!(
-                "{redacted}: the scheme must be redis:// or rediss://"
-            ));
-        }
+        let cluster = match parsed.scheme() {
+            "redis" | "rediss" => false,
+            "redis+cluster" | "rediss+cluster" => true,
+            _ => {
+                return Err(format!(
+                    "{redacted}: the scheme must be redis://, rediss://, redis+cluster:// or rediss+cluster://"
+                ));
+            }
+        };
         if parsed.host_str().is_none_or(str::is_empty) {
             return Err(format!("{redacted}: no host"));
         }
-        redis::Client::open(raw).map_err(|e| format!("{redacted}: {e}"))?;
+        if cluster && !matches!(parsed.path(), "" | "/" | "/0") {
+            return Err(format!(
+                "{redacted}: a Redis Cluster has only database 0; name no other"
+            ));
+        }
+        // The client dials a cluster's nodes as plain masters: the URL it is given is the
+        // seed's, without `+cluster`.
+        let url = raw.replacen("+cluster://", "://", 1);
+        redis::Client::open(url.as_str()).map_err(|e| format!("{redacted}: {e}"))?;
         Ok(Self {
-            url: raw.to_owned(),
+            url,
             redacted,
+            cluster,
         })
+    }
+
+    /// Whether the URL names a Redis Cluster (through a seed node) rather than one master.
+    pub fn is_cluster(&self) -> bool {
+        self.cluster
     }
 
     /// Scheme, host, port and database: safe for logs, metrics and `/readyz`.

@@ -848,6 +848,31 @@ pub struct MasterStatus {
     pub voting: bool,
     /// Set while the master is quarantined: when it will vote again at the earliest.
     pub quarantined_until: Option<SystemTime>,
+    /// A Redis Cluster's primaries (each votes for the names in its slots), and why its
+    /// slot map is not whole when it is not.
+    pub cluster: Option<ClusterStatus>,
+}
+
+/// A Redis Cluster master as `/readyz` shows it.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct ClusterStatus {
+    pub shards: Vec<ShardStatus>,
+    pub problem: Option<String>,
+}
+
+/// One primary of a Redis Cluster master.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ShardStatus {
+    /// `host:port`, as the cluster names it.
+    pub address: String,
+    pub up: bool,
+    /// Whether it votes for the names in its slots: it answers, keeps its markers, and is
+    /// neither quarantined nor unverified.
+    pub voting: bool,
+    /// How many hash slots it serves.
+    pub slots: usize,
+    pub latency: Option<Duration>,
+    pub quarantined_until: Option<SystemTime>,
 }
 
 /// How one master's steps travelled: how many steps were sent and in how many calls (a

@@ -767,6 +767,30 @@ pub struct MasterReport {
     /// Set while the master is quarantined after losing its data: when it votes again.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub quarantined_until: Option<String>,
+    /// A Redis Cluster master (`redis+cluster://`): each primary, as the cluster's slot map
+    /// names it. A shard votes for the names in its slots only.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub shards: Option<Vec<ShardReport>>,
+    /// A Redis Cluster master whose slot map is not whole: why, in words.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub problem: Option<String>,
+}
+
+/// One primary of a Redis Cluster master in `/readyz`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct ShardReport {
+    /// `host:port`, as the cluster names the node.
+    pub address: String,
+    pub up: bool,
+    /// Whether it votes for the names in its slots (it answers and kept its data).
+    pub voting: bool,
+    /// How many of the 16384 hash slots it serves.
+    pub slots: usize,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub latency_ms: Option<f64>,
+    /// Set while the shard is quarantined after losing its data: when it votes again.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub quarantined_until: Option<String>,
 }
 
 /// `/readyz`: ready while a majority of masters answer and vote.
@@ -872,6 +896,15 @@ mod tests {
                 latency_ms: Some(0.21),
                 voting: false,
                 quarantined_until: Some("2026-11-22T03:00:30.000Z".into()),
+                shards: Some(vec![ShardReport {
+                    address: "10.0.0.7:7000".into(),
+                    up: true,
+                    voting: false,
+                    slots: 5461,
+                    latency_ms: None,
+                    quarantined_until: Some("2026-11-22T03:00:30.000Z".into()),
+                }]),
+                problem: None,
             }],
         });
         round_trip(ErrorBody {

@@ -11,7 +11,7 @@ use super::error::ApiError;
 use crate::lease::{Lease, LockHolder};
 use crate::model::{MasterStatus, Mode, Slot, millis as ms_of};
 use crate::wire::{ElectionLease, Leader, LeaseBody, LockEntry, LockStatus, MasterReport};
-use crate::wire::{LockMode, PermitBody, PermitHolder, SemaphoreStatus, SharedHolder};
+use crate::wire::{LockMode, PermitBody, PermitHolder, SemaphoreStatus, ShardReport, SharedHolder};
 
 /// An RFC 3339 time in UTC with milliseconds.
 pub fn rfc3339(t: SystemTime) -> String {
@@ -183,6 +183,20 @@ impl From<MasterStatus> for MasterReport {
             latency_ms: m.latency.map(|l| (l.as_secs_f64() * 1e6).round() / 1e3),
             voting: m.voting,
             quarantined_until: m.quarantined_until.map(rfc3339),
+            problem: m.cluster.as_ref().and_then(|c| c.problem.clone()),
+            shards: m.cluster.map(|c| {
+                c.shards
+                    .into_iter()
+                    .map(|s| ShardReport {
+                        address: s.address,
+                        up: s.up,
+                        voting: s.voting,
+                        slots: s.slots,
+                        latency_ms: s.latency.map(|l| (l.as_secs_f64() * 1e6).round() / 1e3),
+                        quarantined_until: s.quarantined_until.map(rfc3339),
+                    })
+                    .collect()
+            }),
         }
     }
 }

@@ -1102,7 +1102,15 @@ impl LeaseService {
         Readiness {
             ready: monitor.ready() && !self.shutdown.is_cancelled(),
             problem: monitor.problem(),
-            masters: monitor.status(),
+            masters: monitor
+                .status()
+                .into_iter()
+                .zip(self.engine.nodes())
+                .map(|(status, node)| MasterStatus {
+                    cluster: node.cluster_status(),
+                    ..status
+                })
+                .collect(),
         }
     }
 }

@@ -193,6 +193,7 @@ impl Monitor {
                     latency: state.latency,
                     voting: state.votes(),
                     quarantined_until: state.quarantine.map(|q| q.until_wall),
+                    cluster: None,
                 }
             })
             .collect()
@@ -343,6 +344,11 @@ impl Monitor {
         before: &Before,
     ) {
         for j in 0..probes.len() {
+            // A cluster judges each shard's rollback itself (store::cluster): its reported
+            // counter is one slot's, not a bound on its tokens.
+            if nodes[j].fences_from_clock() {
+                continue;
+            }
             let Ok(probe) = &probes[j] else { continue };
             let Some(identity) = probe.marker.clone() else {
                 continue;
@@ -406,6 +412,9 @@ impl Monitor {
             .enumerate()
             .filter_map(|(i, p)| {
                 let p = p.as_ref().ok()?;
+                if nodes[i].fences_from_clock() {
+                    return None;
+                }
                 let identity = p.marker.clone()?;
                 // What this replica knows beyond the probe: tokens the master granted.
                 let state = self.state(i);
@@ -482,7 +491,12 @@ impl Monitor {
             );
             return;
         }
-        let fence = fences.into_iter().max().unwrap_or(0);
+        let mut fence = fences.into_iter().max().unwrap_or(0);
+        if nodes.iter().any(|n| n.fences_from_clock()) {
+            // A cluster reports one sampled slot's counter, not its largest: with clusters
+            // among the masters the restored counter starts from the wall clock, as theirs.
+            fence = fence.max(clock_floor());
+        }
         self.restore(i, nodes, fence, "quarantine over; master votes again")
             .await;
     }

@@ -61,6 +61,14 @@ impl Step {
         self.args.arg(arg);
         self
     }
+
+    /// The step's first key: on a cluster, its slot is the step's.
+    pub fn first_key(&self) -> Option<&str> {
+        match self.keys.args_iter().next()? {
+            redis::Arg::Simple(bytes) => std::str::from_utf8(bytes).ok(),
+            _ => None,
+        }
+    }
 }
 
 /// A queued step and where its answer goes.
@@ -242,6 +250,18 @@ impl Worker {
     }
 }
 
+/// The answer of a batch of one step (sent by itself).
+pub fn single_answer(answers: Value) -> NodeResult<Value> {
+    match answers {
+        Value::Array(answers) if answers.len() == 1 => {
+            answer_of(answers.into_iter().next().unwrap_or(Value::Nil))
+        }
+        other => Err(NodeError::Script(format!(
+            "a batch of one step was answered {other:?}"
+        ))),
+    }
+}
+
 /// A step's answer: an error in its place is that step's script failing.
 fn answer_of(answer: Value) -> NodeResult<Value> {
     match answer {
@@ -276,7 +296,7 @@ impl Wire {
 
 /// The EVALSHA of `batch`: every step's keys, then for each step its name, its counts and
 /// its arguments (the layout `batch.lua` reads).
-fn pack<'a>(script: &Script, batch: impl IntoIterator<Item = &'a Step> + Clone) -> Cmd {
+pub fn pack<'a>(script: &Script, batch: impl IntoIterator<Item = &'a Step> + Clone) -> Cmd {
     let keys: usize = batch
         .clone()
         .into_iter()

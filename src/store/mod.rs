@@ -4,7 +4,9 @@
 //! engine above it.
 
 mod batch;
+pub mod cluster;
 mod group;
+pub mod layout;
 pub mod memory;
 pub mod node;
 pub mod redis;

@@ -349,6 +349,18 @@ pub trait LockNode: Send + Sync + 'static {
     /// Nodes that share the process with the engine need not.
     fn listen(&self, _listener: Listener, _shutdown: tokio_util::sync::CancellationToken) {}
 
+    /// A Redis Cluster's shards, for `/readyz` (none for a single master).
+    fn cluster_status(&self) -> Option<crate::model::ClusterStatus> {
+        None
+    }
+
+    /// Whether this master's fencing counters are restored from the wall clock (a
+    /// cluster's slots are): then every master's restore must be, so that no restored
+    /// counter is below a token a cluster's slot granted.
+    fn fences_from_clock(&self) -> bool {
+        false
+    }
+
     /// How this master's steps have travelled so far, for nodes that send them over a
     /// wire in batches (none for a node in this process).
     fn traffic(&self) -> Option<Traffic> {

@@ -9,7 +9,7 @@
 //! reconnects by itself when the master drops it. A second connection per master listens
 //! for release announcements.
 
-use std::sync::LazyLock;
+use std::sync::{Arc, LazyLock};
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -19,7 +19,9 @@ use redis::{Script, Value};
 use tokio_util::sync::CancellationToken;
 
 use super::batch::{self, Batcher, Limits, Step};
+use super::cluster::{self, Cluster, ShardPolicy};
 use super::group;
+use super::layout::{self, Keys};
 use super::node::{
     Acquired, Announcement, Claim, Ending, Holding, ListPage, Listener, Listing, LockNode,
     NodeError, NodeResult, Owned, Probe, Renewal, SessionState, SessionStep,
@@ -54,156 +56,66 @@ script!(RESTORE, "restore.lua");
 script!(UNMARK, "unmark.lua");
 script!(WATERMARK, "watermark.lua");
 
-/// The keys redlockd writes, all under the configured prefix.
-#[derive(Debug, Clone)]
-struct Keys {
-    fence: String,
-    marker: String,
-    watermarks: String,
-    names: String,
-    lock_prefix: String,
-    elections: String,
-    election_prefix: String,
-    semaphores: String,
-    semaphore_prefix: String,
-    readers: String,
-    reader_prefix: String,
-    /// Each lock's set of shared holders (`<this><segment><name>`).
-    shared: String,
-    /// Each lock's claim by a waiting exclusive grant (`<this><segment><name>`).
-    claim: String,
-    channel: String,
-    events: String,
-    idem: String,
-    /// Each session's hash (`<this><session id>`).
-    session: String,
+/// A single master's connections.
+struct Master {
+    client: redis::Client,
+    conn: ConnectionManager,
+    batch: Batcher,
 }
 
-impl Keys {
-    fn new(prefix: &str) -> Self {
-        Self {
-            fence: format!("{prefix}fence"),
-            marker: format!("{prefix}marker"),
-            watermarks: format!("{prefix}watermarks"),
-            names: format!("{prefix}{}", Kind::Mutex.index()),
-            lock_prefix: format!("{prefix}{}", Kind::Mutex.segment()),
-            elections: format!("{prefix}{}", Kind::Election.index()),
-            election_prefix: format!("{prefix}{}", Kind::Election.segment()),
-            semaphores: format!("{prefix}{}", Kind::Semaphore.index()),
-            semaphore_prefix: format!("{prefix}{}", Kind::Semaphore.segment()),
-            readers: format!("{prefix}{}", Kind::Reader.index()),
-            reader_prefix: format!("{prefix}{}", Kind::Reader.segment()),
-            shared: format!("{prefix}shared:"),
-            claim: format!("{prefix}claim:"),
-            channel: format!("{prefix}released"),
-            events: format!("{prefix}events"),
-            idem: format!("{prefix}idem:"),
-            session: format!("{prefix}session:"),
-        }
-    }
-
-    /// What a session's hash records of `hold` (see session.lua): what it is, then the keys
-    /// that carry it.
-    fn session_entry(&self, hold: &SessionHold) -> (String, Vec<String>) {
-        let key = &hold.key;
-        let mut keys = Vec::new();
-        let mut entry = format!("{} {} {}", key.kind.word(), hold.token, key.name);
-        let mut line = |tag: &str, k: String| {
-            entry.push_str(&format!("\n{tag} {k}"));
-            keys.push(k);
-        };
-        match key.kind {
-            Kind::Group => {
-                for member in key.members() {
-                    line("k", self.lock(&member));
-                }
-            }
-            Kind::Reader => {
-                line("k", self.lock(key));
-                line("s", self.shared(key));
-            }
-            Kind::Semaphore => line("k", self.lock(key)),
-            Kind::Mutex | Kind::Election => {
-                line("k", self.lock(key));
-                line("c", self.claim(key));
-            }
-        }
-        (entry, keys)
-    }
-
-    /// The key of `key` on the masters: prefix, kind segment, name.
-    fn lock(&self, key: &LockKey) -> String {
-        format!("{}{}", self.segment(key.kind), key.name)
-    }
-
-    /// The set of shared holders of the lock that `key` is (or is a shared hold of). Keys
-    /// of other kinds never have shared holders; theirs name a set that is never written.
-    fn shared(&self, key: &LockKey) -> String {
-        let kind = match key.kind {
-            Kind::Reader => Kind::Mutex,
-            kind => kind,
-        };
-        format!("{}{}{}", self.shared, kind.segment(), key.owner_name())
-    }
-
-    /// The claim of a waiting exclusive grant on the lock that `key` is (or is a shared
-    /// hold of).
-    fn claim(&self, key: &LockKey) -> String {
-        let kind = match key.kind {
-            Kind::Reader => Kind::Mutex,
-            kind => kind,
-        };
-        format!("{}{}{}", self.claim, kind.segment(), key.owner_name())
-    }
-
-    /// The prefix of the keys of the shared holds of the lock that `key` is.
-    fn readers_of(&self, key: &LockKey) -> String {
-        format!("{}{}/", self.reader_prefix, key.owner_name())
-    }
-
-    /// The prefix of every key of `kind`.
-    fn segment(&self, kind: Kind) -> &str {
-        match kind {
-            Kind::Mutex => &self.lock_prefix,
-            Kind::Election => &self.election_prefix,
-            Kind::Semaphore => &self.semaphore_prefix,
-            Kind::Reader => &self.reader_prefix,
-            Kind::Group => &self.lock_prefix,
-        }
-    }
-
-    /// The index of `kind`'s held names.
-    fn index(&self, kind: Kind) -> &str {
-        match kind {
-            Kind::Mutex => &self.names,
-            Kind::Election => &self.elections,
-            Kind::Semaphore => &self.semaphores,
-            Kind::Reader => &self.readers,
-            Kind::Group => &self.names,
-        }
-    }
+/// How a node's steps reach Redis.
+enum Wire {
+    /// One master: the steps travel in its batches; upkeep goes as calls of its own.
+    Master(Box<Master>),
+    /// A Redis Cluster: each step to the primary of its slot (`store::cluster`).
+    Cluster(Arc<Cluster>),
 }
 
 pub struct RedisNode {
     /// The URL without credentials: the only form that reaches logs, metrics, `/readyz`.
     address: String,
-    client: redis::Client,
-    conn: ConnectionManager,
-    /// The master's queue of lock steps, sent several at a time.
-    batch: Batcher,
+    wire: Wire,
     keys: Keys,
 }
 
 impl RedisNode {
     /// Set up (lazily: nothing is dialled until the first step) a node for the master at
     /// `url`. `timeout` bounds each connection attempt and each reply; a batch carries at
-    /// most `batch_max` steps.
+    /// most `batch_max` steps. A `redis+cluster://` URL is a cluster held to the default
+    /// `ShardPolicy`; `with_policy` names one.
     pub fn new(
         url: &MasterUrl,
         key_prefix: &str,
         timeout: Duration,
         batch_max: usize,
     ) -> Result<Self, redis::RedisError> {
+        Self::with_policy(url, key_prefix, timeout, batch_max, ShardPolicy::default())
+    }
+
+    /// As `new`, with the quarantine a cluster's shards are held to.
+    pub fn with_policy(
+        url: &MasterUrl,
+        key_prefix: &str,
+        timeout: Duration,
+        batch_max: usize,
+        policy: ShardPolicy,
+    ) -> Result<Self, redis::RedisError> {
+        let keys = Keys::new(key_prefix, url.is_cluster());
+        if url.is_cluster() {
+            let cluster =
+                Cluster::new(url.expose(), keys.clone(), timeout, policy).map_err(|e| {
+                    redis::RedisError::from((
+                        redis::ErrorKind::InvalidClientConfig,
+                        "a cluster's URL",
+                        e,
+                    ))
+                })?;
+            return Ok(Self {
+                address: url.redacted().to_owned(),
+                wire: Wire::Cluster(Arc::new(cluster)),
+                keys,
+            });
+        }
         let client = redis::Client::open(url.expose())?;
         let config = redis::aio::ConnectionManagerConfig::new()
             .set_response_timeout(Some(timeout))
@@ -215,41 +127,35 @@ impl RedisNode {
         let conn = ConnectionManager::new_lazy_with_config(client.clone(), config)?;
         Ok(Self {
             address: url.redacted().to_owned(),
-            client,
-            batch: Batcher::new(
-                conn.clone(),
-                &BATCH,
-                classify,
-                Limits {
-                    timeout,
-                    max_steps: batch_max,
-                },
-            ),
-            conn,
-            keys: Keys::new(key_prefix),
+            wire: Wire::Master(Box::new(Master {
+                client,
+                batch: Batcher::new(
+                    conn.clone(),
+                    &BATCH,
+                    classify,
+                    Limits {
+                        timeout,
+                        max_steps: batch_max,
+                    },
+                ),
+                conn,
+            })),
+            keys,
         })
+    }
+
+    /// The cluster behind this node, when it is one.
+    pub fn cluster(&self) -> Option<&Cluster> {
+        match &self.wire {
+            Wire::Cluster(cluster) => Some(cluster),
+            Wire::Master(_) => None,
+        }
     }
 }
 
 /// Classify a client error by its kind, never by its message.
 fn classify(e: redis::RedisError) -> NodeError {
-    use redis::{ErrorKind, ServerErrorKind};
-    if e.is_timeout() {
-        NodeError::Timeout
-    } else if e.is_io_error() || e.is_connection_dropped() || e.is_connection_refusal() {
-        NodeError::Connection(e.to_string())
-    } else {
-        match e.kind() {
-            // Still loading its data after a restart: as good as not there yet.
-            ErrorKind::Server(ServerErrorKind::BusyLoading) => NodeError::Connection(e.to_string()),
-            ErrorKind::Server(
-                ServerErrorKind::ResponseError
-                | ServerErrorKind::ExecAbort
-                | ServerErrorKind::NoScript,
-            ) => NodeError::Script(e.to_string()),
-            _ => NodeError::Other(e.to_string()),
-        }
-    }
+    cluster::classify(&e)
 }
 
 /// A session's hold as session.lua answers it: '<lease>\n<kind> <token> <key name>\n...'.
@@ -336,15 +242,330 @@ impl Reply {
 }
 
 impl RedisNode {
-    /// One step of a lock's life, sent with whatever else is queued for this master.
+    /// One step of a lock's life: on a master, sent with whatever else is queued for it; on
+    /// a cluster, to the primary of its first key's slot (every key of a step shares it).
     async fn step(&self, step: Step) -> NodeResult<Reply> {
-        Reply::of(self.batch.send(step).await?)
+        match &self.wire {
+            Wire::Master(master) => Reply::of(master.batch.send(step).await?),
+            Wire::Cluster(cluster) => {
+                let slot = step.first_key().map_or(0, layout::slot_of);
+                let call = batch::pack(&BATCH, [&step]);
+                Reply::of(batch::single_answer(
+                    cluster.call(slot, &call, &BATCH).await?,
+                )?)
+            }
+        }
     }
 
+    /// An upkeep script on a single master.
     async fn run(&self, invocation: &redis::ScriptInvocation<'_>) -> NodeResult<Reply> {
-        let mut conn = self.conn.clone();
+        let Wire::Master(master) = &self.wire else {
+            return Err(NodeError::Other(
+                "a cluster's upkeep goes shard by shard".into(),
+            ));
+        };
+        let mut conn = master.conn.clone();
         let value: Value = invocation.invoke_async(&mut conn).await.map_err(classify)?;
         Reply::of(value)
+    }
+
+    /// A cluster's grant of several names, whose keys span slots: the names of each slot are
+    /// one acquire_many step there, slot after slot; the first that is not granted undoes
+    /// the ones before it and is the answer. The token is the largest of the slots'.
+    async fn acquire_across_slots(&self, claim: Claim<'_>) -> NodeResult<Acquired> {
+        let members = claim.key.members();
+        let mut by_slot: Vec<(u16, Vec<LockKey>)> = Vec::new();
+        for member in members {
+            let slot = self.keys.slot(&member);
+            match by_slot.iter_mut().find(|(s, _)| *s == slot) {
+                Some((_, names)) => names.push(member),
+                None => by_slot.push((slot, vec![member])),
+            }
+        }
+        if by_slot.len() == 1 {
+            return self.acquire_group(claim, &by_slot[0].1).await;
+        }
+        let mut token = 0;
+        let mut done: Vec<&[LockKey]> = Vec::new();
+        for (_, names) in &by_slot {
+            let answer = self.acquire_group(claim, names).await;
+            match answer {
+                Ok(Acquired::Granted { token: t }) => {
+                    token = token.max(t);
+                    done.push(names);
+                }
+                other => {
+                    let undo = Ending::Undo {
+                        attempt: claim.idem.map(|i| Arc::from(i.attempt.as_str())),
+                    };
+                    for names in done {
+                        for name in names {
+                            let _ = self.release(name, claim.lease, &undo).await;
+                        }
+                    }
+                    return other;
+                }
+            }
+        }
+        Ok(Acquired::Granted { token })
+    }
+
+    /// acquire_many.lua for `names` (all of `claim`'s names, or those of one slot).
+    async fn acquire_group(&self, claim: Claim<'_>, names: &[LockKey]) -> NodeResult<Acquired> {
+        let key = claim.key;
+        let first = names
+            .first()
+            .ok_or_else(|| NodeError::Other("a several-name grant without names".into()))?;
+        let (index, pruning) = self.keys.index_args(Kind::Mutex, &self.keys.fence(first));
+        let mut step = Step::new("acquire_many");
+        step.key(self.keys.fence(first))
+            .key(self.keys.marker(first))
+            .key(index);
+        for member in names {
+            step.key(self.keys.lock(member))
+                .key(self.keys.shared(member))
+                .key(self.keys.claim(member));
+        }
+        step.arg(claim.lease)
+            .arg(claim.ttl_ms)
+            .arg(claim.owner.unwrap_or(""))
+            .arg(claim.listeners.flags())
+            .arg(pruning)
+            .arg(&*key.name)
+            .arg(claimant_of(claim.lease))
+            .arg(self.keys.readers_head())
+            .arg(claim.listeners.patience_ms);
+        for member in names {
+            step.arg(&*member.name);
+        }
+        if let Some(idem) = claim.idem {
+            step.key(self.keys.idem(first, &idem.record))
+                .arg(&idem.fingerprint)
+                .arg(&idem.attempt);
+        }
+        let reply = self.step(step).await?;
+        let acquired = acquired(&reply)?;
+        if let (Acquired::Granted { token }, Some(cluster)) = (&acquired, self.cluster()) {
+            cluster.saw(self.keys.slot(first), *token);
+        }
+        Ok(acquired)
+    }
+}
+
+impl RedisNode {
+    /// One step on one session record (a single master's, or one of a cluster's), with
+    /// the cluster slots its answer lists. With `note`, the step is a home record's 'note'
+    /// of that slot.
+    async fn session_record(
+        &self,
+        record: &str,
+        marker: &str,
+        step: SessionStep<'_>,
+        note: Option<Note>,
+    ) -> NodeResult<(Owned<SessionState>, Vec<u16>)> {
+        let mut call = Step::new("session");
+        call.key(record).key(marker);
+        match (step, note) {
+            (_, Some(Note(slot))) => {
+                call.arg("note").arg(slot);
+            }
+            (SessionStep::Open { ttl_ms, owner }, None) => {
+                call.arg("open").arg(ttl_ms).arg(owner.unwrap_or(""));
+            }
+            (SessionStep::Renew { ttl_ms }, None) => {
+                call.arg("renew");
+                match ttl_ms {
+                    Some(ttl) => call.arg(ttl),
+                    None => call.arg(""),
+                };
+            }
+            (SessionStep::Read, None) => {
+                call.arg("read");
+            }
+            (SessionStep::End, None) => {
+                call.arg("end");
+            }
+            (SessionStep::Attach { hold }, None) => {
+                let (entry, keys) = self.keys.session_entry(hold);
+                for key in keys {
+                    call.key(key);
+                }
+                call.arg("attach").arg(&hold.lease).arg(entry);
+            }
+        }
+        self.session_answer(call, step, note.is_none()).await
+    }
+
+    /// A hold's part in one slot record of a cluster's session, which is made first from
+    /// `create` (the home's state) when missing.
+    async fn session_attach(
+        &self,
+        record: &str,
+        marker: &str,
+        lease: &str,
+        entry: &str,
+        keys: &[String],
+        create: Option<&SessionState>,
+    ) -> NodeResult<Owned<SessionState>> {
+        let mut call = Step::new("session");
+        call.key(record).key(marker);
+        for key in keys {
+            call.key(key);
+        }
+        call.arg("attach").arg(lease).arg(entry);
+        if let Some(home) = create {
+            call.arg(home.pttl_ms)
+                .arg(home.ttl_ms)
+                .arg(home.owner.as_deref().unwrap_or(""));
+        }
+        let hold = SessionHold {
+            key: LockKey::mutex(""),
+            lease: lease.to_owned(),
+            token: 0,
+        };
+        Ok(self
+            .session_answer(call, SessionStep::Attach { hold: &hold }, true)
+            .await?
+            .0)
+    }
+
+    async fn session_answer(
+        &self,
+        call: Step,
+        step: SessionStep<'_>,
+        lists: bool,
+    ) -> NodeResult<(Owned<SessionState>, Vec<u16>)> {
+        let reply = self.step(call).await?;
+        match reply.status()? {
+            0 => return Ok((Owned::NotOwner, Vec::new())),
+            2 => return Ok((Owned::Yes(SessionState::default()), Vec::new())),
+            _ => {}
+        }
+        let mut state = SessionState {
+            pttl_ms: reply.uint(1)?,
+            ttl_ms: reply.uint(2)?,
+            owner: reply.owner(3)?,
+            holds: Vec::new(),
+            carried: Vec::new(),
+            attached: matches!(step, SessionStep::Attach { .. }),
+        };
+        let mut slots = Vec::new();
+        if !lists {
+            return Ok((Owned::Yes(state), slots));
+        }
+        for at in 4..reply.0.len() {
+            let text = reply.string(at)?;
+            if let Some(slot) = text.strip_prefix('@') {
+                slots.push(
+                    slot.parse().map_err(|_| {
+                        NodeError::Script(format!("a session's slot reads {text:?}"))
+                    })?,
+                );
+            } else if matches!(step, SessionStep::Renew { .. }) {
+                state.carried.push(text);
+            } else {
+                state.holds.push(parse_hold(&text).ok_or_else(|| {
+                    NodeError::Script(format!("a session's hold reads {text:?}"))
+                })?);
+            }
+        }
+        Ok((Owned::Yes(state), slots))
+    }
+}
+
+/// A home record's note of a slot its session's holds live in.
+#[derive(Debug, Clone, Copy)]
+struct Note(u16);
+
+/// The lines of a session entry that concern one slot: its first line, and the lines of
+/// the keys in `keys`.
+fn slot_entry(entry: &str, keys: &[String]) -> String {
+    let mut lines = entry.lines();
+    let mut part = lines.next().unwrap_or_default().to_owned();
+    for line in lines {
+        if line
+            .split_once(' ')
+            .is_some_and(|(_, key)| keys.iter().any(|k| k == key))
+        {
+            part.push('\n');
+            part.push_str(line);
+        }
+    }
+    part
+}
+
+impl RedisNode {
+    /// A page of a cluster's held locks: no index spans its slots, so every shard is
+    /// scanned for the kind's keys (the cost of a page grows with the keys on the cluster),
+    /// and the page's names are read where they live.
+    async fn list_by_scan(&self, listing: Listing<'_>) -> NodeResult<ListPage> {
+        let Some(cluster) = self.cluster() else {
+            return Err(NodeError::Other(
+                "only a cluster is listed by scanning".into(),
+            ));
+        };
+        let (pattern, head) = self.keys.scan_pattern(listing.kind, listing.prefix);
+        let mut names: Vec<String> = cluster
+            .scan(&pattern)
+            .await?
+            .iter()
+            .filter_map(|key| {
+                let (owner, tail) = key.get(head..)?.split_once('}')?;
+                Some(format!("{owner}{tail}"))
+            })
+            .filter(|name| name.as_str() > listing.after && name.starts_with(listing.prefix))
+            .collect();
+        names.sort_unstable();
+        names.dedup();
+        let more = names.len() > listing.limit;
+        names.truncate(listing.limit);
+        let reads = futures::future::join_all(names.iter().map(|name| {
+            self.read_one(LockKey {
+                kind: listing.kind,
+                name: name.as_str().into(),
+            })
+        }))
+        .await;
+        let mut locks = Vec::new();
+        for (name, read) in names.iter().zip(reads) {
+            if let Some(holding) = read?.into_iter().next() {
+                locks.push((name.clone(), holding));
+            }
+        }
+        Ok(ListPage {
+            locks,
+            more,
+            last: names.last().cloned(),
+        })
+    }
+
+    /// `read` of one key (a several-name lease's member keys are listed one by one).
+    async fn read_one(&self, key: LockKey) -> NodeResult<Vec<Holding>> {
+        let mut step = Step::new("read");
+        step.key(self.keys.lock(&key)).key(self.keys.marker(&key));
+        let reply = self.step(step).await?;
+        if reply.status()? == 0 {
+            return Ok(Vec::new());
+        }
+        Ok(vec![reply.holding(1)?])
+    }
+}
+
+/// An acquire script's answer.
+fn acquired(reply: &Reply) -> NodeResult<Acquired> {
+    match reply.status()? {
+        1 => Ok(Acquired::Granted {
+            token: reply.uint(1)?,
+        }),
+        -2 => Ok(Acquired::Mismatch),
+        -3 => Ok(Acquired::Ended),
+        -4 => Ok(Acquired::Delayed {
+            pttl_ms: reply.uint(1)?,
+        }),
+        _ => Ok(Acquired::Held {
+            pttl_ms: reply.uint(1)?,
+            lease: reply.string(2)?,
+        }),
     }
 }
 
@@ -356,81 +577,55 @@ impl LockNode for RedisNode {
 
     async fn acquire(&self, claim: Claim<'_>) -> NodeResult<Acquired> {
         let key = claim.key;
-        let mut step;
         if key.kind == Kind::Group {
-            step = Step::new("acquire_many");
-            step.key(&self.keys.fence)
-                .key(&self.keys.marker)
-                .key(&self.keys.names);
-            let members = key.members();
-            for member in &members {
-                step.key(self.keys.lock(member))
-                    .key(self.keys.shared(member))
-                    .key(self.keys.claim(member));
-            }
-            step.arg(claim.lease)
-                .arg(claim.ttl_ms)
-                .arg(claim.owner.unwrap_or(""))
-                .arg(claim.listeners.flags())
-                .arg(&self.keys.lock_prefix)
-                .arg(&*key.name)
-                .arg(claimant_of(claim.lease))
-                .arg(&self.keys.reader_prefix)
-                .arg(claim.listeners.patience_ms);
-            for member in &members {
-                step.arg(&*member.name);
-            }
-        } else if key.kind == Kind::Reader {
+            return if self.cluster().is_some() {
+                self.acquire_across_slots(claim).await
+            } else {
+                self.acquire_group(claim, &key.members()).await
+            };
+        }
+        let lock = self.keys.lock(key);
+        let (index, pruning) = self.keys.index_args(key.kind, &lock);
+        let mut step;
+        if key.kind == Kind::Reader {
             step = Step::new("share");
-            step.key(self.keys.lock(key))
-                .key(&self.keys.fence)
-                .key(&self.keys.marker)
-                .key(self.keys.index(key.kind))
+            step.key(&lock)
+                .key(self.keys.fence(key))
+                .key(self.keys.marker(key))
+                .key(index)
                 .key(self.keys.lock(&LockKey::mutex(key.owner_name())))
                 .key(self.keys.shared(key))
                 .key(self.keys.claim(key));
         } else {
             step = Step::new("acquire");
-            step.key(self.keys.lock(key))
-                .key(&self.keys.fence)
-                .key(&self.keys.marker)
-                .key(self.keys.index(key.kind))
+            step.key(&lock)
+                .key(self.keys.fence(key))
+                .key(self.keys.marker(key))
+                .key(index)
                 .key(self.keys.shared(key))
                 .key(self.keys.claim(key));
         }
-        if key.kind != Kind::Group {
-            step.arg(claim.lease)
-                .arg(claim.ttl_ms)
-                .arg(claim.owner.unwrap_or(""))
-                .arg(&*key.name)
-                .arg(self.keys.segment(key.kind))
-                .arg(claim.listeners.flags())
-                .arg(self.keys.readers_of(key))
-                .arg(claim.listeners.patience_ms);
-            if key.kind != Kind::Reader {
-                step.arg(claim.lock_delay_ms);
-            }
+        step.arg(claim.lease)
+            .arg(claim.ttl_ms)
+            .arg(claim.owner.unwrap_or(""))
+            .arg(&*key.name)
+            .arg(pruning)
+            .arg(claim.listeners.flags())
+            .arg(self.keys.readers_of(key))
+            .arg(claim.listeners.patience_ms);
+        if key.kind != Kind::Reader {
+            step.arg(claim.lock_delay_ms);
         }
         if let Some(idem) = claim.idem {
-            step.key(format!("{}{}", self.keys.idem, idem.record))
+            step.key(self.keys.idem(key, &idem.record))
                 .arg(&idem.fingerprint)
                 .arg(&idem.attempt);
         }
-        let reply = self.step(step).await?;
-        match reply.status()? {
-            1 => Ok(Acquired::Granted {
-                token: reply.uint(1)?,
-            }),
-            -2 => Ok(Acquired::Mismatch),
-            -3 => Ok(Acquired::Ended),
-            -4 => Ok(Acquired::Delayed {
-                pttl_ms: reply.uint(1)?,
-            }),
-            _ => Ok(Acquired::Held {
-                pttl_ms: reply.uint(1)?,
-                lease: reply.string(2)?,
-            }),
+        let acquired = acquired(&self.step(step).await?)?;
+        if let (Acquired::Granted { token }, Some(cluster)) = (&acquired, self.cluster()) {
+            cluster.saw(self.keys.slot(key), *token);
         }
+        Ok(acquired)
     }
 
     async fn confirm(&self, key: &LockKey, lease: &str, token: u64) -> NodeResult<()> {
@@ -439,12 +634,16 @@ impl LockNode for RedisNode {
         }
         let mut step = Step::new("confirm");
         step.key(self.keys.lock(key))
-            .key(&self.keys.fence)
-            .key(&self.keys.marker)
+            .key(self.keys.fence(key))
+            .key(self.keys.marker(key))
             .arg(lease)
             .arg(token);
         let reply = self.step(step).await?;
-        reply.status().map(drop)
+        reply.status()?;
+        if let Some(cluster) = self.cluster() {
+            cluster.saw(self.keys.slot(key), token);
+        }
+        Ok(())
     }
 
     async fn renew(&self, renewal: Renewal<'_>) -> NodeResult<Owned<Holding>> {
@@ -454,7 +653,7 @@ impl LockNode for RedisNode {
         let (lease, ttl_ms) = (renewal.lease, renewal.ttl_ms);
         let mut step = Step::new("renew");
         step.key(self.keys.lock(renewal.key))
-            .key(&self.keys.marker)
+            .key(self.keys.marker(renewal.key))
             .key(self.keys.claim(renewal.key));
         if renewal.key.kind == Kind::Reader {
             step.key(self.keys.shared(renewal.key));
@@ -491,17 +690,20 @@ impl LockNode for RedisNode {
         };
         let mut step = Step::new("release");
         step.key(self.keys.lock(key))
-            .key(&self.keys.marker)
+            .key(self.keys.marker(key))
             .key(self.keys.claim(key));
         if key.kind == Kind::Reader {
             step.key(self.keys.shared(key));
         }
         step.arg(lease)
-            .arg(&self.keys.channel)
+            .arg(self.keys.channel(key))
             .arg(announce)
-            .arg(&self.keys.events)
+            .arg(self.keys.events(key))
             .arg(&*key.topic())
             .arg(attempt);
+        if self.keys.is_cluster() {
+            step.arg("s");
+        }
         let reply = self.step(step).await?;
         Ok(match reply.status()? {
             1 => Owned::Yes(()),
@@ -514,7 +716,7 @@ impl LockNode for RedisNode {
             return group::read(self, key).await;
         }
         let mut step = Step::new("read");
-        step.key(self.keys.lock(key)).key(&self.keys.marker);
+        step.key(self.keys.lock(key)).key(self.keys.marker(key));
         let reply = self.step(step).await?;
         if reply.status()? == 0 {
             return Ok(Vec::new());
@@ -523,63 +725,102 @@ impl LockNode for RedisNode {
     }
 
     async fn session(&self, id: &str, step: SessionStep<'_>) -> NodeResult<Owned<SessionState>> {
-        let mut call = Step::new("session");
-        call.key(format!("{}{id}", self.keys.session))
-            .key(&self.keys.marker);
+        let home = self.keys.session(id);
+        if !self.keys.is_cluster() {
+            let marker = self.keys.master_marker().to_owned();
+            return Ok(self.session_record(&home, &marker, step, None).await?.0);
+        }
+        // A cluster: the home record, then each slot's (see session.lua).
+        let home_slot = layout::slot_of(&home);
+        let record = |slot: u16| {
+            if slot == home_slot {
+                (home.clone(), self.keys.marker_at(slot))
+            } else {
+                (self.keys.session_in(id, slot), self.keys.marker_at(slot))
+            }
+        };
+        let (record_key, marker) = record(home_slot);
         match step {
-            SessionStep::Open { ttl_ms, owner } => {
-                call.arg("open").arg(ttl_ms).arg(owner.unwrap_or(""));
-            }
-            SessionStep::Renew { ttl_ms } => {
-                call.arg("renew");
-                match ttl_ms {
-                    Some(ttl) => call.arg(ttl),
-                    None => call.arg(""),
-                };
-            }
-            SessionStep::Read => {
-                call.arg("read");
-            }
-            SessionStep::End => {
-                call.arg("end");
-            }
+            SessionStep::Open { .. } => Ok(self
+                .session_record(&record_key, &marker, step, None)
+                .await?
+                .0),
             SessionStep::Attach { hold } => {
+                let mut by_slot: Vec<(u16, Vec<String>)> = Vec::new();
                 let (entry, keys) = self.keys.session_entry(hold);
                 for key in keys {
-                    call.key(key);
+                    let slot = layout::slot_of(&key);
+                    match by_slot.iter_mut().find(|(s, _)| *s == slot) {
+                        Some((_, keys)) => keys.push(key),
+                        None => by_slot.push((slot, vec![key])),
+                    }
                 }
-                call.arg("attach").arg(&hold.lease).arg(entry);
+                let mut attached = Owned::Yes(SessionState::default());
+                for (slot, keys) in by_slot {
+                    let (key, marker) = record(slot);
+                    let mut create = None;
+                    if slot != home_slot {
+                        let noted = self
+                            .session_record(
+                                &record_key,
+                                &self.keys.marker_at(home_slot),
+                                SessionStep::Read,
+                                Some(Note(slot)),
+                            )
+                            .await?
+                            .0;
+                        let Owned::Yes(home_state) = noted else {
+                            return Ok(Owned::NotOwner);
+                        };
+                        create = Some(home_state);
+                    }
+                    let part = slot_entry(&entry, &keys);
+                    let answer = self
+                        .session_attach(&key, &marker, &hold.lease, &part, &keys, create.as_ref())
+                        .await?;
+                    match answer {
+                        Owned::NotOwner => return Ok(Owned::NotOwner),
+                        Owned::Yes(state) if state.attached => attached = Owned::Yes(state),
+                        Owned::Yes(_) => {}
+                    }
+                }
+                Ok(attached)
+            }
+            SessionStep::Renew { .. } | SessionStep::Read | SessionStep::End => {
+                let (answer, slots) = self
+                    .session_record(&record_key, &marker, step, None)
+                    .await?;
+                let Owned::Yes(mut state) = answer else {
+                    return Ok(Owned::NotOwner);
+                };
+                let step = match step {
+                    SessionStep::Renew { .. } => SessionStep::Renew {
+                        ttl_ms: Some(state.ttl_ms),
+                    },
+                    other => other,
+                };
+                let parts = futures::future::join_all(slots.iter().map(|&slot| {
+                    let (key, marker) = record(slot);
+                    async move { self.session_record(&key, &marker, step, None).await }
+                }))
+                .await;
+                for part in parts {
+                    if let (Owned::Yes(part), _) = part? {
+                        for lease in part.carried {
+                            if !state.carried.contains(&lease) {
+                                state.carried.push(lease);
+                            }
+                        }
+                        for hold in part.holds {
+                            if !state.holds.iter().any(|h| h.lease == hold.lease) {
+                                state.holds.push(hold);
+                            }
+                        }
+                    }
+                }
+                Ok(Owned::Yes(state))
             }
         }
-        let reply = self.step(call).await?;
-        match reply.status()? {
-            0 => return Ok(Owned::NotOwner),
-            2 => return Ok(Owned::Yes(SessionState::default())),
-            _ => {}
-        }
-        let mut state = SessionState {
-            pttl_ms: reply.uint(1)?,
-            ttl_ms: reply.uint(2)?,
-            owner: reply.owner(3)?,
-            holds: Vec::new(),
-            carried: Vec::new(),
-            attached: matches!(step, SessionStep::Attach { .. }),
-        };
-        if matches!(step, SessionStep::Renew { .. }) {
-            for at in 4..reply.0.len() {
-                state.carried.push(reply.string(at)?);
-            }
-            return Ok(Owned::Yes(state));
-        }
-        for at in 4..reply.0.len() {
-            let text = reply.string(at)?;
-            state
-                .holds
-                .push(parse_hold(&text).ok_or_else(|| {
-                    NodeError::Script(format!("a session's hold reads {text:?}"))
-                })?);
-        }
-        Ok(Owned::Yes(state))
     }
 
     async fn list(&self, listing: Listing<'_>) -> NodeResult<ListPage> {
@@ -587,11 +828,14 @@ impl LockNode for RedisNode {
         // Each name looked at costs the master a hash read: a few thousand keep one call to
         // milliseconds, well inside the response timeout, however large the keyspace.
         let budget = limit.saturating_mul(4).clamp(100, 4000);
+        let Some((index, segment)) = self.keys.index(kind) else {
+            return self.list_by_scan(listing).await;
+        };
         let reply = self
             .run(
-                LIST.key(self.keys.index(kind))
-                    .key(&self.keys.marker)
-                    .arg(self.keys.segment(kind))
+                LIST.key(index)
+                    .key(self.keys.master_marker())
+                    .arg(segment)
                     .arg(after)
                     .arg(listing.prefix)
                     .arg(limit)
@@ -612,7 +856,7 @@ impl LockNode for RedisNode {
     async fn members(&self, key: &LockKey, lease: &str) -> NodeResult<Option<String>> {
         let mut step = Step::new("members");
         step.key(self.keys.lock(key))
-            .key(&self.keys.marker)
+            .key(self.keys.marker(key))
             .arg(lease);
         let reply = self.step(step).await?;
         if reply.status()? == 0 {
@@ -623,9 +867,12 @@ impl LockNode for RedisNode {
 
     async fn slots(&self, name: &str, limit: u16) -> NodeResult<Vec<(u16, Holding)>> {
         let mut step = Step::new("slots");
-        step.key(&self.keys.marker)
-            .arg(format!("{}{name}/", self.keys.semaphore_prefix))
-            .arg(limit);
+        step.key(self.keys.marker(&LockKey {
+            kind: Kind::Semaphore,
+            name: name.into(),
+        }))
+        .arg(self.keys.slots_of(name))
+        .arg(limit);
         let reply = self.step(step).await?;
         reply.status()?;
         let mut held = Vec::new();
@@ -640,7 +887,21 @@ impl LockNode for RedisNode {
     }
 
     async fn probe(&self) -> NodeResult<Probe> {
-        let mut conn = self.conn.clone();
+        let conn = match &self.wire {
+            Wire::Master(master) => &master.conn,
+            Wire::Cluster(cluster) => {
+                let probe = cluster.probe(&RESTORE).await?;
+                return Ok(Probe {
+                    // A shard's restart is judged shard by shard (store::cluster).
+                    run_id: "cluster".into(),
+                    marker: probe.identity,
+                    fence: probe.fence,
+                    watermarks: Vec::new(),
+                    uptime: probe.uptime.unwrap_or_default(),
+                });
+            }
+        };
+        let mut conn = conn.clone();
         let (info, marker, fence, watermarks): (
             String,
             Option<String>,
@@ -650,11 +911,11 @@ impl LockNode for RedisNode {
             .cmd("INFO")
             .arg("server")
             .cmd("GET")
-            .arg(&self.keys.marker)
+            .arg(self.keys.master_marker())
             .cmd("GET")
-            .arg(&self.keys.fence)
+            .arg(self.keys.master_fence())
             .cmd("HGETALL")
-            .arg(&self.keys.watermarks)
+            .arg(self.keys.watermarks())
             .query_async(&mut conn)
             .await
             .map_err(classify)?;
@@ -675,10 +936,13 @@ impl LockNode for RedisNode {
     }
 
     async fn restore(&self, fence: u64, identity: &str) -> NodeResult<()> {
+        if let Some(cluster) = self.cluster() {
+            return cluster.restore_all(fence, identity, &RESTORE).await;
+        }
         self.run(
             RESTORE
-                .key(&self.keys.fence)
-                .key(&self.keys.marker)
+                .key(self.keys.master_fence())
+                .key(self.keys.master_marker())
                 .arg(fence)
                 .arg(identity),
         )
@@ -687,16 +951,21 @@ impl LockNode for RedisNode {
     }
 
     async fn unmark(&self, identity: &str) -> NodeResult<()> {
-        self.run(UNMARK.key(&self.keys.marker).arg(identity))
+        if let Some(cluster) = self.cluster() {
+            return cluster.unmark_all(identity, &UNMARK).await;
+        }
+        self.run(UNMARK.key(self.keys.master_marker()).arg(identity))
             .await
             .map(drop)
     }
 
     async fn record_watermarks(&self, seen: &[(String, u64)]) -> NodeResult<()> {
-        if seen.is_empty() {
+        // A cluster keeps its shards' high-water marks itself (store::cluster), and the
+        // counter it reports never falls: nothing to record there.
+        if seen.is_empty() || self.keys.is_cluster() {
             return Ok(());
         }
-        let mut invocation = WATERMARK.key(&self.keys.watermarks);
+        let mut invocation = WATERMARK.key(self.keys.watermarks());
         for (identity, fence) in seen {
             invocation.arg(identity).arg(*fence);
         }
@@ -704,34 +973,103 @@ impl LockNode for RedisNode {
     }
 
     async fn announce(&self, key: &LockKey, news: News, token: u64) -> NodeResult<()> {
-        let mut publish = redis::cmd("PUBLISH");
-        publish
-            .arg(&self.keys.events)
-            .arg(format!("{} {token} {}", news.verb(), key.topic()));
-        let mut conn = self.conn.clone();
-        publish
-            .query_async::<i64>(&mut conn)
-            .await
-            .map(drop)
-            .map_err(classify)
+        let message = format!("{} {token} {}", news.verb(), key.topic());
+        match &self.wire {
+            Wire::Master(master) => {
+                let mut publish = redis::cmd("PUBLISH");
+                publish.arg(self.keys.events(key)).arg(message);
+                let mut conn = master.conn.clone();
+                publish
+                    .query_async::<i64>(&mut conn)
+                    .await
+                    .map(drop)
+                    .map_err(classify)
+            }
+            Wire::Cluster(cluster) => {
+                let mut publish = redis::cmd("SPUBLISH");
+                publish.arg(self.keys.events(key)).arg(message);
+                cluster
+                    .command::<i64>(self.keys.slot(key), &publish)
+                    .await
+                    .map(drop)
+            }
+        }
+    }
+
+    fn cluster_status(&self) -> Option<crate::model::ClusterStatus> {
+        self.cluster().map(Cluster::status)
+    }
+
+    fn fences_from_clock(&self) -> bool {
+        self.keys.is_cluster()
     }
 
     fn traffic(&self) -> Option<Traffic> {
-        Some(self.batch.traffic())
+        match &self.wire {
+            Wire::Master(master) => Some(master.batch.traffic()),
+            Wire::Cluster(_) => None,
+        }
     }
 
     fn listen(&self, listener: Listener, shutdown: CancellationToken) {
-        let client = self.client.clone();
-        let channels = Channels {
-            released: self.keys.channel.clone(),
-            events: self.keys.events.clone(),
-        };
         let address = self.address.clone();
+        let subscribe: Box<
+            dyn Fn(bool) -> futures::future::BoxFuture<'static, Result<(), redis::RedisError>>
+                + Send,
+        > = match &self.wire {
+            Wire::Master(master) => {
+                let (released, events) = self.keys.master_channels();
+                let channels = Arc::new(Channels {
+                    released: released.to_owned(),
+                    events: events.to_owned(),
+                });
+                let (client, listener) = (master.client.clone(), listener.clone());
+                Box::new(move |first| {
+                    let (client, channels, listener) =
+                        (client.clone(), channels.clone(), listener.clone());
+                    Box::pin(async move {
+                        subscribe_and_forward(&client, &channels, &listener, first).await
+                    })
+                })
+            }
+            Wire::Cluster(cluster) => {
+                let (cluster, listener) = (cluster.clone(), listener.clone());
+                Box::new(move |first| {
+                    let (cluster, listener) = (cluster.clone(), listener.clone());
+                    Box::pin(async move {
+                        let subscribed = listener.clone();
+                        cluster
+                            .listen(
+                                |channel, payload| {
+                                    if channel == "released" {
+                                        listener(Announcement::Freed(payload));
+                                    } else if let Some(announced) = parse_event(payload) {
+                                        listener(announced);
+                                    }
+                                },
+                                move || {
+                                    if !first {
+                                        subscribed(Announcement::Missed);
+                                    }
+                                },
+                            )
+                            .await
+                            .map_err(|e| {
+                                redis::RedisError::from((
+                                    redis::ErrorKind::Io,
+                                    "a shard's subscription",
+                                    e.to_string(),
+                                ))
+                            })
+                    })
+                })
+            }
+        };
         tokio::spawn(async move {
             let mut backoff = Duration::from_millis(100);
             let mut first = true;
             loop {
-                let session = subscribe_and_forward(&client, &channels, &listener, first);
+                let session = subscribe(first);
                 tokio::select! {
                     _ = shutdown.cancelled() => return,
                     subscribed = session => {

@@ -270,6 +270,138 @@ impl Drop for RedisMaster {
     }
 }
 
+/// A free port whose cluster bus port (10000 above it) is free too.
+fn free_cluster_port() -> u16 {
+    loop {
+        let port = free_port();
+        if port < 55000 && TcpListener::bind(("127.0.0.1", port + 10000)).is_ok() {
+            return port;
+        }
+    }
+}
+
+/// A real Redis Cluster on loopback: `n` primaries, no replicas, each a `RedisMaster` (its
+/// own directory and port; killing and starting one again keeps its slots, as
+/// `nodes.conf` stays). A shard that is down does not stop the others
+/// (`cluster-require-full-coverage no`), and a brief restart is not a failure.
+pub struct RedisCluster {
+    pub shards: Vec<RedisMaster>,
+}
+
+impl RedisCluster {
+    pub fn start(n: usize) -> Self {
+        let extra = [
+            "--cluster-enabled",
+            "yes",
+            "--cluster-config-file",
+            "nodes.conf",
+            "--cluster-node-timeout",
+            "30000",
+            "--cluster-require-full-coverage",
+            "no",
+        ];
+        let shards: Vec<RedisMaster> = (0..n)
+            .map(|_| {
+                let mut master = RedisMaster {
+                    port: 0,
+                    password: None,
+                    extra: extra.iter().map(|s| s.to_string()).collect(),
+                    dir: tempfile::tempdir().expect("temp dir"),
+                    child: None,
+                };
+                for _ in 0..5 {
+                    master.port = free_cluster_port();
+                    if master.spawn() {
+                        return master;
+                    }
+                }
+                panic!("could not start a cluster node on a free port");
+            })
+            .collect();
+        let status = Command::new("redis-cli")
+            .arg("--cluster")
+            .arg("create")
+            .args(shards.iter().map(|s| format!("127.0.0.1:{}", s.port)))
+            .args(["--cluster-replicas", "0", "--cluster-yes"])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .expect("redis-cli (installed with redis-server)");
+        assert!(status.success(), "redis-cli --cluster create failed");
+        let cluster = Self { shards };
+        let started = Instant::now();
+        while !cluster.ok() {
+            assert!(
+                started.elapsed() < Duration::from_secs(20),
+                "the cluster did not reach cluster_state:ok"
+            );
+            std::thread::sleep(POLL);
+        }
+        cluster
+    }
+
+    /// Whether every node says `cluster_state:ok` and knows every other.
+    fn ok(&self) -> bool {
+        self.shards.iter().all(|s| {
+            let Ok(mut conn) = s
+                .client()
+                .get_connection_with_timeout(Duration::from_millis(200))
+            else {
+                return false;
+            };
+            redis::cmd("CLUSTER")
+                .arg("INFO")
+                .query::<String>(&mut conn)
+                .is_ok_and(|info| {
+                    info.contains("cluster_state:ok")
+                        && info.contains(&format!("cluster_known_nodes:{}", self.shards.len()))
+                })
+        })
+    }
+
+    /// The URL redlockd is given: the first node as the seed.
+    pub fn url(&self) -> String {
+        format!("redis+cluster://127.0.0.1:{}", self.shards[0].port)
+    }
+
+    /// The index of the shard that serves `slot`, by the cluster's own slot map.
+    pub fn shard_of_slot(&self, slot: u16) -> usize {
+        let mut conn = self.shards[0]
+            .client()
+            .get_connection_with_timeout(Duration::from_secs(2))
+            .expect("a cluster node");
+        let ranges: Vec<redis::Value> = redis::cmd("CLUSTER")
+            .arg("SLOTS")
+            .query(&mut conn)
+            .expect("CLUSTER SLOTS");
+        for range in ranges {
+            let redis::Value::Array(parts) = range else {
+                continue;
+            };
+            let (
+                Some(redis::Value::Int(start)),
+                Some(redis::Value::Int(end)),
+                Some(redis::Value::Array(node)),
+            ) = (parts.first(), parts.get(1), parts.get(2))
+            else {
+                continue;
+            };
+            let Some(redis::Value::Int(port)) = node.get(1) else {
+                continue;
+            };
+            if (*start..=*end).contains(&i64::from(slot)) {
+                return self
+                    .shards
+                    .iter()
+                    .position(|s| i64::from(s.port) == *port)
+                    .expect("a node of this cluster");
+            }
+        }
+        panic!("no shard serves slot {slot}");
+    }
+}
+
 /// `n` fresh masters.
 pub fn masters(n: usize) -> Vec<RedisMaster> {
     (0..n).map(|_| RedisMaster::start()).collect()

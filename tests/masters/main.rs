@@ -9,6 +9,7 @@ mod abuse;
 mod api;
 mod auth;
 mod batch;
+mod clusters;
 mod contention;
 mod elections;
 mod faults;

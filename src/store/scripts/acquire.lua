@@ -7,7 +7,8 @@
 -- KEYS[5] the name's shared holders: a set of their lease ids, e.g. redlockd:shared:a
 -- KEYS[6] a waiting exclusive grant's claim on the name, e.g. redlockd:claim:a
 -- ARGV[1] lease id, ARGV[2] TTL in ms, ARGV[3] owner ('' for none), ARGV[4] the lock name,
--- ARGV[5] the lock key prefix (e.g. redlockd:lock:), ARGV[6] who listens: 'w' when the
+-- ARGV[5] the lock key prefix (e.g. redlockd:lock:; '' on a Redis Cluster master, which
+-- keeps no index of names, and KEYS[4] then repeats KEYS[1] untouched), ARGV[6] who listens: 'w' when the
 -- grant will wait if the lock is held, 'o' when the hold it makes is observed (both: 'wo'),
 -- 'a' when its release is always to wake waiters (a semaphore's slot: its waiters read the
 -- slots and mark none)
@@ -138,7 +139,7 @@ if keyed then
   redis.call('HSET', KEYS[1], 'idem', KEYS[7], 'made', ARGV[11], 'seen', ARGV[11])
   redis.call('SET', KEYS[7], ARGV[10], 'PX', ARGV[2])
 end
-if redis.call('ZADD', KEYS[4], 0, ARGV[4]) == 1 then
+if ARGV[5] ~= '' and redis.call('ZADD', KEYS[4], 0, ARGV[4]) == 1 then
   for _, stale in ipairs(redis.call('ZRANDMEMBER', KEYS[4], 2)) do
     if redis.call('EXISTS', ARGV[5] .. stale) == 0 then
       redis.call('ZREM', KEYS[4], stale)

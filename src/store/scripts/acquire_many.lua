@@ -19,9 +19,11 @@
 -- each name: its lock hash, its set of shared holders, its claim; with an Idempotency-Key,
 -- last, the key's record.
 -- ARGV[1] lease id, ARGV[2] TTL in ms, ARGV[3] owner ('' for none), ARGV[4] who listens
--- ('w', 'o', as acquire.lua), ARGV[5] the lock key prefix (e.g. redlockd:lock:), ARGV[6]
+-- ('w', 'o', as acquire.lua), ARGV[5] the lock key prefix (e.g. redlockd:lock:; '' on a Redis Cluster master, which
+-- keeps no index: KEYS[3] then repeats KEYS[1] untouched), ARGV[6]
 -- the names joined by spaces, ARGV[7] the claimant, ARGV[8] the readers' key prefix (e.g.
--- redlockd:reader:), ARGV[9] how much longer the grant will wait in ms (its claims last no
+-- redlockd:reader:, or redlockd:reader:{ on a Redis Cluster master), ARGV[9] how much
+-- longer the grant will wait in ms (its claims last no
 -- longer), then the names in order; with an Idempotency-Key, last, the request's
 -- fingerprint and this attempt's nonce.
 --
@@ -34,6 +36,8 @@
 -- several-name grant), {-1} when the marker is missing, {-2}, {-3} and {-4, pttl_ms} (a
 -- name's ended lease's lock-delay, see acquire.lua) as acquire.lua. A lock-delay's claim
 -- ('d:...') is never replaced by this grant's.
+-- A cluster's readers' keys carry their lock's name as a hash tag: ARGV[8] ends with '{'.
+local close = string.sub(ARGV[8], -1) == '{' and '}/' or '/'
 local keyed = (#KEYS - 3) % 3 == 1
 local n = math.floor((#KEYS - 3) / 3)
 if n < 1 or #ARGV ~= 9 + n + (keyed and 2 or 0) then
@@ -76,7 +80,7 @@ for i = 1, n do
     pttl, holder = redis.call('PTTL', lock(i)), held
     if waiting then redis.call('HSET', lock(i), 'waited', '1') end
   elseif redis.call('EXISTS', shared(i)) == 1 then
-    local prefix = ARGV[8] .. name(i) .. '/'
+    local prefix = ARGV[8] .. name(i) .. close
     for _, reader in ipairs(redis.call('SMEMBERS', shared(i))) do
       local left = redis.call('PTTL', prefix .. reader)
       if left == -2 then
@@ -113,7 +117,7 @@ for i = 1, n do
     local nonce = ARGV[9 + n + 2]
     redis.call('HSET', lock(i), 'idem', KEYS[#KEYS], 'made', nonce, 'seen', nonce)
   end
-  if redis.call('ZADD', KEYS[3], 0, name(i)) == 1 then
+  if ARGV[5] ~= '' and redis.call('ZADD', KEYS[3], 0, name(i)) == 1 then
     for _, stale in ipairs(redis.call('ZRANDMEMBER', KEYS[3], 2)) do
       if redis.call('EXISTS', ARGV[5] .. stale) == 0 then
         redis.call('ZREM', KEYS[3], stale)

@@ -13,7 +13,9 @@
 -- 'released ...'), '0' not to announce, ARGV[4] the events channel, ARGV[5] the name as
 -- announced (a mutex's bare name; '/elections/<name>' for an election, which no lock name
 -- can spell, so that it wakes no lock's waiters), ARGV[6] when undoing a keyed grant's
--- attempt, its nonce ('' otherwise)
+-- attempt, its nonce ('' otherwise), and on a Redis Cluster master ARGV[7] 's': both
+-- channels are then shard channels of the name's hash slot (SPUBLISH, which reaches only
+-- the shard that serves it)
 --
 -- A lease with a lock-delay ('delay' in the hash): a revoke (or an undo) removes its 'd:'
 -- claim, so that the name is free at once; an eviction restarts the delay from now (see
@@ -28,9 +30,10 @@
 --
 -- Returns 1 when deleted, 0 when the lease does not hold the lock here, -1 when the
 -- marker is missing.
-if (#KEYS ~= 3 and #KEYS ~= 4) or #ARGV ~= 6 then
-  return redis.error_reply('release expects 3 or 4 keys and 6 arguments')
+if (#KEYS ~= 3 and #KEYS ~= 4) or (#ARGV ~= 6 and #ARGV ~= 7) then
+  return redis.error_reply('release expects 3 or 4 keys and 6 or 7 arguments')
 end
+local publish = ARGV[7] == 's' and 'SPUBLISH' or 'PUBLISH'
 if redis.call('EXISTS', KEYS[2]) == 0 then return -1 end
 local held = redis.call('HMGET', KEYS[1], 'lease', 'token', 'idem', 'made', 'seen', 'waited',
   'observed', 'delay')
@@ -56,11 +59,11 @@ if held[3] and ARGV[3] == '0' then
 end
 if ARGV[3] ~= '0' then
   if held[6] then
-    redis.call('PUBLISH', ARGV[2], ARGV[5])
+    redis.call(publish, ARGV[2], ARGV[5])
   end
   if held[7] then
     local verb = ARGV[3] == '2' and 'evicted ' or 'released '
-    redis.call('PUBLISH', ARGV[4], verb .. (held[2] or '0') .. ' ' .. ARGV[5])
+    redis.call(publish, ARGV[4], verb .. (held[2] or '0') .. ' ' .. ARGV[5])
   end
 end
 return 1

@@ -14,6 +14,11 @@
 -- hold lives exactly as long as its session on each master, however many holds there are,
 -- and a session that ends or expires takes its holds with it.
 --
+-- On a Redis Cluster master a session is a record per hash slot: its home (in the slot of
+-- its id) and one in each slot its holds live in (beside them, so that every key one call
+-- touches is in one slot). The home lists those slots ('s:<slot>' fields); its renew,
+-- read and end answer them ('@<slot>'), and the caller takes the same step on each.
+--
 -- KEYS[1] the session hash, KEYS[2] the marker; for 'attach', then the hold's keys as its
 -- lines name them.
 -- ARGV[1] the operation:
@@ -24,6 +29,10 @@
 --   'attach' lease entry        add the hold `lease` described by `entry` (its lines): its
 --                               keys named with 'k' that the lease holds are given what is
 --                               left of the session, and its lock-delay claim moves along
+--   'attach' lease entry pttl ttl owner
+--                               the same in a cluster's slot record, made first when
+--                               missing (what is left of the session, its TTL and owner)
+--   'note' slot                 list a slot a hold lives in (a cluster's home record)
 --
 -- Example: EVALSHA <sha> 2 redlockd:session:Zm9v redlockd:marker renew 30000
 -- Returns {-1} when the marker is missing, {0} when the session does not exist here, {2}
@@ -39,6 +48,11 @@ end
 if redis.call('EXISTS', KEYS[2]) == 0 then return {-1} end
 local op = ARGV[1]
 local session = KEYS[1]
+
+if op == 'attach' and #ARGV == 6 and redis.call('EXISTS', session) == 0 then
+  redis.call('HSET', session, 'ttl', ARGV[5], 'owner', ARGV[6])
+  redis.call('PEXPIRE', session, ARGV[4])
+end
 
 if op == 'open' then
   if #ARGV ~= 3 then return redis.error_reply('session open expects ttl and owner') end
@@ -84,6 +98,12 @@ end
 
 local answer = {1, redis.call('PTTL', session), tonumber(fields[1]), fields[2] or ''}
 
+if op == 'note' then
+  if #ARGV ~= 2 then return redis.error_reply('session note expects a slot') end
+  redis.call('HSET', session, 's:' .. ARGV[2], '1')
+  return answer
+end
+
 if op == 'renew' then
   local ttl = tonumber(ARGV[2] ~= '' and ARGV[2] or fields[1])
   if ARGV[2] ~= '' then redis.call('HSET', session, 'ttl', ttl) end
@@ -98,6 +118,8 @@ if op == 'renew' then
       else
         redis.call('HDEL', session, field)
       end
+    elseif string.sub(field, 1, 2) == 's:' then
+      answer[#answer + 1] = '@' .. string.sub(field, 3)
     end
   end
   return answer
@@ -108,6 +130,8 @@ if op == 'read' or op == 'end' then
   for i = 1, #all, 2 do
     if string.sub(all[i], 1, 2) == 'h:' then
       answer[#answer + 1] = string.sub(all[i], 3) .. '\n' .. all[i + 1]
+    elseif string.sub(all[i], 1, 2) == 's:' then
+      answer[#answer + 1] = '@' .. string.sub(all[i], 3)
     end
   end
   if op == 'end' then redis.call('DEL', session) end
@@ -115,7 +139,9 @@ if op == 'read' or op == 'end' then
 end
 
 if op == 'attach' then
-  if #ARGV ~= 3 then return redis.error_reply('session attach expects lease and entry') end
+  if #ARGV ~= 3 and #ARGV ~= 6 then
+    return redis.error_reply('session attach expects lease and entry (and pttl, ttl, owner)')
+  end
   local lease, entry = ARGV[2], ARGV[3]
   local pttl = redis.call('PTTL', session)
   if pttl <= 0 then return {0} end

@@ -17,7 +17,8 @@
 -- KEYS[7] the exclusive claim     e.g. redlockd:claim:a
 -- ARGV[1] lease id, ARGV[2] TTL in ms, ARGV[3] owner ('' for none), ARGV[4] the hold's
 -- name in the index (e.g. a/Zm9v_s), ARGV[5] the readers' key prefix (e.g.
--- redlockd:reader:), ARGV[6] who listens ('w', 'o', as acquire.lua), ARGV[7] the prefix of
+-- redlockd:reader:; '' on a Redis Cluster master, which keeps no index: KEYS[4] then
+-- repeats KEYS[1] untouched), ARGV[6] who listens ('w', 'o', as acquire.lua), ARGV[7] the prefix of
 -- this lock's shared holds' keys (e.g. redlockd:reader:a/), ARGV[8] how long the grant
 -- will wait (as acquire.lua's; a shared grant claims nothing)
 -- With an Idempotency-Key: KEYS[8] the key's record, ARGV[9] the request's fingerprint and
@@ -87,7 +88,7 @@ end
 if redis.call('PTTL', KEYS[6]) < ttl then
   redis.call('PEXPIRE', KEYS[6], ttl)
 end
-if redis.call('ZADD', KEYS[4], 0, ARGV[4]) == 1 then
+if ARGV[5] ~= '' and redis.call('ZADD', KEYS[4], 0, ARGV[4]) == 1 then
   for _, stale in ipairs(redis.call('ZRANDMEMBER', KEYS[4], 2)) do
     if redis.call('EXISTS', ARGV[5] .. stale) == 0 then
       redis.call('ZREM', KEYS[4], stale)

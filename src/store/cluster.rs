@@ -1,0 +1,1062 @@
+//! One Redis Cluster, reached as one master of the quorum: the wire under `RedisNode` when
+//! its URL is `redis+cluster://`.
+//!
+//! Routing: every step's keys share one hash slot (`store::layout`), so a step is one
+//! EVALSHA sent to the primary that owns its slot. The slot map comes from `CLUSTER SLOTS`;
+//! a `MOVED` answer (a slot moved for good) refreshes it and the step is sent once more to
+//! the new owner, an `ASK` (a slot being migrated) is followed with `ASKING`. A slot's
+//! fencing counter and marker are keys of that slot, so a migration carries them with its
+//! locks. Steps are not batched: a batch's keys would span slots.
+//!
+//! Shard health, the cluster's part of promise 7: the engine's monitor judges the cluster as
+//! one master, and this module judges each shard (primary) inside it, so that one shard's
+//! loss stops only the names in its slots.
+//! - A shard found without its markers (it restarted empty) while others keep theirs is
+//!   quarantined for the largest TTL plus lock-delay, then its slots' counters are raised to
+//!   the wall clock in microseconds (above every token granted) and their markers put back.
+//! - A shard whose connection broke, or whose run_id changed, is unverified: its steps are
+//!   refused until a probe has compared each slot's counter with the highest token this
+//!   process saw granted there. A counter below it means the shard came back from an old
+//!   snapshot: its markers are removed and it is quarantined.
+//! - A slot whose new owner was one of its owner's replicas (a failover: replication is
+//!   asynchronous, so the newest locks may be missing) is treated the same way. A slot that
+//!   moves between primaries (resharding) is followed: its keys moved with it.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::{Duration, SystemTime};
+
+use redis::aio::ConnectionManager;
+use redis::{Cmd, Script, Value};
+use tokio::time::Instant;
+
+use super::clock_floor;
+use super::layout::{Keys, SLOTS};
+use super::node::{NodeError, NodeResult};
+use crate::model::{ClusterStatus, ShardStatus};
+
+/// How long a shard that was unverified waits before a probe may verify it (as a master's).
+const VERIFY_AFTER: Duration = Duration::from_millis(300);
+
+/// What a cluster's shards are held to: the engine's quarantine.
+#[derive(Debug, Clone, Copy)]
+pub struct ShardPolicy {
+    /// How long a shard that lost its data stays out (the largest TTL plus lock-delay).
+    pub quarantine: Duration,
+    /// `REDLOCKD_UNSAFE_SKIP_QUARANTINE`: restore at once (tests of data loss only).
+    pub skip_quarantine: bool,
+}
+
+impl Default for ShardPolicy {
+    /// The quarantine of the default largest TTL and lock-delay (a minute each).
+    fn default() -> Self {
+        Self {
+            quarantine: Duration::from_secs(120),
+            skip_quarantine: false,
+        }
+    }
+}
+
+/// What one shard looks like to this process.
+#[derive(Debug, Default)]
+struct ShardHealth {
+    up: bool,
+    latency: Option<Duration>,
+    run_id: Option<String>,
+    /// Since when its answers must not count (see the module's doc).
+    unverified_since: Option<Instant>,
+    /// Until when it is out, having lost its data (`SystemTime` for `/readyz`).
+    quarantine: Option<(Instant, SystemTime)>,
+    /// Whether its slots carried their markers at the last probe.
+    marked: bool,
+    /// The highest token this process saw granted in each of its slots.
+    seen: HashMap<u16, u64>,
+    /// How many slots it serves.
+    slots: usize,
+}
+
+impl ShardHealth {
+    /// Whether its answers may count. A shard without its markers needs no refusal here
+    /// (its scripts refuse by themselves); one quarantined with its markers still there
+    /// (their removal failed, or another replica restored it since the last probe) does.
+    fn admits(&self) -> Result<(), NodeError> {
+        if self.quarantine.is_some() && self.marked {
+            Err(NodeError::Amnesic)
+        } else if self.unverified_since.is_some() {
+            Err(NodeError::Unverified)
+        } else {
+            Ok(())
+        }
+    }
+}
+
+/// One primary of the cluster.
+pub struct Shard {
+    /// `host:port`, as the cluster names it.
+    pub address: String,
+    conn: ConnectionManager,
+    health: Mutex<ShardHealth>,
+}
+
+impl Shard {
+    fn health(&self) -> std::sync::MutexGuard<'_, ShardHealth> {
+        // A poisoned lock only means a panic elsewhere mid-update of plain data.
+        self.health.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+/// Who serves each slot.
+#[derive(Default)]
+struct Topology {
+    /// Per slot, the index in `shards` of its primary.
+    owners: Vec<Option<usize>>,
+    /// Per slot, its primary's replicas (`host:port`), to tell a failover from a move.
+    replicas: Vec<Vec<String>>,
+    shards: Vec<Arc<Shard>>,
+    /// Why the slot map is not whole, when it is not.
+    problem: Option<String>,
+}
+
+pub struct Cluster {
+    /// The seed's URL (credentials included), the pattern of every node's.
+    seed: url::Url,
+    timeout: Duration,
+    policy: ShardPolicy,
+    keys: Keys,
+    topology: RwLock<Arc<Topology>>,
+    /// One connection per node ever seen, by `host:port`.
+    nodes: Mutex<HashMap<String, Arc<Shard>>>,
+    /// One refresh of the slot map at a time.
+    refreshing: tokio::sync::Mutex<()>,
+    /// The largest counter ever reported to the engine: what the cluster reports never
+    /// falls (a shard's rollback is handled here, per shard).
+    reported: std::sync::atomic::AtomicU64,
+}
+
+/// Classify a client error by its kind, never by its message.
+pub fn classify(e: &redis::RedisError) -> NodeError {
+    use redis::{ErrorKind, ServerErrorKind};
+    if e.is_timeout() {
+        NodeError::Timeout
+    } else if e.is_io_error() || e.is_connection_dropped() || e.is_connection_refusal() {
+        NodeError::Connection(e.to_string())
+    } else {
+        match e.kind() {
+            // Still loading its data after a restart, or a cluster without every slot
+            // served: as good as not there yet.
+            ErrorKind::Server(
+                ServerErrorKind::BusyLoading
+                | ServerErrorKind::ClusterDown
+                | ServerErrorKind::TryAgain
+                | ServerErrorKind::Moved
+                | ServerErrorKind::Ask,
+            ) => NodeError::Connection(e.to_string()),
+            ErrorKind::Server(
+                ServerErrorKind::ResponseError
+                | ServerErrorKind::ExecAbort
+                | ServerErrorKind::NoScript,
+            ) => NodeError::Script(e.to_string()),
+            _ => NodeError::Other(e.to_string()),
+        }
+    }
+}
+
+fn is(e: &redis::RedisError, kind: redis::ServerErrorKind) -> bool {
+    e.kind() == redis::ErrorKind::Server(kind)
+}
+
+impl Cluster {
+    pub fn new(
+        seed: &str,
+        keys: Keys,
+        timeout: Duration,
+        policy: ShardPolicy,
+    ) -> Result<Self, String> {
+        let seed = url::Url::parse(seed).map_err(|e| e.to_string())?;
+        Ok(Self {
+            seed,
+            timeout,
+            policy,
+            keys,
+            topology: RwLock::new(Arc::new(Topology::default())),
+            nodes: Mutex::new(HashMap::new()),
+            refreshing: tokio::sync::Mutex::new(()),
+            reported: std::sync::atomic::AtomicU64::new(0),
+        })
+    }
+
+    /// The seed's URL with `address` as its host and port.
+    fn url_of(&self, address: &str) -> Option<String> {
+        let (host, port) = address.rsplit_once(':')?;
+        let mut url = self.seed.clone();
+        let host = if host.is_empty() || host == "?" {
+            self.seed.host_str()?.to_owned()
+        } else {
+            host.to_owned()
+        };
+        url.set_host(Some(host.trim_start_matches('[').trim_end_matches(']')))
+            .ok()?;
+        url.set_port(Some(port.parse().ok()?)).ok()?;
+        Some(url.to_string())
+    }
+
+    /// The connection to the node at `address`, made when first needed.
+    fn node(&self, address: &str) -> NodeResult<Arc<Shard>> {
+        let mut nodes = self.nodes.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(shard) = nodes.get(address) {
+            return Ok(shard.clone());
+        }
+        let url = self
+            .url_of(address)
+            .ok_or_else(|| NodeError::Other(format!("the cluster named a node {address:?}")))?;
+        let client = redis::Client::open(url).map_err(|e| classify(&e))?;
+        let config = redis::aio::ConnectionManagerConfig::new()
+            .set_response_timeout(Some(self.timeout))
+            .set_connection_timeout(Some(self.timeout.max(Duration::from_millis(250))))
+            .set_max_delay(Duration::from_secs(1))
+            .set_number_of_retries(usize::MAX);
+        let conn =
+            ConnectionManager::new_lazy_with_config(client, config).map_err(|e| classify(&e))?;
+        let shard = Arc::new(Shard {
+            address: address.to_owned(),
+            conn,
+            health: Mutex::new(ShardHealth::default()),
+        });
+        nodes.insert(address.to_owned(), shard.clone());
+        Ok(shard)
+    }
+
+    fn topology(&self) -> Arc<Topology> {
+        self.topology
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
+    /// The primary that serves `slot`, reading the slot map first if it is not known.
+    async fn owner(&self, slot: u16) -> NodeResult<Arc<Shard>> {
+        if let Some(shard) = self.owner_now(slot) {
+            return Ok(shard);
+        }
+        self.refresh().await?;
+        self.owner_now(slot).ok_or_else(|| {
+            NodeError::Connection(format!("no primary of the cluster serves slot {slot}"))
+        })
+    }
+
+    fn owner_now(&self, slot: u16) -> Option<Arc<Shard>> {
+        let topology = self.topology();
+        let at = (*topology.owners.get(usize::from(slot))?)?;
+        topology.shards.get(at).cloned()
+    }
+
+    /// Read the slot map again, from the seed or any node known. A slot whose new owner was
+    /// a replica of its old one failed over: that shard's slots are unmarked (see the
+    /// module's doc).
+    pub async fn refresh(&self) -> NodeResult<()> {
+        let _one = self.refreshing.lock().await;
+        let seed = format!(
+            "{}:{}",
+            self.seed.host_str().unwrap_or_default(),
+            self.seed.port().unwrap_or(6379)
+        );
+        let mut candidates = vec![seed];
+        candidates.extend(self.topology().shards.iter().map(|s| s.address.clone()));
+        let mut last = NodeError::Connection("no node of the cluster answers".into());
+        for address in candidates {
+            let shard = self.node(&address)?;
+            let mut conn = shard.conn.clone();
+            let read = tokio::time::timeout(
+                self.timeout,
+                redis::cmd("CLUSTER")
+                    .arg("SLOTS")
+                    .query_async::<Value>(&mut conn),
+            )
+            .await;
+            match read {
+                Ok(Ok(value)) => return self.adopt(&value).await,
+                Ok(Err(e)) => last = classify(&e),
+                Err(_) => last = NodeError::Timeout,
+            }
+        }
+        Err(last)
+    }
+
+    async fn adopt(&self, slots: &Value) -> NodeResult<()> {
+        let Value::Array(ranges) = slots else {
+            return Err(NodeError::Other(format!(
+                "CLUSTER SLOTS answered {slots:?}"
+            )));
+        };
+        let old = self.topology();
+        let mut next = Topology {
+            owners: vec![None; usize::from(SLOTS)],
+            replicas: vec![Vec::new(); usize::from(SLOTS)],
+            ..Topology::default()
+        };
+        for range in ranges {
+            let Value::Array(parts) = range else { continue };
+            let (Some(Value::Int(start)), Some(Value::Int(end))) = (parts.first(), parts.get(1))
+            else {
+                continue;
+            };
+            let mut nodes = parts.iter().skip(2).filter_map(node_address);
+            let Some(primary) = nodes.next() else {
+                continue;
+            };
+            let replicas: Vec<String> = nodes.collect();
+            let shard = self.node(&primary)?;
+            let at = match next.shards.iter().position(|s| Arc::ptr_eq(s, &shard)) {
+                Some(at) => at,
+                None => {
+                    next.shards.push(shard);
+                    next.shards.len() - 1
+                }
+            };
+            for slot in (*start).max(0)..=(*end).min(i64::from(SLOTS) - 1) {
+                let slot = slot as usize;
+                next.owners[slot] = Some(at);
+                next.replicas[slot] = replicas.clone();
+            }
+        }
+        let unserved = next.owners.iter().filter(|o| o.is_none()).count();
+        if unserved > 0 {
+            next.problem = Some(format!(
+                "{unserved} of {SLOTS} hash slots have no primary (the cluster is not whole)"
+            ));
+        }
+        let mut failed_over: Vec<(Arc<Shard>, Vec<u16>)> = Vec::new();
+        if !old.owners.is_empty() {
+            for slot in 0..usize::from(SLOTS) {
+                let (Some(was), Some(now)) = (old.owners[slot], next.owners[slot]) else {
+                    continue;
+                };
+                let (was, now) = (&old.shards[was], &next.shards[now]);
+                if was.address != now.address && old.replicas[slot].contains(&now.address) {
+                    match failed_over.iter_mut().find(|(s, _)| Arc::ptr_eq(s, now)) {
+                        Some((_, slots)) => slots.push(slot as u16),
+                        None => failed_over.push((now.clone(), vec![slot as u16])),
+                    }
+                }
+            }
+        }
+        for shard in &next.shards {
+            let slots = next
+                .owners
+                .iter()
+                .filter(|o| o.is_some_and(|at| Arc::ptr_eq(&next.shards[at], shard)))
+                .count();
+            shard.health().slots = slots;
+        }
+        *self.topology.write().unwrap_or_else(|e| e.into_inner()) = Arc::new(next);
+        for (shard, slots) in failed_over {
+            tracing::error!(
+                shard = %shard.address,
+                slots = slots.len(),
+                "a replica took over slots of this cluster (a failover): replication is asynchronous, so the newest locks may be missing there; the shard stops voting until its quarantine is over"
+            );
+            {
+                let mut health = shard.health();
+                // Refused until its markers are gone (see `admits`).
+                health.marked = true;
+            }
+            self.quarantine(&shard);
+            match self.unmark_slots(&shard, &slots).await {
+                Ok(()) => shard.health().marked = false,
+                Err(e) => {
+                    tracing::warn!(shard = %shard.address, error = %e, "could not remove the markers of a failed-over shard");
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Why the cluster cannot serve every slot, when it cannot.
+    pub fn problem(&self) -> Option<String> {
+        self.topology().problem.clone()
+    }
+
+    /// Send `call` (one EVALSHA of `script`) to the primary of `slot`: its answer.
+    pub async fn call(&self, slot: u16, call: &Cmd, script: &Script) -> NodeResult<Value> {
+        let shard = self.owner(slot).await?;
+        shard.health().admits()?;
+        match self.send(&shard, call, script, false).await {
+            Err(e) if is(&e, redis::ServerErrorKind::Moved) => {
+                // The slot moved for good: read the map again and follow it, once.
+                self.refresh().await?;
+                let shard = self.owner(slot).await?;
+                shard.health().admits()?;
+                self.send(&shard, call, script, false)
+                    .await
+                    .map_err(|e| self.failed(&shard, &e))
+            }
+            Err(e) if is(&e, redis::ServerErrorKind::Ask) => {
+                let Some((address, _)) = e.redirect_node() else {
+                    return Err(classify(&e));
+                };
+                let target = self.node(address)?;
+                target.health().admits()?;
+                self.send(&target, call, script, true)
+                    .await
+                    .map_err(|e| self.failed(&target, &e))
+            }
+            other => other.map_err(|e| self.failed(&shard, &e)),
+        }
+    }
+
+    /// A call to `shard` failed: a broken connection leaves it unverified.
+    fn failed(&self, shard: &Shard, e: &redis::RedisError) -> NodeError {
+        let error = classify(e);
+        let broke = e.is_io_error() || e.is_connection_dropped() || e.is_connection_refusal();
+        let mut health = shard.health();
+        if broke {
+            health.up = false;
+            health.unverified_since.get_or_insert_with(Instant::now);
+        } else if e.is_timeout() {
+            health.up = false;
+        }
+        error
+    }
+
+    async fn send(
+        &self,
+        shard: &Shard,
+        call: &Cmd,
+        script: &Script,
+        asking: bool,
+    ) -> Result<Value, redis::RedisError> {
+        let mut conn = shard.conn.clone();
+        let started = Instant::now();
+        let mut reply = query(&mut conn, call, asking).await;
+        if let Err(e) = &reply
+            && is(e, redis::ServerErrorKind::NoScript)
+        {
+            script.prepare_invoke().load_async(&mut conn).await?;
+            reply = query(&mut conn, call, asking).await;
+        }
+        if reply.is_ok() {
+            let mut health = shard.health();
+            health.up = true;
+            health.latency = Some(started.elapsed());
+        }
+        reply
+    }
+
+    /// This process saw `token` granted (or confirmed) in `slot`.
+    pub fn saw(&self, slot: u16, token: u64) {
+        if let Some(shard) = self.owner_now(slot) {
+            let mut health = shard.health();
+            let seen = health.seen.entry(slot).or_insert(0);
+            *seen = (*seen).max(token);
+        }
+    }
+
+    /// A plain command on the primary of `slot` (a shard channel's publish).
+    pub async fn command<T: redis::FromRedisValue>(&self, slot: u16, cmd: &Cmd) -> NodeResult<T> {
+        let shard = self.owner(slot).await?;
+        let mut conn = shard.conn.clone();
+        cmd.query_async(&mut conn)
+            .await
+            .map_err(|e| self.failed(&shard, &e))
+    }
+
+    /// The primaries, as the last slot map named them, with the slots each serves.
+    pub fn shards(&self) -> Vec<(Arc<Shard>, Vec<u16>)> {
+        let topology = self.topology();
+        let mut out: Vec<(Arc<Shard>, Vec<u16>)> = topology
+            .shards
+            .iter()
+            .map(|s| (s.clone(), Vec::new()))
+            .collect();
+        for (slot, owner) in topology.owners.iter().enumerate() {
+            if let Some(at) = owner {
+                out[*at].1.push(slot as u16);
+            }
+        }
+        out
+    }
+
+    pub fn status(&self) -> ClusterStatus {
+        let shards = self
+            .topology()
+            .shards
+            .iter()
+            .map(|shard| {
+                let health = shard.health();
+                ShardStatus {
+                    address: shard.address.clone(),
+                    up: health.up,
+                    voting: health.up && health.admits().is_ok() && health.marked,
+                    slots: health.slots,
+                    latency: health.latency,
+                    quarantined_until: health.quarantine.map(|(_, wall)| wall),
+                }
+            })
+            .collect();
+        ClusterStatus {
+            shards,
+            problem: self.problem(),
+        }
+    }
+
+    fn quarantine(&self, shard: &Shard) {
+        let mut health = shard.health();
+        if health.quarantine.is_none() {
+            tracing::warn!(
+                shard = %shard.address,
+                quarantine_ms = self.policy.quarantine.as_millis() as u64,
+                "a shard of this cluster has lost its data; the names in its slots get no vote from this cluster until every lease it may have held has expired"
+            );
+            health.quarantine = Some((
+                Instant::now() + self.policy.quarantine,
+                SystemTime::now() + self.policy.quarantine,
+            ));
+        }
+    }
+
+    /// Run `script` once per slot of `slots` on `shard`, pipelined, with `args(slot)` as its
+    /// keys and arguments.
+    async fn per_slot(
+        &self,
+        shard: &Shard,
+        slots: &[u16],
+        script: &Script,
+        args: impl Fn(u16) -> (Vec<String>, Vec<String>),
+    ) -> NodeResult<()> {
+        let mut conn = shard.conn.clone();
+        script
+            .prepare_invoke()
+            .load_async(&mut conn)
+            .await
+            .map_err(|e| self.failed(shard, &e))?;
+        for chunk in slots.chunks(512) {
+            let mut pipe = redis::pipe();
+            for &slot in chunk {
+                let (keys, argv) = args(slot);
+                pipe.cmd("EVALSHA")
+                    .arg(script.get_hash())
+                    .arg(keys.len())
+                    .arg(keys)
+                    .arg(argv)
+                    .ignore();
+            }
+            tokio::time::timeout(self.timeout * 4, pipe.query_async::<()>(&mut conn))
+                .await
+                .map_err(|_| NodeError::Timeout)?
+                .map_err(|e| self.failed(shard, &e))?;
+        }
+        Ok(())
+    }
+
+    /// Raise the counter of each of `slots` to `fence` and leave its marker with
+    /// `identity`.
+    pub async fn restore_slots(
+        &self,
+        shard: &Shard,
+        slots: &[u16],
+        fence: u64,
+        identity: &str,
+        restore: &Script,
+    ) -> NodeResult<()> {
+        self.per_slot(shard, slots, restore, |slot| {
+            (
+                vec![self.keys.fence_at(slot), self.keys.marker_at(slot)],
+                vec![fence.to_string(), identity.to_owned()],
+            )
+        })
+        .await
+    }
+
+    /// Remove the markers of `slots` on `shard`: their scripts refuse until restored.
+    async fn unmark_slots(&self, shard: &Shard, slots: &[u16]) -> NodeResult<()> {
+        let mut conn = shard.conn.clone();
+        for chunk in slots.chunks(512) {
+            let mut pipe = redis::pipe();
+            for &slot in chunk {
+                pipe.cmd("DEL").arg(self.keys.marker_at(slot)).ignore();
+            }
+            pipe.query_async::<()>(&mut conn)
+                .await
+                .map_err(|e| self.failed(shard, &e))?;
+        }
+        Ok(())
+    }
+
+    /// Remove every marker that carries `identity`: the engine judged the whole cluster
+    /// to have gone back in time.
+    pub async fn unmark_all(&self, identity: &str, unmark: &Script) -> NodeResult<()> {
+        for (shard, slots) in self.shards() {
+            self.per_slot(&shard, &slots, unmark, |slot| {
+                (vec![self.keys.marker_at(slot)], vec![identity.to_owned()])
+            })
+            .await?;
+            self.quarantine(&shard);
+        }
+        Ok(())
+    }
+
+    /// Restore every shard (the engine's restore of the whole cluster: a new deployment,
+    /// or its quarantine over).
+    pub async fn restore_all(
+        &self,
+        fence: u64,
+        identity: &str,
+        restore: &Script,
+    ) -> NodeResult<()> {
+        let floor = self.floor(fence);
+        let shards = self.shards();
+        // Each shard's first slot last: a probe judges a shard by it, so no replica sees
+        // some shards marked and others not while this restore is under way (it would take
+        // those for shards that lost their data).
+        for (shard, slots) in &shards {
+            self.restore_slots(
+                shard,
+                slots.get(1..).unwrap_or_default(),
+                floor,
+                identity,
+                restore,
+            )
+            .await?;
+        }
+        for (shard, slots) in &shards {
+            self.restore_slots(
+                shard,
+                slots.get(..1).unwrap_or_default(),
+                floor,
+                identity,
+                restore,
+            )
+            .await?;
+            let mut health = shard.health();
+            health.quarantine = None;
+            health.unverified_since = None;
+            health.marked = true;
+        }
+        Ok(())
+    }
+
+    /// The counter a restored slot starts from: the wall clock in microseconds at least,
+    /// which is above every token a slot can have granted (each token is one above a
+    /// counter that started at a past restore's clock, and no slot grants once per
+    /// microsecond), as long as the replicas' clocks agree within the quarantine.
+    fn floor(&self, fence: u64) -> u64 {
+        fence.max(clock_floor())
+    }
+
+    /// Probe every shard and act on what is found (see the module's doc); answer what the
+    /// engine's monitor judges the cluster by.
+    pub async fn probe(&self, restore: &Script) -> NodeResult<ClusterProbe> {
+        self.refresh().await?;
+        let shards = self.shards();
+        let probes = futures::future::join_all(shards.iter().map(|(shard, slots)| async move {
+            let Some(&rep) = slots.first() else {
+                return Err(NodeError::Other("serves no slot".into()));
+            };
+            let mut conn = shard.conn.clone();
+            let started = Instant::now();
+            let read = tokio::time::timeout(
+                self.timeout,
+                redis::pipe()
+                    .cmd("INFO")
+                    .arg("server")
+                    .cmd("GET")
+                    .arg(self.keys.marker_at(rep))
+                    .cmd("GET")
+                    .arg(self.keys.fence_at(rep))
+                    .query_async::<(String, Option<String>, Option<u64>)>(&mut conn),
+            )
+            .await;
+            match read {
+                Ok(Ok(probe)) => {
+                    let mut health = shard.health();
+                    health.up = true;
+                    health.latency = Some(started.elapsed());
+                    Ok(probe)
+                }
+                Ok(Err(e)) => Err(self.failed(shard, &e)),
+                Err(_) => {
+                    shard.health().up = false;
+                    Err(NodeError::Timeout)
+                }
+            }
+        }))
+        .await;
+        let any_marked = probes.iter().any(|p| matches!(p, Ok((_, Some(_), _))));
+        let mut out = ClusterProbe::default();
+        for ((shard, slots), probe) in shards.iter().zip(&probes) {
+            let Ok((info, marker, fence)) = probe else {
+                continue;
+            };
+            let run_id = info_field(info, "run_id:");
+            out.uptime = Some(out.uptime.unwrap_or(Duration::MAX).min(Duration::from_secs(
+                info_field(info, "uptime_in_seconds:").parse().unwrap_or(0),
+            )));
+            out.fence = out.fence.max(fence.unwrap_or(0));
+            if out.identity.is_none() {
+                out.identity.clone_from(marker);
+            }
+            {
+                let mut health = shard.health();
+                if health.run_id.as_deref().is_some_and(|old| old != run_id) {
+                    tracing::warn!(shard = %shard.address, "a shard of this cluster restarted (its run_id changed)");
+                    health.unverified_since.get_or_insert_with(Instant::now);
+                }
+                health.run_id = Some(run_id);
+                health.marked = marker.is_some();
+            }
+            if marker.is_none() {
+                if any_marked {
+                    self.quarantine(shard);
+                    self.restore_if_due(shard, slots, restore).await;
+                }
+                continue;
+            }
+            let restored_elsewhere = shard.health().quarantine.take().is_some();
+            if restored_elsewhere {
+                tracing::info!(shard = %shard.address, "shard votes again");
+            }
+            self.verify(shard, slots).await;
+        }
+        let reported = self
+            .reported
+            .fetch_max(out.fence, std::sync::atomic::Ordering::Relaxed);
+        out.fence = out.fence.max(reported);
+        Ok(out)
+    }
+
+    async fn restore_if_due(&self, shard: &Arc<Shard>, slots: &[u16], restore: &Script) {
+        let due = shard
+            .health()
+            .quarantine
+            .is_none_or(|(until, _)| Instant::now() >= until);
+        if !due && !self.policy.skip_quarantine {
+            return;
+        }
+        let identity = format!("{:032x}", rand::random::<u128>());
+        let floor = self.floor(0);
+        // Its first slot last: a probe judges a shard by it, so that a shard whose restore
+        // stopped half-way is still seen unmarked, and restored again.
+        let (first, rest) = slots.split_at(slots.len().min(1));
+        let restored = match self
+            .restore_slots(shard, rest, floor, &identity, restore)
+            .await
+        {
+            Ok(()) => {
+                self.restore_slots(shard, first, floor, &identity, restore)
+                    .await
+            }
+            failed => failed,
+        };
+        match restored {
+            Ok(()) => {
+                let mut health = shard.health();
+                health.quarantine = None;
+                health.unverified_since = None;
+                health.marked = true;
+                tracing::info!(shard = %shard.address, fence = floor, "shard's quarantine over; its slots' counters raised and markers put back; it votes again");
+            }
+            Err(e) => {
+                tracing::warn!(shard = %shard.address, error = %e, "could not restore a shard")
+            }
+        }
+    }
+
+    /// An unverified shard: compare each slot's counter with the highest token this
+    /// process saw there; below it, the shard went back in time.
+    async fn verify(&self, shard: &Arc<Shard>, slots: &[u16]) {
+        let (since, seen) = {
+            let health = shard.health();
+            let Some(since) = health.unverified_since else {
+                return;
+            };
+            let owned: Vec<(u16, u64)> = health
+                .seen
+                .iter()
+                .filter(|(slot, _)| slots.binary_search(slot).is_ok())
+                .map(|(s, t)| (*s, *t))
+                .collect();
+            (since, owned)
+        };
+        if since.elapsed() < VERIFY_AFTER {
+            return;
+        }
+        let mut conn = shard.conn.clone();
+        let mut fell = None;
+        for chunk in seen.chunks(512) {
+            let mut pipe = redis::pipe();
+            for (slot, _) in chunk {
+                pipe.cmd("GET").arg(self.keys.fence_at(*slot));
+            }
+            let Ok(Ok(fences)) = tokio::time::timeout(
+                self.timeout,
+                pipe.query_async::<Vec<Option<u64>>>(&mut conn),
+            )
+            .await
+            else {
+                return;
+            };
+            if let Some(((slot, token), fence)) = chunk
+                .iter()
+                .zip(fences)
+                .find(|((_, token), fence)| fence.unwrap_or(0) < *token)
+            {
+                fell = Some((*slot, *token, fence.unwrap_or(0)));
+                break;
+            }
+        }
+        match fell {
+            None => {
+                shard.health().unverified_since = None;
+                tracing::info!(shard = %shard.address, "shard verified: it kept its data; it votes");
+            }
+            Some((slot, token, fence)) => {
+                tracing::error!(
+                    shard = %shard.address, slot, fence, seen_before = token,
+                    "a shard went back in time (a slot's fencing counter fell): it restarted from an old snapshot and may have lost locks; it stops voting"
+                );
+                self.quarantine(shard);
+                let unmarked = self.unmark_slots(shard, slots).await;
+                if let Err(e) = &unmarked {
+                    tracing::warn!(shard = %shard.address, error = %e, "could not remove the markers of a shard that went back in time");
+                }
+                let mut health = shard.health();
+                health.unverified_since = None;
+                health.seen.retain(|s, _| slots.binary_search(s).is_err());
+                health.marked = unmarked.is_err();
+            }
+        }
+    }
+
+    /// Every (shard, matching key) of a scan of the whole cluster for `pattern`.
+    pub async fn scan(&self, pattern: &str) -> NodeResult<Vec<String>> {
+        let mut found = Vec::new();
+        for (shard, _) in self.shards() {
+            let mut conn = shard.conn.clone();
+            let mut cursor: u64 = 0;
+            loop {
+                let (next, keys): (u64, Vec<String>) = tokio::time::timeout(
+                    self.timeout,
+                    redis::cmd("SCAN")
+                        .arg(cursor)
+                        .arg("MATCH")
+                        .arg(pattern)
+                        .arg("COUNT")
+                        .arg(1000)
+                        .query_async(&mut conn),
+                )
+                .await
+                .map_err(|_| NodeError::Timeout)?
+                .map_err(|e| self.failed(&shard, &e))?;
+                found.extend(keys);
+                cursor = next;
+                if cursor == 0 {
+                    break;
+                }
+            }
+        }
+        Ok(found)
+    }
+
+    /// Subscribe to every slot's two shard channels, on each primary for its slots, and
+    /// hand each message to `deliver` (`"released"` or `"events"`, and the payload) until
+    /// a subscription ends (its error: the caller subscribes again, and whatever waits for
+    /// an announcement looks again). `subscribed` is called once every channel is
+    /// subscribed.
+    ///
+    /// Each primary's subscription is a blocking connection on a thread of its own: a
+    /// primary serves thousands of slots, each a `SSUBSCRIBE` (a shard channel command
+    /// takes channels of one slot only), and a plain connection sends them all at once and
+    /// reads the confirmations back, where the async clients answer each in turn.
+    pub async fn listen(
+        &self,
+        deliver: impl Fn(&str, &str),
+        subscribed: impl FnOnce(),
+    ) -> Result<(), NodeError> {
+        self.refresh().await?;
+        let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        struct Stop(Arc<std::sync::atomic::AtomicBool>);
+        impl Drop for Stop {
+            fn drop(&mut self) {
+                self.0.store(true, std::sync::atomic::Ordering::Relaxed);
+            }
+        }
+        let _stop = Stop(stop.clone());
+        let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<Heard>();
+        let shards = self.shards();
+        for (shard, slots) in &shards {
+            let url = self
+                .url_of(&shard.address)
+                .ok_or_else(|| NodeError::Other(format!("a node named {:?}", shard.address)))?;
+            let channels: Vec<[String; 2]> = slots
+                .iter()
+                .map(|&slot| [self.keys.channel_at(slot), self.keys.events_at(slot)])
+                .collect();
+            let (tx, stop) = (tx.clone(), stop.clone());
+            std::thread::Builder::new()
+                .name("redlockd-shard-listen".into())
+                .spawn(move || {
+                    let ended = listen_on(&url, &channels, &tx, &stop);
+                    let _ = tx.send(Heard::Ended(ended.err().map(|e| e.to_string())));
+                })
+                .map_err(|e| NodeError::Other(e.to_string()))?;
+        }
+        drop(tx);
+        let released_head = self.keys.channel_at(0);
+        let released_head = released_head
+            .split_once('{')
+            .map_or(released_head.as_str(), |(head, _)| head)
+            .to_owned();
+        let mut waiting = shards.len();
+        let mut subscribed = Some(subscribed);
+        if waiting == 0 {
+            return Err(NodeError::Connection(
+                "no primary serves the cluster's slots".into(),
+            ));
+        }
+        while let Some(heard) = rx.recv().await {
+            match heard {
+                Heard::Subscribed => {
+                    waiting -= 1;
+                    if waiting == 0
+                        && let Some(subscribed) = subscribed.take()
+                    {
+                        subscribed();
+                    }
+                }
+                Heard::Message(channel, payload) => {
+                    let freed = channel
+                        .strip_prefix(&released_head)
+                        .is_some_and(|rest| rest.starts_with('{'));
+                    deliver(if freed { "released" } else { "events" }, &payload);
+                }
+                Heard::Ended(why) => {
+                    return Err(NodeError::Connection(
+                        why.unwrap_or_else(|| "a shard's subscription ended".into()),
+                    ));
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// What a primary's subscription thread reports.
+enum Heard {
+    /// Every channel of its slots is subscribed.
+    Subscribed,
+    Message(String, String),
+    /// The subscription ended (the node went away, a slot moved, or it was stopped).
+    Ended(Option<String>),
+}
+
+/// One primary's subscription (see `Cluster::listen`), until `stop` or an error.
+fn listen_on(
+    url: &str,
+    channels: &[[String; 2]],
+    tx: &tokio::sync::mpsc::UnboundedSender<Heard>,
+    stop: &std::sync::atomic::AtomicBool,
+) -> redis::RedisResult<()> {
+    let client = redis::Client::open(url)?;
+    let mut conn = client.get_connection_with_timeout(Duration::from_secs(2))?;
+    conn.set_read_timeout(Some(Duration::from_secs(2)))?;
+    let mut packed = Vec::new();
+    for pair in channels {
+        packed.extend(redis::cmd("SSUBSCRIBE").arg(&pair[..]).get_packed_command());
+    }
+    conn.send_packed_command(&packed)?;
+    for _ in 0..channels.len() * 2 {
+        conn.recv_response()?;
+    }
+    let _ = tx.send(Heard::Subscribed);
+    conn.set_read_timeout(Some(Duration::from_millis(500)))?;
+    let mut pinged = false;
+    while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+        match conn.recv_response() {
+            Ok(Value::Array(parts)) => {
+                pinged = false;
+                let text = |v: &Value| redis::from_redis_value_ref::<String>(v).ok();
+                let kind = parts.first().and_then(text).unwrap_or_default();
+                match kind.as_str() {
+                    "smessage" => {
+                        if let (Some(channel), Some(payload)) =
+                            (parts.get(1).and_then(text), parts.get(2).and_then(text))
+                        {
+                            let _ = tx.send(Heard::Message(channel, payload));
+                        }
+                    }
+                    // The server drops a slot's channels when the slot moves away.
+                    "sunsubscribe" => {
+                        return Err(redis::RedisError::from((
+                            redis::ErrorKind::Io,
+                            "a slot moved; subscribing again",
+                        )));
+                    }
+                    _ => {}
+                }
+            }
+            Ok(_) => pinged = false,
+            Err(e) if e.is_timeout() => {
+                // Quiet: a ping shows whether the node is still there.
+                if pinged {
+                    return Err(e);
+                }
+                conn.send_packed_command(&redis::cmd("PING").get_packed_command())?;
+                pinged = true;
+            }
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
+}
+
+/// What a probe of the whole cluster tells the engine.
+#[derive(Debug, Default)]
+pub struct ClusterProbe {
+    /// A marker's value, when any shard carries its markers.
+    pub identity: Option<String>,
+    /// The largest of the shards' sampled counters, never falling.
+    pub fence: u64,
+    /// The least uptime of any shard.
+    pub uptime: Option<Duration>,
+}
+
+fn info_field(info: &str, name: &str) -> String {
+    info.lines()
+        .find_map(|l| l.strip_prefix(name))
+        .unwrap_or_default()
+        .trim()
+        .to_owned()
+}
+
+/// `host:port` of a node as `CLUSTER SLOTS` lists it: `[host, port, id, ...]`.
+fn node_address(node: &Value) -> Option<String> {
+    let Value::Array(parts) = node else {
+        return None;
+    };
+    let host = match parts.first()? {
+        Value::BulkString(b) => String::from_utf8_lossy(b).into_owned(),
+        Value::SimpleString(s) => s.clone(),
+        _ => return None,
+    };
+    let Value::Int(port) = parts.get(1)? else {
+        return None;
+    };
+    Some(format!("{host}:{port}"))
+}
+
+/// Send one command (after `ASKING` when following an ASK).
+async fn query(
+    conn: &mut ConnectionManager,
+    call: &Cmd,
+    asking: bool,
+) -> redis::RedisResult<Value> {
+    if !asking {
+        return call.query_async(conn).await;
+    }
+    let (_, value): (Value, Value) = redis::pipe()
+        .cmd("ASKING")
+        .add_command(call.clone())
+        .query_async(conn)
+        .await?;
+    Ok(value)
+}

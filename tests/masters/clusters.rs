@@ -1,0 +1,421 @@
+//! Redis Clusters as the quorum's masters: three real clusters of three primaries each on
+//! loopback (`redis+cluster://`), two redlockd replicas over them. The promises of single
+//! masters, kind by kind, plus what a cluster adds: names spread over every shard, no shard
+//! taking most of a cluster's fencing increments, sharded announcements, and one shard's
+//! data loss stopping only the names in its slots.
+
+use crate::common;
+
+use std::collections::HashMap;
+use std::time::{Duration, Instant};
+
+use common::{RedisCluster, TestApp, wait_for};
+use redlockd::store::layout;
+use serde_json::{Value, json};
+
+fn clusters(n: usize) -> Vec<RedisCluster> {
+    (0..n).map(|_| RedisCluster::start(3)).collect()
+}
+
+fn config(clusters: &[RedisCluster]) -> redlockd::config::Config {
+    let mut config = redlockd::config::Config::from_env().expect("default config");
+    config.listen = "127.0.0.1:0".into();
+    config.redis_urls = clusters.iter().map(RedisCluster::url).collect();
+    config.master_timeout_ms = 300;
+    config
+}
+
+async fn replicas(clusters: &[RedisCluster]) -> (TestApp, TestApp) {
+    let cfg = config(clusters);
+    let (a, b) = (TestApp::spawn(cfg.clone()).await, TestApp::spawn(cfg).await);
+    for app in [&a, &b] {
+        wait_for(
+            "the clusters to be ready",
+            Duration::from_secs(20),
+            async || (app.get("/readyz").await.0 == 200).then_some(()),
+        )
+        .await;
+    }
+    (a, b)
+}
+
+/// `cmdstat_<name>:calls=N` of one node (commands run inside scripts count).
+async fn calls(node: &common::RedisMaster, command: &str) -> u64 {
+    let info: String = node.cmd(&["INFO", "commandstats"]).await.expect("INFO");
+    info.lines()
+        .find_map(|l| l.strip_prefix(&format!("cmdstat_{command}:calls=")))
+        .and_then(|rest| rest.split(',').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(0)
+}
+
+#[tokio::test]
+async fn three_hundred_names_spread_over_every_shard_of_three_clusters() {
+    let cs = clusters(3);
+    let (a, b) = replicas(&cs).await;
+    for c in &cs {
+        for shard in &c.shards {
+            let _: String = shard.cmd(&["CONFIG", "RESETSTAT"]).await.expect("reset");
+        }
+    }
+    let names: Vec<String> = (0..300).map(|i| format!("job:{i:03}")).collect();
+    let mut leases = HashMap::new();
+    for (i, name) in names.iter().enumerate() {
+        let app = if i % 2 == 0 { &a } else { &b };
+        let (lease, token) = app.must_grant(name, json!({"ttl_ms": 30000})).await;
+        leases.insert(name.clone(), (lease, token));
+    }
+    // Every shard of every cluster carries some of them.
+    for (c, cluster) in cs.iter().enumerate() {
+        for (s, shard) in cluster.shards.iter().enumerate() {
+            let keys: Vec<String> = shard
+                .cmd(&["KEYS", "redlockd:lock:{*"])
+                .await
+                .expect("KEYS");
+            assert!(
+                keys.len() >= 30,
+                "cluster {c} shard {s} holds {} of 300 locks",
+                keys.len()
+            );
+        }
+        // No shard takes most of the cluster's fencing increments.
+        let mut incrs = Vec::new();
+        for shard in &cluster.shards {
+            incrs.push(calls(shard, "incr").await);
+        }
+        let total: u64 = incrs.iter().sum();
+        assert!(total >= 150, "cluster {c}: {incrs:?} increments");
+        for (s, n) in incrs.iter().enumerate() {
+            assert!(
+                *n * 2 < total,
+                "cluster {c} shard {s} took {n} of {total} increments: {incrs:?}"
+            );
+        }
+    }
+    // Renewed on the other replica, same tokens.
+    for (i, name) in names.iter().enumerate() {
+        let app = if i % 2 == 0 { &b } else { &a };
+        let (lease, token) = &leases[name];
+        let (status, body) = app.renew(name, lease, json!({"ttl_ms": 30000})).await;
+        assert_eq!(status, 200, "{name}: {body}");
+        assert_eq!(body["fencing_token"].as_u64(), Some(*token));
+    }
+    // Listed, page by page, in name order, across shards.
+    let mut listed = Vec::new();
+    let mut after = String::new();
+    loop {
+        let (status, page) = a
+            .get(&format!("/locks?prefix=job:&limit=64&after={after}"))
+            .await;
+        assert_eq!(status, 200, "{page}");
+        for lock in page["locks"].as_array().expect("locks") {
+            let name = lock["name"].as_str().expect("name").to_owned();
+            assert_eq!(lock["fencing_token"].as_u64(), Some(leases[&name].1));
+            listed.push(name);
+        }
+        match page["next"].as_str() {
+            Some(next) => after = next.to_owned(),
+            None => break,
+        }
+    }
+    assert_eq!(listed, names, "every name once, in order");
+    // Revoked; then free everywhere.
+    for name in &names {
+        let (lease, _) = &leases[name];
+        assert_eq!(b.revoke(name, lease).await.0, 204, "{name}");
+    }
+    let (status, page) = a.get("/locks?prefix=job:&limit=1000").await;
+    assert_eq!(status, 200);
+    assert_eq!(page["locks"].as_array().map(Vec::len), Some(0), "{page}");
+
+    let (status, ready) = a.get("/readyz").await;
+    assert_eq!(status, 200);
+    for master in ready["masters"].as_array().expect("masters") {
+        let shards = master["shards"]
+            .as_array()
+            .expect("a cluster lists its shards");
+        assert_eq!(shards.len(), 3, "{master}");
+        let slots: u64 = shards.iter().map(|s| s["slots"].as_u64().unwrap()).sum();
+        assert_eq!(slots, 16384, "{master}");
+        assert!(shards.iter().all(|s| s["voting"] == true), "{master}");
+    }
+}
+
+#[tokio::test]
+async fn a_waiting_grant_on_the_other_replica_is_woken_by_a_release() {
+    let cs = clusters(3);
+    let (a, b) = replicas(&cs).await;
+    for round in 0..3 {
+        let name = format!("wake:{round}");
+        let (lease, token) = a.must_grant(&name, json!({"ttl_ms": 20000})).await;
+        let waiter = b.grant_in_background(&name, json!({"ttl_ms": 5000, "wait_ms": 10000}));
+        b.wait_for_contention("wake", round + 1).await;
+        let released = Instant::now();
+        assert_eq!(a.revoke(&name, &lease).await.0, 204);
+        let (status, body, at) = waiter.await.expect("waiter");
+        assert_eq!(status, 201, "{body}");
+        assert!(body["fencing_token"].as_u64().unwrap() > token);
+        let took = at.duration_since(released);
+        eprintln!("woken {took:?} after the release");
+        assert!(
+            took < Duration::from_millis(500),
+            "woken {took:?} after the release: polled, not announced"
+        );
+    }
+}
+
+#[tokio::test]
+async fn every_kind_of_lock_works_on_clusters() {
+    let cs = clusters(3);
+    let (a, b) = replicas(&cs).await;
+    // Shared locks: two readers, then a writer waits for both.
+    let (s1, r1) = a
+        .send(
+            "POST",
+            "/locks/doc",
+            Some(json!({"mode": "shared", "ttl_ms": 10000})),
+        )
+        .await;
+    assert_eq!(s1, 201, "{r1}");
+    let (s2, r2) = b
+        .send(
+            "POST",
+            "/locks/doc",
+            Some(json!({"mode": "shared", "ttl_ms": 10000})),
+        )
+        .await;
+    assert_eq!(s2, 201, "{r2}");
+    let (held, body) = b.grant("doc", json!({"ttl_ms": 5000})).await;
+    assert_eq!((held, body["error"].as_str()), (409, Some("lock_held")));
+    for r in [&r1, &r2] {
+        assert_eq!(
+            a.revoke("doc", r["lease_id"].as_str().unwrap()).await.0,
+            204
+        );
+    }
+    b.must_grant("doc", json!({"ttl_ms": 5000})).await;
+
+    // Semaphores: a pool of two.
+    let permit = |app: &TestApp| {
+        let app = app.handle();
+        async move {
+            app.send(
+                "POST",
+                "/semaphores/pool",
+                Some(json!({"limit": 2, "ttl_ms": 10000})),
+            )
+            .await
+        }
+    };
+    assert_eq!(permit(&a).await.0, 201);
+    assert_eq!(permit(&b).await.0, 201);
+    let (full, body) = permit(&a).await;
+    assert_eq!(full, 409, "{body}");
+
+    // Several names at once, whose names live in different slots (and shards).
+    let names = ["acct:1", "acct:2", "acct:3", "acct:4"];
+    let slots: Vec<u16> = names
+        .iter()
+        .map(|n| layout::slot_of(&format!("redlockd:lock:{{{n}}}")))
+        .collect();
+    assert!(slots.windows(2).any(|w| w[0] != w[1]), "{slots:?}");
+    let (status, group) = a
+        .send(
+            "POST",
+            "/locks",
+            Some(json!({"names": names, "ttl_ms": 10000})),
+        )
+        .await;
+    assert_eq!(status, 201, "{group}");
+    let (held, body) = b.grant("acct:3", json!({})).await;
+    assert_eq!(
+        (held, body["error"].as_str()),
+        (409, Some("lock_held")),
+        "{body}"
+    );
+    let lease = group["lease_id"].as_str().unwrap();
+    assert_eq!(b.renew("acct:1", lease, json!({})).await.0, 200);
+    assert_eq!(b.revoke("acct:1", lease).await.0, 204);
+    for name in names {
+        b.must_grant(name, json!({"ttl_ms": 5000})).await;
+    }
+    // A several-name grant that meets a held name takes none of them.
+    let (status, body) = a
+        .send(
+            "POST",
+            "/locks",
+            Some(json!({"names": ["free:1", "free:2", "acct:2"]})),
+        )
+        .await;
+    assert_eq!(status, 409, "{body}");
+    a.must_grant("free:1", json!({})).await;
+    a.must_grant("free:2", json!({})).await;
+
+    // An election: one leader.
+    let (status, led) = a
+        .send(
+            "POST",
+            "/elections/primary",
+            Some(json!({"ttl_ms": 10000, "value": "a"})),
+        )
+        .await;
+    assert_eq!(status, 201, "{led}");
+    let (status, leader) = b.get("/elections/primary").await;
+    assert_eq!(status, 200);
+    assert_eq!(leader["value"], "a", "{leader}");
+
+    // A session carries holds in several slots; ending it frees them.
+    let (status, session) = a
+        .send("POST", "/sessions", Some(json!({"ttl_ms": 1000})))
+        .await;
+    assert_eq!(status, 201, "{session}");
+    let id = session["session_id"].as_str().unwrap().to_owned();
+    for name in ["s:1", "s:2", "s:3"] {
+        let (status, body) = a.grant(name, json!({"session": id})).await;
+        assert_eq!(status, 201, "{body}");
+    }
+    let (status, read) = b.get(&format!("/sessions/{id}")).await;
+    assert_eq!(status, 200, "{read}");
+    assert_eq!(read["holds"].as_array().map(Vec::len), Some(3), "{read}");
+    // Renewed by the session alone, the holds outlive their own TTL.
+    let until = Instant::now() + Duration::from_millis(2000);
+    while Instant::now() < until {
+        let (status, body) = b
+            .send("PUT", &format!("/sessions/{id}"), Some(json!({})))
+            .await;
+        assert_eq!(status, 200, "{body}");
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    let (held, _) = b.grant("s:2", json!({})).await;
+    assert_eq!(
+        held, 409,
+        "a session's hold outlives its TTL while the session is renewed"
+    );
+    assert_eq!(
+        a.send("DELETE", &format!("/sessions/{id}"), None).await.0,
+        204
+    );
+    for name in ["s:1", "s:2", "s:3"] {
+        b.must_grant(name, json!({"ttl_ms": 5000})).await;
+    }
+
+    // Lock-delay and Idempotency-Key.
+    let (status, delayed) = a
+        .grant("delayed", json!({"ttl_ms": 300, "lock_delay_ms": 800}))
+        .await;
+    assert_eq!(status, 201, "{delayed}");
+    let (status, body) = wait_for("the lease to lapse", Duration::from_secs(3), async || {
+        let (status, body) = b.grant("delayed", json!({})).await;
+        (status != 409 || body["error"] == "lock_delay").then_some((status, body))
+    })
+    .await;
+    assert_eq!(
+        (status, body["error"].as_str()),
+        (409, Some("lock_delay")),
+        "{body}"
+    );
+    let keyed = |app: &TestApp| {
+        let app = app.handle();
+        async move {
+            app.call("POST", "/locks/keyed")
+                .header("Idempotency-Key", "k-1")
+                .json(&json!({"ttl_ms": 10000}))
+                .send()
+                .await
+                .json()
+        }
+    };
+    let first = keyed(&a).await;
+    let again = keyed(&b).await;
+    assert_eq!(first["lease_id"], again["lease_id"], "{first} {again}");
+    assert_eq!(first["fencing_token"], again["fencing_token"]);
+}
+
+#[tokio::test]
+async fn one_shard_restarted_empty_stops_only_its_names_and_tokens_keep_rising() {
+    let mut cs = clusters(3);
+    let mut cfg = config(&cs);
+    // A short quarantine, so that the shard's return is seen within the test.
+    cfg.max_ttl_ms = 2000;
+    cfg.max_lock_delay_ms = 0;
+    cfg.default_ttl_ms = 1000;
+    let (a, b) = (TestApp::spawn(cfg.clone()).await, TestApp::spawn(cfg).await);
+    for app in [&a, &b] {
+        wait_for("ready", Duration::from_secs(20), async || {
+            (app.get("/readyz").await.0 == 200).then_some(())
+        })
+        .await;
+    }
+    let names: Vec<String> = (0..60).map(|i| format!("t:{i}")).collect();
+    let mut tokens: HashMap<String, u64> = HashMap::new();
+    for name in &names {
+        let (lease, token) = a.must_grant(name, json!({"ttl_ms": 1000})).await;
+        assert_eq!(a.revoke(name, &lease).await.0, 204);
+        tokens.insert(name.clone(), token);
+    }
+    // The first cluster's second shard loses its data.
+    cs[0].shards[1].restart_empty();
+    let lost: Vec<&String> = names
+        .iter()
+        .filter(|n| cs[0].shard_of_slot(layout::slot_of(&format!("redlockd:lock:{{{n}}}"))) == 1)
+        .collect();
+    assert!(!lost.is_empty());
+    // Grants still succeed, on either replica, and every name's token keeps rising.
+    for round in 0..2 {
+        for (i, name) in names.iter().enumerate() {
+            let app = if (i + round) % 2 == 0 { &a } else { &b };
+            let (lease, token) = app.must_grant(name, json!({"ttl_ms": 1000})).await;
+            assert!(
+                token > tokens[name],
+                "{name}: token {token} after {}",
+                tokens[name]
+            );
+            tokens.insert(name.clone(), token);
+            assert_eq!(app.revoke(name, &lease).await.0, 204);
+        }
+    }
+    // /readyz shows the shard out, the cluster still a voting master.
+    let (status, ready) = a.get("/readyz").await;
+    assert_eq!(status, 200, "{ready}");
+    let address = format!("127.0.0.1:{}", cs[0].shards[1].port);
+    let shard = |ready: &Value| {
+        ready["masters"][0]["shards"]
+            .as_array()
+            .expect("shards")
+            .iter()
+            .find(|s| s["address"] == address.as_str())
+            .cloned()
+            .expect("the shard is listed")
+    };
+    assert_eq!(shard(&ready)["voting"], false, "{ready}");
+    assert_eq!(ready["masters"][0]["voting"], true, "{ready}");
+    // After the quarantine the shard is restored and votes again; tokens still rise.
+    wait_for(
+        "the shard to vote again",
+        Duration::from_secs(15),
+        async || {
+            let (_, ready) = a.get("/readyz").await;
+            (shard(&ready)["voting"] == true).then_some(())
+        },
+    )
+    .await;
+    let marker: Option<String> = cs[0].shards[1]
+        .cmd(&[
+            "GET",
+            &format!(
+                "redlockd:marker{{{}}}",
+                layout::slot_tag(layout::slot_of(&format!("redlockd:lock:{{{}}}", lost[0])))
+            ),
+        ])
+        .await
+        .expect("GET");
+    assert!(
+        marker.is_some(),
+        "the restored shard's slots carry markers again"
+    );
+    for name in &lost {
+        let (lease, token) = b.must_grant(name, json!({"ttl_ms": 1000})).await;
+        assert!(token > tokens[*name]);
+        assert_eq!(b.revoke(name, &lease).await.0, 204);
+    }
+}
