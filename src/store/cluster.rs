@@ -35,6 +35,11 @@ use super::layout::{Keys, SLOTS};
 use super::node::{NodeError, NodeResult};
 use crate::model::{ClusterStatus, ShardStatus};
 
+/// How long one pipelined chunk of a shard's upkeep (a restore of 512 slots) may take: a
+/// restore that stops half-way leaves its shard unmarked, which a loaded machine must not
+/// cause.
+const UPKEEP_TIMEOUT: Duration = Duration::from_secs(5);
+
 /// How long a shard that was unverified waits before a probe may verify it (as a master's).
 const VERIFY_AFTER: Duration = Duration::from_millis(300);
 
@@ -540,10 +545,13 @@ impl Cluster {
                     .arg(argv)
                     .ignore();
             }
-            tokio::time::timeout(self.timeout * 4, pipe.query_async::<()>(&mut conn))
-                .await
-                .map_err(|_| NodeError::Timeout)?
-                .map_err(|e| self.failed(shard, &e))?;
+            tokio::time::timeout(
+                UPKEEP_TIMEOUT.max(self.timeout * 4),
+                pipe.query_async::<()>(&mut conn),
+            )
+            .await
+            .map_err(|_| NodeError::Timeout)?
+            .map_err(|e| self.failed(shard, &e))?;
         }
         Ok(())
     }
