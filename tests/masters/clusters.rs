@@ -29,14 +29,24 @@ async fn replicas(clusters: &[RedisCluster]) -> (TestApp, TestApp) {
     let cfg = config(clusters);
     let (a, b) = (TestApp::spawn(cfg.clone()).await, TestApp::spawn(cfg).await);
     for app in [&a, &b] {
-        wait_for(
-            "the clusters to be ready",
-            Duration::from_secs(20),
-            async || (app.get("/readyz").await.0 == 200).then_some(()),
-        )
-        .await;
+        every_shard_votes(app).await;
     }
     (a, b)
+}
+
+/// Wait until `/readyz` shows every shard of every cluster voting.
+async fn every_shard_votes(app: &TestApp) {
+    wait_for("every shard to vote", Duration::from_secs(30), async || {
+        let (status, ready) = app.get("/readyz").await;
+        let masters = ready["masters"].as_array()?;
+        let all = masters.iter().all(|m| {
+            m["shards"]
+                .as_array()
+                .is_some_and(|s| !s.is_empty() && s.iter().all(|s| s["voting"] == true))
+        });
+        (status == 200 && all).then_some(())
+    })
+    .await;
 }
 
 /// `cmdstat_<name>:calls=N` of one node (commands run inside scripts count).
@@ -341,10 +351,7 @@ async fn one_shard_restarted_empty_stops_only_its_names_and_tokens_keep_rising()
     cfg.default_ttl_ms = 1000;
     let (a, b) = (TestApp::spawn(cfg.clone()).await, TestApp::spawn(cfg).await);
     for app in [&a, &b] {
-        wait_for("ready", Duration::from_secs(20), async || {
-            (app.get("/readyz").await.0 == 200).then_some(())
-        })
-        .await;
+        every_shard_votes(app).await;
     }
     let names: Vec<String> = (0..60).map(|i| format!("t:{i}")).collect();
     let mut tokens: HashMap<String, u64> = HashMap::new();
@@ -418,4 +425,64 @@ async fn one_shard_restarted_empty_stops_only_its_names_and_tokens_keep_rising()
         assert!(token > tokens[*name]);
         assert_eq!(b.revoke(name, &lease).await.0, 204);
     }
+}
+
+#[tokio::test]
+async fn a_shard_back_from_an_old_snapshot_is_caught_and_tokens_keep_rising() {
+    let mut cs = clusters(3);
+    let mut cfg = config(&cs);
+    cfg.max_ttl_ms = 2000;
+    cfg.max_lock_delay_ms = 0;
+    cfg.default_ttl_ms = 1000;
+    let (a, b) = (TestApp::spawn(cfg.clone()).await, TestApp::spawn(cfg).await);
+    for app in [&a, &b] {
+        every_shard_votes(app).await;
+    }
+    // Names served by the first cluster's second shard.
+    let names: Vec<String> = (0..200)
+        .map(|i| format!("snap:{i}"))
+        .filter(|n| cs[0].shard_of_slot(layout::slot_of(&format!("redlockd:lock:{{{n}}}"))) == 1)
+        .take(20)
+        .collect();
+    let cycle = async |app: &TestApp, tokens: &mut HashMap<String, u64>| {
+        for name in &names {
+            let (lease, token) = app.must_grant(name, json!({"ttl_ms": 1000})).await;
+            if let Some(before) = tokens.get(name) {
+                assert!(token > *before, "{name}: token {token} after {before}");
+            }
+            tokens.insert(name.clone(), token);
+            assert_eq!(app.revoke(name, &lease).await.0, 204);
+        }
+    };
+    let mut tokens = HashMap::new();
+    cycle(&a, &mut tokens).await;
+    let dir = tempfile::tempdir().expect("temp dir");
+    let snapshot = dir.path().join("old.rdb");
+    cs[0].shards[1].snapshot(&snapshot).await;
+    // Granted after the snapshot: the shard's counters move on, then go back.
+    cycle(&a, &mut tokens).await;
+    cycle(&b, &mut tokens).await;
+    cs[0].shards[1].restart_from(&snapshot).await;
+    let address = format!("127.0.0.1:{}", cs[0].shards[1].port);
+    // The replicas that saw those tokens catch the shard: it is out (quarantined), and
+    // every grant meanwhile still gets a token above every earlier one.
+    wait_for(
+        "the shard to be quarantined",
+        Duration::from_secs(10),
+        async || {
+            let (_, ready) = a.get("/readyz").await;
+            let shard = ready["masters"][0]["shards"]
+                .as_array()?
+                .iter()
+                .find(|s| s["address"] == address.as_str())?
+                .clone();
+            shard.get("quarantined_until").map(drop)
+        },
+    )
+    .await;
+    cycle(&b, &mut tokens).await;
+    cycle(&a, &mut tokens).await;
+    // After the quarantine it votes again, and tokens still rise.
+    every_shard_votes(&a).await;
+    cycle(&a, &mut tokens).await;
 }
