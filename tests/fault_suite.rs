@@ -129,15 +129,25 @@ impl Replica {
         logs: &Path,
         extra: &[(&str, &str)],
     ) -> Self {
+        let urls: Vec<String> = masters
+            .iter()
+            .map(|m| format!("redis://{}:{}", replica_host(index), m.port))
+            .collect();
+        Self::start_over(index, &urls, logs, extra).await
+    }
+
+    /// A replica over the masters at `urls`.
+    async fn start_over(
+        index: usize,
+        urls: &[String],
+        logs: &Path,
+        extra: &[(&str, &str)],
+    ) -> Self {
         let port = std::net::TcpListener::bind("127.0.0.1:0")
             .unwrap()
             .local_addr()
             .unwrap()
             .port();
-        let urls: Vec<String> = masters
-            .iter()
-            .map(|m| format!("redis://{}:{}", replica_host(index), m.port))
-            .collect();
         let log = logs.join(format!("replica-{index}-{port}.log"));
         let child = Command::new(BIN)
             .env_clear()
@@ -806,6 +816,11 @@ async fn every_name_is_granted_again(cluster: &Cluster) -> Vec<String> {
         .expect("replica 0 runs")
         .base
         .clone();
+    every_name_is_granted_again_on(&base).await
+}
+
+/// `every_name_is_granted_again`, through the replica at `base`.
+async fn every_name_is_granted_again_on(base: &str) -> Vec<String> {
     let http = reqwest::Client::new();
     let deadline = Duration::from_millis(1500) + MAX_TTL + MAX_LOCK_DELAY + Duration::from_secs(1);
     let mut blocked = Vec::new();
@@ -1308,4 +1323,169 @@ fn a_new_deployment_whose_masters_boot_apart_is_ready_within_seconds() {
         );
         assert_eq!(lease["fencing_token"], 1, "tokens start at 1");
     });
+}
+
+/// Three Redis Clusters of three primaries as the masters, two replicas, the workers of the
+/// random scenarios, and faults of single shards: one shard of one cluster restarts empty
+/// (its names lose that cluster's vote while it is quarantined, then it is restored), one
+/// shard of another restarts from an old snapshot (the replicas that saw its newer tokens
+/// catch it), another shard is paused a while. Every fault hits the shard that serves a
+/// name the workers use. The history goes to the same checker.
+async fn shard_faults(seed: u64) {
+    common::init_test_logging();
+    eprintln!("fault suite: shard faults, seed {seed} (replay with REDLOCKD_FAULT_SEED={seed})");
+    let mut rng = StdRng::seed_from_u64(seed);
+    let started = Instant::now();
+    let mut clusters: Vec<common::RedisCluster> = (0..MASTERS)
+        .map(|_| common::RedisCluster::start(3))
+        .collect();
+    let urls: Vec<String> = clusters.iter().map(common::RedisCluster::url).collect();
+    let logs = tempfile::tempdir().unwrap();
+    let bases: Bases = Arc::new(RwLock::new(vec![None; REPLICAS]));
+    let mut replicas = Vec::new();
+    for r in 0..2 {
+        let replica = Replica::start_over(r, &urls, logs.path(), &[]).await;
+        bases.write().unwrap()[r] = Some(replica.base.clone());
+        replicas.push(replica);
+    }
+    let http = reqwest::Client::new();
+    let every_shard_votes = async || {
+        let ready: Value = http
+            .get(format!("{}/readyz", replicas[0].base))
+            .send()
+            .await
+            .ok()?
+            .json()
+            .await
+            .ok()?;
+        ready["masters"]
+            .as_array()?
+            .iter()
+            .all(|m| {
+                m["shards"]
+                    .as_array()
+                    .is_some_and(|s| s.iter().all(|s| s["voting"] == true))
+            })
+            .then_some(())
+    };
+    wait_for(
+        "every shard to vote",
+        Duration::from_secs(30),
+        every_shard_votes,
+    )
+    .await;
+    let recorder = Arc::new(Recorder {
+        started,
+        events: Mutex::new(Vec::new()),
+        stale: Mutex::new(Vec::new()),
+        retried: Default::default(),
+        sessions: Default::default(),
+    });
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let workers: Vec<_> = (0..6)
+        .map(|w| {
+            tokio::spawn(worker(
+                seed * 100 + 50 + w,
+                bases.clone(),
+                recorder.clone(),
+                stop.clone(),
+            ))
+        })
+        .collect();
+    // The shard of each cluster that serves `name`.
+    let shard_of = |cluster: &common::RedisCluster, name: &str| {
+        cluster.shard_of_slot(redlockd::store::layout::slot_of(&format!(
+            "redlockd:lock:{{{name}}}"
+        )))
+    };
+    let quarantine = MAX_TTL + MAX_LOCK_DELAY;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    // Which names' shards the faults hit, and in which clusters, is the seed's.
+    let pick = |rng: &mut StdRng| ["job:a", "job:b", "job:c", "job:d"][rng.random_range(0..4)];
+    let empty_at = rng.random_range(0..MASTERS);
+    let (rolled_at, paused_at) = ((empty_at + 1) % MASTERS, (empty_at + 2) % MASTERS);
+    let rolled = shard_of(&clusters[rolled_at], pick(&mut rng));
+    let snapshot = logs.path().join("shard.rdb");
+    clusters[rolled_at].shards[rolled].snapshot(&snapshot).await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+
+    let emptied = shard_of(&clusters[empty_at], pick(&mut rng));
+    eprintln!("fault suite: cluster {empty_at} shard {emptied} restarts empty");
+    clusters[empty_at].shards[emptied].restart_empty();
+    tokio::time::sleep(quarantine + Duration::from_secs(2)).await;
+
+    eprintln!("fault suite: cluster {rolled_at} shard {rolled} restarts from an old snapshot");
+    clusters[rolled_at].shards[rolled]
+        .restart_from(&snapshot)
+        .await;
+    tokio::time::sleep(quarantine + Duration::from_secs(2)).await;
+
+    let paused = shard_of(&clusters[paused_at], pick(&mut rng));
+    eprintln!("fault suite: cluster {paused_at} shard {paused} pauses");
+    clusters[paused_at].shards[paused].pause();
+    tokio::time::sleep(Duration::from_millis(rng.random_range(500..2000))).await;
+    clusters[paused_at].shards[paused].resume();
+    tokio::time::sleep(Duration::from_secs(3)).await;
+
+    stop.store(true, std::sync::atomic::Ordering::Release);
+    for w in workers {
+        w.await.expect("worker");
+    }
+    let mut violations = every_name_is_granted_again_on(&replicas[0].base).await;
+    wait_for(
+        "every shard to vote again after the faults",
+        quarantine + Duration::from_secs(10),
+        every_shard_votes,
+    )
+    .await;
+    let history = recorder.events.lock().unwrap().clone();
+    let grants = history
+        .iter()
+        .filter(|e| e.kind == Kind::Grant && e.status == 201)
+        .count();
+    let mut counts = std::collections::BTreeMap::new();
+    for e in &history {
+        *counts
+            .entry((format!("{:?}", e.kind), e.status))
+            .or_insert(0) += 1;
+    }
+    let sessions = recorder.sessions.load(std::sync::atomic::Ordering::Relaxed);
+    eprintln!(
+        "fault suite: shard faults: {} operations in {:?}, {sessions} session rounds; outcomes {counts:?}",
+        history.len(),
+        started.elapsed()
+    );
+    let logs_text = replicas
+        .iter()
+        .map(|r| format!("--- {}\n{}", r.log.display(), r.log_tail()))
+        .collect::<Vec<_>>()
+        .join("\n");
+    assert!(
+        grants > 50,
+        "too few grants to judge anything:\n{logs_text}"
+    );
+    violations.extend(checker::check(&history, &[]));
+    assert!(
+        violations.is_empty(),
+        "shard faults: {} violations:\n{}\n\nreplica logs:\n{logs_text}",
+        violations.len(),
+        violations.join("\n"),
+    );
+    for log in replicas.iter().map(|r| r.log_tail()) {
+        assert!(!log.contains("panicked"), "a replica panicked:\n{log}");
+    }
+}
+
+#[test]
+fn shard_faults_on_redis_clusters_seed_1() {
+    if net::enter("shard_faults_on_redis_clusters_seed_1") {
+        runtime().block_on(shard_faults(seed(1)));
+    }
+}
+
+#[test]
+fn shard_faults_on_redis_clusters_seed_2() {
+    if net::enter("shard_faults_on_redis_clusters_seed_2") {
+        runtime().block_on(shard_faults(seed(2)));
+    }
 }

@@ -287,27 +287,44 @@ impl RedisNode {
         }
         let mut token = 0;
         let mut done: Vec<&[LockKey]> = Vec::new();
+        let mut tokens = Vec::new();
         for (_, names) in &by_slot {
-            let answer = self.acquire_group(claim, names).await;
-            match answer {
+            match self.acquire_group(claim, names).await {
                 Ok(Acquired::Granted { token: t }) => {
                     token = token.max(t);
                     done.push(names);
+                    tokens.push(t);
                 }
                 other => {
-                    let undo = Ending::Undo {
-                        attempt: claim.idem.map(|i| Arc::from(i.attempt.as_str())),
-                    };
-                    for names in done {
-                        for name in names {
-                            let _ = self.release(name, claim.lease, &undo).await;
-                        }
-                    }
+                    self.undo_members(&claim, &done).await;
                     return other;
                 }
             }
         }
+        // The engine takes a master whose answer is the chosen token to hold it already: so
+        // every slot's counter is raised to the largest here, as one counter would be.
+        for (names, t) in done.iter().zip(tokens) {
+            if t == token {
+                continue;
+            }
+            for name in *names {
+                if let Err(e) = self.confirm(name, claim.lease, token).await {
+                    self.undo_members(&claim, &done).await;
+                    return Err(e);
+                }
+            }
+        }
         Ok(Acquired::Granted { token })
+    }
+
+    /// Undo what a several-name grant took in the slots it was granted before one failed.
+    async fn undo_members(&self, claim: &Claim<'_>, done: &[&[LockKey]]) {
+        let ending = Ending::Undo {
+            attempt: claim.idem.map(|i| Arc::from(i.attempt.as_str())),
+        };
+        for name in done.iter().flat_map(|names| names.iter()) {
+            let _ = self.release(name, claim.lease, &ending).await;
+        }
     }
 
     /// acquire_many.lua for `names` (all of `claim`'s names, or those of one slot).

@@ -229,6 +229,11 @@ async fn every_kind_of_lock_works_on_clusters() {
         .map(|n| layout::slot_of(&format!("redlockd:lock:{{{n}}}")))
         .collect();
     assert!(slots.windows(2).any(|w| w[0] != w[1]), "{slots:?}");
+    // One name's slot counter runs ahead of the others'.
+    for _ in 0..5 {
+        let (lease, _) = a.must_grant("acct:1", json!({})).await;
+        assert_eq!(a.revoke("acct:1", &lease).await.0, 204);
+    }
     let (status, group) = a
         .send(
             "POST",
@@ -237,6 +242,7 @@ async fn every_kind_of_lock_works_on_clusters() {
         )
         .await;
     assert_eq!(status, 201, "{group}");
+    let group_token = group["fencing_token"].as_u64().unwrap();
     let (held, body) = b.grant("acct:3", json!({})).await;
     assert_eq!(
         (held, body["error"].as_str()),
@@ -246,8 +252,10 @@ async fn every_kind_of_lock_works_on_clusters() {
     let lease = group["lease_id"].as_str().unwrap();
     assert_eq!(b.renew("acct:1", lease, json!({})).await.0, 200);
     assert_eq!(b.revoke("acct:1", lease).await.0, 204);
+    // Every name's token rises past the several-name lease's, whichever slot it is in.
     for name in names {
-        b.must_grant(name, json!({"ttl_ms": 5000})).await;
+        let (_, token) = b.must_grant(name, json!({"ttl_ms": 5000})).await;
+        assert!(token > group_token, "{name}: {token} after {group_token}");
     }
     // A several-name grant that meets a held name takes none of them.
     let (status, body) = a
