@@ -1464,6 +1464,21 @@ async fn shard_faults(seed: u64) {
         grants > 50,
         "too few grants to judge anything:\n{logs_text}"
     );
+    let full: String = replicas
+        .iter()
+        .map(|r| std::fs::read_to_string(&r.log).unwrap_or_default())
+        .collect();
+    let lost = full
+        .matches("a shard of this cluster has lost its data")
+        .count();
+    let rolled_back = full.matches("a shard went back in time").count();
+    eprintln!(
+        "fault suite: shard faults: {lost} shard quarantines, {rolled_back} rollbacks caught (a rollback is caught when a replica saw a token the snapshot lacks)"
+    );
+    assert!(
+        lost > 0,
+        "the shard restarted empty was never quarantined:\n{logs_text}"
+    );
     violations.extend(checker::check(&history, &[]));
     assert!(
         violations.is_empty(),
