@@ -26,7 +26,8 @@
 //!
 //! `REDLOCKD_BENCH_SMOKE=1` runs every row for a moment at small sizes: the test command
 //! runs it that way (in the test profile) so that the benchmark keeps working.
-//! `REDLOCKD_BENCH_ONLY=uncontended` (or `contended`: the waiting and renew-heavy rows)
+//! `REDLOCKD_BENCH_ONLY=uncontended` (or `contended`: the waiting and renew-heavy rows;
+//! `clusters`: three Redis Clusters of three shards next to three single masters)
 //! runs only those rows, for quick comparisons while optimising; `REDLOCKD_BENCH_SERVER_ENV="K=V ..."` sets
 //! variables for the redlockd process only (e.g. `RUST_LOG=warn`); and
 //! `REDLOCKD_BENCH_AB="K=V ..."` compares redlockd with and without them, row against row
@@ -549,12 +550,17 @@ impl Server {
 
     /// redlockd with `extra` ("K=V K=V") set in its environment.
     async fn start_with(masters: &[RedisMaster], extra: &str) -> Self {
+        let urls: Vec<String> = masters.iter().map(RedisMaster::url).collect();
+        Self::start_over(&urls, extra).await
+    }
+
+    /// redlockd over the masters at `urls` (none: the embedded store).
+    async fn start_over(urls: &[String], extra: &str) -> Self {
         let port = std::net::TcpListener::bind("127.0.0.1:0")
             .and_then(|l| l.local_addr())
             .expect("free port")
             .port();
         let dir = tempfile::tempdir().expect("temp dir");
-        let urls: Vec<String> = masters.iter().map(RedisMaster::url).collect();
         let log = std::fs::File::create(dir.path().join("redlockd.log")).expect("log file");
         let mut cmd = Command::new(BIN);
         cmd.env("REDLOCKD_LISTEN", format!("127.0.0.1:{port}"));
@@ -1312,6 +1318,71 @@ async fn ab(masters: &[RedisMaster], b_env: &str, plan: Plan) {
     }
 }
 
+/// Three Redis Clusters of three shards as the masters, next to three single masters:
+/// cycles/s of redlockd over each, and what each shard's process spent per cycle (the
+/// point of a cluster: each shard carries a share of the work).
+async fn clusters_next_to_masters(masters: &[RedisMaster], plan: Plan) {
+    let clusters: Vec<common::RedisCluster> =
+        (0..3).map(|_| common::RedisCluster::start(3)).collect();
+    let urls: Vec<String> = clusters.iter().map(common::RedisCluster::url).collect();
+    let over_clusters = Arc::new(Server::start_over(&urls, "").await);
+    let over_masters = Arc::new(Server::start(masters).await);
+    let shard_pids: Vec<u32> = clusters
+        .iter()
+        .flat_map(|c| c.shards.iter().map(RedisMaster::pid))
+        .collect();
+    print_header();
+    let single = Setup {
+        length: plan.row,
+        service: &[over_masters.pid()],
+        masters: &pids(masters),
+    };
+    let s = over_masters.clone();
+    let base = measure(
+        "redlockd, 3 single masters",
+        "uncontended, 16 clients".into(),
+        16,
+        &single,
+        None,
+        move |c| http_cycle(s.clone(), c, 0),
+    )
+    .await
+    .rate();
+    let before: Vec<Duration> = shard_pids.iter().map(|p| cpu_of(*p)).collect();
+    let clustered = Setup {
+        length: plan.row,
+        service: &[over_clusters.pid()],
+        masters: &shard_pids,
+    };
+    let s = over_clusters.clone();
+    let row = measure(
+        "redlockd, 3 clusters × 3 shards",
+        "uncontended, 16 clients (× the single masters)".into(),
+        16,
+        &clustered,
+        Some(base),
+        move |c| http_cycle(s.clone(), c, 0),
+    )
+    .await;
+    let per_cycle: Vec<String> = shard_pids
+        .iter()
+        .zip(before)
+        .map(|(pid, was)| {
+            let used = cpu_of(*pid).saturating_sub(was);
+            let us = used.as_secs_f64() * 1e6 / row.tally.cycles.max(1) as f64;
+            format!("{us:.0}")
+        })
+        .collect();
+    println!(
+        "\nCPU of each shard per cycle over the clusters, µs (cluster by cluster, three shards each; 10 ms ticks): {}\n",
+        per_cycle
+            .chunks(3)
+            .map(|c| c.join(" / "))
+            .collect::<Vec<_>>()
+            .join(" · ")
+    );
+}
+
 #[tokio::main]
 async fn main() {
     let plan = Plan::from_env();
@@ -1334,6 +1405,10 @@ async fn main() {
     let only = std::env::var("REDLOCKD_BENCH_ONLY").unwrap_or_default();
     if only == "streams" {
         held_streams(&masters, plan.streams, plan.row).await;
+        return;
+    }
+    if only == "clusters" {
+        clusters_next_to_masters(&masters, plan).await;
         return;
     }
     print_header();
@@ -1436,6 +1511,9 @@ async fn main() {
             100.0 * contended_rate * handoff_p50.as_secs_f64()
         );
     }
+
+    println!("\n## Redis Clusters as masters\n");
+    clusters_next_to_masters(&masters, plan).await;
 
     println!("\n## Scale\n");
     print_header();
