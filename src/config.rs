@@ -547,6 +547,35 @@ mod tests {
     }
 
     #[test]
+    fn a_cluster_url_is_one_master_reached_through_its_seed() {
+        let url = MasterUrl::parse("rediss+cluster://:pw@10.0.0.5:7000").unwrap();
+        assert!(url.is_cluster());
+        assert_eq!(url.redacted(), "rediss+cluster://10.0.0.5:7000");
+        assert_eq!(url.expose(), "rediss://:pw@10.0.0.5:7000");
+        assert!(
+            !MasterUrl::parse("redis://10.0.0.5:7000")
+                .unwrap()
+                .is_cluster()
+        );
+        let err = MasterUrl::parse("redis+cluster://10.0.0.5:7000/2").unwrap_err();
+        assert!(err.contains("database 0"), "{err}");
+        let err = config(&[
+            "--redis-urls",
+            "redis+cluster://a:1",
+            "--key-prefix",
+            "locks{x}:",
+        ])
+        .settings()
+        .unwrap_err();
+        assert_eq!(err.variable, "REDLOCKD_KEY_PREFIX");
+        assert!(
+            config(&["--redis-urls", "redis://a:1", "--key-prefix", "locks{x}:"])
+                .settings()
+                .is_ok()
+        );
+    }
+
+    #[test]
     fn master_urls_never_show_their_credentials() {
         let url = MasterUrl::parse("redis://:s3cret@127.0.0.1:7000/0").unwrap();
         assert_eq!(url.redacted(), "redis://127.0.0.1:7000/0");
