@@ -216,6 +216,7 @@ impl Monitor {
         let mut probes: Vec<NodeResult<Probe>> =
             futures::future::join_all(nodes.iter().map(|node| async move {
                 let started = Instant::now();
+                let limit = node.upkeep_budget().unwrap_or(limit);
                 let reply = tokio::time::timeout(limit, node.probe())
                     .await
                     .unwrap_or(Err(NodeError::Timeout));
@@ -377,7 +378,7 @@ impl Monitor {
                 seen_before = highest,
                 "master went back in time (its fencing counter fell): it restarted from an old snapshot and may have lost locks; it stops voting"
             );
-            if let Err(e) = self.bounded(nodes[j].unmark(&identity)).await {
+            if let Err(e) = self.bounded(&*nodes[j], nodes[j].unmark(&identity)).await {
                 tracing::warn!(master = %self.addresses[j], error = %e, "could not remove the marker of a master that went back in time");
             }
             if let Ok(probe) = &mut probes[j] {
@@ -396,7 +397,14 @@ impl Monitor {
                 (state.identity.clone(), state.highest_fence)
             })
             .collect();
-        let probes = futures::future::join_all(nodes.iter().map(|n| self.bounded(n.probe()))).await;
+        // A cluster records no high-water marks (see `catch_rollbacks`): not probed twice.
+        let probes = futures::future::join_all(
+            nodes
+                .iter()
+                .filter(|n| !n.fences_from_clock())
+                .map(|n| self.bounded(&**n, n.probe())),
+        )
+        .await;
         let mut marks = std::collections::HashMap::new();
         for (identity, fence) in probes.iter().flatten().flat_map(|p| &p.watermarks) {
             let mark = marks.entry(identity.clone()).or_insert(0);
@@ -433,13 +441,20 @@ impl Monitor {
                 .map(|(_, id, fence)| (id.clone(), *fence))
                 .collect();
             let node = nodes[*i].clone();
-            async move { self.bounded(node.record_watermarks(&others)).await }
+            async move { self.bounded(&*node, node.record_watermarks(&others)).await }
         }))
         .await;
     }
 
-    async fn bounded<T>(&self, step: impl Future<Output = NodeResult<T>>) -> NodeResult<T> {
-        tokio::time::timeout(self.config.master_timeout, step)
+    /// `step` on `node`, given the master timeout (or the node's upkeep budget: a
+    /// cluster's upkeep is a call per slot of a shard).
+    async fn bounded<T>(
+        &self,
+        node: &dyn LockNode,
+        step: impl Future<Output = NodeResult<T>>,
+    ) -> NodeResult<T> {
+        let limit = node.upkeep_budget().unwrap_or(self.config.master_timeout);
+        tokio::time::timeout(limit, step)
             .await
             .unwrap_or(Err(NodeError::Timeout))
     }
@@ -503,7 +518,10 @@ impl Monitor {
 
     async fn restore(&self, i: usize, nodes: &[Arc<dyn LockNode>], fence: u64, why: &str) {
         let identity = new_identity();
-        match self.bounded(nodes[i].restore(fence, &identity)).await {
+        match self
+            .bounded(&*nodes[i], nodes[i].restore(fence, &identity))
+            .await
+        {
             Ok(()) => {
                 {
                     let mut state = self.state(i);
@@ -537,7 +555,8 @@ impl Monitor {
         floor: Option<u64>,
         force: bool,
     ) -> Result<Vec<String>, String> {
-        let probes = futures::future::join_all(nodes.iter().map(|n| self.bounded(n.probe()))).await;
+        let probes =
+            futures::future::join_all(nodes.iter().map(|n| self.bounded(&**n, n.probe()))).await;
         let silent: Vec<&str> = probes
             .iter()
             .zip(&self.addresses)
@@ -573,7 +592,7 @@ impl Monitor {
         let mut report = Vec::new();
         for (i, probe) in probes.iter().enumerate() {
             let identity = new_identity();
-            self.bounded(nodes[i].restore(fence, &identity))
+            self.bounded(&*nodes[i], nodes[i].restore(fence, &identity))
                 .await
                 .map_err(|e| format!("{}: could not restore: {e}", self.addresses[i]))?;
             report.push(format!(

@@ -40,6 +40,10 @@ use crate::model::{ClusterStatus, ShardStatus};
 /// cause.
 const UPKEEP_TIMEOUT: Duration = Duration::from_secs(5);
 
+/// How long one probe or restore of a whole cluster may take (each of its pipelined chunks
+/// is bounded by `UPKEEP_TIMEOUT`).
+pub const UPKEEP_BUDGET: Duration = Duration::from_secs(30);
+
 /// How long a shard that was unverified waits before a probe may verify it (as a master's).
 const VERIFY_AFTER: Duration = Duration::from_millis(300);
 
@@ -99,7 +103,11 @@ impl ShardHealth {
 pub struct Shard {
     /// `host:port`, as the cluster names it.
     pub address: String,
+    /// Steps and probes, answered within the master timeout.
     conn: ConnectionManager,
+    /// Upkeep (restores, rollback checks, scans): thousands of commands at once, answered
+    /// within `UPKEEP_TIMEOUT`.
+    upkeep: ConnectionManager,
     health: Mutex<ShardHealth>,
 }
 
@@ -215,16 +223,19 @@ impl Cluster {
             .url_of(address)
             .ok_or_else(|| NodeError::Other(format!("the cluster named a node {address:?}")))?;
         let client = redis::Client::open(url).map_err(|e| classify(&e))?;
-        let config = redis::aio::ConnectionManagerConfig::new()
-            .set_response_timeout(Some(self.timeout))
-            .set_connection_timeout(Some(self.timeout.max(Duration::from_millis(250))))
-            .set_max_delay(Duration::from_secs(1))
-            .set_number_of_retries(usize::MAX);
-        let conn =
-            ConnectionManager::new_lazy_with_config(client, config).map_err(|e| classify(&e))?;
+        let manager = |timeout: Duration| {
+            let config = redis::aio::ConnectionManagerConfig::new()
+                .set_response_timeout(Some(timeout))
+                .set_connection_timeout(Some(self.timeout.max(Duration::from_millis(250))))
+                .set_max_delay(Duration::from_secs(1))
+                .set_number_of_retries(usize::MAX);
+            ConnectionManager::new_lazy_with_config(client.clone(), config)
+                .map_err(|e| classify(&e))
+        };
         let shard = Arc::new(Shard {
             address: address.to_owned(),
-            conn,
+            conn: manager(self.timeout)?,
+            upkeep: manager(UPKEEP_TIMEOUT)?,
             health: Mutex::new(ShardHealth::default()),
         });
         nodes.insert(address.to_owned(), shard.clone());
@@ -412,7 +423,8 @@ impl Cluster {
     /// A call to `shard` failed: a broken connection leaves it unverified.
     fn failed(&self, shard: &Shard, e: &redis::RedisError) -> NodeError {
         let error = classify(e);
-        let broke = e.is_io_error() || e.is_connection_dropped() || e.is_connection_refusal();
+        let broke = !e.is_timeout()
+            && (e.is_io_error() || e.is_connection_dropped() || e.is_connection_refusal());
         let mut health = shard.health();
         if broke {
             health.up = false;
@@ -528,7 +540,7 @@ impl Cluster {
         script: &Script,
         args: impl Fn(u16) -> (Vec<String>, Vec<String>),
     ) -> NodeResult<()> {
-        let mut conn = shard.conn.clone();
+        let mut conn = shard.upkeep.clone();
         script
             .prepare_invoke()
             .load_async(&mut conn)
@@ -577,7 +589,7 @@ impl Cluster {
 
     /// Remove the markers of `slots` on `shard`: their scripts refuse until restored.
     async fn unmark_slots(&self, shard: &Shard, slots: &[u16]) -> NodeResult<()> {
-        let mut conn = shard.conn.clone();
+        let mut conn = shard.upkeep.clone();
         for chunk in slots.chunks(512) {
             let mut pipe = redis::pipe();
             for &slot in chunk {
@@ -788,7 +800,7 @@ impl Cluster {
         if since.elapsed() < VERIFY_AFTER {
             return;
         }
-        let mut conn = shard.conn.clone();
+        let mut conn = shard.upkeep.clone();
         let mut fell = None;
         for chunk in seen.chunks(512) {
             let mut pipe = redis::pipe();
@@ -796,7 +808,7 @@ impl Cluster {
                 pipe.cmd("GET").arg(self.keys.fence_at(*slot));
             }
             let Ok(Ok(fences)) = tokio::time::timeout(
-                self.timeout,
+                UPKEEP_TIMEOUT,
                 pipe.query_async::<Vec<Option<u64>>>(&mut conn),
             )
             .await
@@ -839,11 +851,11 @@ impl Cluster {
     pub async fn scan(&self, pattern: &str) -> NodeResult<Vec<String>> {
         let mut found = Vec::new();
         for (shard, _) in self.shards() {
-            let mut conn = shard.conn.clone();
+            let mut conn = shard.upkeep.clone();
             let mut cursor: u64 = 0;
             loop {
                 let (next, keys): (u64, Vec<String>) = tokio::time::timeout(
-                    self.timeout,
+                    UPKEEP_TIMEOUT,
                     redis::cmd("SCAN")
                         .arg(cursor)
                         .arg("MATCH")

@@ -354,6 +354,12 @@ pub trait LockNode: Send + Sync + 'static {
         None
     }
 
+    /// How long this master's upkeep (probe, restore, unmark) may take, when longer than
+    /// the master timeout: a cluster's restores a shard slot by slot.
+    fn upkeep_budget(&self) -> Option<std::time::Duration> {
+        None
+    }
+
     /// Whether this master's fencing counters are restored from the wall clock (a
     /// cluster's slots are): then every master's restore must be, so that no restored
     /// counter is below a token a cluster's slot granted.

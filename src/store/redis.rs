@@ -1021,6 +1021,10 @@ impl LockNode for RedisNode {
         self.keys.is_cluster()
     }
 
+    fn upkeep_budget(&self) -> Option<Duration> {
+        self.cluster().map(|_| cluster::UPKEEP_BUDGET)
+    }
+
     fn traffic(&self) -> Option<Traffic> {
         match &self.wire {
             Wire::Master(master) => Some(master.batch.traffic()),

@@ -21,7 +21,7 @@ fn config(clusters: &[RedisCluster]) -> redlockd::config::Config {
     let mut config = redlockd::config::Config::from_env().expect("default config");
     config.listen = "127.0.0.1:0".into();
     config.redis_urls = clusters.iter().map(RedisCluster::url).collect();
-    config.master_timeout_ms = 300;
+    config.master_timeout_ms = 500;
     config
 }
 
@@ -36,17 +36,25 @@ async fn replicas(clusters: &[RedisCluster]) -> (TestApp, TestApp) {
 
 /// Wait until `/readyz` shows every shard of every cluster voting.
 async fn every_shard_votes(app: &TestApp) {
-    wait_for("every shard to vote", Duration::from_secs(30), async || {
+    let started = Instant::now();
+    loop {
         let (status, ready) = app.get("/readyz").await;
-        let masters = ready["masters"].as_array()?;
-        let all = masters.iter().all(|m| {
-            m["shards"]
-                .as_array()
-                .is_some_and(|s| !s.is_empty() && s.iter().all(|s| s["voting"] == true))
+        let all = ready["masters"].as_array().is_some_and(|masters| {
+            masters.iter().all(|m| {
+                m["shards"]
+                    .as_array()
+                    .is_some_and(|s| !s.is_empty() && s.iter().all(|s| s["voting"] == true))
+            })
         });
-        (status == 200 && all).then_some(())
-    })
-    .await;
+        if status == 200 && all {
+            return;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(30),
+            "not every shard votes after 30 s: {ready}"
+        );
+        tokio::time::sleep(common::POLL).await;
+    }
 }
 
 /// `cmdstat_<name>:calls=N` of one node (commands run inside scripts count).
