@@ -856,6 +856,39 @@ async fn every_name_is_granted_again_on(base: &str) -> Vec<String> {
     blocked
 }
 
+/// Six workers (seeded from `seed`) against the replicas in `bases`, recording into one
+/// history until the returned flag is set.
+#[allow(clippy::type_complexity)]
+fn start_workers(
+    started: Instant,
+    seed: u64,
+    bases: &Bases,
+) -> (
+    Arc<Recorder>,
+    Arc<std::sync::atomic::AtomicBool>,
+    Vec<tokio::task::JoinHandle<()>>,
+) {
+    let recorder = Arc::new(Recorder {
+        started,
+        events: Mutex::new(Vec::new()),
+        stale: Mutex::new(Vec::new()),
+        retried: Default::default(),
+        sessions: Default::default(),
+    });
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let workers = (0..6)
+        .map(|w| {
+            tokio::spawn(worker(
+                seed + w,
+                bases.clone(),
+                recorder.clone(),
+                stop.clone(),
+            ))
+        })
+        .collect();
+    (recorder, stop, workers)
+}
+
 fn seed(default: u64) -> u64 {
     std::env::var("REDLOCKD_FAULT_SEED")
         .ok()
@@ -871,24 +904,7 @@ async fn random_faults(seed: u64, length: Duration) {
     eprintln!("fault suite: seed {seed} (replay with REDLOCKD_FAULT_SEED={seed})");
     let started = Instant::now();
     let mut cluster = Cluster::start(started).await;
-    let recorder = Arc::new(Recorder {
-        started,
-        events: Mutex::new(Vec::new()),
-        stale: Mutex::new(Vec::new()),
-        retried: Default::default(),
-        sessions: Default::default(),
-    });
-    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let workers: Vec<_> = (0..6)
-        .map(|w| {
-            tokio::spawn(worker(
-                seed * 100 + w,
-                cluster.bases.clone(),
-                recorder.clone(),
-                stop.clone(),
-            ))
-        })
-        .collect();
+    let (recorder, stop, workers) = start_workers(started, seed * 100, &cluster.bases);
 
     let mut rng = StdRng::seed_from_u64(seed);
     let mut applied = Vec::new();
@@ -1374,24 +1390,7 @@ async fn shard_faults(seed: u64) {
         every_shard_votes,
     )
     .await;
-    let recorder = Arc::new(Recorder {
-        started,
-        events: Mutex::new(Vec::new()),
-        stale: Mutex::new(Vec::new()),
-        retried: Default::default(),
-        sessions: Default::default(),
-    });
-    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let workers: Vec<_> = (0..6)
-        .map(|w| {
-            tokio::spawn(worker(
-                seed * 100 + 50 + w,
-                bases.clone(),
-                recorder.clone(),
-                stop.clone(),
-            ))
-        })
-        .collect();
+    let (recorder, stop, workers) = start_workers(started, seed * 100 + 50, &bases);
     // The shard of each cluster that serves `name`.
     let shard_of = |cluster: &common::RedisCluster, name: &str| {
         cluster.shard_of_slot(redlockd::store::layout::slot_of(&format!(

@@ -72,6 +72,11 @@ impl RedisMaster {
 
     /// A master that requires `password`, or runs with extra redis-server arguments.
     pub fn start_with(password: Option<&str>, extra: &[&str]) -> Self {
+        Self::start_on(free_port, password, extra)
+    }
+
+    /// A master on a port `port` picks.
+    fn start_on(port: fn() -> u16, password: Option<&str>, extra: &[&str]) -> Self {
         let mut master = Self {
             port: 0,
             password: password.map(str::to_owned),
@@ -81,7 +86,7 @@ impl RedisMaster {
         };
         // A free port can be taken between our probe and redis' bind: try a few.
         for _ in 0..5 {
-            master.port = free_port();
+            master.port = port();
             if master.spawn() {
                 return master;
             }
@@ -301,22 +306,7 @@ impl RedisCluster {
             "no",
         ];
         let shards: Vec<RedisMaster> = (0..n)
-            .map(|_| {
-                let mut master = RedisMaster {
-                    port: 0,
-                    password: None,
-                    extra: extra.iter().map(|s| s.to_string()).collect(),
-                    dir: tempfile::tempdir().expect("temp dir"),
-                    child: None,
-                };
-                for _ in 0..5 {
-                    master.port = free_cluster_port();
-                    if master.spawn() {
-                        return master;
-                    }
-                }
-                panic!("could not start a cluster node on a free port");
-            })
+            .map(|_| RedisMaster::start_on(free_cluster_port, None, &extra))
             .collect();
         let status = Command::new("redis-cli")
             .arg("--cluster")

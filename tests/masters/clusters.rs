@@ -34,6 +34,20 @@ async fn replicas(clusters: &[RedisCluster]) -> (TestApp, TestApp) {
     (a, b)
 }
 
+/// Two replicas whose quarantine is short (2 s TTLs, no lock-delay), so that a shard's
+/// return is seen within a test.
+async fn replicas_with_short_quarantine(clusters: &[RedisCluster]) -> (TestApp, TestApp) {
+    let mut cfg = config(clusters);
+    cfg.max_ttl_ms = 2000;
+    cfg.max_lock_delay_ms = 0;
+    cfg.default_ttl_ms = 1000;
+    let (a, b) = (TestApp::spawn(cfg.clone()).await, TestApp::spawn(cfg).await);
+    for app in [&a, &b] {
+        every_shard_votes(app).await;
+    }
+    (a, b)
+}
+
 /// Wait until `/readyz` shows every shard of every cluster voting.
 async fn every_shard_votes(app: &TestApp) {
     let started = Instant::now();
@@ -360,15 +374,7 @@ async fn every_kind_of_lock_works_on_clusters() {
 #[tokio::test]
 async fn one_shard_restarted_empty_stops_only_its_names_and_tokens_keep_rising() {
     let mut cs = clusters(3);
-    let mut cfg = config(&cs);
-    // A short quarantine, so that the shard's return is seen within the test.
-    cfg.max_ttl_ms = 2000;
-    cfg.max_lock_delay_ms = 0;
-    cfg.default_ttl_ms = 1000;
-    let (a, b) = (TestApp::spawn(cfg.clone()).await, TestApp::spawn(cfg).await);
-    for app in [&a, &b] {
-        every_shard_votes(app).await;
-    }
+    let (a, b) = replicas_with_short_quarantine(&cs).await;
     let names: Vec<String> = (0..60).map(|i| format!("t:{i}")).collect();
     let mut tokens: HashMap<String, u64> = HashMap::new();
     for name in &names {
@@ -383,11 +389,15 @@ async fn one_shard_restarted_empty_stops_only_its_names_and_tokens_keep_rising()
         .filter(|n| cs[0].shard_of_slot(layout::slot_of(&format!("redlockd:lock:{{{n}}}"))) == 1)
         .collect();
     assert!(!lost.is_empty());
-    // Grants still succeed, on either replica, and every name's token keeps rising.
+    // Grants still succeed, on either replica, and every name's token keeps rising. (They
+    // may wait: an attempt that met the restart can leave a hold on one cluster until its
+    // release arrives, which with the shard out is enough to refuse the next attempt.)
     for round in 0..2 {
         for (i, name) in names.iter().enumerate() {
             let app = if (i + round) % 2 == 0 { &a } else { &b };
-            let (lease, token) = app.must_grant(name, json!({"ttl_ms": 1000})).await;
+            let (lease, token) = app
+                .must_grant(name, json!({"ttl_ms": 1000, "wait_ms": 3000}))
+                .await;
             assert!(
                 token > tokens[name],
                 "{name}: token {token} after {}",
@@ -437,7 +447,9 @@ async fn one_shard_restarted_empty_stops_only_its_names_and_tokens_keep_rising()
         "the restored shard's slots carry markers again"
     );
     for name in &lost {
-        let (lease, token) = b.must_grant(name, json!({"ttl_ms": 1000})).await;
+        let (lease, token) = b
+            .must_grant(name, json!({"ttl_ms": 1000, "wait_ms": 3000}))
+            .await;
         assert!(token > tokens[*name]);
         assert_eq!(b.revoke(name, &lease).await.0, 204);
     }
@@ -446,14 +458,7 @@ async fn one_shard_restarted_empty_stops_only_its_names_and_tokens_keep_rising()
 #[tokio::test]
 async fn a_shard_back_from_an_old_snapshot_is_caught_and_tokens_keep_rising() {
     let mut cs = clusters(3);
-    let mut cfg = config(&cs);
-    cfg.max_ttl_ms = 2000;
-    cfg.max_lock_delay_ms = 0;
-    cfg.default_ttl_ms = 1000;
-    let (a, b) = (TestApp::spawn(cfg.clone()).await, TestApp::spawn(cfg).await);
-    for app in [&a, &b] {
-        every_shard_votes(app).await;
-    }
+    let (a, b) = replicas_with_short_quarantine(&cs).await;
     // Names served by the first cluster's second shard.
     let names: Vec<String> = (0..200)
         .map(|i| format!("snap:{i}"))
@@ -462,7 +467,9 @@ async fn a_shard_back_from_an_old_snapshot_is_caught_and_tokens_keep_rising() {
         .collect();
     let cycle = async |app: &TestApp, tokens: &mut HashMap<String, u64>| {
         for name in &names {
-            let (lease, token) = app.must_grant(name, json!({"ttl_ms": 1000})).await;
+            let (lease, token) = app
+                .must_grant(name, json!({"ttl_ms": 1000, "wait_ms": 3000}))
+                .await;
             if let Some(before) = tokens.get(name) {
                 assert!(token > *before, "{name}: token {token} after {before}");
             }
