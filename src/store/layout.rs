@@ -10,6 +10,7 @@
 //! shard takes every `INCR`. A cluster keeps no index of names (an index spans slots);
 //! listing scans each shard instead.
 
+use std::borrow::Cow;
 use std::sync::LazyLock;
 
 use crate::model::{Kind, LockKey, SessionHold};
@@ -65,6 +66,9 @@ pub struct Keys {
     watermarks: String,
     channel: String,
     events: String,
+    /// A single master's index of each kind's names, and its names' key prefix, by
+    /// `Kind::index` word.
+    indexes: Vec<(&'static str, String, String)>,
 }
 
 impl Keys {
@@ -78,6 +82,22 @@ impl Keys {
             watermarks: format!("{prefix}watermarks"),
             channel: format!("{prefix}released"),
             events: format!("{prefix}events"),
+            indexes: [
+                Kind::Mutex,
+                Kind::Election,
+                Kind::Semaphore,
+                Kind::Reader,
+                Kind::Group,
+            ]
+            .into_iter()
+            .map(|kind| {
+                (
+                    kind.index(),
+                    format!("{prefix}{}", kind.index()),
+                    format!("{prefix}{}", kind.segment()),
+                )
+            })
+            .collect(),
         }
     }
 
@@ -157,20 +177,20 @@ impl Keys {
     }
 
     /// The fencing counter a grant of `key` takes its token from.
-    pub fn fence(&self, key: &LockKey) -> String {
+    pub fn fence(&self, key: &LockKey) -> Cow<'_, str> {
         if self.cluster {
-            self.fence_at(self.slot(key))
+            Cow::Owned(self.fence_at(self.slot(key)))
         } else {
-            self.fence.clone()
+            Cow::Borrowed(&self.fence)
         }
     }
 
     /// The marker whose absence says that `key`'s data may be lost.
-    pub fn marker(&self, key: &LockKey) -> String {
+    pub fn marker(&self, key: &LockKey) -> Cow<'_, str> {
         if self.cluster {
-            self.marker_at(self.slot(key))
+            Cow::Owned(self.marker_at(self.slot(key)))
         } else {
-            self.marker.clone()
+            Cow::Borrowed(&self.marker)
         }
     }
 
@@ -200,20 +220,20 @@ impl Keys {
 
     /// The index of `kind`'s held names, and the prefix its names' keys are found under;
     /// `None` in the cluster layout, which keeps no index.
-    pub fn index(&self, kind: Kind) -> Option<(String, String)> {
-        (!self.cluster).then(|| {
-            (
-                format!("{}{}", self.prefix, kind.index()),
-                format!("{}{}", self.prefix, kind.segment()),
-            )
-        })
+    pub fn index(&self, kind: Kind) -> Option<(&str, &str)> {
+        if self.cluster {
+            return None;
+        }
+        self.indexes
+            .iter()
+            .find(|(word, _, _)| *word == kind.index())
+            .map(|(_, index, segment)| (index.as_str(), segment.as_str()))
     }
 
     /// What the grant scripts are given as the index (KEYS) and the prefix its pruning reads
     /// (ARGV): in the cluster layout, the step's own first key, untouched, and ''.
-    pub fn index_args(&self, kind: Kind, first: &str) -> (String, String) {
-        self.index(kind)
-            .unwrap_or_else(|| (first.to_owned(), String::new()))
+    pub fn index_args<'a>(&'a self, kind: Kind, first: &'a str) -> (&'a str, &'a str) {
+        self.index(kind).unwrap_or((first, ""))
     }
 
     /// The pattern of `kind`'s lock keys whose names start with `prefix`, for a scan
@@ -232,20 +252,20 @@ impl Keys {
     }
 
     /// The release channel (a bare name per released lock) that `key`'s release goes to.
-    pub fn channel(&self, key: &LockKey) -> String {
+    pub fn channel(&self, key: &LockKey) -> Cow<'_, str> {
         if self.cluster {
-            self.channel_at(self.slot(key))
+            Cow::Owned(self.channel_at(self.slot(key)))
         } else {
-            self.channel.clone()
+            Cow::Borrowed(&self.channel)
         }
     }
 
     /// The events channel `key`'s announcements go to.
-    pub fn events(&self, key: &LockKey) -> String {
+    pub fn events(&self, key: &LockKey) -> Cow<'_, str> {
         if self.cluster {
-            self.events_at(self.slot(key))
+            Cow::Owned(self.events_at(self.slot(key)))
         } else {
-            self.events.clone()
+            Cow::Borrowed(&self.events)
         }
     }
 
@@ -344,11 +364,11 @@ mod tests {
             keys.lock(&lock),
             keys.shared(&lock),
             keys.claim(&lock),
-            keys.fence(&lock),
-            keys.marker(&lock),
+            keys.fence(&lock).into_owned(),
+            keys.marker(&lock).into_owned(),
             keys.idem(&lock, "abc"),
-            keys.channel(&lock),
-            keys.events(&lock),
+            keys.channel(&lock).into_owned(),
+            keys.events(&lock).into_owned(),
             format!("{}lease", keys.readers_of(&lock)),
         ] {
             assert_eq!(slot_of(&key), slot, "{key}");

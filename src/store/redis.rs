@@ -333,11 +333,10 @@ impl RedisNode {
         let first = names
             .first()
             .ok_or_else(|| NodeError::Other("a several-name grant without names".into()))?;
-        let (index, pruning) = self.keys.index_args(Kind::Mutex, &self.keys.fence(first));
+        let fence = self.keys.fence(first);
+        let (index, pruning) = self.keys.index_args(Kind::Mutex, &fence);
         let mut step = Step::new("acquire_many");
-        step.key(self.keys.fence(first))
-            .key(self.keys.marker(first))
-            .key(index);
+        step.key(&*fence).key(&*self.keys.marker(first)).key(index);
         for member in names {
             step.key(self.keys.lock(member))
                 .key(self.keys.shared(member))
@@ -559,7 +558,7 @@ impl RedisNode {
     /// `read` of one key (a several-name lease's member keys are listed one by one).
     async fn read_one(&self, key: LockKey) -> NodeResult<Vec<Holding>> {
         let mut step = Step::new("read");
-        step.key(self.keys.lock(&key)).key(self.keys.marker(&key));
+        step.key(self.keys.lock(&key)).key(&*self.keys.marker(&key));
         let reply = self.step(step).await?;
         if reply.status()? == 0 {
             return Ok(Vec::new());
@@ -607,8 +606,8 @@ impl LockNode for RedisNode {
         if key.kind == Kind::Reader {
             step = Step::new("share");
             step.key(&lock)
-                .key(self.keys.fence(key))
-                .key(self.keys.marker(key))
+                .key(&*self.keys.fence(key))
+                .key(&*self.keys.marker(key))
                 .key(index)
                 .key(self.keys.lock(&LockKey::mutex(key.owner_name())))
                 .key(self.keys.shared(key))
@@ -616,8 +615,8 @@ impl LockNode for RedisNode {
         } else {
             step = Step::new("acquire");
             step.key(&lock)
-                .key(self.keys.fence(key))
-                .key(self.keys.marker(key))
+                .key(&*self.keys.fence(key))
+                .key(&*self.keys.marker(key))
                 .key(index)
                 .key(self.keys.shared(key))
                 .key(self.keys.claim(key));
@@ -651,8 +650,8 @@ impl LockNode for RedisNode {
         }
         let mut step = Step::new("confirm");
         step.key(self.keys.lock(key))
-            .key(self.keys.fence(key))
-            .key(self.keys.marker(key))
+            .key(&*self.keys.fence(key))
+            .key(&*self.keys.marker(key))
             .arg(lease)
             .arg(token);
         let reply = self.step(step).await?;
@@ -670,7 +669,7 @@ impl LockNode for RedisNode {
         let (lease, ttl_ms) = (renewal.lease, renewal.ttl_ms);
         let mut step = Step::new("renew");
         step.key(self.keys.lock(renewal.key))
-            .key(self.keys.marker(renewal.key))
+            .key(&*self.keys.marker(renewal.key))
             .key(self.keys.claim(renewal.key));
         if renewal.key.kind == Kind::Reader {
             step.key(self.keys.shared(renewal.key));
@@ -707,15 +706,15 @@ impl LockNode for RedisNode {
         };
         let mut step = Step::new("release");
         step.key(self.keys.lock(key))
-            .key(self.keys.marker(key))
+            .key(&*self.keys.marker(key))
             .key(self.keys.claim(key));
         if key.kind == Kind::Reader {
             step.key(self.keys.shared(key));
         }
         step.arg(lease)
-            .arg(self.keys.channel(key))
+            .arg(&*self.keys.channel(key))
             .arg(announce)
-            .arg(self.keys.events(key))
+            .arg(&*self.keys.events(key))
             .arg(&*key.topic())
             .arg(attempt);
         if self.keys.is_cluster() {
@@ -733,7 +732,7 @@ impl LockNode for RedisNode {
             return group::read(self, key).await;
         }
         let mut step = Step::new("read");
-        step.key(self.keys.lock(key)).key(self.keys.marker(key));
+        step.key(self.keys.lock(key)).key(&*self.keys.marker(key));
         let reply = self.step(step).await?;
         if reply.status()? == 0 {
             return Ok(Vec::new());
@@ -873,7 +872,7 @@ impl LockNode for RedisNode {
     async fn members(&self, key: &LockKey, lease: &str) -> NodeResult<Option<String>> {
         let mut step = Step::new("members");
         step.key(self.keys.lock(key))
-            .key(self.keys.marker(key))
+            .key(&*self.keys.marker(key))
             .arg(lease);
         let reply = self.step(step).await?;
         if reply.status()? == 0 {
@@ -884,7 +883,7 @@ impl LockNode for RedisNode {
 
     async fn slots(&self, name: &str, limit: u16) -> NodeResult<Vec<(u16, Holding)>> {
         let mut step = Step::new("slots");
-        step.key(self.keys.marker(&LockKey {
+        step.key(&*self.keys.marker(&LockKey {
             kind: Kind::Semaphore,
             name: name.into(),
         }))
@@ -994,7 +993,7 @@ impl LockNode for RedisNode {
         match &self.wire {
             Wire::Master(master) => {
                 let mut publish = redis::cmd("PUBLISH");
-                publish.arg(self.keys.events(key)).arg(message);
+                publish.arg(&*self.keys.events(key)).arg(message);
                 let mut conn = master.conn.clone();
                 publish
                     .query_async::<i64>(&mut conn)
@@ -1004,7 +1003,7 @@ impl LockNode for RedisNode {
             }
             Wire::Cluster(cluster) => {
                 let mut publish = redis::cmd("SPUBLISH");
-                publish.arg(self.keys.events(key)).arg(message);
+                publish.arg(&*self.keys.events(key)).arg(message);
                 cluster
                     .command::<i64>(self.keys.slot(key), &publish)
                     .await
