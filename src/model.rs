@@ -873,6 +873,8 @@ pub struct ShardStatus {
     pub slots: usize,
     pub latency: Option<Duration>,
     pub quarantined_until: Option<SystemTime>,
+    /// Why it is quarantined, in words.
+    pub problem: Option<String>,
 }
 
 /// How one master's steps travelled: how many steps were sent and in how many calls (a

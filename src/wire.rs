@@ -791,6 +791,10 @@ pub struct ShardReport {
     /// Set while the shard is quarantined after losing its data: when it votes again.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub quarantined_until: Option<String>,
+    /// While it is quarantined: why (restarted empty, went back to an old snapshot, or a
+    /// replica took over its slots), in words.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub problem: Option<String>,
 }
 
 /// `/readyz`: ready while a majority of masters answer and vote.
@@ -903,6 +907,7 @@ mod tests {
                     slots: 5461,
                     latency_ms: None,
                     quarantined_until: Some("2026-11-22T03:00:30.000Z".into()),
+                    problem: Some("why".into()),
                 }]),
                 problem: None,
             }],

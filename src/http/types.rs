@@ -194,6 +194,7 @@ impl From<MasterStatus> for MasterReport {
                         slots: s.slots,
                         latency_ms: s.latency.map(|l| (l.as_secs_f64() * 1e6).round() / 1e3),
                         quarantined_until: s.quarantined_until.map(rfc3339),
+                        problem: s.problem,
                     })
                     .collect()
             }),

@@ -82,7 +82,16 @@ struct ShardHealth {
     seen: HashMap<u16, u64>,
     /// How many slots it serves.
     slots: usize,
+    /// Why it was quarantined, for `/readyz`.
+    why: Option<&'static str>,
 }
+
+/// Why a shard is quarantined, as `/readyz` says it.
+const EMPTY: &str = "its slots' markers are gone (it restarted without its data, or another replica found it lost some)";
+const ROLLED_BACK: &str =
+    "went back in time (a slot's fencing counter fell: restarted from an old snapshot)";
+const FAILED_OVER: &str = "a replica took over its slots (a failover): replication is asynchronous, so the newest locks may be missing";
+const UNMARKED: &str = "the whole cluster went back in time";
 
 impl ShardHealth {
     /// Whether its answers may count. A shard without its markers needs no refusal here
@@ -376,7 +385,7 @@ impl Cluster {
                 // Refused until its markers are gone (see `admits`).
                 health.marked = true;
             }
-            self.quarantine(&shard);
+            self.quarantine(&shard, FAILED_OVER);
             match self.unmark_slots(&shard, &slots).await {
                 Ok(()) => shard.health().marked = false,
                 Err(e) => {
@@ -507,6 +516,11 @@ impl Cluster {
                     slots: health.slots,
                     latency: health.latency,
                     quarantined_until: health.quarantine.map(|(_, wall)| wall),
+                    problem: health.quarantine.and(health.why).map(|why| {
+                        format!(
+                            "{why}; the names in its slots get no vote from this cluster until its quarantine is over"
+                        )
+                    }),
                 }
             })
             .collect();
@@ -516,9 +530,10 @@ impl Cluster {
         }
     }
 
-    fn quarantine(&self, shard: &Shard) {
+    fn quarantine(&self, shard: &Shard, why: &'static str) {
         let mut health = shard.health();
         if health.quarantine.is_none() {
+            health.why = Some(why);
             tracing::warn!(
                 shard = %shard.address,
                 quarantine_ms = self.policy.quarantine.as_millis() as u64,
@@ -610,7 +625,7 @@ impl Cluster {
                 (vec![self.keys.marker_at(slot)], vec![identity.to_owned()])
             })
             .await?;
-            self.quarantine(&shard);
+            self.quarantine(&shard, UNMARKED);
         }
         Ok(())
     }
@@ -726,7 +741,7 @@ impl Cluster {
             }
             if marker.is_none() {
                 if any_marked {
-                    self.quarantine(shard);
+                    self.quarantine(shard, EMPTY);
                     self.restore_if_due(shard, slots, restore).await;
                 }
                 continue;
@@ -834,7 +849,7 @@ impl Cluster {
                     shard = %shard.address, slot, fence, seen_before = token,
                     "a shard went back in time (a slot's fencing counter fell): it restarted from an old snapshot and may have lost locks; it stops voting"
                 );
-                self.quarantine(shard);
+                self.quarantine(shard, ROLLED_BACK);
                 let unmarked = self.unmark_slots(shard, slots).await;
                 if let Err(e) = &unmarked {
                     tracing::warn!(shard = %shard.address, error = %e, "could not remove the markers of a shard that went back in time");

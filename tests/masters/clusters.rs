@@ -421,6 +421,19 @@ async fn one_shard_restarted_empty_stops_only_its_names_and_tokens_keep_rising()
             .expect("the shard is listed")
     };
     assert_eq!(shard(&ready)["voting"], false, "{ready}");
+    // Once a probe has seen it without its markers, /readyz says why it is out.
+    wait_for(
+        "/readyz to say why the shard is out",
+        Duration::from_secs(10),
+        async || {
+            let (_, ready) = a.get("/readyz").await;
+            shard(&ready)["problem"]
+                .as_str()
+                .is_some_and(|p| p.contains("markers are gone"))
+                .then_some(())
+        },
+    )
+    .await;
     assert_eq!(ready["masters"][0]["voting"], true, "{ready}");
     // After the quarantine the shard is restored and votes again; tokens still rise.
     wait_for(
@@ -489,7 +502,7 @@ async fn a_shard_back_from_an_old_snapshot_is_caught_and_tokens_keep_rising() {
     let address = format!("127.0.0.1:{}", cs[0].shards[1].port);
     // The replicas that saw those tokens catch the shard: it is out (quarantined), and
     // every grant meanwhile still gets a token above every earlier one.
-    wait_for(
+    let why = wait_for(
         "the shard to be quarantined",
         Duration::from_secs(10),
         async || {
@@ -499,13 +512,107 @@ async fn a_shard_back_from_an_old_snapshot_is_caught_and_tokens_keep_rising() {
                 .iter()
                 .find(|s| s["address"] == address.as_str())?
                 .clone();
-            shard.get("quarantined_until").map(drop)
+            shard.get("quarantined_until")?;
+            Some(shard["problem"].as_str()?.to_owned())
         },
     )
     .await;
+    // Caught by this replica ("went back in time"), or by the other, which removed its
+    // markers first.
+    assert!(
+        why.contains("went back in time") || why.contains("markers are gone"),
+        "{why}"
+    );
     cycle(&b, &mut tokens).await;
     cycle(&a, &mut tokens).await;
     // After the quarantine it votes again, and tokens still rise.
     every_shard_votes(&a).await;
     cycle(&a, &mut tokens).await;
+}
+
+/// `CLUSTER MYID` of a node.
+async fn node_id(node: &common::RedisMaster) -> String {
+    node.cmd(&["CLUSTER", "MYID"]).await.expect("CLUSTER MYID")
+}
+
+/// Move hash slot `slot` of `cluster` from shard `from` to shard `to` as `redis-cli
+/// --cluster reshard` does: mark it importing and migrating, migrate its keys, then give it
+/// to the new owner on every node.
+async fn move_slot(cluster: &RedisCluster, slot: u16, from: usize, to: usize) {
+    let (source, target) = (&cluster.shards[from], &cluster.shards[to]);
+    let (source_id, target_id) = (node_id(source).await, node_id(target).await);
+    let slot_text = slot.to_string();
+    let _: String = target
+        .cmd(&["CLUSTER", "SETSLOT", &slot_text, "IMPORTING", &source_id])
+        .await
+        .expect("importing");
+    let _: String = source
+        .cmd(&["CLUSTER", "SETSLOT", &slot_text, "MIGRATING", &target_id])
+        .await
+        .expect("migrating");
+    loop {
+        let keys: Vec<String> = source
+            .cmd(&["CLUSTER", "GETKEYSINSLOT", &slot_text, "100"])
+            .await
+            .expect("keys in slot");
+        if keys.is_empty() {
+            break;
+        }
+        let port = target.port.to_string();
+        let mut args = vec!["MIGRATE", "127.0.0.1", &port, "", "0", "5000", "KEYS"];
+        args.extend(keys.iter().map(String::as_str));
+        let _: String = source.cmd(&args).await.expect("MIGRATE");
+    }
+    for node in &cluster.shards {
+        let _: String = node
+            .cmd(&["CLUSTER", "SETSLOT", &slot_text, "NODE", &target_id])
+            .await
+            .expect("setslot node");
+    }
+}
+
+#[tokio::test]
+async fn a_slot_moved_between_primaries_is_followed_with_its_counter_and_marker() {
+    let cs = clusters(3);
+    let (a, b) = replicas(&cs).await;
+    let name = "moving";
+    let lock = format!("redlockd:lock:{{{name}}}");
+    let slot = layout::slot_of(&lock);
+    let from = cs[0].shard_of_slot(slot);
+    let to = (from + 1) % 3;
+    let (lease, token) = a.must_grant(name, json!({"ttl_ms": 20000})).await;
+    move_slot(&cs[0], slot, from, to).await;
+    assert_eq!(cs[0].shard_of_slot(slot), to);
+    // The lock, the slot's counter and its marker moved with the slot.
+    let marker = format!("redlockd:marker{{{}}}", layout::slot_tag(slot));
+    for key in [lock.as_str(), marker.as_str()] {
+        let there: i64 = cs[0].shards[to]
+            .cmd(&["EXISTS", key])
+            .await
+            .expect("EXISTS");
+        assert_eq!(there, 1, "{key} moved to the new owner");
+    }
+    // Both replicas follow the move (MOVED, then the new slot map): the lease is renewed
+    // and revoked there, and the next grant's token is above it.
+    let (status, renewed) = b.renew(name, &lease, json!({})).await;
+    assert_eq!(status, 200, "{renewed}");
+    assert_eq!(renewed["fencing_token"].as_u64(), Some(token));
+    assert_eq!(a.revoke(name, &lease).await.0, 204);
+    let (lease, next) = b.must_grant(name, json!({"ttl_ms": 20000})).await;
+    assert!(next > token, "{next} after {token}");
+    // Cluster 0 voted for it at its new owner: the lock is there.
+    let held: Option<String> = cs[0].shards[to]
+        .cmd(&["HGET", &lock, "lease"])
+        .await
+        .expect("HGET");
+    assert_eq!(held.as_deref(), Some(lease.as_str()));
+    let (_, ready) = a.get("/readyz").await;
+    let slots: Vec<u64> = ready["masters"][0]["shards"]
+        .as_array()
+        .expect("shards")
+        .iter()
+        .map(|s| s["slots"].as_u64().unwrap())
+        .collect();
+    assert_eq!(slots.iter().sum::<u64>(), 16384, "{ready}");
+    every_shard_votes(&a).await;
 }
