@@ -598,14 +598,30 @@ async fn a_slot_moved_between_primaries_is_followed_with_its_counter_and_marker(
     assert_eq!(status, 200, "{renewed}");
     assert_eq!(renewed["fencing_token"].as_u64(), Some(token));
     assert_eq!(a.revoke(name, &lease).await.0, 204);
+    // The revoke reached cluster 0 at the slot's new owner too (perhaps after it answered).
+    wait_for(
+        "the release at the new owner",
+        Duration::from_secs(3),
+        async || {
+            let held: i64 = cs[0].shards[to].cmd(&["EXISTS", &lock]).await.ok()?;
+            (held == 0).then_some(())
+        },
+    )
+    .await;
     let (lease, next) = b.must_grant(name, json!({"ttl_ms": 20000})).await;
     assert!(next > token, "{next} after {token}");
-    // Cluster 0 voted for it at its new owner: the lock is there.
-    let held: Option<String> = cs[0].shards[to]
-        .cmd(&["HGET", &lock, "lease"])
-        .await
-        .expect("HGET");
-    assert_eq!(held.as_deref(), Some(lease.as_str()));
+    // Cluster 0 took the grant at the new owner (its answer may come after the grant was
+    // decided on the other two, as it follows the move).
+    wait_for(
+        "the lock at the slot's new owner",
+        Duration::from_secs(3),
+        async || {
+            let held: Option<String> =
+                cs[0].shards[to].cmd(&["HGET", &lock, "lease"]).await.ok()?;
+            (held.as_deref() == Some(lease.as_str())).then_some(())
+        },
+    )
+    .await;
     let (_, ready) = a.get("/readyz").await;
     let slots: Vec<u64> = ready["masters"][0]["shards"]
         .as_array()
