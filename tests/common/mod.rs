@@ -295,6 +295,13 @@ pub struct RedisCluster {
 
 impl RedisCluster {
     pub fn start(n: usize) -> Self {
+        Self::start_with_replicas(n, 0)
+    }
+
+    /// `n` primaries with `replicas` replicas each (`shards` holds the primaries first, as
+    /// `redis-cli --cluster create` deals the roles: the first `n` nodes are primaries).
+    pub fn start_with_replicas(n: usize, replicas: usize) -> Self {
+        let n = n * (1 + replicas);
         let extra = [
             "--cluster-enabled",
             "yes",
@@ -312,7 +319,7 @@ impl RedisCluster {
             .arg("--cluster")
             .arg("create")
             .args(shards.iter().map(|s| format!("127.0.0.1:{}", s.port)))
-            .args(["--cluster-replicas", "0", "--cluster-yes"])
+            .args(["--cluster-replicas", &replicas.to_string(), "--cluster-yes"])
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::null())

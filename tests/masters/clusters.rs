@@ -632,3 +632,74 @@ async fn a_slot_moved_between_primaries_is_followed_with_its_counter_and_marker(
     assert_eq!(slots.iter().sum::<u64>(), 16384, "{ready}");
     every_shard_votes(&a).await;
 }
+
+#[tokio::test]
+async fn a_failover_to_a_replica_is_refused_as_data_loss() {
+    let cs = vec![
+        RedisCluster::start_with_replicas(3, 1),
+        RedisCluster::start(3),
+        RedisCluster::start(3),
+    ];
+    let (a, b) = replicas_with_short_quarantine(&cs).await;
+    let name = "primary";
+    let slot = layout::slot_of(&format!("redlockd:lock:{{{name}}}"));
+    let owner = cs[0].shard_of_slot(slot);
+    let (lease, token) = a.must_grant(name, json!({"ttl_ms": 1000})).await;
+    assert_eq!(a.revoke(name, &lease).await.0, 204);
+    // The owner's replica takes over its slots.
+    let id = node_id(&cs[0].shards[owner]).await;
+    let replicas: Vec<String> = cs[0].shards[owner]
+        .cmd(&["CLUSTER", "REPLICAS", &id])
+        .await
+        .expect("CLUSTER REPLICAS");
+    let port: u16 = replicas[0]
+        .split(' ')
+        .nth(1)
+        .and_then(|a| a.split(['@', ':']).nth(1))
+        .and_then(|p| p.parse().ok())
+        .expect("the replica's port");
+    let replica = cs[0]
+        .shards
+        .iter()
+        .position(|s| s.port == port)
+        .expect("a node of the cluster");
+    let _: String = cs[0].shards[replica]
+        .cmd(&["CLUSTER", "FAILOVER"])
+        .await
+        .expect("CLUSTER FAILOVER");
+    wait_for(
+        "the replica to serve the slot",
+        Duration::from_secs(10),
+        async || (cs[0].shard_of_slot(slot) == replica).then_some(()),
+    )
+    .await;
+    // redlockd refuses it as a shard that lost its data, and says why.
+    let address = format!("127.0.0.1:{port}");
+    let why = wait_for(
+        "the new primary to be quarantined",
+        Duration::from_secs(10),
+        async || {
+            let (_, ready) = b.get("/readyz").await;
+            let shard = ready["masters"][0]["shards"]
+                .as_array()?
+                .iter()
+                .find(|s| s["address"] == address.as_str())?
+                .clone();
+            Some(shard["problem"].as_str()?.to_owned())
+        },
+    )
+    .await;
+    assert!(why.contains("a replica took over its slots"), "{why}");
+    // Meanwhile the name is granted by the other clusters, and its token keeps rising;
+    // after the quarantine the new primary votes again.
+    let (lease, next) = b
+        .must_grant(name, json!({"ttl_ms": 1000, "wait_ms": 3000}))
+        .await;
+    assert!(next > token, "{next} after {token}");
+    assert_eq!(b.revoke(name, &lease).await.0, 204);
+    every_shard_votes(&b).await;
+    let (_, last) = a
+        .must_grant(name, json!({"ttl_ms": 1000, "wait_ms": 3000}))
+        .await;
+    assert!(last > next, "{last} after {next}");
+}
