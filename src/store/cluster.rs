@@ -18,7 +18,7 @@
 //!   refused until a probe has compared each slot's counter with the highest token this
 //!   process saw granted there. A counter below it means the shard came back from an old
 //!   snapshot: its markers are removed and it is quarantined.
-//! - A slot whose new owner was one of its owner's replicas (a failover: replication is
+//! - A slot whose new owner was ever a replica (a failover: replication is
 //!   asynchronous, so the newest locks may be missing) is treated the same way. A slot that
 //!   moves between primaries (resharding) is followed: its keys moved with it.
 
@@ -132,8 +132,6 @@ impl Shard {
 struct Topology {
     /// Per slot, the index in `shards` of its primary.
     owners: Vec<Option<usize>>,
-    /// Per slot, its primary's replicas (`host:port`), to tell a failover from a move.
-    replicas: Vec<Vec<String>>,
     shards: Vec<Arc<Shard>>,
     /// Why the slot map is not whole, when it is not.
     problem: Option<String>,
@@ -148,6 +146,11 @@ pub struct Cluster {
     topology: RwLock<Arc<Topology>>,
     /// One connection per node ever seen, by `host:port`.
     nodes: Mutex<HashMap<String, Arc<Shard>>>,
+    /// Every node ever listed as a replica: a slot that moves to one failed over (a slot map
+    /// read mid-failover may list the replica nowhere, so one map's list is not enough).
+    replicas_seen: Mutex<std::collections::HashSet<String>>,
+    /// Per slot, the primary that served it when last it had one.
+    owned_by: Mutex<Vec<Option<String>>>,
     /// One refresh of the slot map at a time.
     refreshing: tokio::sync::Mutex<()>,
     /// The largest counter ever reported to the engine: what the cluster reports never
@@ -202,6 +205,8 @@ impl Cluster {
             keys,
             topology: RwLock::new(Arc::new(Topology::default())),
             nodes: Mutex::new(HashMap::new()),
+            replicas_seen: Mutex::new(std::collections::HashSet::new()),
+            owned_by: Mutex::new(Vec::new()),
             refreshing: tokio::sync::Mutex::new(()),
             reported: std::sync::atomic::AtomicU64::new(0),
         })
@@ -293,13 +298,24 @@ impl Cluster {
             let mut conn = shard.conn.clone();
             let read = tokio::time::timeout(
                 self.timeout,
-                redis::cmd("CLUSTER")
+                redis::pipe()
+                    .cmd("CLUSTER")
                     .arg("SLOTS")
-                    .query_async::<Value>(&mut conn),
+                    .cmd("CLUSTER")
+                    .arg("NODES")
+                    .query_async::<(Value, String)>(&mut conn),
             )
             .await;
             match read {
-                Ok(Ok(value)) => return self.adopt(&value).await,
+                Ok(Ok((slots, nodes))) => {
+                    // Every replica, syncing ones too (`CLUSTER SLOTS` lists only those
+                    // ready to serve): a slot that later moves to one failed over.
+                    self.replicas_seen
+                        .lock()
+                        .unwrap_or_else(|e| e.into_inner())
+                        .extend(nodes.lines().filter_map(replica_address));
+                    return self.adopt(&slots).await;
+                }
                 Ok(Err(e)) => last = classify(&e),
                 Err(_) => last = NodeError::Timeout,
             }
@@ -313,10 +329,8 @@ impl Cluster {
                 "CLUSTER SLOTS answered {slots:?}"
             )));
         };
-        let old = self.topology();
         let mut next = Topology {
             owners: vec![None; usize::from(SLOTS)],
-            replicas: vec![Vec::new(); usize::from(SLOTS)],
             ..Topology::default()
         };
         for range in ranges {
@@ -329,7 +343,10 @@ impl Cluster {
             let Some(primary) = nodes.next() else {
                 continue;
             };
-            let replicas: Vec<String> = nodes.collect();
+            self.replicas_seen
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .extend(nodes);
             let shard = self.node(&primary)?;
             let at = match next.shards.iter().position(|s| Arc::ptr_eq(s, &shard)) {
                 Some(at) => at,
@@ -341,7 +358,6 @@ impl Cluster {
             for slot in (*start).max(0)..=(*end).min(i64::from(SLOTS) - 1) {
                 let slot = slot as usize;
                 next.owners[slot] = Some(at);
-                next.replicas[slot] = replicas.clone();
             }
         }
         let unserved = next.owners.iter().filter(|o| o.is_none()).count();
@@ -350,14 +366,24 @@ impl Cluster {
                 "{unserved} of {SLOTS} hash slots have no primary (the cluster is not whole)"
             ));
         }
+        let failed_over_to = |shard: &Shard| {
+            self.replicas_seen
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .contains(&shard.address)
+        };
         let mut failed_over: Vec<(Arc<Shard>, Vec<u16>)> = Vec::new();
-        if !old.owners.is_empty() {
-            for slot in 0..usize::from(SLOTS) {
-                let (Some(was), Some(now)) = (old.owners[slot], next.owners[slot]) else {
+        {
+            // The owner each slot had when last it had one: a map read mid-failover may
+            // show the slot unserved for a moment.
+            let mut owned_by = self.owned_by.lock().unwrap_or_else(|e| e.into_inner());
+            owned_by.resize(usize::from(SLOTS), None);
+            for (slot, owner) in next.owners.iter().enumerate() {
+                let Some(now) = owner.map(|at| &next.shards[at]) else {
                     continue;
                 };
-                let (was, now) = (&old.shards[was], &next.shards[now]);
-                if was.address != now.address && old.replicas[slot].contains(&now.address) {
+                let was = owned_by[slot].replace(now.address.clone());
+                if was.is_some_and(|was| was != now.address) && failed_over_to(now) {
                     match failed_over.iter_mut().find(|(s, _)| Arc::ptr_eq(s, now)) {
                         Some((_, slots)) => slots.push(slot as u16),
                         None => failed_over.push((now.clone(), vec![slot as u16])),
@@ -1061,6 +1087,17 @@ fn info_field(info: &str, name: &str) -> String {
         .unwrap_or_default()
         .trim()
         .to_owned()
+}
+
+/// `host:port` of a replica's line of `CLUSTER NODES` (`<id> <ip:port@bus> <flags> ...`).
+fn replica_address(line: &str) -> Option<String> {
+    let mut fields = line.split(' ');
+    let (_, address, flags) = (fields.next()?, fields.next()?, fields.next()?);
+    flags
+        .split(',')
+        .any(|f| f == "slave" || f == "replica")
+        .then(|| address.split(['@', ',']).next().map(str::to_owned))
+        .flatten()
 }
 
 /// `host:port` of a node as `CLUSTER SLOTS` lists it: `[host, port, id, ...]`.
