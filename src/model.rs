@@ -513,6 +513,15 @@ pub enum Kind {
 }
 
 impl Kind {
+    /// Every kind.
+    pub const ALL: [Kind; 5] = [
+        Kind::Mutex,
+        Kind::Election,
+        Kind::Semaphore,
+        Kind::Reader,
+        Kind::Group,
+    ];
+
     /// This kind's segment of the key space, after the configured prefix. The mutex's is
     /// `lock:`, as every version of redlockd has written it, so that upgrades find the
     /// locks held before them.
@@ -549,15 +558,7 @@ impl Kind {
 
     /// The kind `word` names (see `word`).
     pub fn from_word(word: &str) -> Option<Self> {
-        [
-            Kind::Mutex,
-            Kind::Election,
-            Kind::Semaphore,
-            Kind::Reader,
-            Kind::Group,
-        ]
-        .into_iter()
-        .find(|k| k.word() == word)
+        Self::ALL.into_iter().find(|k| k.word() == word)
     }
 
     /// The name of this kind's index of held names (for listing), after the prefix.

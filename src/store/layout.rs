@@ -82,22 +82,16 @@ impl Keys {
             watermarks: format!("{prefix}watermarks"),
             channel: format!("{prefix}released"),
             events: format!("{prefix}events"),
-            indexes: [
-                Kind::Mutex,
-                Kind::Election,
-                Kind::Semaphore,
-                Kind::Reader,
-                Kind::Group,
-            ]
-            .into_iter()
-            .map(|kind| {
-                (
-                    kind.index(),
-                    format!("{prefix}{}", kind.index()),
-                    format!("{prefix}{}", kind.segment()),
-                )
-            })
-            .collect(),
+            indexes: Kind::ALL
+                .into_iter()
+                .map(|kind| {
+                    (
+                        kind.index(),
+                        format!("{prefix}{}", kind.index()),
+                        format!("{prefix}{}", kind.segment()),
+                    )
+                })
+                .collect(),
         }
     }
 
