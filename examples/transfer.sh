@@ -38,6 +38,7 @@ transfer='
   echo "$t" >"$4/$1.token"; echo "$t" >"$4/$2.token"
   echo "transfer $0 moved $3 from $1 to $2 (token $t)" >>"$5"
 '
+pids=()
 for i in 1 2 3 4 5 6 7 8; do
   if [ $((i % 2)) -eq 0 ]; then
     names=(acct:alice acct:bob) from=alice to=bob
@@ -46,7 +47,16 @@ for i in 1 2 3 4 5 6 7 8; do
   fi
   "$redlockd" lock --ttl 10s --wait 30s "${names[@]}" -- \
     sh -c "$transfer" "$i" "$from" "$to" "$i" "$bank" "$log" &
+  pids+=("$!")
 done
-wait
+# Every transfer must have run: a lock that could not be taken is said, not skipped.
+failed=0
+for i in "${!pids[@]}"; do
+  if ! wait "${pids[$i]}"; then
+    echo "transfer $((i + 1)): redlockd lock failed" >&2
+    failed=1
+  fi
+done
 echo "balances: alice $(cat "$bank/alice"), bob $(cat "$bank/bob")" >>"$log"
 cat "$log"
+exit "$failed"
