@@ -170,22 +170,29 @@ impl Keys {
         }
     }
 
+    /// A key (or channel) a single master has one of, `master`, and a cluster one per slot:
+    /// `<prefix><word>{<the slot's tag>}`, in the slot of `key`.
+    fn one_per_slot<'a>(&'a self, key: &LockKey, master: &'a str, word: &str) -> Cow<'a, str> {
+        if self.cluster {
+            Cow::Owned(self.in_slot(word, self.slot(key)))
+        } else {
+            Cow::Borrowed(master)
+        }
+    }
+
+    /// `<prefix><word>{<tag>}`: the name of `word` in hash slot `slot`.
+    fn in_slot(&self, word: &str, slot: u16) -> String {
+        format!("{}{word}{{{}}}", self.prefix, slot_tag(slot))
+    }
+
     /// The fencing counter a grant of `key` takes its token from.
     pub fn fence(&self, key: &LockKey) -> Cow<'_, str> {
-        if self.cluster {
-            Cow::Owned(self.fence_at(self.slot(key)))
-        } else {
-            Cow::Borrowed(&self.fence)
-        }
+        self.one_per_slot(key, &self.fence, "fence")
     }
 
     /// The marker whose absence says that `key`'s data may be lost.
     pub fn marker(&self, key: &LockKey) -> Cow<'_, str> {
-        if self.cluster {
-            Cow::Owned(self.marker_at(self.slot(key)))
-        } else {
-            Cow::Borrowed(&self.marker)
-        }
+        self.one_per_slot(key, &self.marker, "marker")
     }
 
     /// A single master's marker (its whole keyspace's).
@@ -200,12 +207,12 @@ impl Keys {
 
     /// The fencing counter of a cluster's hash slot.
     pub fn fence_at(&self, slot: u16) -> String {
-        format!("{}fence{{{}}}", self.prefix, slot_tag(slot))
+        self.in_slot("fence", slot)
     }
 
     /// The marker of a cluster's hash slot.
     pub fn marker_at(&self, slot: u16) -> String {
-        format!("{}marker{{{}}}", self.prefix, slot_tag(slot))
+        self.in_slot("marker", slot)
     }
 
     pub fn watermarks(&self) -> &str {
@@ -247,20 +254,12 @@ impl Keys {
 
     /// The release channel (a bare name per released lock) that `key`'s release goes to.
     pub fn channel(&self, key: &LockKey) -> Cow<'_, str> {
-        if self.cluster {
-            Cow::Owned(self.channel_at(self.slot(key)))
-        } else {
-            Cow::Borrowed(&self.channel)
-        }
+        self.one_per_slot(key, &self.channel, "released")
     }
 
     /// The events channel `key`'s announcements go to.
     pub fn events(&self, key: &LockKey) -> Cow<'_, str> {
-        if self.cluster {
-            Cow::Owned(self.events_at(self.slot(key)))
-        } else {
-            Cow::Borrowed(&self.events)
-        }
+        self.one_per_slot(key, &self.events, "events")
     }
 
     /// A single master's two channels.
@@ -270,12 +269,12 @@ impl Keys {
 
     /// The release channel of a cluster's hash slot (a shard channel).
     pub fn channel_at(&self, slot: u16) -> String {
-        format!("{}released{{{}}}", self.prefix, slot_tag(slot))
+        self.in_slot("released", slot)
     }
 
     /// The events channel of a cluster's hash slot (a shard channel).
     pub fn events_at(&self, slot: u16) -> String {
-        format!("{}events{{{}}}", self.prefix, slot_tag(slot))
+        self.in_slot("events", slot)
     }
 
     /// A session's record. In the cluster layout this is its home, in the slot of its id;
