@@ -642,9 +642,20 @@ pub struct SessionBody {
     /// With `GET /sessions/{session_id}`: what is held through it.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub holds: Option<Vec<SessionHoldBody>>,
-    /// With a renew: the lease ids of holds that this renew could not keep (their grant
-    /// reached fewer than a majority of the masters that renewed the session). They have
-    /// ended, as a lease whose renew is 404 has; the rest of the session's holds are kept.
+    /// With a renew: the lease ids of the holds it kept. Only these are valid for the new
+    /// `validity_ms`; a hold through the session that is not listed here was not extended
+    /// (it is `unconfirmed`, or it has ended).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kept: Option<Vec<String>>,
+    /// With a renew: the lease ids of holds it could neither confirm nor deny (a master that
+    /// carries one did not answer). Each is still held where it was and not released, but
+    /// its validity was not extended: rely on it only until what the last answer that kept
+    /// it said. A later renew keeps it again or lists it in `lost`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub unconfirmed: Option<Vec<String>>,
+    /// With a renew: the lease ids of holds a majority of masters deny carrying (revoked,
+    /// force-released, expired, or their grant reached only some of the masters). They have
+    /// ended, as a lease whose renew is 404 has.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub lost: Option<Vec<String>>,
 }

@@ -591,12 +591,21 @@ async fn session_round(
             }
             Err(_) => (0, Value::Null),
         };
-        // A renew that could not keep the hold (its grant reached too few of the masters
-        // that renewed the session) says so: the hold has ended, as a renew's 404 says.
-        let lost = value["lost"]
-            .as_array()
-            .is_some_and(|l| l.iter().any(|id| id.as_str() == held.as_deref()));
-        let status = if lost { 404 } else { status };
+        // A renew extends the hold only when it lists it in `kept`, as the clients read it:
+        // one it could not confirm (`unconfirmed`) is a renew that failed (its earlier
+        // validity stands, as after a lease's 503), and any other has ended (as a renew's
+        // 404 says). Only a kept hold's renew counts as the holder's.
+        let listed = |field: &str| {
+            value[field]
+                .as_array()
+                .is_some_and(|l| l.iter().any(|id| id.as_str() == held.as_deref()))
+        };
+        let status = match (kind, status) {
+            (Kind::Renew, 200) if listed("kept") => 200,
+            (Kind::Renew, 200) if listed("unconfirmed") => 503,
+            (Kind::Renew, 200) => 404,
+            (_, status) => status,
+        };
         if let Some(lease) = &held {
             recorder.events.lock().unwrap().push(Event {
                 kind,
@@ -896,6 +905,105 @@ fn seed(default: u64) -> u64 {
         .unwrap_or(default)
 }
 
+/// The seeds `REDLOCKD_FAULT_SEEDS` lists: numbers and ranges, comma-separated
+/// (`1-40`, `3,7,11`, `1-10,99`).
+fn seeds_listed(text: &str) -> Result<Vec<u64>, String> {
+    let mut seeds = Vec::new();
+    for part in text.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+        let bad = || format!("REDLOCKD_FAULT_SEEDS: {part:?} is not a seed or a range a-b");
+        match part.split_once('-') {
+            Some((a, b)) => {
+                let (a, b): (u64, u64) = (
+                    a.trim().parse().map_err(|_| bad())?,
+                    b.trim().parse().map_err(|_| bad())?,
+                );
+                if a > b {
+                    return Err(bad());
+                }
+                seeds.extend(a..=b);
+            }
+            None => seeds.push(part.parse().map_err(|_| bad())?),
+        }
+    }
+    Ok(seeds)
+}
+
+/// Run scenario `name` (an ignored test of this binary) once per seed that
+/// `REDLOCKD_FAULT_SEEDS` lists, each in a network namespace and process of its own, one
+/// after another; a failing seed keeps its history (see `keep_history`) and the others
+/// still run. Fails naming every failing seed.
+fn many_seeds(name: &str) {
+    let listed = std::env::var("REDLOCKD_FAULT_SEEDS").unwrap_or_default();
+    let seeds = seeds_listed(&listed).expect("a list of seeds");
+    assert!(
+        !seeds.is_empty(),
+        "set REDLOCKD_FAULT_SEEDS (for example 1-40) to run {name}"
+    );
+    let mut failed = Vec::new();
+    for (i, seed) in seeds.iter().enumerate() {
+        let started = Instant::now();
+        let status = net::run_inside(name, &[("REDLOCKD_FAULT_SEED", seed.to_string())]);
+        if !status.success() {
+            failed.push(*seed);
+        }
+        eprintln!(
+            "fault suite: {name}: seed {seed} {} in {:?} ({} of {}, {} failed so far)",
+            if status.success() { "passed" } else { "FAILED" },
+            started.elapsed(),
+            i + 1,
+            seeds.len(),
+            failed.len()
+        );
+    }
+    eprintln!(
+        "fault suite: {name}: {} passed, {} failed",
+        seeds.len() - failed.len(),
+        failed.len()
+    );
+    assert!(failed.is_empty(), "{name}: seeds {failed:?} failed");
+}
+
+/// Keep the whole record of a run whose checker found violations: every operation, the
+/// faults, the violations and the replicas' logs, in a file under the target folder, so that
+/// a failure is read in full rather than rerun in hope. Returns its path.
+fn keep_history(
+    scenario: &str,
+    seed: u64,
+    history: &[Event],
+    faults: &str,
+    violations: &[String],
+    logs: &str,
+) -> PathBuf {
+    let target = std::env::var_os("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("target"));
+    let dir = target.join("fault-suite");
+    let _ = std::fs::create_dir_all(&dir);
+    let path = dir.join(format!("{scenario}-seed-{seed}.txt"));
+    let mut text = format!(
+        "{scenario}, seed {seed} (replay: REDLOCKD_FAULT_SEED={seed})\n\n{} violations:\n{}\n\nfaults:\n{faults}\n\nhistory ({} operations):\n",
+        violations.len(),
+        violations.join("\n"),
+        history.len()
+    );
+    for e in history {
+        text.push_str(&format!("{e:?}\n"));
+    }
+    text.push_str("\nreplica logs:\n");
+    text.push_str(logs);
+    match std::fs::write(&path, text) {
+        Ok(()) => eprintln!(
+            "fault suite: the history of seed {seed} is kept in {}",
+            path.display()
+        ),
+        Err(e) => eprintln!(
+            "fault suite: could not keep the history in {}: {e}",
+            path.display()
+        ),
+    }
+    path
+}
+
 /// Workers against two (then three) replicas while a seeded schedule injects faults for
 /// `length`; then every fault heals, every name must be granted again, and the history
 /// must keep every promise.
@@ -991,6 +1099,20 @@ async fn random_faults(seed: u64, length: Duration) {
     }
     let mut violations = checker::check(&history, &cluster.reach.outages);
     violations.extend(blocked);
+    if !violations.is_empty() {
+        let faults: Vec<String> = applied
+            .iter()
+            .map(|(at, fault, second)| format!("  {at:?}: {fault:?} {second:?}"))
+            .collect();
+        keep_history(
+            "random_faults",
+            seed,
+            &history,
+            &faults.join("\n"),
+            &violations,
+            &cluster.logs(),
+        );
+    }
     assert!(
         history
             .iter()
@@ -1090,6 +1212,26 @@ fn random_faults_seed_2() {
     if net::enter("random_faults_seed_2") {
         runtime().block_on(random_faults(seed(2), Duration::from_secs(40)));
     }
+}
+
+/// Every seed `REDLOCKD_FAULT_SEEDS` lists, one after another:
+/// `REDLOCKD_FAULT_SEEDS=1-40 cargo nextest run --test fault_suite --run-ignored only -E 'test(random_faults_many_seeds)' --no-capture`.
+#[test]
+#[ignore = "runs the seeds REDLOCKD_FAULT_SEEDS lists (minutes each); see its doc"]
+fn random_faults_many_seeds() {
+    if net::inside() {
+        runtime().block_on(random_faults(seed(0), Duration::from_secs(40)));
+    } else {
+        many_seeds("random_faults_many_seeds");
+    }
+}
+
+#[test]
+fn the_seeds_listed_are_numbers_and_ranges() {
+    assert_eq!(seeds_listed("1-3,7, 9-9"), Ok(vec![1, 2, 3, 7, 9]));
+    assert_eq!(seeds_listed(""), Ok(vec![]));
+    assert!(seeds_listed("3-1").is_err());
+    assert!(seeds_listed("x").is_err());
 }
 
 /// The steps the live replicas sent to the masters and the calls that carried them, from
@@ -1479,6 +1621,16 @@ async fn shard_faults(seed: u64) {
         "the shard restarted empty was never quarantined:\n{logs_text}"
     );
     violations.extend(checker::check(&history, &[]));
+    if !violations.is_empty() {
+        keep_history(
+            "shard_faults",
+            seed,
+            &history,
+            "(see the test's output)",
+            &violations,
+            &logs_text,
+        );
+    }
     assert!(
         violations.is_empty(),
         "shard faults: {} violations:\n{}\n\nreplica logs:\n{logs_text}",
@@ -1501,5 +1653,16 @@ fn shard_faults_on_redis_clusters_seed_1() {
 fn shard_faults_on_redis_clusters_seed_2() {
     if net::enter("shard_faults_on_redis_clusters_seed_2") {
         runtime().block_on(shard_faults(seed(2)));
+    }
+}
+
+/// Every seed `REDLOCKD_FAULT_SEEDS` lists, on Redis Clusters (see `random_faults_many_seeds`).
+#[test]
+#[ignore = "runs the seeds REDLOCKD_FAULT_SEEDS lists (minutes each); see its doc"]
+fn shard_faults_many_seeds() {
+    if net::inside() {
+        runtime().block_on(shard_faults(seed(0)));
+    } else {
+        many_seeds("shard_faults_many_seeds");
     }
 }

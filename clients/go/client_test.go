@@ -418,6 +418,52 @@ func TestSeveralNamesAreOneLease(t *testing.T) {
 	}
 }
 
+func TestASessionRenewMarksAForceReleasedHoldLost(t *testing.T) {
+	c := startCluster(t, 1)
+	ctx := context.Background()
+	cl := client(t, c.urls()...)
+	session, err := cl.Session(ctx, redlockd.SessionOptions{TTL: 5 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer session.End(ctx)
+	forced, err := session.Lock(ctx, "s:forced", redlockd.LockOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	kept, err := session.Lock(ctx, "s:kept", redlockd.LockOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// An administrator takes the lock away: the next renew does not keep it.
+	req, _ := http.NewRequest("DELETE", c.urls()[0]+"/locks/s:forced", nil)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil || resp.StatusCode != 200 {
+		t.Fatalf("force-release: %v %v", resp, err)
+	}
+	resp.Body.Close()
+	// The renew that names it lost has its answer lost (sent past the client); the
+	// client's own renew after it must still stop relying on the hold.
+	req, _ = http.NewRequest("PUT", c.urls()[0]+"/sessions/"+session.ID, strings.NewReader("{}"))
+	req.Header.Set("Content-Type", "application/json")
+	if resp, err = http.DefaultClient.Do(req); err != nil || resp.StatusCode != 200 {
+		t.Fatalf("renew past the client: %v %v", resp, err)
+	}
+	resp.Body.Close()
+	if err := session.Renew(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if forced.LostReason() != "lease_not_found" || forced.EnsureValid(0) == nil {
+		t.Fatalf("a force-released hold is still relied on: %q", forced.LostReason())
+	}
+	if err := session.Renew(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := kept.EnsureValid(0); err != nil {
+		t.Fatalf("the other hold was not kept: %v", err)
+	}
+}
+
 func TestASessionHoldsALockAPermitAndASharedLockWithOneHeartbeat(t *testing.T) {
 	c := startCluster(t, 1)
 	ctx := context.Background()

@@ -41,6 +41,9 @@ type Lease struct {
 	lost       string
 	released   bool
 	stop       chan struct{}
+	// joined is when a session took this hold: a session renew sent before then does not
+	// judge it.
+	joined time.Time
 }
 
 func newLease(c *Client, kind string, b leaseBody, sent time.Time, opts LockOptions) *Lease {

@@ -43,10 +43,13 @@ type SessionOptions struct {
 }
 
 type sessionBody struct {
-	SessionID  string   `json:"session_id"`
-	TTLMs      int64    `json:"ttl_ms"`
-	ValidityMs int64    `json:"validity_ms"`
-	Lost       []string `json:"lost"`
+	SessionID  string `json:"session_id"`
+	TTLMs      int64  `json:"ttl_ms"`
+	ValidityMs int64  `json:"validity_ms"`
+	// Kept, Unconfirmed and Lost come with a renew (see Renew).
+	Kept        []string `json:"kept"`
+	Unconfirmed []string `json:"unconfirmed"`
+	Lost        []string `json:"lost"`
 }
 
 // Session opens a session.
@@ -102,6 +105,9 @@ func (s *Session) hold(l *Lease, err error) (*Lease, error) {
 	if err != nil {
 		return nil, err
 	}
+	l.mu.Lock()
+	l.joined = time.Now()
+	l.mu.Unlock()
 	s.mu.Lock()
 	s.holds = append(s.holds, l)
 	s.mu.Unlock()
@@ -153,32 +159,50 @@ func (s *Session) Renew(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	gone := map[string]bool{}
-	for _, id := range answer.Lost {
-		gone[id] = true
+	// Only the holds the answer lists in Kept are valid as long as the session now; those
+	// it lists as Unconfirmed keep the validity they had (a master that carries them did
+	// not answer) and are lost once it runs out; any other hold taken before the renew was
+	// sent has ended. A hold granted while the renew was under way is judged by the next.
+	kept, unconfirmed := map[string]bool{}, map[string]bool{}
+	for _, id := range answer.Kept {
+		kept[id] = true
 	}
+	for _, id := range answer.Unconfirmed {
+		unconfirmed[id] = true
+	}
+	type loss struct {
+		lease  *Lease
+		reason string
+	}
+	now := time.Now()
 	s.mu.Lock()
 	if until := sent.Add(time.Duration(answer.ValidityMs) * time.Millisecond); until.After(s.validUntil) {
 		s.validUntil = until
 	}
 	s.ttl = time.Duration(answer.TTLMs) * time.Millisecond
-	kept, lost := s.holds[:0], []*Lease{}
+	held, lost := s.holds[:0], []loss{}
 	for _, h := range s.holds {
-		if gone[h.LeaseID] {
-			lost = append(lost, h)
-			continue
-		}
 		h.mu.Lock()
-		if s.validUntil.After(h.validUntil) {
-			h.validUntil = s.validUntil
+		switch {
+		case h.joined.After(sent):
+		case kept[h.LeaseID]:
+			if s.validUntil.After(h.validUntil) {
+				h.validUntil = s.validUntil
+			}
+		case !unconfirmed[h.LeaseID]:
+			lost = append(lost, loss{h, "lease_not_found"})
+		case !h.validUntil.After(now):
+			lost = append(lost, loss{h, "quorum_lost"})
 		}
 		h.mu.Unlock()
-		kept = append(kept, h)
+		if len(lost) == 0 || lost[len(lost)-1].lease != h {
+			held = append(held, h)
+		}
 	}
-	s.holds = kept
+	s.holds = held
 	s.mu.Unlock()
-	for _, h := range lost {
-		h.lose("lease_not_found")
+	for _, l := range lost {
+		l.lease.lose(l.reason)
 	}
 	return nil
 }

@@ -54,6 +54,8 @@ impl From<&Session> for SessionBody {
             ),
             owner: session.owner.as_deref().map(str::to_owned),
             holds: None,
+            kept: session.kept.clone(),
+            unconfirmed: (!session.unconfirmed.is_empty()).then(|| session.unconfirmed.clone()),
             lost: (!session.lost.is_empty()).then(|| session.lost.clone()),
         }
     }

@@ -33,8 +33,14 @@ pub struct Session {
     pub at: Instant,
     /// What is held through it (read only).
     pub holds: Vec<HeldThrough>,
-    /// Holds a renew found on fewer than a majority of masters (their grants reached only
-    /// some of them): they ended, and were released (renew only).
+    /// Renew only: the holds it kept, valid as long as the session now. A hold through the
+    /// session that is not listed here was not extended.
+    pub kept: Option<Vec<String>>,
+    /// Renew only: holds it could neither confirm nor deny (a master that carries one did not
+    /// answer): still held, their validity not extended.
+    pub unconfirmed: Vec<String>,
+    /// Renew only: holds a majority of masters deny carrying (revoked, force-released,
+    /// expired, or granted on only some of them): they ended, and were released.
     pub lost: Vec<String>,
 }
 
@@ -48,6 +54,8 @@ impl Session {
             owner: lease.owner,
             at: lease.at,
             holds: Vec::new(),
+            kept: None,
+            unconfirmed: lease.unconfirmed,
             lost: lease.lost,
         }
     }
@@ -228,7 +236,9 @@ impl LeaseService {
         // Holds it could not keep were released: this replica's waiters for them wake now
         // (other replicas hear of it from the masters).
         self.released(&lease.released);
-        let session = Session::new(id.clone(), lease);
+        let kept = lease.kept.clone();
+        let mut session = Session::new(id.clone(), lease);
+        session.kept = Some(kept);
         self.sessions.track(&session);
         Ok(session)
     }

@@ -737,15 +737,19 @@ impl Redlock {
             ));
         };
         let ttl = Duration::from_millis(agreed.ttl_ms);
+        // What a majority will keep: a renewed key lives its TTL, but a hold through a session
+        // (which a renew by its lease id does not extend) lives only what is left of it, and
+        // no more than the majority-th longest of those may be promised.
+        let kept = ttl.min(Duration::from_millis(agreed.pttl_ms));
         let at = Instant::now();
         let elapsed = at - started;
-        let validity = quorum::validity(ttl, elapsed, self.config.drift_factor)
+        let validity = quorum::validity(kept, elapsed, self.config.drift_factor)
             .ok_or_else(|| unavailable("renewal took longer than the TTL", failures))?;
         Ok(Leased {
             token: FencingToken(agreed.token),
             ttl,
             validity,
-            remaining: ttl.saturating_sub(elapsed),
+            remaining: kept.saturating_sub(elapsed),
             owner: agreed.owner.map(Into::into),
             at,
         })

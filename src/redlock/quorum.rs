@@ -201,25 +201,74 @@ pub fn decide_renew(
     Some(outcome)
 }
 
-/// Decide a session's renew as `decide_owned` does, except that while some hold is carried
-/// by fewer than a majority of the masters that renewed the session and others have still
-/// to answer, it waits for them: a hold whose grant reached the masters that answer last is
-/// not declared lost for their slowness (each answer is bounded by the master timeout).
+/// What a session renew's answers say of each hold attached to the session. A hold is
+/// only ever taken from its holder on positive evidence: a majority of all masters must
+/// deny carrying it before it counts as lost (and is released). A carrier that did not
+/// answer (down, paused, partitioned, unverified, slower than the timeout) denies nothing:
+/// it may still carry the hold, and so may the keys a previous answer promised a validity
+/// on, so such a hold is only unconfirmed: kept where it is, not extended in the holder's
+/// eyes, and judged again by the next renew.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct SessionVerdicts {
+    /// Carried (and extended) by a majority of all masters: valid as long as the session.
+    pub kept: Vec<String>,
+    /// Carried by fewer than a majority, and denied by fewer than a majority: its validity
+    /// is not extended (what the last answer that kept it promised still holds).
+    pub unconfirmed: Vec<String>,
+    /// Denied by a majority of all masters (they have the session and not the hold): it has
+    /// ended, as a lease whose renew a majority denied has.
+    pub lost: Vec<String>,
+}
+
+/// Judge every hold that any answer names (carried, or found gone) by `states`, the
+/// answers of the masters that renewed the session, out of `n` masters. Each list is in
+/// the order the holds were first named.
+pub fn judge_session_holds(
+    states: &[crate::store::node::SessionState],
+    n: usize,
+) -> SessionVerdicts {
+    let q = majority(n);
+    let mut verdicts = SessionVerdicts::default();
+    let mut seen: Vec<&str> = Vec::new();
+    for lease in states
+        .iter()
+        .flat_map(|s| s.carried.iter().chain(&s.dropped))
+    {
+        if seen.contains(&lease.as_str()) {
+            continue;
+        }
+        seen.push(lease);
+        let carried = states.iter().filter(|s| s.carried.contains(lease)).count();
+        // A master that has the session and does not carry the hold denies it, whether it
+        // found the hold gone or never had it (its grant did not reach that master).
+        let denied = states.len() - carried;
+        let list = if carried >= q {
+            &mut verdicts.kept
+        } else if denied >= q {
+            &mut verdicts.lost
+        } else {
+            &mut verdicts.unconfirmed
+        };
+        list.push(lease.clone());
+    }
+    verdicts
+}
+
+/// Decide a session's renew as `decide_owned` does, except that while some hold is neither
+/// kept nor denied by a majority and others have still to answer, it waits for them: a
+/// hold whose grant reached the masters that answer last is not left unconfirmed for their
+/// slowness (each answer is bounded by the master timeout).
 pub fn decide_session_renew(
     replies: &[Option<NodeResult<crate::store::node::Owned<crate::store::node::SessionState>>>],
 ) -> Option<OwnedOutcome<crate::store::node::SessionState>> {
     let outcome = decide_owned(replies)?;
     if let OwnedOutcome::Done(states) = &outcome
         && replies.iter().any(Option::is_none)
+        && !judge_session_holds(states, replies.len())
+            .unconfirmed
+            .is_empty()
     {
-        let q = majority(replies.len());
-        let short = states
-            .iter()
-            .flat_map(|s| &s.carried)
-            .any(|lease| states.iter().filter(|s| s.carried.contains(lease)).count() < q);
-        if short {
-            return None;
-        }
+        return None;
     }
     Some(outcome)
 }
@@ -835,6 +884,93 @@ mod tests {
         assert_eq!(
             decide_settled_read(&[holding("a", 9, 900), free.clone(), free]),
             Some(ReadOutcome::Free)
+        );
+    }
+
+    /// A master's answer to a session renew: the holds it carried and those it found gone.
+    fn session(carried: &[&str], dropped: &[&str]) -> crate::store::node::SessionState {
+        crate::store::node::SessionState {
+            carried: carried.iter().map(|l| l.to_string()).collect(),
+            dropped: dropped.iter().map(|l| l.to_string()).collect(),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn a_session_hold_is_lost_only_when_a_majority_deny_it() {
+        let names = |v: &[&str]| v.iter().map(|l| l.to_string()).collect::<Vec<_>>();
+        // (answers of the masters that renewed, out of n) => (kept, unconfirmed, lost)
+        type Case<'a> = (
+            Vec<crate::store::node::SessionState>,
+            usize,
+            [&'a [&'a str]; 3],
+        );
+        let cases: Vec<Case> = vec![
+            // Carried by two of three: kept, whoever else answered.
+            (
+                vec![session(&["h"], &[]), session(&["h"], &[])],
+                3,
+                [&["h"], &[], &[]],
+            ),
+            // One carrier answered, the other did not; the third never had it: unconfirmed.
+            (
+                vec![session(&["h"], &[]), session(&[], &[])],
+                3,
+                [&[], &["h"], &[]],
+            ),
+            // One carrier answered, the other found it gone: with the third, a majority deny.
+            (
+                vec![
+                    session(&["h"], &[]),
+                    session(&[], &["h"]),
+                    session(&[], &[]),
+                ],
+                3,
+                [&[], &[], &["h"]],
+            ),
+            // Gone from both answering masters (the third silent): a majority deny.
+            (
+                vec![session(&[], &["h"]), session(&[], &["h"])],
+                3,
+                [&[], &[], &["h"]],
+            ),
+            // Five masters, three answered: two carry it, one denies; two silent.
+            (
+                vec![
+                    session(&["h"], &[]),
+                    session(&["h"], &[]),
+                    session(&[], &[]),
+                ],
+                5,
+                [&[], &["h"], &[]],
+            ),
+        ];
+        for (i, (states, n, [kept, unconfirmed, lost])) in cases.into_iter().enumerate() {
+            let verdicts = judge_session_holds(&states, n);
+            assert_eq!(verdicts.kept, names(kept), "case {i}");
+            assert_eq!(verdicts.unconfirmed, names(unconfirmed), "case {i}");
+            assert_eq!(verdicts.lost, names(lost), "case {i}");
+        }
+    }
+
+    #[test]
+    fn a_session_renew_waits_for_a_silent_carrier_only_while_a_hold_is_undecided() {
+        use crate::store::node::Owned;
+        let yes = |s| Some(Ok(Owned::Yes(s)));
+        // A carries h, C answered without it, B silent: B decides whether h is kept.
+        assert_eq!(
+            decide_session_renew(&[yes(session(&["h"], &[])), None, yes(session(&[], &[]))]),
+            None
+        );
+        // A and C both carry it: kept whatever B says.
+        assert!(
+            decide_session_renew(&[yes(session(&["h"], &[])), None, yes(session(&["h"], &[]))])
+                .is_some()
+        );
+        // A and C both deny it: lost whatever B says.
+        assert!(
+            decide_session_renew(&[yes(session(&[], &["h"])), None, yes(session(&[], &[]))])
+                .is_some()
         );
     }
 }

@@ -279,6 +279,27 @@ impl Data {
         self.delays.insert(key.clone(), (lease.to_owned(), until));
     }
 
+    /// A keyed retry that found its own hold on `key` is answered a validity counted from
+    /// now: the hold, its lock-delay and the key's record last `ttl_ms` from now here, as a
+    /// renew would make them (acquire.lua). A hold through a session lives as its session.
+    fn refresh(&mut self, key: &LockKey, idem: &Idem, ttl_ms: u64, now: Instant) {
+        let expires = self.expiry(now, ttl_ms);
+        let Some(entry) = self.locks.get_mut(key) else {
+            return;
+        };
+        if entry.session.is_some() || entry.expires >= expires {
+            return;
+        }
+        entry.expires = expires;
+        let (lease, delay_ms) = (entry.lease.clone(), entry.delay_ms);
+        if delay_ms > 0 {
+            self.delay_after(key, &lease, delay_ms, expires);
+        }
+        if let Some(record) = self.records.get_mut(&idem.record) {
+            record.1 = record.1.max(expires);
+        }
+    }
+
     /// Make every key of `hold` that its lease still holds expire at `expires` (with its
     /// session), its lock-delay moving along; false when none is left.
     fn carry(
@@ -310,6 +331,16 @@ impl Data {
         live
     }
 
+    /// Whether any key of `hold` is still its own here (session.lua's test of a live hold).
+    fn carries(&mut self, hold: &SessionHold, now: Instant) -> bool {
+        let keys = match hold.key.kind {
+            Kind::Group => hold.key.members(),
+            _ => vec![hold.key.clone()],
+        };
+        keys.iter()
+            .any(|key| self.live(key, now).is_some_and(|e| e.lease == hold.lease))
+    }
+
     fn session_state(&self, session: &Session, now: Instant, holds: bool) -> SessionState {
         let left = session
             .expires
@@ -325,6 +356,7 @@ impl Data {
                 Vec::new()
             },
             carried: Vec::new(),
+            dropped: Vec::new(),
             attached: false,
         }
     }
@@ -564,6 +596,9 @@ impl MemoryNode {
                 for member in &members {
                     if let Some(entry) = data.locks.get_mut(member) {
                         entry.seen = Some(idem.attempt.clone());
+                        if entry.lease == lease {
+                            data.refresh(member, idem, ttl_ms, now);
+                        }
                     }
                 }
                 return Ok(Acquired::Granted { token });
@@ -672,7 +707,9 @@ impl LockNode for MemoryNode {
                     && entry.lease == lease
                 {
                     entry.seen = Some(idem.attempt.clone());
-                    return Ok(Acquired::Granted { token: entry.token });
+                    let token = entry.token;
+                    data.refresh(key, idem, ttl_ms, now);
+                    return Ok(Acquired::Granted { token });
                 }
                 let entry = &data.locks[key];
                 return Ok(Acquired::Held {
@@ -878,17 +915,24 @@ impl LockNode for MemoryNode {
                 SessionStep::Renew { ttl_ms } => {
                     session.ttl_ms = ttl_ms.unwrap_or(session.ttl_ms);
                     session.expires = data.expiry(now, session.ttl_ms);
-                    let holds = std::mem::take(&mut session.holds);
-                    session.holds = holds
-                        .into_iter()
-                        .filter(|h| data.carry(h, session.expires, None, now))
-                        .collect();
+                    let (kept, gone): (Vec<SessionHold>, Vec<SessionHold>) =
+                        std::mem::take(&mut session.holds)
+                            .into_iter()
+                            .partition(|h| data.carry(h, session.expires, None, now));
+                    session.holds = kept;
                     SessionState {
                         carried: session.holds.iter().map(|h| h.lease.clone()).collect(),
+                        dropped: gone.into_iter().map(|h| h.lease).collect(),
                         ..data.session_state(&session, now, false)
                     }
                 }
-                SessionStep::Read => data.session_state(&session, now, true),
+                SessionStep::Read => {
+                    // Only holds that still exist: one revoked, force-released or expired
+                    // stays attached until the next renew takes it off.
+                    let mut state = data.session_state(&session, now, true);
+                    state.holds.retain(|h| data.carries(h, now));
+                    state
+                }
                 SessionStep::End => {
                     data.sessions.remove(id);
                     return Ok(Owned::Yes(data.session_state(&session, now, true)));

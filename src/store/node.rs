@@ -90,6 +90,9 @@ pub struct SessionState {
     pub holds: Vec<SessionHold>,
     /// The lease ids of the holds a renew carried along.
     pub carried: Vec<String>,
+    /// The lease ids of holds a renew found attached and gone here (revoked, force-released,
+    /// expired): taken off the session here, and a denial of the hold.
+    pub dropped: Vec<String>,
     /// An attach: whether the hold was here to attach (its grant may have reached only a
     /// majority of masters).
     pub attached: bool,

@@ -463,6 +463,7 @@ impl RedisNode {
             owner: reply.owner(3)?,
             holds: Vec::new(),
             carried: Vec::new(),
+            dropped: Vec::new(),
             attached: matches!(step, SessionStep::Attach { .. }),
         };
         let mut slots = Vec::new();
@@ -478,7 +479,10 @@ impl RedisNode {
                     })?,
                 );
             } else if matches!(step, SessionStep::Renew { .. }) {
-                state.carried.push(text);
+                match text.strip_prefix('!') {
+                    Some(gone) => state.dropped.push(gone.to_owned()),
+                    None => state.carried.push(text),
+                }
             } else {
                 state.holds.push(parse_hold(&text).ok_or_else(|| {
                     NodeError::Script(format!("a session's hold reads {text:?}"))
@@ -825,6 +829,11 @@ impl LockNode for RedisNode {
                         for lease in part.carried {
                             if !state.carried.contains(&lease) {
                                 state.carried.push(lease);
+                            }
+                        }
+                        for lease in part.dropped {
+                            if !state.dropped.contains(&lease) {
+                                state.dropped.push(lease);
                             }
                         }
                         for hold in part.holds {

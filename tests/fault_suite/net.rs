@@ -10,32 +10,44 @@ use std::process::Command;
 /// Set inside the namespace, so that the re-executed test runs its body.
 const INSIDE: &str = "REDLOCKD_FAULT_SUITE_NETNS";
 
+/// Whether this process is a scenario's run inside its namespace.
+pub fn inside() -> bool {
+    std::env::var_os(INSIDE).is_some()
+}
+
 /// Run the test `name` of this binary again inside a new network namespace, unless this
 /// already is that run. Returns whether the caller should run the scenario's body here.
 pub fn enter(name: &str) -> bool {
-    if std::env::var_os(INSIDE).is_some() {
+    if inside() {
         return true;
     }
+    let status = run_inside(name, &[]);
+    assert!(
+        status.success(),
+        "scenario {name} failed in its network namespace ({status})"
+    );
+    false
+}
+
+/// Run the test `name` of this binary inside a new network namespace of its own, with
+/// `envs` set, and say how it ended.
+pub fn run_inside(name: &str, envs: &[(&str, String)]) -> std::process::ExitStatus {
     let exe = std::env::current_exe().expect("the test binary");
     // `ip` and `nft` live in sbin, which a non-login PATH may lack.
     let path = format!(
         "{}:/usr/sbin:/sbin",
         std::env::var("PATH").unwrap_or_else(|_| "/usr/bin:/bin".into())
     );
-    let status = Command::new("unshare")
+    Command::new("unshare")
         .env("PATH", path)
         .args(["--net", "--fork", "--kill-child", "--", "sh", "-c"])
-        .arg(r#"ip link set lo up && exec "$0" --exact "$1" --nocapture --test-threads 1"#)
+        .arg(r#"ip link set lo up && exec "$0" --exact "$1" --nocapture --test-threads 1 --include-ignored"#)
         .arg(exe)
         .arg(name)
         .env(INSIDE, "1")
+        .envs(envs.iter().map(|(k, v)| (k, v)))
         .status()
-        .expect("unshare (util-linux) runs");
-    assert!(
-        status.success(),
-        "scenario {name} failed in its network namespace ({status})"
-    );
-    false
+        .expect("unshare (util-linux) runs")
 }
 
 /// The address replica `r` uses to reach the masters.

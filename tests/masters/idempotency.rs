@@ -158,3 +158,62 @@ async fn a_grant_whose_answer_was_lost_is_found_by_its_retry() {
         "one revoke frees it"
     );
 }
+
+/// A keyed retry that finds its own earlier hold promises no more than the masters keep:
+/// retried half a TTL later, the validity it answers (counted from the retry) is covered
+/// by the hold's keys, so no other client is granted the name before it ends. For an
+/// exclusive lock, a shared hold against a writer, and a lease on several names. (Before,
+/// the retry answered a full validity from the retry while the keys kept the first
+/// attempt's expiry: another client got the name half a TTL early.)
+#[tokio::test]
+async fn a_late_keyed_retry_answers_no_more_validity_than_the_keys_keep() {
+    let (_ms, a, b) = replicas().await;
+    let cases = [
+        ("/locks/late-x", json!({"ttl_ms": 1500}), "/locks/late-x"),
+        (
+            "/locks/late-s",
+            json!({"ttl_ms": 1500, "mode": "shared"}),
+            "/locks/late-s",
+        ),
+        (
+            "/locks",
+            json!({"ttl_ms": 1500, "names": ["late-g1", "late-g2"]}),
+            "/locks/late-g2",
+        ),
+    ];
+    for (path, body, contended) in cases {
+        let send = async |app: &TestApp| {
+            let resp = app
+                .http
+                .post(app.url(path))
+                .header("Idempotency-Key", format!("late-{path}"))
+                .json(&body)
+                .send()
+                .await
+                .expect("grant");
+            let status = resp.status().as_u16();
+            (status, resp.json::<Value>().await.unwrap_or(Value::Null))
+        };
+        let (status, first) = send(&a).await;
+        assert_eq!(status, 201, "{path}: {first}");
+        tokio::time::sleep(Duration::from_millis(750)).await;
+        let sent = std::time::Instant::now();
+        let (status, again) = send(&b).await;
+        assert_eq!(status, 201, "{path}: {again}");
+        assert_eq!(again["lease_id"], first["lease_id"]);
+        let validity = Duration::from_millis(again["validity_ms"].as_u64().unwrap());
+        let deadline = sent + validity;
+        while std::time::Instant::now() + Duration::from_millis(100) < deadline {
+            let (status, other) = a
+                .send("POST", contended, Some(json!({"ttl_ms": 1000})))
+                .await;
+            assert_ne!(
+                status,
+                201,
+                "{path}: another client was granted {contended} {:?} before the retry's validity ended: {other}",
+                deadline - std::time::Instant::now()
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+}

@@ -3,7 +3,10 @@
 //! session is renewed (on the other replica), ending it frees them all at once and wakes a
 //! waiter on the other replica, an expired session's holds are free, a streamed session's
 //! holds are freed within a second of its connection closing, and a renew of a session with
-//! 100 holds is one call per master.
+//! 100 holds is one call per master. A hold through a session carried by exactly two masters
+//! stays its holder's, unconfirmed, when one of them is killed or paused, until the validity
+//! answered before has run out; a hold revoked or force-released is named lost by the next
+//! renew and no longer listed.
 
 use crate::common;
 
@@ -179,4 +182,91 @@ async fn a_renew_of_a_session_with_100_holds_is_one_call_per_master() {
     assert_eq!(read["holds"].as_array().map(Vec::len), Some(100));
     let holds: &Vec<Value> = read["holds"].as_array().unwrap();
     assert!(holds.iter().all(|h| h["kind"] == "lock"));
+}
+
+/// The promise a session renew keeps on real masters: a hold carried by exactly two of three
+/// (its key gone from C), one of which is then SIGKILLed or SIGSTOPped, is not released by
+/// the next session renew (it is `unconfirmed`, not `lost`, and not `kept`), and no other
+/// client, on either replica, is granted its name before the validity the last renew that
+/// kept it answered has ended. (Before, the renew released it, and the other replica
+/// granted the name about 5.5 s early.)
+#[tokio::test]
+async fn a_session_hold_whose_carrier_dies_is_kept_until_its_validity_ends() {
+    for kill in [true, false] {
+        let mut ms = masters(3);
+        let (a, b) = common::two_replicas(&ms).await;
+        let session = open(&a, 2000).await;
+        let (status, lease) = a
+            .send("POST", "/locks/m:lock", Some(json!({"session": session})))
+            .await;
+        assert_eq!(status, 201, "{lease}");
+        let lease_id = lease["lease_id"].as_str().unwrap().to_owned();
+        // The hold's key is gone from C: only A and B carry it.
+        let deleted: u64 = ms[2].cmd(&["DEL", "redlockd:lock:m:lock"]).await.unwrap();
+        assert_eq!(deleted, 1);
+        let sent = Instant::now();
+        let (status, renewed) = a.send("PUT", &format!("/sessions/{session}"), None).await;
+        assert_eq!(status, 200, "{renewed}");
+        assert_eq!(renewed["kept"], json!([lease_id]), "{renewed}");
+        let deadline = sent + Duration::from_millis(renewed["validity_ms"].as_u64().unwrap());
+
+        if kill {
+            ms[1].stop();
+        } else {
+            ms[1].pause();
+        }
+        let (status, renewed) = a.send("PUT", &format!("/sessions/{session}"), None).await;
+        assert_eq!(status, 200, "{renewed}");
+        // Nobody, on either replica, gets the name while the answered validity runs.
+        while Instant::now() + Duration::from_millis(250) < deadline {
+            for app in [&a, &b] {
+                let (status, body) = app
+                    .send("POST", "/locks/m:lock", Some(json!({"ttl_ms": 1000})))
+                    .await;
+                assert_ne!(
+                    status,
+                    201,
+                    "granted {:?} before the holder's validity ended (kill: {kill}): {body}",
+                    deadline - Instant::now()
+                );
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        assert_eq!(renewed["unconfirmed"], json!([lease_id]), "{renewed}");
+        assert!(renewed.get("lost").is_none(), "{renewed}");
+        assert_eq!(renewed["kept"], json!([]), "{renewed}");
+        if !kill {
+            ms[1].resume();
+        }
+    }
+}
+
+/// A hold revoked by its lease id or force-released by an administrator is not listed by
+/// `GET /sessions/{id}`, and the next renew names a force-released one `lost` (not kept).
+#[tokio::test]
+async fn a_session_names_holds_that_ended_lost_and_lists_only_live_ones() {
+    let masters = masters(3);
+    let (a, b) = common::two_replicas(&masters).await;
+    let session = open(&a, 5000).await;
+    let mut ids = Vec::new();
+    for name in ["m:one", "m:two"] {
+        let (status, lease) = a
+            .send(
+                "POST",
+                &format!("/locks/{name}"),
+                Some(json!({"session": session})),
+            )
+            .await;
+        assert_eq!(status, 201, "{lease}");
+        ids.push(lease["lease_id"].as_str().unwrap().to_owned());
+    }
+    assert_eq!(a.revoke("m:one", &ids[0]).await.0, 204);
+    assert_eq!(b.send("DELETE", "/locks/m:two", None).await.0, 200);
+    let (_, read) = b.get(&format!("/sessions/{session}")).await;
+    assert_eq!(read["holds"], json!([]), "{read}");
+    let (status, renewed) = b.send("PUT", &format!("/sessions/{session}"), None).await;
+    assert_eq!(status, 200, "{renewed}");
+    let lost = renewed["lost"].as_array().cloned().unwrap_or_default();
+    assert!(lost.contains(&json!(ids[1])), "{renewed}");
+    assert_eq!(renewed["kept"], json!([]), "{renewed}");
 }

@@ -386,6 +386,26 @@ def test_a_lost_session_marks_its_holds_lost(cluster):
         lock.ensure_valid()
 
 
+def test_a_session_renew_marks_a_force_released_hold_lost(cluster):
+    client = Client(cluster.urls)
+    with client.session(ttl=5.0) as session:
+        lock = session.lock("s:forced")
+        kept = session.lock("s:kept")
+        # An administrator takes the lock away: the next renew does not keep it, and the
+        # client must stop relying on it (before, it was extended with the session).
+        assert httpx.delete(f"{cluster.urls[0]}/locks/s:forced").status_code == 200
+        # The renew that names it lost has its answer lost (sent past the client); the
+        # client's own renew after it must still stop relying on the hold.
+        client._call("PUT", f"/sessions/{session.session_id}", body={})
+        session.renew()
+        assert lock.lost.is_set() and lock.lost_reason == "lease_not_found"
+        with pytest.raises(LeaseLost):
+            lock.ensure_valid()
+        session.renew()
+        kept.ensure_valid()
+        assert session.holds == [kept]
+
+
 def test_a_lock_delay_refuses_the_name_after_a_lease_that_lapsed(cluster):
     client = Client(cluster.urls)
     client.lock("s:delay", ttl=0.3, lock_delay=1.0, auto_renew=False)

@@ -568,6 +568,9 @@ export class Lease implements AsyncDisposable {
   private readonly renewer = new Renewer(this);
   /** @internal */
   released = false;
+  /** @internal `performance.now()` when a session took this hold: a session renew sent
+   * before then does not judge it. */
+  joinedAt = performance.now();
 
   /** @internal */
   constructor(
@@ -752,12 +755,22 @@ export class Session implements AsyncDisposable {
     }
     this.validUntil = Math.max(this.validUntil, sent + Number(answer.validity_ms));
     this.ttlMs = Number(answer.ttl_ms);
-    const lost = new Set(Array.isArray(answer.lost) ? (answer.lost as string[]) : []);
+    // Only the holds the answer lists in `kept` are valid as long as the session now; those
+    // it lists as `unconfirmed` keep the validity they had (a master that carries them did
+    // not answer) and are lost once it runs out; any other hold taken before the renew was
+    // sent has ended. A hold granted while the renew was under way is judged by the next.
+    const kept = new Set(Array.isArray(answer.kept) ? (answer.kept as string[]) : []);
+    const unconfirmed = new Set(Array.isArray(answer.unconfirmed) ? (answer.unconfirmed as string[]) : []);
+    const now = performance.now();
+    const lost: [Lease, string][] = [];
     for (const hold of this.holds) {
-      if (lost.has(hold.leaseId)) hold.lose("lease_not_found");
-      else hold.validUntil = Math.max(hold.validUntil, this.validUntil);
+      if (hold.joinedAt > sent) continue;
+      if (kept.has(hold.leaseId)) hold.validUntil = Math.max(hold.validUntil, this.validUntil);
+      else if (!unconfirmed.has(hold.leaseId)) lost.push([hold, "lease_not_found"]);
+      else if (hold.validUntil <= now) lost.push([hold, "quorum_lost"]);
     }
-    this.holds = this.holds.filter((h) => !lost.has(h.leaseId));
+    this.holds = this.holds.filter((h) => !lost.some(([l]) => l === h));
+    for (const [hold, reason] of lost) hold.lose(reason);
   }
 
   /** The session as the server reads it, with `holds`. */
@@ -794,6 +807,7 @@ export class Session implements AsyncDisposable {
   }
 
   private hold(lease: Lease): Lease {
+    lease.joinedAt = performance.now();
     this.holds.push(lease);
     return lease;
   }

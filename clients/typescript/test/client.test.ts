@@ -297,6 +297,25 @@ test("a session holds a lock, a permit and a shared lock with one heartbeat, and
     assert.deepEqual((await client.semaphore("s:pool")).holders, []);
   }));
 
+test("a session renew marks a force-released hold lost and keeps the others", () =>
+  withCluster({}, async (cluster) => {
+    const client = new Client({ servers: cluster.urls });
+    await using session = await client.session({ ttlMs: 5000 });
+    const forced = await session.lock("s:forced");
+    const kept = await session.lock("s:kept");
+    // An administrator takes the lock away: the next renew does not keep it.
+    assert.equal((await fetch(`${cluster.urls[0]}/locks/s:forced`, { method: "DELETE" })).status, 200);
+    // The renew that names it lost has its answer lost (sent past the client); the
+    // client's own renew after it must still stop relying on the hold.
+    await fetch(`${cluster.urls[0]}/sessions/${session.sessionId}`, { method: "PUT", headers: { "content-type": "application/json" }, body: "{}" });
+    await session.renew();
+    assert.equal(forced.lostReason, "lease_not_found");
+    assert.throws(() => forced.ensureValid(), LeaseLost);
+    await session.renew();
+    kept.ensureValid();
+    assert.deepEqual(session.holds, [kept]);
+  }));
+
 test("a lost session marks its holds lost; a lock-delay refuses the name after a lapse", () =>
   withCluster({}, async (cluster) => {
     const client = new Client({ servers: cluster.urls });

@@ -25,8 +25,14 @@ pub struct SessionLease {
     pub at: Instant,
     /// How many holds a renew carried along on a majority.
     pub holds: usize,
-    /// The holds a renew found on fewer than a majority of the masters that renewed the
-    /// session (a grant that reached only some of them): no longer valid, and released.
+    /// The holds a renew kept (carried by a majority of all masters): valid as long as the
+    /// session now. A hold attached to the session and absent here was not extended.
+    pub kept: Vec<String>,
+    /// The holds a renew could neither confirm nor deny (a master that carries one did not
+    /// answer): left attached and in place, their validity not extended.
+    pub unconfirmed: Vec<String>,
+    /// The holds a majority of all masters deny carrying (revoked, force-released, expired,
+    /// or their grant reached only a minority): no longer valid, and released.
     pub lost: Vec<String>,
     /// Those of them found again (their keys) and released.
     pub released: Vec<SessionHold>,
@@ -92,19 +98,14 @@ impl Redlock {
         let ttl_ms = ttl.map(crate::model::millis);
         let (states, started, _) = self.session_step(id, Op::Renew { ttl_ms }).await?;
         let mut lease = self.lease_of(&states, started, None)?;
-        let q = quorum::majority(self.nodes.len());
-        let mut counted: std::collections::HashMap<&str, usize> = Default::default();
-        for lease_id in states.iter().flat_map(|s| &s.carried) {
-            *counted.entry(lease_id).or_default() += 1;
-        }
-        lease.holds = counted.values().filter(|c| **c >= q).count();
-        lease.lost = counted
-            .into_iter()
-            .filter(|(_, c)| *c < q)
-            .map(|(l, _)| l.to_owned())
-            .collect();
+        let verdicts = quorum::judge_session_holds(&states, self.nodes.len());
+        lease.holds = verdicts.kept.len();
+        lease.kept = verdicts.kept;
+        lease.unconfirmed = verdicts.unconfirmed;
+        lease.lost = verdicts.lost;
         if !lease.lost.is_empty() {
-            // Each such hold is gone as a lease: release it, and take it off the session.
+            // A majority deny each such hold: whatever copies a minority still has can only
+            // keep its name from others. Release them, and take them off the session.
             if let Ok((states, _, _)) = self.session_step(id, Op::Read).await {
                 let mut holds: Vec<SessionHold> = Vec::new();
                 for hold in states.into_iter().flat_map(|s| s.holds) {
@@ -252,6 +253,8 @@ impl Redlock {
                 .find_map(|s| s.owner.as_deref().map(Arc::from)),
             at,
             holds: 0,
+            kept: Vec::new(),
+            unconfirmed: Vec::new(),
             lost: Vec::new(),
             released: Vec::new(),
         })
@@ -284,6 +287,8 @@ impl Redlock {
                 .find_map(|s| s.owner.as_deref().map(Arc::from)),
             at,
             holds: 0,
+            kept: Vec::new(),
+            unconfirmed: Vec::new(),
             lost: Vec::new(),
             released: Vec::new(),
         })

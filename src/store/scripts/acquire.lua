@@ -59,7 +59,7 @@
 --          redlockd:shared:a redlockd:claim:a Zm9v 30000 worker-1 a redlockd:lock: w
 --          redlockd:reader:a/ 5000 0
 -- Returns {1, token} when granted (or, with a key, when this lease holds it already: its
--- token), {0, pttl_ms, lease} when another lease holds the lock ('shared' for shared
+-- token, the hold made to last the TTL from now as a renew would), {0, pttl_ms, lease} when another lease holds the lock ('shared' for shared
 -- holders, pttl_ms the longest of theirs), {-1} when the marker is
 -- missing (the master must not vote), {-2} when the key was used with another fingerprint,
 -- {-3} when the key's lease held the lock here and has ended, {-4, pttl_ms} while an ended
@@ -78,6 +78,18 @@ local held = redis.call('HMGET', KEYS[1], 'lease', 'token')
 if held[1] then
   if keyed and held[1] == ARGV[1] then
     redis.call('HSET', KEYS[1], 'seen', ARGV[11])
+    -- The retry is answered a validity counted from now: the hold (and the key's record)
+    -- must last its TTL from now here, as a renew would make it. A hold through a session
+    -- lives as its session does; the grant attaches it again and answers that.
+    local terms = redis.call('HMGET', KEYS[1], 'session', 'delay')
+    local ttl = tonumber(ARGV[2])
+    if not terms[1] and redis.call('PTTL', KEYS[1]) < ttl then
+      redis.call('PEXPIRE', KEYS[1], ttl)
+      redis.call('PEXPIRE', KEYS[7], ttl)
+      if terms[2] then
+        redis.call('SET', KEYS[6], 'd:' .. ARGV[1], 'PX', ttl + tonumber(terms[2]))
+      end
+    end
     return {1, tonumber(held[2])}
   end
   if waiting then

@@ -56,7 +56,18 @@ local function claim(i) return KEYS[3 + 3 * (i - 1) + 3] end
 local function name(i) return ARGV[9 + i] end
 local first = redis.call('HMGET', lock(1), 'lease', 'token')
 if keyed and first[1] == lease then
-  for i = 1, n do redis.call('HSET', lock(i), 'seen', ARGV[9 + n + 2]) end
+  -- Answered a validity from now: each name's hold and the record last the TTL from now
+  -- (see acquire.lua); a lease through a session lives as its session does.
+  local ttl = tonumber(ARGV[2])
+  local refresh = redis.call('HEXISTS', lock(1), 'session') == 0
+  for i = 1, n do
+    redis.call('HSET', lock(i), 'seen', ARGV[9 + n + 2])
+    if refresh and redis.call('HGET', lock(i), 'lease') == lease
+        and redis.call('PTTL', lock(i)) < ttl then
+      redis.call('PEXPIRE', lock(i), ttl)
+    end
+  end
+  if refresh then redis.call('PEXPIRE', KEYS[#KEYS], ttl) end
   return {1, tonumber(first[2])}
 end
 for i = 1, n do

@@ -37,11 +37,13 @@
 -- Example: EVALSHA <sha> 2 redlockd:session:Zm9v redlockd:marker renew 30000
 -- Returns {-1} when the marker is missing, {0} when the session does not exist here, {2}
 -- when an attached hold is not held here (its grant did not reach this master), else
--- {1, pttl_ms, ttl_ms, owner, holds...} where holds are '<lease>\n<entry>' each ('read'
--- and 'end'; 'renew' answers the lease ids of the holds it carried instead, the others
--- nothing). A renew's caller counts, for each hold, the masters that carried it: a hold
--- that fewer than a majority carried (its grant reached only some of the masters that have
--- the session) is lost, as a lease whose renew a majority denied is.
+-- {1, pttl_ms, ttl_ms, owner, holds...} where holds are '<lease>\n<entry>' each ('read',
+-- only those whose keys are still their own here, and 'end', all of them); 'renew' answers
+-- the lease ids of the holds it carried instead, and '!<lease>' for each hold it found
+-- gone here (and took off the session); the others nothing. A renew's caller counts, for
+-- each hold, the masters that carried it and those that have the session without it: a hold
+-- carried by a majority of all masters is kept, one denied by a majority has ended, and any
+-- other (a carrier did not answer) is unconfirmed and left where it is.
 if #KEYS < 2 or #ARGV < 1 then
   return redis.error_reply('session expects 2 keys or more and an operation')
 end
@@ -96,6 +98,16 @@ local function extend(lease, entry, ttl)
   return live
 end
 
+-- Whether any key of the hold `lease` described by `entry` is still its own here.
+local function alive(lease, entry)
+  for i, line in ipairs(lines(entry)) do
+    if i > 1 and line[1] == 'k' and redis.call('HGET', line[2], 'lease') == lease then
+      return true
+    end
+  end
+  return false
+end
+
 local answer = {1, redis.call('PTTL', session), tonumber(fields[1]), fields[2] or ''}
 
 if op == 'note' then
@@ -117,6 +129,7 @@ if op == 'renew' then
         answer[#answer + 1] = string.sub(field, 3)
       else
         redis.call('HDEL', session, field)
+        answer[#answer + 1] = '!' .. string.sub(field, 3)
       end
     elseif string.sub(field, 1, 2) == 's:' then
       answer[#answer + 1] = '@' .. string.sub(field, 3)
@@ -129,7 +142,10 @@ if op == 'read' or op == 'end' then
   local all = redis.call('HGETALL', session)
   for i = 1, #all, 2 do
     if string.sub(all[i], 1, 2) == 'h:' then
-      answer[#answer + 1] = string.sub(all[i], 3) .. '\n' .. all[i + 1]
+      -- 'read' lists only holds that still exist here; 'end' releases all it lists.
+      if op == 'end' or alive(string.sub(all[i], 3), all[i + 1]) then
+        answer[#answer + 1] = string.sub(all[i], 3) .. '\n' .. all[i + 1]
+      end
     elseif string.sub(all[i], 1, 2) == 's:' then
       answer[#answer + 1] = '@' .. string.sub(all[i], 3)
     end

@@ -45,6 +45,14 @@ end
 local mine = redis.call('HMGET', KEYS[1], 'lease', 'token')
 if keyed and mine[1] == ARGV[1] then
   redis.call('HSET', KEYS[1], 'seen', ARGV[10])
+  -- Answered a validity from now: make the hold, the set and the record last the TTL from
+  -- now (see acquire.lua); a hold through a session lives as its session does.
+  local ttl = tonumber(ARGV[2])
+  if redis.call('HEXISTS', KEYS[1], 'session') == 0 and redis.call('PTTL', KEYS[1]) < ttl then
+    redis.call('PEXPIRE', KEYS[1], ttl)
+    redis.call('PEXPIRE', KEYS[8], ttl)
+    if redis.call('PTTL', KEYS[6]) < ttl then redis.call('PEXPIRE', KEYS[6], ttl) end
+  end
   return {1, tonumber(mine[2])}
 end
 local waiting = string.find(ARGV[6], 'w', 1, true)

@@ -203,8 +203,8 @@ class AsyncSession(_core.SessionState, _RenewsItself):
         except LeaseLost:
             await self._lose("session_not_found")
             raise
-        for hold in self.renewed(answer, sent):
-            await hold._lose("lease_not_found")  # type: ignore[attr-defined]
+        for hold, reason in self.renewed(answer, sent):
+            await hold._lose(reason)  # type: ignore[attr-defined]
 
     async def info(self) -> Dict[str, Any]:
         """The session as the server reads it, with `holds`."""

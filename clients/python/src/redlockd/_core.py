@@ -208,6 +208,9 @@ class LeaseState(Renewable):
         self.names = grant.names
         self.lost_reason: Optional[str] = None
         self.released = False
+        #: When this process learnt of the grant: a session renew sent before then does not
+        #: judge it.
+        self.joined = time.monotonic()
 
     @property
     def term(self) -> int:
@@ -261,17 +264,30 @@ class SessionState(Renewable):
             return 0.0
         return max(0.0, self.valid_until - time.monotonic())
 
-    def renewed(self, body: Dict[str, Any], sent: float) -> List[LeaseState]:
-        """Take a renew's answer: the holds it kept are valid as long as the session; those
-        it could not keep (`lost`) are returned, to be marked lost."""
+    def renewed(self, body: Dict[str, Any], sent: float) -> List[Tuple[LeaseState, str]]:
+        """Take a renew's answer: only the holds it lists in `kept` are valid as long as the
+        session now; those it lists as `unconfirmed` keep the validity they had (a master
+        that carries them did not answer) and are lost once it runs out; any other hold
+        taken before the renew was sent has ended (`lost`, or released by someone else).
+        Returns the holds to mark lost, each with its reason."""
         self.valid_until = max(self.valid_until, sent + float(body["validity_ms"]) / 1000.0)
         self.ttl = float(body["ttl_ms"]) / 1000.0
-        gone = set(body.get("lost") or ())
-        lost = [h for h in self.holds if h.lease_id in gone]
+        kept = set(body.get("kept") or ())
+        unconfirmed = set(body.get("unconfirmed") or ())
+        now = time.monotonic()
+        lost: List[Tuple[LeaseState, str]] = []
         for hold in self.holds:
-            if hold.lease_id not in gone:
+            if hold.joined > sent:
+                continue  # granted while this renew was under way: the next one judges it
+            if hold.lease_id in kept:
                 hold.valid_until = max(hold.valid_until, self.valid_until)
-        self.holds = [h for h in self.holds if h.lease_id not in gone]
+            elif hold.lease_id in unconfirmed:
+                if hold.valid_until <= now:
+                    lost.append((hold, "quorum_lost"))
+            else:
+                lost.append((hold, "lease_not_found"))
+        gone = {id(h) for h, _ in lost}
+        self.holds = [h for h in self.holds if id(h) not in gone]
         return lost
 
     def __repr__(self) -> str:

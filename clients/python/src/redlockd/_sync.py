@@ -189,8 +189,8 @@ class Session(_core.SessionState, _RenewsItself):
         except LeaseLost:
             self._lose("session_not_found")
             raise
-        for hold in self.renewed(answer, sent):
-            hold._lose("lease_not_found")  # type: ignore[attr-defined]
+        for hold, reason in self.renewed(answer, sent):
+            hold._lose(reason)  # type: ignore[attr-defined]
 
     def info(self) -> Dict[str, Any]:
         """The session as the server reads it, with `holds`."""
