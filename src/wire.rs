@@ -433,11 +433,17 @@ pub struct QueuedEvent {
 pub struct LostEvent {
     /// `lease_not_found` (a renew found it expired), `quorum_lost` (no renew reached a
     /// majority in time), `released` (revoked with its lease id, not by this stream),
-    /// `force_released` (an administrator removed it), `shutting_down` (the replica holding
-    /// the stream is stopping; it revoked the lease). An observer's stream ends with a
-    /// `closed` event of the same shape (`shutting_down`) when its replica stops.
+    /// `force_released` (an administrator removed it). When the replica holding a stream
+    /// stops, the stream ends with a `closed` event of the same shape instead (reason
+    /// `shutting_down`): a held lease or session is then not revoked, and `validity_ms`
+    /// says how long it may still be relied on; an observer's `closed` has no `validity_ms`.
     pub reason: String,
     pub message: String,
+    /// With `closed` of a held lease, campaign or session: how long it may still be relied
+    /// on from when the event was written. It lapses at its TTL unless renewed (by its
+    /// lease id or session id) through another replica before then.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub validity_ms: Option<u64>,
 }
 
 /// Fields of a campaign; each may also be given as a query parameter of the same name.

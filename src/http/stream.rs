@@ -41,6 +41,9 @@ pub fn wants_stream(headers: &HeaderMap) -> bool {
         })
 }
 
+/// What `closed` tells the holder of a stream whose replica stops.
+pub(super) const CLOSED_MESSAGE: &str = "this replica is shutting down; the hold was not revoked: rely on it for validity_ms, and renew it by its id through another replica to keep it";
+
 fn event<T: Serialize>(name: &'static str, data: &T) -> Event {
     Event::default()
         .event(name)
@@ -72,6 +75,15 @@ fn hold_event(kind: Kind, e: HoldEvent) -> Event {
             &LostEvent {
                 reason: reason.code().to_owned(),
                 message: reason.message().to_owned(),
+                validity_ms: None,
+            },
+        ),
+        HoldEvent::Closed { validity } => event(
+            "closed",
+            &LostEvent {
+                reason: "shutting_down".to_owned(),
+                message: CLOSED_MESSAGE.to_owned(),
+                validity_ms: Some(crate::model::millis(validity)),
             },
         ),
         HoldEvent::Failed(e) => {
@@ -107,6 +119,7 @@ fn leader_event(name: &str, change: LeaderChange) -> Event {
                     reason: "shutting_down".to_owned(),
                     message: "this replica is shutting down; reconnect to another replica"
                         .to_owned(),
+                    validity_ms: None,
                 },
             );
         }

@@ -2,7 +2,9 @@
 //! renews it at a third of its TTL, and says what happens on a bounded channel that the
 //! HTTP layer streams as server-sent events. When the client goes (the channel's receiver
 //! is dropped), the lease is revoked at once; when the lease is lost, the client is told
-//! why. If the process itself dies, the lease expires at its TTL.
+//! why. When this replica shuts down, the client is told how long it may still rely on the
+//! lease (`closed`) and the lease is left to lapse, never revoked under a validity already
+//! answered. If the process itself dies, the lease expires at its TTL.
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
@@ -38,6 +40,10 @@ pub enum HoldEvent {
     Renewed(Lease),
     /// The lease was lost; nothing follows.
     Lost(LostReason),
+    /// This replica is shutting down: the stream ends, and the lease is not revoked. It may
+    /// be relied on for `validity` more, and lapses at its TTL unless its holder renews it
+    /// (by its lease id) through another replica.
+    Closed { validity: Duration },
     /// The grant failed (held after `wait`, no quorum); nothing follows.
     Failed(LeaseError),
 }
@@ -53,7 +59,7 @@ pub enum LostReason {
     Released,
     /// An administrator force-released it.
     ForceReleased,
-    /// This replica is shutting down; the lease was revoked.
+    /// This replica is shutting down: told as `closed`, and the lease is left to lapse.
     ShuttingDown,
 }
 
@@ -84,7 +90,7 @@ impl LostReason {
                 "an administrator force-released the lock (the audit log says who)"
             }
             LostReason::ShuttingDown => {
-                "the replica holding the stream is shutting down; the lease was revoked"
+                "the replica holding the stream is shutting down; the lease was not revoked"
             }
         }
     }
@@ -166,8 +172,12 @@ impl LeaseService {
             }
         };
         let lost = self.keep(&lease, ttl.get(), &tx).await;
-        if let Some(reason) = lost {
-            deliver(&tx, HoldEvent::Lost(reason)).await;
+        match lost {
+            // Told with `closed` (by `keep`): a validity answered is kept, so the lease is
+            // not revoked; it lapses at its TTL, or its holder renews it elsewhere.
+            Some(LostReason::ShuttingDown) => return,
+            Some(reason) => deliver(&tx, HoldEvent::Lost(reason)).await,
+            None => {}
         }
         if !matches!(
             lost,
@@ -216,7 +226,11 @@ impl LeaseService {
                     }
                 }
                 () = tx.closed() => return None,
-                () = self.shutdown.cancelled() => return Some(LostReason::ShuttingDown),
+                () = self.shutdown.cancelled() => {
+                    let validity = valid_until.saturating_duration_since(Instant::now());
+                    deliver(tx, HoldEvent::Closed { validity }).await;
+                    return Some(LostReason::ShuttingDown);
+                }
                 seen = events.next(), if listening => match seen {
                     Some(Observed::Event(LockEvent::Released { token })) if token == lease.token => {
                         released = Some(LostReason::Released);

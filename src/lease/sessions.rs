@@ -158,7 +158,7 @@ pub enum SessionLost {
     NotFound,
     /// No renew reached a majority before the session's validity ran out.
     QuorumLost,
-    /// The replica is shutting down; the session was ended.
+    /// The replica is shutting down: told as `closed`, and the session is left to lapse.
     ShuttingDown,
 }
 
@@ -180,7 +180,7 @@ impl SessionLost {
                 "no renew reached a majority of masters before the session's validity ran out"
             }
             SessionLost::ShuttingDown => {
-                "the replica holding the stream is shutting down; the session was ended"
+                "the replica holding the stream is shutting down; the session was not ended"
             }
         }
     }
@@ -192,6 +192,12 @@ pub enum SessionEvent {
     Opened(Session),
     Heartbeat(Session),
     Lost(SessionLost),
+    /// This replica is shutting down: the stream ends and the session is not ended. It (and
+    /// every hold through it) may be relied on for `validity` more, and lapses at its TTL
+    /// unless renewed through another replica.
+    Closed {
+        validity: Duration,
+    },
     Failed(LeaseError),
 }
 
@@ -378,12 +384,20 @@ impl LeaseService {
                 () = self.shutdown.cancelled() => break Some(SessionLost::ShuttingDown),
             }
         };
-        if let Some(reason) = lost {
-            let _ =
-                tokio::time::timeout(Duration::from_secs(1), tx.send(SessionEvent::Lost(reason)))
-                    .await;
-        }
-        if lost != Some(SessionLost::NotFound) {
+        let told = match lost {
+            // A validity answered is kept: the session is not ended under its holds; it
+            // lapses at its TTL, or its holder renews it through another replica.
+            Some(SessionLost::ShuttingDown) => SessionEvent::Closed {
+                validity: valid_until.saturating_duration_since(Instant::now()),
+            },
+            Some(reason) => SessionEvent::Lost(reason),
+            None => {
+                let _ = self.end_session(&id).await;
+                return;
+            }
+        };
+        let _ = tokio::time::timeout(Duration::from_secs(1), tx.send(told)).await;
+        if lost == Some(SessionLost::QuorumLost) {
             let _ = self.end_session(&id).await;
         }
     }

@@ -114,7 +114,11 @@ async fn stopping_tells_holders_and_observers() {
     let mut watcher = app.call("GET", "/elections/stop/observe").stream().await;
     watcher.expect("vacant").await;
     app.stop().await;
-    assert_eq!(held.expect("lost").await["reason"], "shutting_down");
+    // Told how long it may still rely on the lease, which is not revoked (issue 31: a
+    // validity once answered is kept).
+    let closed = held.expect("closed").await;
+    assert_eq!(closed["reason"], "shutting_down", "{closed}");
+    assert!(closed["validity_ms"].as_u64().unwrap() > 20_000, "{closed}");
     assert!(held.next().await.is_none());
     assert_eq!(watcher.expect("closed").await["reason"], "shutting_down");
     assert!(watcher.next().await.is_none());

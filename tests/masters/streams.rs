@@ -6,7 +6,7 @@ use crate::common;
 
 use std::time::{Duration, Instant};
 
-use common::{EventStream, RedisMaster, TestApp, config, masters, wait_for};
+use common::{EventStream, RedisMaster, TestApp, config, masters};
 use serde_json::json;
 
 async fn replicas(masters: &[RedisMaster], timeout_ms: u64) -> (TestApp, TestApp) {
@@ -83,27 +83,74 @@ async fn lost_arrives_within_the_ttl_when_a_majority_of_masters_stop() {
     assert!(stream.next().await.is_none(), "the stream ends after lost");
 }
 
+/// A replica's shutdown keeps the promise of the validity it answered: a lease held by a
+/// stream on it is not revoked (before, it was, and the other replica granted the name to
+/// another client 60 ms later); the holder is told how long it may rely on it (`closed`,
+/// with `validity_ms`) and may renew it by its lease id through another replica.
 #[tokio::test]
-async fn shutdown_tells_the_holder_and_frees_the_lock() {
+async fn shutdown_tells_the_holder_how_long_it_holds_and_never_revokes_under_it() {
     let masters = masters(3);
     let (a, b) = replicas(&masters, 200).await;
     let mut stream = EventStream::open(hold(&a, "stop", json!({"ttl_ms": 30_000}))).await;
-    stream.expect("granted").await;
+    let granted = stream.expect("granted").await;
+    let lease = granted["lease_id"].as_str().unwrap().to_owned();
     let metrics = a.text("/metrics").await;
     assert!(
         metrics.contains(r#"redlockd_streams_active{kind="hold"} 1"#),
         "{metrics}"
     );
     let stopping = tokio::spawn(a.stop());
-    let lost = stream.expect("lost").await;
-    assert_eq!(lost["reason"], "shutting_down");
+    let closed = stream.expect("closed").await;
+    assert_eq!(closed["reason"], "shutting_down", "{closed}");
+    assert!(closed["validity_ms"].as_u64().unwrap() > 20_000, "{closed}");
     assert!(stream.next().await.is_none());
     stopping.await.unwrap();
-    wait_for("the lock to be free", Duration::from_secs(2), async || {
-        let (_, status) = b.inspect("stop").await;
-        (status["held"] == json!(false)).then_some(())
-    })
+    let (_, status) = b.inspect("stop").await;
+    assert_eq!(status["held"], json!(true), "{status}");
+    let (code, other) = b.grant("stop", json!({"ttl_ms": 1000})).await;
+    assert_eq!(
+        code, 409,
+        "the name went to another while its validity ran: {other}"
+    );
+    let (code, renewed) = b.renew("stop", &lease, json!({})).await;
+    assert_eq!(
+        code, 200,
+        "the holder renews it through the other replica: {renewed}"
+    );
+}
+
+/// The same for a session held by a stream: the session is not ended (its holds stay), the
+/// holder is told how long it may rely on it, and renews it through another replica.
+#[tokio::test]
+async fn shutdown_leaves_a_streamed_session_and_its_holds_to_their_holder() {
+    let masters = masters(3);
+    let (a, b) = replicas(&masters, 200).await;
+    let mut stream = EventStream::open(
+        a.http
+            .post(a.url("/sessions"))
+            .header("accept", "text/event-stream")
+            .json(&json!({"ttl_ms": 30_000})),
+    )
     .await;
+    let opened = stream.expect("opened").await;
+    let session = opened["session_id"].as_str().unwrap().to_owned();
+    let (code, lease) = a
+        .send("POST", "/locks/stop-s", Some(json!({"session": session})))
+        .await;
+    assert_eq!(code, 201, "{lease}");
+    let stopping = tokio::spawn(a.stop());
+    let closed = stream.expect("closed").await;
+    assert_eq!(closed["reason"], "shutting_down", "{closed}");
+    assert!(closed["validity_ms"].as_u64().unwrap() > 20_000, "{closed}");
+    stopping.await.unwrap();
+    let (code, other) = b.grant("stop-s", json!({"ttl_ms": 1000})).await;
+    assert_eq!(
+        code, 409,
+        "the name went to another while its validity ran: {other}"
+    );
+    let (code, renewed) = b.send("PUT", &format!("/sessions/{session}"), None).await;
+    assert_eq!(code, 200, "{renewed}");
+    assert_eq!(renewed["kept"], json!([lease["lease_id"]]), "{renewed}");
 }
 
 #[tokio::test]
