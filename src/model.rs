@@ -852,6 +852,9 @@ pub struct MasterStatus {
     /// A Redis Cluster's primaries (each votes for the names in its slots), and why its
     /// slot map is not whole when it is not.
     pub cluster: Option<ClusterStatus>,
+    /// Whether this replica hears the master's announcements now (`None`: the embedded
+    /// store, which needs none).
+    pub subscribed: Option<bool>,
 }
 
 /// A Redis Cluster master as `/readyz` shows it.

@@ -791,6 +791,12 @@ pub struct MasterReport {
     /// A Redis Cluster master whose slot map is not whole: why, in words.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub problem: Option<String>,
+    /// Whether this replica hears the master's announcements now (every channel
+    /// subscribed). Until it does (just after start, or after a subscription dropped),
+    /// waiting grants here are woken by releases on other replicas only when they look
+    /// again (at the holder's remaining TTL). Absent for the embedded store.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub subscribed: Option<bool>,
 }
 
 /// One primary of a Redis Cluster master in `/readyz`.
@@ -927,6 +933,7 @@ mod tests {
                     problem: Some("why".into()),
                 }]),
                 problem: None,
+                subscribed: Some(true),
             }],
         });
         round_trip(ErrorBody {

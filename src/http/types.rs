@@ -184,6 +184,7 @@ impl From<MasterStatus> for MasterReport {
             voting: m.voting,
             quarantined_until: m.quarantined_until.map(rfc3339),
             problem: m.cluster.as_ref().and_then(|c| c.problem.clone()),
+            subscribed: m.subscribed,
             shards: m.cluster.map(|c| {
                 c.shards
                     .into_iter()

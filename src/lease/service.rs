@@ -1108,6 +1108,7 @@ impl LeaseService {
                 .zip(self.engine.nodes())
                 .map(|(status, node)| MasterStatus {
                     cluster: node.cluster_status(),
+                    subscribed: node.subscribed(),
                     ..status
                 })
                 .collect(),

@@ -194,6 +194,7 @@ impl Monitor {
                     voting: state.votes(),
                     quarantined_until: state.quarantine.map(|q| q.until_wall),
                     cluster: None,
+                    subscribed: None,
                 }
             })
             .collect()

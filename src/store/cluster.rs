@@ -1010,6 +1010,16 @@ enum Heard {
     Ended(Option<String>),
 }
 
+/// How long a shard's subscription waits for each confirmation of its thousands of
+/// channels: on a loaded machine a burst of them can stall for seconds, and giving up only
+/// starts the burst again (seen: subscriptions that never completed within 30 s on two
+/// busy cores, each attempt timing out after 2 s).
+const SUBSCRIBE_WAIT: Duration = Duration::from_secs(10);
+/// How long a quiet subscription waits for the answer to its ping before it counts the
+/// shard as gone: a shard busy with another replica's burst of subscriptions can be slow to
+/// answer, and subscribing again would add a burst of its own.
+const PONG_WAIT: Duration = Duration::from_secs(5);
+
 /// One primary's subscription (see `Cluster::listen`), until `stop` or an error.
 fn listen_on(
     url: &str,
@@ -1019,7 +1029,7 @@ fn listen_on(
 ) -> redis::RedisResult<()> {
     let client = redis::Client::open(url)?;
     let mut conn = client.get_connection_with_timeout(Duration::from_secs(2))?;
-    conn.set_read_timeout(Some(Duration::from_secs(2)))?;
+    conn.set_read_timeout(Some(SUBSCRIBE_WAIT))?;
     let mut packed = Vec::new();
     for pair in channels {
         packed.extend(redis::cmd("SSUBSCRIBE").arg(&pair[..]).get_packed_command());
@@ -1030,11 +1040,11 @@ fn listen_on(
     }
     let _ = tx.send(Heard::Subscribed);
     conn.set_read_timeout(Some(Duration::from_millis(500)))?;
-    let mut pinged = false;
+    let mut pinged: Option<std::time::Instant> = None;
     while !stop.load(std::sync::atomic::Ordering::Relaxed) {
         match conn.recv_response() {
             Ok(Value::Array(parts)) => {
-                pinged = false;
+                pinged = None;
                 let text = |v: &Value| redis::from_redis_value_ref::<String>(v).ok();
                 let kind = parts.first().and_then(text).unwrap_or_default();
                 match kind.as_str() {
@@ -1055,15 +1065,16 @@ fn listen_on(
                     _ => {}
                 }
             }
-            Ok(_) => pinged = false,
-            Err(e) if e.is_timeout() => {
+            Ok(_) => pinged = None,
+            Err(e) if e.is_timeout() => match pinged {
                 // Quiet: a ping shows whether the node is still there.
-                if pinged {
-                    return Err(e);
+                None => {
+                    conn.send_packed_command(&redis::cmd("PING").get_packed_command())?;
+                    pinged = Some(std::time::Instant::now());
                 }
-                conn.send_packed_command(&redis::cmd("PING").get_packed_command())?;
-                pinged = true;
-            }
+                Some(at) if at.elapsed() > PONG_WAIT => return Err(e),
+                Some(_) => {}
+            },
             Err(e) => return Err(e),
         }
     }

@@ -352,6 +352,12 @@ pub trait LockNode: Send + Sync + 'static {
     /// Nodes that share the process with the engine need not.
     fn listen(&self, _listener: Listener, _shutdown: tokio_util::sync::CancellationToken) {}
 
+    /// Whether this process hears the master's announcements now, for `/readyz` (`None`
+    /// for nodes that share the process with the engine and announce nothing).
+    fn subscribed(&self) -> Option<bool> {
+        None
+    }
+
     /// A Redis Cluster's shards, for `/readyz` (none for a single master).
     fn cluster_status(&self) -> Option<crate::model::ClusterStatus> {
         None

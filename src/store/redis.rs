@@ -76,6 +76,10 @@ pub struct RedisNode {
     address: String,
     wire: Wire,
     keys: Keys,
+    /// Whether this process hears the master's announcements now (every channel
+    /// subscribed): until then, and after a subscription drops, waiters on this replica
+    /// are woken by releases elsewhere only when they look again. `/readyz` shows it.
+    subscribed: Arc<std::sync::atomic::AtomicBool>,
 }
 
 impl RedisNode {
@@ -114,6 +118,7 @@ impl RedisNode {
                 address: url.redacted().to_owned(),
                 wire: Wire::Cluster(Arc::new(cluster)),
                 keys,
+                subscribed: Default::default(),
             });
         }
         let client = redis::Client::open(url.expose())?;
@@ -141,6 +146,7 @@ impl RedisNode {
                 conn,
             })),
             keys,
+            subscribed: Default::default(),
         })
     }
 
@@ -1040,6 +1046,10 @@ impl LockNode for RedisNode {
         }
     }
 
+    fn subscribed(&self) -> Option<bool> {
+        Some(self.subscribed.load(std::sync::atomic::Ordering::Relaxed))
+    }
+
     fn listen(&self, listener: Listener, shutdown: CancellationToken) {
         let address = self.address.clone();
         let subscribe: Box<
@@ -1053,18 +1063,25 @@ impl LockNode for RedisNode {
                     events: events.to_owned(),
                 });
                 let (client, listener) = (master.client.clone(), listener.clone());
+                let heard = self.subscribed.clone();
                 Box::new(move |first| {
-                    let (client, channels, listener) =
-                        (client.clone(), channels.clone(), listener.clone());
+                    let (client, channels, listener, heard) = (
+                        client.clone(),
+                        channels.clone(),
+                        listener.clone(),
+                        heard.clone(),
+                    );
                     Box::pin(async move {
-                        subscribe_and_forward(&client, &channels, &listener, first).await
+                        subscribe_and_forward(&client, &channels, &listener, first, &heard).await
                     })
                 })
             }
             Wire::Cluster(cluster) => {
                 let (cluster, listener) = (cluster.clone(), listener.clone());
+                let heard = self.subscribed.clone();
                 Box::new(move |first| {
-                    let (cluster, listener) = (cluster.clone(), listener.clone());
+                    let (cluster, listener, heard) =
+                        (cluster.clone(), listener.clone(), heard.clone());
                     Box::pin(async move {
                         let subscribed = listener.clone();
                         cluster
@@ -1077,6 +1094,7 @@ impl LockNode for RedisNode {
                                     }
                                 },
                                 move || {
+                                    heard.store(true, std::sync::atomic::Ordering::Relaxed);
                                     if !first {
                                         subscribed(Announcement::Missed);
                                     }
@@ -1094,21 +1112,24 @@ impl LockNode for RedisNode {
                 })
             }
         };
+        let heard = self.subscribed.clone();
         tokio::spawn(async move {
             let mut backoff = Duration::from_millis(100);
             let mut first = true;
             loop {
                 let session = subscribe(first);
-                tokio::select! {
+                let ended = tokio::select! {
                     _ = shutdown.cancelled() => return,
-                    subscribed = session => {
-                        match subscribed {
-                            Ok(()) => backoff = Duration::from_millis(100),
-                            Err(e) => tracing::debug!(master = %address, error = %e, "announcement subscription lost; reconnecting"),
-                        }
-                        first = false;
+                    ended = session => ended,
+                };
+                heard.store(false, std::sync::atomic::Ordering::Relaxed);
+                match ended {
+                    Ok(()) => backoff = Duration::from_millis(100),
+                    Err(e) => {
+                        tracing::debug!(master = %address, error = %e, "announcement subscription lost; reconnecting")
                     }
                 }
+                first = false;
                 tokio::select! {
                     _ = shutdown.cancelled() => return,
                     _ = tokio::time::sleep(backoff) => {}
@@ -1157,6 +1178,7 @@ async fn subscribe_and_forward(
     channels: &Channels,
     listener: &Listener,
     first: bool,
+    heard: &std::sync::atomic::AtomicBool,
 ) -> Result<(), redis::RedisError> {
     let timed_out = || redis::RedisError::from((redis::ErrorKind::Io, "subscription timed out"));
     let pubsub = tokio::time::timeout(Duration::from_secs(2), client.get_async_pubsub())
@@ -1169,6 +1191,7 @@ async fn subscribe_and_forward(
     )
     .await
     .map_err(|_| timed_out())??;
+    heard.store(true, std::sync::atomic::Ordering::Relaxed);
     if !first {
         listener(Announcement::Missed);
     }

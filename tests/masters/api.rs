@@ -350,6 +350,39 @@ async fn operations_endpoints() {
             .iter()
             .all(|m| m["up"] == true && m["voting"] == true)
     );
+    // Each master's announcements are heard once its subscription is made; a master that
+    // is killed is not heard until it is back.
+    let subscribed = async |want: [bool; 3]| {
+        let (_, ready) = app.get("/readyz").await;
+        let heard: Vec<bool> = ready["masters"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|m| m["subscribed"] == true)
+            .collect();
+        (heard == want).then_some(())
+    };
+    wait_for(
+        "every master's announcements heard",
+        Duration::from_secs(5),
+        async || subscribed([true; 3]).await,
+    )
+    .await;
+    let mut ms = ms;
+    ms[1].stop();
+    wait_for(
+        "the killed master not heard",
+        Duration::from_secs(10),
+        async || subscribed([true, false, true]).await,
+    )
+    .await;
+    ms[1].start_again();
+    wait_for(
+        "the master heard again",
+        Duration::from_secs(10),
+        async || subscribed([true; 3]).await,
+    )
+    .await;
     let (status, err) = app.get("/no/such/route").await;
     assert_eq!((status, err["error"].as_str()), (404, Some("not_found")));
     let resp = app.http.patch(app.url("/locks/a")).send().await.unwrap();

@@ -26,6 +26,7 @@ fn config(clusters: &[RedisCluster]) -> redlockd::config::Config {
 }
 
 async fn replicas(clusters: &[RedisCluster]) -> (TestApp, TestApp) {
+    common::init_test_logging();
     let cfg = config(clusters);
     let (a, b) = (TestApp::spawn(cfg.clone()).await, TestApp::spawn(cfg).await);
     for app in [&a, &b] {
@@ -53,11 +54,14 @@ async fn every_shard_votes(app: &TestApp) {
     let started = Instant::now();
     loop {
         let (status, ready) = app.get("/readyz").await;
+        // And hears every cluster's announcements: until then a waiter here is woken by a
+        // release elsewhere only when it looks again.
         let all = ready["masters"].as_array().is_some_and(|masters| {
             masters.iter().all(|m| {
-                m["shards"]
-                    .as_array()
-                    .is_some_and(|s| !s.is_empty() && s.iter().all(|s| s["voting"] == true))
+                m["subscribed"] == true
+                    && m["shards"]
+                        .as_array()
+                        .is_some_and(|s| !s.is_empty() && s.iter().all(|s| s["voting"] == true))
             })
         });
         if status == 200 && all {
