@@ -1234,6 +1234,213 @@ fn the_seeds_listed_are_numbers_and_ranges() {
     assert!(seeds_listed("x").is_err());
 }
 
+/// The names the session scenario's workers hold through sessions and contend for.
+const SESSION_NAMES: [&str; 2] = ["ses:a", "ses:b"];
+
+/// A worker of the session scenario: holds one of `SESSION_NAMES` through a session (when
+/// `sessions`), or contends for it with plain grants that it holds briefly and revokes.
+async fn session_worker(
+    seed: u64,
+    sessions: bool,
+    bases: Bases,
+    recorder: Arc<Recorder>,
+    stop: Arc<std::sync::atomic::AtomicBool>,
+) {
+    let mut rng = StdRng::seed_from_u64(seed);
+    let http = reqwest::Client::builder()
+        .timeout(Duration::from_secs(4))
+        .build()
+        .unwrap();
+    while !stop.load(std::sync::atomic::Ordering::Acquire) {
+        let live: Vec<(usize, String)> = bases
+            .read()
+            .unwrap()
+            .iter()
+            .enumerate()
+            .filter_map(|(i, b)| b.clone().map(|b| (i, b)))
+            .collect();
+        if live.is_empty() {
+            tokio::time::sleep(common::POLL).await;
+            continue;
+        }
+        let (replica, base) = live[rng.random_range(0..live.len())].clone();
+        let name = SESSION_NAMES[rng.random_range(0..SESSION_NAMES.len())];
+        if sessions {
+            session_round(&mut rng, &http, replica, &base, name, &recorder).await;
+            continue;
+        }
+        let ttl = Duration::from_millis(rng.random_range(400..1500));
+        let (status, lease) = recorder
+            .call(
+                &http,
+                replica,
+                &base,
+                Kind::Grant,
+                name,
+                None,
+                json!({"ttl_ms": ttl.as_millis() as u64, "wait_ms": 300}),
+                ttl,
+                None,
+            )
+            .await;
+        if status != 201 {
+            tokio::time::sleep(Duration::from_millis(rng.random_range(5..40))).await;
+            continue;
+        }
+        let id = lease["lease_id"].as_str().unwrap_or_default().to_owned();
+        tokio::time::sleep(Duration::from_millis(rng.random_range(0..100))).await;
+        recorder
+            .call(
+                &http,
+                replica,
+                &base,
+                Kind::Revoke,
+                name,
+                Some(&id),
+                json!({}),
+                ttl,
+                None,
+            )
+            .await;
+    }
+}
+
+/// Holds through sessions whose grant reached exactly a majority, then lost a carrier: a
+/// seeded schedule cuts one master off from both replicas (grants made meanwhile land on the
+/// other two only), heals it, then pauses or kills (with its data) one of those two while
+/// sessions are renewed. Session workers hold `SESSION_NAMES` through sessions; contenders
+/// ask for the same names with plain grants. The checker must find no overlap: a renew that
+/// cannot reach a carrier must neither release the hold nor extend it.
+async fn session_carriers(seed: u64, length: Duration) {
+    common::init_test_logging();
+    eprintln!(
+        "fault suite: session carriers, seed {seed} (replay with REDLOCKD_FAULT_SEED={seed})"
+    );
+    let started = Instant::now();
+    let mut cluster = Cluster::start(started).await;
+    let recorder = Arc::new(Recorder {
+        started,
+        events: Mutex::new(Vec::new()),
+        stale: Mutex::new(Vec::new()),
+        retried: Default::default(),
+        sessions: Default::default(),
+    });
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let workers: Vec<_> = (0..6)
+        .map(|w| {
+            tokio::spawn(session_worker(
+                seed * 100 + w,
+                w < 4,
+                cluster.bases.clone(),
+                recorder.clone(),
+                stop.clone(),
+            ))
+        })
+        .collect();
+    let mut rng = StdRng::seed_from_u64(seed);
+    let mut applied = Vec::new();
+    while started.elapsed() < length {
+        // Grants made now reach every master but `missed`.
+        let missed = rng.random_range(0..MASTERS);
+        let cut = [Fault::Partition(missed, 0), Fault::Partition(missed, 1)];
+        for fault in cut {
+            cluster.apply(fault).await;
+        }
+        tokio::time::sleep(Duration::from_millis(rng.random_range(400..1200))).await;
+        for fault in cut {
+            cluster.heal(fault).await;
+        }
+        tokio::time::sleep(Duration::from_millis(rng.random_range(100..600))).await;
+        // Then one of the two carriers fails while the sessions are renewed.
+        let carrier = (missed + rng.random_range(1..MASTERS)) % MASTERS;
+        let fault = if rng.random_bool(0.5) {
+            Fault::Pause(carrier)
+        } else {
+            Fault::KillWithData(carrier)
+        };
+        cluster.apply(fault).await;
+        applied.push((started.elapsed(), missed, fault));
+        tokio::time::sleep(Duration::from_millis(rng.random_range(300..2000))).await;
+        cluster.heal(fault).await;
+        tokio::time::sleep(Duration::from_millis(rng.random_range(200..800))).await;
+    }
+    cluster.firewall.clear();
+    stop.store(true, std::sync::atomic::Ordering::Release);
+    for w in workers {
+        w.await.expect("worker");
+    }
+    let blocked = every_name_is_granted_again(&cluster).await;
+    let history = recorder.events.lock().unwrap().clone();
+    let count = |kind: Kind, status: u16| {
+        history
+            .iter()
+            .filter(|e| e.kind == kind && e.status == status)
+            .count()
+    };
+    let sessions = recorder.sessions.load(std::sync::atomic::Ordering::Relaxed);
+    let (kept, unconfirmed, ended) = (
+        count(Kind::Renew, 200),
+        count(Kind::Renew, 503),
+        count(Kind::Renew, 404),
+    );
+    eprintln!(
+        "fault suite: session carriers, seed {seed}: {} operations in {:?}, {} carrier faults, {sessions} session rounds, {} grants; session renews kept {kept}, unconfirmed {unconfirmed}, ended {ended}",
+        history.len(),
+        started.elapsed(),
+        applied.len(),
+        count(Kind::Grant, 201),
+    );
+    let mut violations = checker::check(&history, &cluster.reach.outages);
+    violations.extend(blocked);
+    if !violations.is_empty() {
+        let faults: Vec<String> = applied
+            .iter()
+            .map(|(at, missed, fault)| format!("  {at:?}: grants missed {missed}, then {fault:?}"))
+            .collect();
+        keep_history(
+            "session_carriers",
+            seed,
+            &history,
+            &faults.join("\n"),
+            &violations,
+            &cluster.logs(),
+        );
+    }
+    assert!(sessions > 10, "too few session rounds to judge them");
+    assert!(
+        violations.is_empty(),
+        "seed {seed}: {} violations:\n{}\n\nreplica logs:\n{}",
+        violations.len(),
+        violations.join("\n"),
+        cluster.logs()
+    );
+}
+
+#[test]
+fn session_carriers_fail_seed_1() {
+    if net::enter("session_carriers_fail_seed_1") {
+        runtime().block_on(session_carriers(seed(1), Duration::from_secs(25)));
+    }
+}
+
+#[test]
+fn session_carriers_fail_seed_2() {
+    if net::enter("session_carriers_fail_seed_2") {
+        runtime().block_on(session_carriers(seed(2), Duration::from_secs(25)));
+    }
+}
+
+/// Every seed `REDLOCKD_FAULT_SEEDS` lists (see `random_faults_many_seeds`).
+#[test]
+#[ignore = "runs the seeds REDLOCKD_FAULT_SEEDS lists (minutes each); see its doc"]
+fn session_carriers_many_seeds() {
+    if net::inside() {
+        runtime().block_on(session_carriers(seed(0), Duration::from_secs(25)));
+    } else {
+        many_seeds("session_carriers_many_seeds");
+    }
+}
+
 /// The steps the live replicas sent to the masters and the calls that carried them, from
 /// their metrics (a replica restarted by a fault counts from its restart).
 async fn master_traffic(cluster: &Cluster) -> (u64, u64) {
