@@ -1134,6 +1134,25 @@ async fn a_session_renew_that_cannot_reach_a_carrier_leaves_the_hold_unconfirmed
     }
 }
 
+/// The same with a carrier that is unverified at the renew (its connection failed a moment
+/// ago and no probe has checked it since): it is not asked, so it denies nothing.
+#[tokio::test(start_paused = true)]
+async fn a_session_renew_that_skips_an_unverified_carrier_leaves_the_hold_unconfirmed() {
+    let bed = session_with_a_hold_on_a_and_b().await;
+    bed.nodes[1].set_fault(Fault::Down);
+    // A step fails on B, which makes it unverified; B is healthy again before the renew.
+    let _ = bed.engine.read_session("S").await;
+    bed.nodes[1].set_fault(Fault::None);
+    let renewed = bed.engine.renew_session("S", None).await.expect("renewed");
+    assert_eq!(renewed.unconfirmed, vec!["H1".to_owned()], "{renewed:?}");
+    assert!(renewed.lost.is_empty() && renewed.released.is_empty());
+    assert!(bed.nodes[0].holds("h", "H1") && bed.nodes[1].holds("h", "H1"));
+    assert!(
+        bed.grant("h", "H2").await.is_err(),
+        "the name went to another"
+    );
+}
+
 /// A carrier that answers without the hold (its key was force-released) denies it; with the
 /// master that never had it, a majority deny it: it is lost, and the copy left on the third
 /// master, out of reach at the renew, is released once it answers.
