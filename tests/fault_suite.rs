@@ -360,6 +360,26 @@ impl Recorder {
     }
 }
 
+/// The HTTP client a worker sends with: a request that gets no answer in 4 s is recorded
+/// as unanswered.
+fn worker_client() -> reqwest::Client {
+    reqwest::Client::builder()
+        .timeout(Duration::from_secs(4))
+        .build()
+        .unwrap()
+}
+
+/// The replicas running now, with their base URLs.
+fn live_replicas(bases: &Bases) -> Vec<(usize, String)> {
+    bases
+        .read()
+        .unwrap()
+        .iter()
+        .enumerate()
+        .filter_map(|(i, b)| b.clone().map(|b| (i, b)))
+        .collect()
+}
+
 /// One worker: grant a name, hold it for a while with renews, revoke it (or let it lapse);
 /// now and then try to renew or revoke a lease that is not its own.
 async fn worker(
@@ -369,18 +389,9 @@ async fn worker(
     stop: Arc<std::sync::atomic::AtomicBool>,
 ) {
     let mut rng = StdRng::seed_from_u64(seed);
-    let http = reqwest::Client::builder()
-        .timeout(Duration::from_secs(4))
-        .build()
-        .unwrap();
+    let http = worker_client();
     while !stop.load(std::sync::atomic::Ordering::Acquire) {
-        let live: Vec<(usize, String)> = bases
-            .read()
-            .unwrap()
-            .iter()
-            .enumerate()
-            .filter_map(|(i, b)| b.clone().map(|b| (i, b)))
-            .collect();
+        let live = live_replicas(&bases);
         if live.is_empty() {
             tokio::time::sleep(common::POLL).await;
             continue;
@@ -1247,18 +1258,9 @@ async fn session_worker(
     stop: Arc<std::sync::atomic::AtomicBool>,
 ) {
     let mut rng = StdRng::seed_from_u64(seed);
-    let http = reqwest::Client::builder()
-        .timeout(Duration::from_secs(4))
-        .build()
-        .unwrap();
+    let http = worker_client();
     while !stop.load(std::sync::atomic::Ordering::Acquire) {
-        let live: Vec<(usize, String)> = bases
-            .read()
-            .unwrap()
-            .iter()
-            .enumerate()
-            .filter_map(|(i, b)| b.clone().map(|b| (i, b)))
-            .collect();
+        let live = live_replicas(&bases);
         if live.is_empty() {
             tokio::time::sleep(common::POLL).await;
             continue;
