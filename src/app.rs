@@ -18,6 +18,7 @@ use crate::http::{self, AppState};
 use crate::lease::{Events, LeaseService, LockEvent};
 use crate::metrics::Metrics;
 use crate::redlock::{EngineConfig, Redlock};
+use crate::store::clock::ClockPolicy;
 use crate::store::cluster::ShardPolicy;
 use crate::store::memory::MemoryNode;
 use crate::store::node::LockNode;
@@ -38,6 +39,12 @@ fn nodes(settings: &Settings) -> anyhow::Result<Vec<Arc<dyn LockNode>>> {
     let policy = ShardPolicy {
         quarantine: engine.quarantine(),
         skip_quarantine: engine.unsafe_skip_quarantine,
+        clock: ClockPolicy {
+            drift_factor: settings.drift_factor,
+            max_offset: settings.max_clock_offset,
+            settle: engine.quarantine(),
+            trust: settings.unsafe_trust_master_clocks,
+        },
     };
     urls.iter()
         .map(|url| {

@@ -49,9 +49,16 @@ pub struct Config {
     #[arg(long, env = "REDLOCKD_MAX_LOCK_DELAY_MS", default_value_t = MAX_LOCK_DELAY_MS)]
     pub max_lock_delay_ms: u64,
 
-    /// Clock-drift allowance as a share of the TTL (plus 2 ms).
+    /// Clock-drift allowance as a share of the TTL (plus 2 ms); also how far a master's
+    /// clock may drift between two readings before it counts as a jump.
     #[arg(long, env = "REDLOCKD_DRIFT_FACTOR", default_value_t = 0.01)]
     pub drift_factor: f64,
+
+    /// How far a master's clock may be from this replica's when this replica first meets
+    /// it, in ms; one further off may have jumped before anyone watched it, and is not
+    /// counted until it has been watched for the largest TTL plus lock-delay.
+    #[arg(long, env = "REDLOCKD_MAX_CLOCK_OFFSET_MS", default_value_t = 1_000)]
+    pub max_clock_offset_ms: u64,
 
     /// How long one master may take to answer one step, in ms.
     #[arg(long, env = "REDLOCKD_MASTER_TIMEOUT_MS", default_value_t = 50)]
@@ -90,6 +97,12 @@ pub struct Config {
     /// which lets two clients hold one lock. Hidden from `--help`.
     #[arg(long, env = "REDLOCKD_UNSAFE_SKIP_QUARANTINE", hide = true)]
     pub unsafe_skip_quarantine: bool,
+
+    /// UNSAFE, for tests only: masters' clocks are read and shown but a jump stops nothing,
+    /// which lets two clients hold one lock when a master's clock jumps. Hidden from
+    /// `--help`.
+    #[arg(long, env = "REDLOCKD_UNSAFE_TRUST_MASTER_CLOCKS", hide = true)]
+    pub unsafe_trust_master_clocks: bool,
 
     /// Refuse to start with an even number of masters (an even count buys no extra fault
     /// tolerance over one master fewer).
@@ -283,6 +296,8 @@ impl Config {
             client_timeout: ms(self.client_timeout_ms),
             max_connections: self.max_connections,
             unsafe_skip_quarantine: self.unsafe_skip_quarantine,
+            max_clock_offset: ms(self.max_clock_offset_ms),
+            unsafe_trust_master_clocks: self.unsafe_trust_master_clocks,
             caps: Caps {
                 waiters_per_name: self.max_waiters_per_name,
                 waiters: self.max_waiters,
@@ -331,6 +346,9 @@ pub struct Settings {
     pub client_timeout: Duration,
     pub max_connections: usize,
     pub unsafe_skip_quarantine: bool,
+    /// How far a master's clock may be from this replica's when first met.
+    pub max_clock_offset: Duration,
+    pub unsafe_trust_master_clocks: bool,
     /// Caps on what one replica holds open for its clients.
     pub caps: Caps,
     /// The certificate chain and key files, when the listener serves HTTPS.

@@ -115,6 +115,9 @@ pub struct Metrics {
     ready: IntGauge,
     master_voting: IntGaugeVec,
     master_quarantine_end: GaugeVec,
+    /// Each master's clock against this replica's, and the jumps seen (`store::clock`).
+    master_clock_offset: GaugeVec,
+    master_clock_jumps: IntCounterVec,
     /// Settings that alerts compare against (the master timeout, the cap on streams).
     master_timeout: Gauge,
     streams_max: IntGauge,
@@ -281,6 +284,18 @@ impl Metrics {
                 "1 while the master's answers count towards a majority (up, marked, verified, not quarantined)",
                 &["master"],
             ),
+            master_clock_offset: define.add(GaugeVec::new(
+                Opts::new(
+                    "redlockd_master_clock_offset_seconds",
+                    "The master's clock (its TIME) against this replica's wall clock when last read, positive when the master's is ahead",
+                ),
+                &["master"],
+            )),
+            master_clock_jumps: define.counters(
+                "redlockd_master_clock_jumps_total",
+                "Jumps of a master's clock (a cluster's shards' clocks) beyond what drift explains, seen by this replica: forward ones quarantine the master",
+                &["master", "direction"],
+            ),
             master_quarantine_end: define.add(GaugeVec::new(
                 Opts::new(
                     "redlockd_master_quarantine_end_timestamp_seconds",
@@ -391,6 +406,20 @@ impl Metrics {
             .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
             .map_or(0.0, |d| d.as_secs_f64());
         of(&self.master_quarantine_end, master).set(ends);
+    }
+
+    /// One master's clock as last read, and how many jumps of it were seen (forward,
+    /// backward) in all: the counters catch up with the watch's counts.
+    pub fn master_clock(&self, master: &str, offset_s: Option<f64>, jumps: [u64; 2]) {
+        if let Some(offset) = offset_s {
+            of(&self.master_clock_offset, master).set(offset);
+        }
+        for (direction, seen) in ["forward", "backward"].into_iter().zip(jumps) {
+            let counter = self
+                .master_clock_jumps
+                .with_label_values(&[master, direction]);
+            counter.inc_by(seen.saturating_sub(counter.get()));
+        }
     }
 
     /// The outcome of reading `file` (`auth`, `tls`) again.

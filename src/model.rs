@@ -855,6 +855,15 @@ pub struct MasterStatus {
     /// Whether this replica hears the master's announcements now (`None`: the embedded
     /// store, which needs none).
     pub subscribed: Option<bool>,
+    /// Why it does not vote, when the monitor can say more than `up` and
+    /// `quarantined_until` (its clock jumped).
+    pub problem: Option<String>,
+    /// Its clock against this replica's wall clock, as last read, in seconds (`None` for a
+    /// cluster: each shard has its own).
+    pub clock_offset_s: Option<f64>,
+    /// The jumps of its clock (a cluster's: of its shards' clocks) this replica saw,
+    /// forward and backward.
+    pub clock_jumps: [u64; 2],
 }
 
 /// A Redis Cluster master as `/readyz` shows it.
@@ -865,7 +874,7 @@ pub struct ClusterStatus {
 }
 
 /// One primary of a Redis Cluster master.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct ShardStatus {
     /// `host:port`, as the cluster names it.
     pub address: String,
@@ -879,6 +888,10 @@ pub struct ShardStatus {
     pub quarantined_until: Option<SystemTime>,
     /// Why it is quarantined, in words.
     pub problem: Option<String>,
+    /// Its clock against this replica's wall clock, as last read, in seconds.
+    pub clock_offset_s: Option<f64>,
+    /// The jumps of its clock this replica saw, forward and backward.
+    pub clock_jumps: [u64; 2],
 }
 
 /// How one master's steps travelled: how many steps were sent and in how many calls (a

@@ -788,9 +788,16 @@ pub struct MasterReport {
     /// names it. A shard votes for the names in its slots only.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub shards: Option<Vec<ShardReport>>,
-    /// A Redis Cluster master whose slot map is not whole: why, in words.
+    /// Why the master does not vote, in words, when there is more to say than `up` and
+    /// `quarantined_until`: its clock jumped (`clock jumped +20.3 s`), or was first met too
+    /// far from this replica's; for a Redis Cluster, why its slot map is not whole.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub problem: Option<String>,
+    /// The master's clock (its `TIME`) against this replica's wall clock, as last read, in
+    /// ms: positive when the master's is ahead. Absent for a Redis Cluster (each shard
+    /// has its own) and before the first answer.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub clock_offset_ms: Option<f64>,
     /// Whether this replica hears the master's announcements now (every channel
     /// subscribed). Until it does (just after start, or after a subscription dropped),
     /// waiting grants here are woken by releases on other replicas only when they look
@@ -814,10 +821,13 @@ pub struct ShardReport {
     /// Set while the shard is quarantined after losing its data: when it votes again.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub quarantined_until: Option<String>,
-    /// While it is quarantined: why (restarted empty, went back to an old snapshot, or a
-    /// replica took over its slots), in words.
+    /// While it does not vote: why (restarted empty, went back to an old snapshot, a
+    /// replica took over its slots, its clock jumped), in words.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub problem: Option<String>,
+    /// The shard's clock against this replica's wall clock, as last read, in ms.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub clock_offset_ms: Option<f64>,
 }
 
 /// `/readyz`: ready while a majority of masters answer and vote.
@@ -931,8 +941,10 @@ mod tests {
                     latency_ms: None,
                     quarantined_until: Some("2026-11-22T03:00:30.000Z".into()),
                     problem: Some("why".into()),
+                    clock_offset_ms: Some(-1.5),
                 }]),
                 problem: None,
+                clock_offset_ms: None,
                 subscribed: Some(true),
             }],
         });

@@ -198,6 +198,15 @@ pub async fn metrics(State(state): State<AppState>) -> Response {
         state
             .metrics
             .master_health(&master.address, master.voting, master.quarantined_until);
+        let jumps = match &master.cluster {
+            Some(cluster) => cluster.shards.iter().fold([0, 0], |sum, shard| {
+                [sum[0] + shard.clock_jumps[0], sum[1] + shard.clock_jumps[1]]
+            }),
+            None => master.clock_jumps,
+        };
+        state
+            .metrics
+            .master_clock(&master.address, master.clock_offset_s, jumps);
     }
     (
         [(

@@ -175,6 +175,11 @@ impl From<LockHolder> for LockEntry {
     }
 }
 
+/// A clock offset in seconds as `/readyz` shows it: ms, to the tenth.
+fn offset_ms(seconds: f64) -> f64 {
+    (seconds * 1e4).round() / 10.0
+}
+
 impl From<MasterStatus> for MasterReport {
     fn from(m: MasterStatus) -> Self {
         Self {
@@ -183,7 +188,10 @@ impl From<MasterStatus> for MasterReport {
             latency_ms: m.latency.map(|l| (l.as_secs_f64() * 1e6).round() / 1e3),
             voting: m.voting,
             quarantined_until: m.quarantined_until.map(rfc3339),
-            problem: m.cluster.as_ref().and_then(|c| c.problem.clone()),
+            problem: m
+                .problem
+                .or_else(|| m.cluster.as_ref().and_then(|c| c.problem.clone())),
+            clock_offset_ms: m.clock_offset_s.map(offset_ms),
             subscribed: m.subscribed,
             shards: m.cluster.map(|c| {
                 c.shards
@@ -196,6 +204,7 @@ impl From<MasterStatus> for MasterReport {
                         latency_ms: s.latency.map(|l| (l.as_secs_f64() * 1e6).round() / 1e3),
                         quarantined_until: s.quarantined_until.map(rfc3339),
                         problem: s.problem,
+                        clock_offset_ms: s.clock_offset_s.map(offset_ms),
                     })
                     .collect()
             }),

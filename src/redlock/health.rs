@@ -33,6 +33,7 @@ use super::EngineConfig;
 use super::quorum;
 use crate::metrics::Metrics;
 use crate::model::MasterStatus;
+use crate::store::clock::Jump;
 use crate::store::clock_floor;
 use crate::store::node::{LockNode, NodeError, NodeResult, Probe};
 
@@ -64,6 +65,9 @@ struct NodeState {
     /// deployment from one whose masters lost their data (a master has not answered yet):
     /// it waits for the deployment to be initialised, and does not vote meanwhile.
     awaiting_init: bool,
+    /// The forward jump of its clock that got it quarantined, until it is restored: what
+    /// `/readyz` says of it meanwhile.
+    jumped: Option<Jump>,
 }
 
 impl NodeState {
@@ -93,6 +97,8 @@ struct Quarantine {
 
 pub struct Monitor {
     addresses: Vec<String>,
+    /// The masters, for what their clocks' watches say (`store::clock`).
+    nodes: Vec<Arc<dyn LockNode>>,
     states: Vec<Mutex<NodeState>>,
     config: EngineConfig,
     metrics: Arc<Metrics>,
@@ -119,6 +125,7 @@ impl Monitor {
     ) -> Self {
         Self {
             addresses: nodes.iter().map(|n| n.address().to_owned()).collect(),
+            nodes: nodes.to_vec(),
             states: nodes.iter().map(|_| Mutex::default()).collect(),
             config,
             metrics,
@@ -166,9 +173,21 @@ impl Monitor {
             }
         }
         self.metrics.master_up(&self.addresses[i], up);
-        if broke || matches!(reply, Err(NodeError::Amnesic)) {
+        if broke || matches!(reply, Err(NodeError::Amnesic | NodeError::Clock(_))) {
             self.wake.notify_one();
         }
+    }
+
+    /// Why master `i`'s answers are refused for its clock, if they are: it jumped and is
+    /// not quarantined yet, or was first met too far off.
+    fn clock_refusal(&self, i: usize) -> Option<String> {
+        let clock = self.nodes[i].clock()?;
+        clock.pending.map(|j| j.describe()).or(clock.settling)
+    }
+
+    /// Whether master `i` votes: its state, and its clock.
+    fn votes(&self, i: usize) -> bool {
+        self.state(i).votes() && self.clock_refusal(i).is_none()
     }
 
     /// Whether master `i`'s answers must not count yet (see `NodeState::unverified_since`).
@@ -186,15 +205,28 @@ impl Monitor {
     pub fn status(&self) -> Vec<MasterStatus> {
         (0..self.states.len())
             .map(|i| {
+                let clock = self.nodes[i].clock().unwrap_or_default();
+                let refused = self.clock_refusal(i);
                 let state = self.state(i);
+                let problem = match (refused, state.jumped) {
+                    (Some(refused), _) => Some(refused),
+                    (None, Some(jump)) if state.quarantine.is_some() => Some(format!(
+                        "{}: every lock on it may have expired early, so it is quarantined as a master that lost its data",
+                        jump.describe()
+                    )),
+                    _ => None,
+                };
                 MasterStatus {
                     address: self.addresses[i].clone(),
                     up: state.up,
                     latency: state.latency,
-                    voting: state.votes(),
+                    voting: state.votes() && problem.is_none(),
                     quarantined_until: state.quarantine.map(|q| q.until_wall),
                     cluster: None,
                     subscribed: None,
+                    problem,
+                    clock_offset_s: clock.offset_s,
+                    clock_jumps: [clock.forward_jumps, clock.backward_jumps],
                 }
             })
             .collect()
@@ -202,9 +234,7 @@ impl Monitor {
 
     /// Whether a majority of masters answer and vote: grants can succeed.
     pub fn ready(&self) -> bool {
-        let voting = (0..self.states.len())
-            .filter(|&i| self.state(i).votes())
-            .count();
+        let voting = (0..self.states.len()).filter(|&i| self.votes(i)).count();
         voting >= quorum::majority(self.states.len())
     }
 
@@ -236,6 +266,7 @@ impl Monitor {
                 self.note_run_id(i, &probe.run_id);
             }
         }
+        self.catch_clock_jumps(nodes, &mut probes).await;
         self.catch_rollbacks(nodes, &mut probes, &before).await;
         self.record_watermarks(nodes, &probes).await;
 
@@ -334,6 +365,37 @@ impl Monitor {
             .count();
         (never_granted > n - quorum::majority(n))
             .then_some("no grant has ever succeeded on these masters; master initialised")
+    }
+
+    /// Masters whose clock was seen to jump forward (by a step's answer or this round's
+    /// probe): every lock on them may have expired early, so each is quarantined as one
+    /// that lost its data. Its marker is removed (every replica then does the same, and
+    /// this one after a restart), and until that is done its answers stay refused.
+    async fn catch_clock_jumps(
+        &self,
+        nodes: &[Arc<dyn LockNode>],
+        probes: &mut [NodeResult<Probe>],
+    ) {
+        for (i, node) in nodes.iter().enumerate() {
+            let Some(jump) = node.clock().and_then(|c| c.pending) else {
+                continue;
+            };
+            let Ok(probe) = &mut probes[i] else { continue };
+            if let Some(identity) = probe.marker.clone() {
+                tracing::error!(
+                    master = %self.addresses[i],
+                    jump_s = jump.by_us as f64 / 1e6,
+                    "master's clock jumped forward: every lock on it may have expired early; it is quarantined as a master that lost its data"
+                );
+                if let Err(e) = self.bounded(&**node, node.unmark(&identity)).await {
+                    tracing::warn!(master = %self.addresses[i], error = %e, "could not remove the marker of a master whose clock jumped; its answers stay refused");
+                    continue;
+                }
+                probe.marker = None;
+            }
+            self.state(i).jumped = Some(jump);
+            node.settle_clock();
+        }
     }
 
     /// Find masters whose fencing counter is below what was seen on them before (by this
@@ -528,6 +590,7 @@ impl Monitor {
                     let mut state = self.state(i);
                     state.quarantine = None;
                     state.awaiting_init = false;
+                    state.jumped = None;
                     // Its counter was just set from the others: nothing left to verify.
                     state.unverified_since = None;
                     state.identity = Some(identity);

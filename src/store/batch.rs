@@ -33,6 +33,7 @@ use redis::{Cmd, Script, Value};
 use tokio::sync::{mpsc, oneshot};
 use tokio::time::Instant;
 
+use super::clock::{self, ClockWatch, Reading};
 use super::node::{NodeError, NodeResult};
 use crate::model::Traffic;
 
@@ -93,6 +94,7 @@ pub struct Batcher {
     /// what batching buys is measured against it).
     direct: Option<Wire>,
     counts: Arc<Counts>,
+    clock: Arc<ClockWatch>,
 }
 
 /// Steps sent and the calls that carried them, counted as they leave.
@@ -109,12 +111,14 @@ impl Counts {
     }
 }
 
-/// How a batch reaches the master: its connection, the script, and how errors are named.
+/// How a batch reaches the master: its connection, the script, how errors are named, and
+/// the watch on the master's clock that every batch's answer is read by.
 #[derive(Clone)]
 struct Wire {
     conn: ConnectionManager,
     script: &'static Script,
     classify: fn(redis::RedisError) -> NodeError,
+    clock: Arc<ClockWatch>,
 }
 
 /// How a master's batches are sent.
@@ -138,18 +142,21 @@ struct Worker {
 
 impl Batcher {
     /// A queue whose batches run `script` (the step scripts and `batch.lua`) on `conn`,
-    /// within `limits`; `classify` names a failed call's error.
+    /// within `limits`; `classify` names a failed call's error, `clock` judges the master's
+    /// `TIME` each answer ends with.
     pub fn new(
         conn: ConnectionManager,
         script: &'static Script,
         classify: fn(redis::RedisError) -> NodeError,
         limits: Limits,
+        clock: Arc<ClockWatch>,
     ) -> Self {
         let (tx, rx) = mpsc::unbounded_channel();
         let wire = Wire {
             conn,
             script,
             classify,
+            clock: clock.clone(),
         };
         let counts = Arc::new(Counts::default());
         Self {
@@ -164,12 +171,18 @@ impl Batcher {
             })),
             started: OnceLock::new(),
             timeout: limits.timeout,
+            clock,
         }
     }
 
     /// Queue `step` now (not when the answer is first awaited: that is what keeps the
     /// order) and answer what the master answered for it.
     pub fn send(&self, step: Step) -> BoxFuture<'static, NodeResult<Value>> {
+        // A master whose clock jumped is not asked at all until it is quarantined: its
+        // answers would not count, and its counter would rise for nothing.
+        if let Some(refused) = self.clock.refusal() {
+            return Box::pin(std::future::ready(Err(refused)));
+        }
         if let Some(wire) = &self.direct {
             let (mut wire, call) = (wire.clone(), pack(wire.script, [&step]));
             self.counts.sent(1);
@@ -250,13 +263,11 @@ impl Worker {
     }
 }
 
-/// The answer of a batch of one step (sent by itself).
-pub fn single_answer(answers: Value) -> NodeResult<Value> {
-    match answers {
-        Value::Array(answers) if answers.len() == 1 => {
-            answer_of(answers.into_iter().next().unwrap_or(Value::Nil))
-        }
-        other => Err(NodeError::Script(format!(
+/// The answer of a batch of one step (sent by itself), its clock already judged.
+pub fn single_answer(answers: Vec<Value>) -> NodeResult<Value> {
+    match <[Value; 1]>::try_from(answers) {
+        Ok([answer]) => answer_of(answer),
+        Err(other) => Err(NodeError::Script(format!(
             "a batch of one step was answered {other:?}"
         ))),
     }
@@ -272,8 +283,10 @@ fn answer_of(answer: Value) -> NodeResult<Value> {
 
 impl Wire {
     /// One EVALSHA of the batch (the script is loaded and the call repeated when the master
-    /// does not know it, e.g. after a restart): one answer per step.
+    /// does not know it, e.g. after a restart): one answer per step, once the master's
+    /// clock, read with them, shows they may count.
     async fn call(&mut self, call: &Cmd, steps: usize) -> NodeResult<Vec<Value>> {
+        let sent = Instant::now();
         let mut reply = call.query_async::<Value>(&mut self.conn).await;
         if let Err(e) = &reply
             && e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript)
@@ -285,12 +298,34 @@ impl Wire {
                 .map_err(self.classify)?;
             reply = call.query_async::<Value>(&mut self.conn).await;
         }
-        match reply.map_err(self.classify)? {
-            Value::Array(answers) if answers.len() == steps => Ok(answers),
-            other => Err(NodeError::Script(format!(
-                "a batch of {steps} steps was answered {other:?}"
-            ))),
+        let reply = reply.map_err(self.classify)?;
+        let received = Instant::now();
+        let (answers, master_us) = split_time(reply, steps)?;
+        self.clock.observe(Reading {
+            sent,
+            received,
+            master_us,
+            local_us: clock::wall_us(),
+        })?;
+        Ok(answers)
+    }
+}
+
+/// A batch's answers and the master's clock they end with (`batch.lua`), in microseconds.
+pub fn split_time(reply: Value, steps: usize) -> NodeResult<(Vec<Value>, i64)> {
+    match reply {
+        Value::Array(mut answers) if answers.len() == steps + 1 => {
+            let time = answers.pop().unwrap_or(Value::Nil);
+            let master_us = clock::parse_time(&time).ok_or_else(|| {
+                NodeError::Script(format!(
+                    "a batch ended with {time:?}, not the master's TIME"
+                ))
+            })?;
+            Ok((answers, master_us))
         }
+        other => Err(NodeError::Script(format!(
+            "a batch of {steps} steps was answered {other:?}"
+        ))),
     }
 }
 

@@ -30,6 +30,8 @@ use redis::aio::ConnectionManager;
 use redis::{Cmd, Script, Value};
 use tokio::time::Instant;
 
+use super::batch::split_time;
+use super::clock::{self, ClockPolicy, ClockWatch, Reading};
 use super::clock_floor;
 use super::layout::{Keys, SLOTS};
 use super::node::{NodeError, NodeResult};
@@ -47,13 +49,15 @@ pub const UPKEEP_BUDGET: Duration = Duration::from_secs(30);
 /// How long a shard that was unverified waits before a probe may verify it (as a master's).
 const VERIFY_AFTER: Duration = Duration::from_millis(300);
 
-/// What a cluster's shards are held to: the engine's quarantine.
+/// What a master's clock and a cluster's shards are held to: the engine's quarantine.
 #[derive(Debug, Clone, Copy)]
 pub struct ShardPolicy {
     /// How long a shard that lost its data stays out (the largest TTL plus lock-delay).
     pub quarantine: Duration,
     /// `REDLOCKD_UNSAFE_SKIP_QUARANTINE`: restore at once (tests of data loss only).
     pub skip_quarantine: bool,
+    /// How each master's (each shard's) clock is watched.
+    pub clock: ClockPolicy,
 }
 
 impl Default for ShardPolicy {
@@ -62,6 +66,7 @@ impl Default for ShardPolicy {
         Self {
             quarantine: Duration::from_secs(120),
             skip_quarantine: false,
+            clock: ClockPolicy::default(),
         }
     }
 }
@@ -92,6 +97,7 @@ const ROLLED_BACK: &str =
     "went back in time (a slot's fencing counter fell: restarted from an old snapshot)";
 const FAILED_OVER: &str = "a replica took over its slots (a failover): replication is asynchronous, so the newest locks may be missing";
 const UNMARKED: &str = "the whole cluster went back in time";
+const CLOCK_JUMPED: &str = "its clock jumped forward (every lock on it may have expired early)";
 
 impl ShardHealth {
     /// Whether its answers may count. A shard without its markers needs no refusal here
@@ -118,12 +124,22 @@ pub struct Shard {
     /// within `UPKEEP_TIMEOUT`.
     upkeep: ConnectionManager,
     health: Mutex<ShardHealth>,
+    /// Read with every step's answer and every probe (`store::clock`).
+    clock: ClockWatch,
 }
 
 impl Shard {
     fn health(&self) -> std::sync::MutexGuard<'_, ShardHealth> {
         // A poisoned lock only means a panic elsewhere mid-update of plain data.
         self.health.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Whether its answers may count: its health, and its clock.
+    fn admits(&self) -> Result<(), NodeError> {
+        match self.clock.refusal() {
+            Some(refused) => Err(refused),
+            None => self.health().admits(),
+        }
     }
 }
 
@@ -251,6 +267,7 @@ impl Cluster {
             conn: manager(self.timeout)?,
             upkeep: manager(UPKEEP_TIMEOUT)?,
             health: Mutex::new(ShardHealth::default()),
+            clock: ClockWatch::new(self.policy.clock),
         });
         nodes.insert(address.to_owned(), shard.clone());
         Ok(shard)
@@ -427,32 +444,55 @@ impl Cluster {
         self.topology().problem.clone()
     }
 
-    /// Send `call` (one EVALSHA of `script`) to the primary of `slot`: its answer.
-    pub async fn call(&self, slot: u16, call: &Cmd, script: &Script) -> NodeResult<Value> {
+    /// Send `call` (one EVALSHA of `script`, the batch of `steps` steps) to the primary of
+    /// `slot`: its answers, once the shard's clock, read with them, shows they may count.
+    pub async fn call(
+        &self,
+        slot: u16,
+        call: &Cmd,
+        script: &Script,
+        steps: usize,
+    ) -> NodeResult<Vec<Value>> {
         let shard = self.owner(slot).await?;
-        shard.health().admits()?;
-        match self.send(&shard, call, script, false).await {
+        shard.admits()?;
+        let sent = Instant::now();
+        let (shard, reply) = match self.send(&shard, call, script, false).await {
             Err(e) if is(&e, redis::ServerErrorKind::Moved) => {
                 // The slot moved for good: read the map again and follow it, once.
                 self.refresh().await?;
                 let shard = self.owner(slot).await?;
-                shard.health().admits()?;
-                self.send(&shard, call, script, false)
+                shard.admits()?;
+                let reply = self
+                    .send(&shard, call, script, false)
                     .await
-                    .map_err(|e| self.failed(&shard, &e))
+                    .map_err(|e| self.failed(&shard, &e));
+                (shard, reply)
             }
             Err(e) if is(&e, redis::ServerErrorKind::Ask) => {
                 let Some((address, _)) = e.redirect_node() else {
                     return Err(classify(&e));
                 };
                 let target = self.node(address)?;
-                target.health().admits()?;
-                self.send(&target, call, script, true)
+                target.admits()?;
+                let reply = self
+                    .send(&target, call, script, true)
                     .await
-                    .map_err(|e| self.failed(&target, &e))
+                    .map_err(|e| self.failed(&target, &e));
+                (target, reply)
             }
-            other => other.map_err(|e| self.failed(&shard, &e)),
-        }
+            other => {
+                let reply = other.map_err(|e| self.failed(&shard, &e));
+                (shard, reply)
+            }
+        };
+        let (answers, master_us) = split_time(reply?, steps)?;
+        shard.clock.observe(Reading {
+            sent,
+            received: Instant::now(),
+            master_us,
+            local_us: clock::wall_us(),
+        })?;
+        Ok(answers)
     }
 
     /// A call to `shard` failed: a broken connection leaves it unverified.
@@ -534,19 +574,32 @@ impl Cluster {
             .shards
             .iter()
             .map(|shard| {
+                let clock = shard.clock.status();
                 let health = shard.health();
+                let refused = clock.pending.map(|j| j.describe()).or(clock.settling.clone());
                 ShardStatus {
                     address: shard.address.clone(),
                     up: health.up,
-                    voting: health.up && health.admits().is_ok() && health.marked,
+                    voting: health.up
+                        && health.admits().is_ok()
+                        && health.marked
+                        && refused.is_none(),
                     slots: health.slots,
                     latency: health.latency,
                     quarantined_until: health.quarantine.map(|(_, wall)| wall),
-                    problem: health.quarantine.and(health.why).map(|why| {
-                        format!(
-                            "{why}; the names in its slots get no vote from this cluster until its quarantine is over"
-                        )
+                    problem: refused.or_else(|| {
+                        health.quarantine.and(health.why).map(|why| {
+                            let jump = (why == CLOCK_JUMPED)
+                                .then(|| clock.last.map(|j| format!(" ({})", j.describe())))
+                                .flatten()
+                                .unwrap_or_default();
+                            format!(
+                                "{why}{jump}; the names in its slots get no vote from this cluster until its quarantine is over"
+                            )
+                        })
                     }),
+                    clock_offset_s: clock.offset_s,
+                    clock_jumps: [clock.forward_jumps, clock.backward_jumps],
                 }
             })
             .collect();
@@ -724,15 +777,25 @@ impl Cluster {
                     .arg(self.keys.marker_at(rep))
                     .cmd("GET")
                     .arg(self.keys.fence_at(rep))
-                    .query_async::<(String, Option<String>, Option<u64>)>(&mut conn),
+                    .cmd("TIME")
+                    .query_async::<(String, Option<String>, Option<u64>, Value)>(&mut conn),
             )
             .await;
             match read {
-                Ok(Ok(probe)) => {
+                Ok(Ok((info, marker, fence, time))) => {
+                    if let Some(master_us) = clock::parse_time(&time) {
+                        // Refusals are the shard's own to act on, below: not an error here.
+                        let _ = shard.clock.observe(Reading {
+                            sent: started,
+                            received: Instant::now(),
+                            master_us,
+                            local_us: clock::wall_us(),
+                        });
+                    }
                     let mut health = shard.health();
                     health.up = true;
                     health.latency = Some(started.elapsed());
-                    Ok(probe)
+                    Ok((info, marker, fence))
                 }
                 Ok(Err(e)) => Err(self.failed(shard, &e)),
                 Err(_) => {
@@ -765,6 +828,10 @@ impl Cluster {
                 health.run_id = Some(run_id);
                 health.marked = marker.is_some();
             }
+            if shard.clock.status().pending.is_some() {
+                self.quarantine_jumped(shard, slots).await;
+                continue;
+            }
             if marker.is_none() {
                 if any_marked {
                     self.quarantine(shard, EMPTY);
@@ -783,6 +850,25 @@ impl Cluster {
             .fetch_max(out.fence, std::sync::atomic::Ordering::Relaxed);
         out.fence = out.fence.max(reported);
         Ok(out)
+    }
+
+    /// A shard whose clock jumped forward: quarantined as one that lost its data, its
+    /// markers removed so that every replica (and this one after a restart) treats it so.
+    async fn quarantine_jumped(&self, shard: &Arc<Shard>, slots: &[u16]) {
+        tracing::error!(
+            shard = %shard.address,
+            "a shard's clock jumped forward: every lock on it may have expired early; it stops voting"
+        );
+        self.quarantine(shard, CLOCK_JUMPED);
+        match self.unmark_slots(shard, slots).await {
+            Ok(()) => {
+                shard.clock.settle();
+                shard.health().marked = false;
+            }
+            Err(e) => {
+                tracing::warn!(shard = %shard.address, error = %e, "could not remove the markers of a shard whose clock jumped; it stays refused")
+            }
+        }
     }
 
     async fn restore_if_due(&self, shard: &Arc<Shard>, slots: &[u16], restore: &Script) {

@@ -16,6 +16,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use tokio::time::Instant;
 
+use super::clock::{self, ClockPolicy, ClockStatus, ClockWatch, Reading};
 use super::group;
 use super::node::{
     Acquired, Claim, Ending, Holding, ListPage, Listing, LockNode, NodeError, NodeResult, Owned,
@@ -107,6 +108,9 @@ struct Data {
     started: Instant,
     /// How fast this node's clock runs: 2.0 expires keys in half the real time.
     clock_rate: f64,
+    /// How far this node's clock was moved from the process's (a jump: keys whose time
+    /// it passes expire at once, as a Redis master's do when its wall clock jumps).
+    clock_offset: Duration,
     /// Steps since the last sweep of expired keys.
     since_sweep: usize,
     /// Each lock's shared holds (their keys in `locks`), by lock name: what an exclusive
@@ -398,6 +402,12 @@ pub struct MemoryNode {
     address: String,
     data: Mutex<Data>,
     fault: Mutex<Fault>,
+    /// The node's clock as the engine watches a master's (`store::clock`), read on every
+    /// step, on the same time base as the keys' expiry (tokio's, so paused time holds).
+    clock: ClockWatch,
+    /// Tokio's clock and the wall clock at one moment: a step's "wall" time is the
+    /// second plus the tokio time since the first.
+    epoch: (Instant, i64),
     /// Source of run ids: each restart gets a new one, as a Redis restart does.
     #[cfg(any(test, feature = "test-util"))]
     restarts: AtomicU64,
@@ -405,6 +415,12 @@ pub struct MemoryNode {
 
 impl MemoryNode {
     pub fn new(address: impl Into<String>) -> Self {
+        Self::with_clock(address, ClockPolicy::default())
+    }
+
+    /// A node whose clock is watched under `policy` (`trust` shows what the watch
+    /// prevents).
+    pub fn with_clock(address: impl Into<String>, policy: ClockPolicy) -> Self {
         Self {
             address: address.into(),
             data: Mutex::new(Data {
@@ -416,6 +432,7 @@ impl MemoryNode {
                 run_id: 0,
                 started: Instant::now(),
                 clock_rate: 1.0,
+                clock_offset: Duration::ZERO,
                 since_sweep: 0,
                 shared: HashMap::new(),
                 claims: HashMap::new(),
@@ -423,6 +440,8 @@ impl MemoryNode {
                 sessions: HashMap::new(),
             }),
             fault: Mutex::new(Fault::None),
+            clock: ClockWatch::new(policy),
+            epoch: (Instant::now(), clock::wall_us()),
             #[cfg(any(test, feature = "test-util"))]
             restarts: AtomicU64::new(0),
         }
@@ -443,6 +462,13 @@ impl MemoryNode {
     /// Make the node's clock run `rate` times as fast as the process's: its keys expire early.
     pub fn set_clock_rate(&self, rate: f64) {
         self.data().clock_rate = rate;
+    }
+
+    #[cfg(any(test, feature = "test-util"))]
+    /// Move the node's clock `by` forward at once, as a master's wall clock jumps: every
+    /// key with less than that left expires now.
+    pub fn jump_clock(&self, by: Duration) {
+        self.data().clock_offset += by;
     }
 
     /// The embedded store: one node that is its own deployment. It is marked from the
@@ -534,16 +560,57 @@ impl MemoryNode {
     #[cfg(any(test, feature = "test-util"))]
     /// Whether the node holds the mutex `name` for `lease` now, for tests.
     pub fn holds(&self, name: &str, lease: &str) -> bool {
-        self.data()
-            .live(&LockKey::mutex(name), Instant::now())
+        let mut data = self.data();
+        let now = Instant::now() + data.clock_offset;
+        data.live(&LockKey::mutex(name), now)
             .is_some_and(|e| e.lease == lease)
     }
 
-    /// Apply `step` under the fault plan, as one atomic step.
+    /// Apply a lock's `step` under the fault plan, as one atomic step: refused, as a Redis
+    /// master's batch is, while the node's clock is seen to have jumped.
     async fn step<T>(
         &self,
         step: impl FnOnce(&mut Data, Instant) -> NodeResult<T>,
     ) -> NodeResult<T> {
+        if let Some(refused) = self.clock.refusal() {
+            return Err(refused);
+        }
+        let (result, offset) = self.apply(step).await?;
+        self.clock.observe(self.reading(offset))?;
+        result
+    }
+
+    /// Apply an upkeep step (a probe, restore, unmark): it reads the node's clock, which the
+    /// monitor acts on, but is never refused for it.
+    async fn upkeep<T>(
+        &self,
+        step: impl FnOnce(&mut Data, Instant) -> NodeResult<T>,
+    ) -> NodeResult<T> {
+        let (result, offset) = self.apply(step).await?;
+        let _ = self.clock.observe(self.reading(offset));
+        result
+    }
+
+    /// A reading of this node's clock now, moved by `offset`.
+    fn reading(&self, offset: Duration) -> Reading {
+        let now = Instant::now();
+        let local_us = self.epoch.1
+            + i64::try_from(now.saturating_duration_since(self.epoch.0).as_micros())
+                .unwrap_or(i64::MAX);
+        Reading {
+            sent: now,
+            received: now,
+            master_us: local_us + i64::try_from(offset.as_micros()).unwrap_or(i64::MAX),
+            local_us,
+        }
+    }
+
+    /// Apply `step` under the fault plan: its result (`Err` when nothing answered) and the
+    /// node's clock offset.
+    async fn apply<T>(
+        &self,
+        step: impl FnOnce(&mut Data, Instant) -> NodeResult<T>,
+    ) -> NodeResult<(NodeResult<T>, Duration)> {
         let fault = *self.fault.lock().unwrap_or_else(|e| e.into_inner());
         match fault {
             Fault::Down => {
@@ -558,14 +625,14 @@ impl MemoryNode {
         }
         let result = {
             let mut data = self.data();
-            let now = Instant::now();
+            let now = Instant::now() + data.clock_offset;
             data.sweep(now);
-            step(&mut data, now)
+            (step(&mut data, now), data.clock_offset)
         };
         if fault == Fault::LoseReply {
             return std::future::pending().await;
         }
-        result
+        Ok(result)
     }
 }
 
@@ -677,6 +744,14 @@ impl MemoryNode {
 impl LockNode for MemoryNode {
     fn address(&self) -> &str {
         &self.address
+    }
+
+    fn clock(&self) -> Option<ClockStatus> {
+        Some(self.clock.status())
+    }
+
+    fn settle_clock(&self) {
+        self.clock.settle();
     }
 
     async fn acquire(&self, claim: Claim<'_>) -> NodeResult<Acquired> {
@@ -1019,7 +1094,7 @@ impl LockNode for MemoryNode {
     }
 
     async fn probe(&self) -> NodeResult<Probe> {
-        self.step(|data, now| {
+        self.upkeep(|data, now| {
             Ok(Probe {
                 run_id: format!("{}#{}", self.address, data.run_id),
                 marker: data.marker.clone(),
@@ -1036,7 +1111,7 @@ impl LockNode for MemoryNode {
     }
 
     async fn restore(&self, fence: u64, identity: &str) -> NodeResult<()> {
-        self.step(|data, _| {
+        self.upkeep(|data, _| {
             data.fence = data.fence.max(fence);
             data.marker = Some(identity.to_owned());
             Ok(())
@@ -1045,7 +1120,7 @@ impl LockNode for MemoryNode {
     }
 
     async fn unmark(&self, identity: &str) -> NodeResult<()> {
-        self.step(|data, _| {
+        self.upkeep(|data, _| {
             if data.marker.as_deref() == Some(identity) {
                 data.marker = None;
             }
@@ -1055,7 +1130,7 @@ impl LockNode for MemoryNode {
     }
 
     async fn record_watermarks(&self, seen: &[(String, u64)]) -> NodeResult<()> {
-        self.step(|data, _| {
+        self.upkeep(|data, _| {
             for (identity, fence) in seen {
                 let recorded = data.watermarks.entry(identity.clone()).or_insert(0);
                 *recorded = (*recorded).max(*fence);

@@ -4,6 +4,7 @@
 //! engine above it.
 
 mod batch;
+pub mod clock;
 pub mod cluster;
 mod group;
 pub mod layout;

@@ -155,18 +155,23 @@ pub enum NodeError {
     /// until a probe has checked that it kept its data.
     #[error("master reconnected and is not voting until it is verified")]
     Unverified,
+    /// The master's clock jumped (its locks may have expired early), or was first met too
+    /// far from this replica's: its answers do not count (see `store::clock`).
+    #[error("master's {0}: it is not voting")]
+    Clock(String),
     #[error("{0}")]
     Other(String),
 }
 
 impl NodeError {
     /// Every `kind` label value.
-    pub const KINDS: [&'static str; 6] = [
+    pub const KINDS: [&'static str; 7] = [
         "timeout",
         "connection",
         "script",
         "amnesic",
         "unverified",
+        "clock",
         "other",
     ];
 
@@ -178,6 +183,7 @@ impl NodeError {
             NodeError::Script(_) => "script",
             NodeError::Amnesic => "amnesic",
             NodeError::Unverified => "unverified",
+            NodeError::Clock(_) => "clock",
             NodeError::Other(_) => "other",
         }
     }
@@ -357,6 +363,16 @@ pub trait LockNode: Send + Sync + 'static {
     fn subscribed(&self) -> Option<bool> {
         None
     }
+
+    /// What this master's clock looked like when last read (`store::clock`); `None` for a
+    /// cluster, whose shards are watched one by one and shown in `cluster_status`.
+    fn clock(&self) -> Option<super::clock::ClockStatus> {
+        None
+    }
+
+    /// The master whose clock jumped has been quarantined (its marker removed): its
+    /// scripts refuse by themselves from here on (see `ClockWatch::settle`).
+    fn settle_clock(&self) {}
 
     /// A Redis Cluster's shards, for `/readyz` (none for a single master).
     fn cluster_status(&self) -> Option<crate::model::ClusterStatus> {

@@ -16,9 +16,11 @@ use async_trait::async_trait;
 use futures::StreamExt as _;
 use redis::aio::ConnectionManager;
 use redis::{Script, Value};
+use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use super::batch::{self, Batcher, Limits, Step};
+use super::clock::{self, ClockStatus, ClockWatch, Reading};
 use super::cluster::{self, Cluster, ShardPolicy};
 use super::group;
 use super::layout::{self, Keys};
@@ -61,6 +63,8 @@ struct Master {
     client: redis::Client,
     conn: ConnectionManager,
     batch: Batcher,
+    /// Read with every batch's answer and every probe (`store::clock`).
+    clock: Arc<ClockWatch>,
 }
 
 /// How a node's steps reach Redis.
@@ -130,6 +134,7 @@ impl RedisNode {
             .set_max_delay(Duration::from_secs(1))
             .set_number_of_retries(usize::MAX);
         let conn = ConnectionManager::new_lazy_with_config(client.clone(), config)?;
+        let clock = Arc::new(ClockWatch::new(policy.clock));
         Ok(Self {
             address: url.redacted().to_owned(),
             wire: Wire::Master(Box::new(Master {
@@ -142,8 +147,10 @@ impl RedisNode {
                         timeout,
                         max_steps: batch_max,
                     },
+                    clock.clone(),
                 ),
                 conn,
+                clock,
             })),
             keys,
             subscribed: Default::default(),
@@ -257,7 +264,7 @@ impl RedisNode {
                 let slot = step.first_key().map_or(0, layout::slot_of);
                 let call = batch::pack(&BATCH, [&step]);
                 Reply::of(batch::single_answer(
-                    cluster.call(slot, &call, &BATCH).await?,
+                    cluster.call(slot, &call, &BATCH, 1).await?,
                 )?)
             }
         }
@@ -933,11 +940,13 @@ impl LockNode for RedisNode {
             }
         };
         let mut conn = conn.clone();
-        let (info, marker, fence, watermarks): (
+        let sent = Instant::now();
+        let (info, marker, fence, watermarks, time): (
             String,
             Option<String>,
             Option<u64>,
             Vec<(String, u64)>,
+            Value,
         ) = redis::pipe()
             .cmd("INFO")
             .arg("server")
@@ -947,9 +956,20 @@ impl LockNode for RedisNode {
             .arg(self.keys.master_fence())
             .cmd("HGETALL")
             .arg(self.keys.watermarks())
+            .cmd("TIME")
             .query_async(&mut conn)
             .await
             .map_err(classify)?;
+        // An idle master's clock is watched too: a jump is seen before the next grant. The
+        // monitor acts on what the watch saw (`LockNode::clock`), so the probe still answers.
+        if let (Wire::Master(master), Some(master_us)) = (&self.wire, clock::parse_time(&time)) {
+            let _ = master.clock.observe(Reading {
+                sent,
+                received: Instant::now(),
+                master_us,
+                local_us: clock::wall_us(),
+            });
+        }
         let field = |name: &str| {
             info.lines()
                 .find_map(|l| l.strip_prefix(name))
@@ -1024,6 +1044,19 @@ impl LockNode for RedisNode {
                     .await
                     .map(drop)
             }
+        }
+    }
+
+    fn clock(&self) -> Option<ClockStatus> {
+        match &self.wire {
+            Wire::Master(master) => Some(master.clock.status()),
+            Wire::Cluster(_) => None,
+        }
+    }
+
+    fn settle_clock(&self) {
+        if let Wire::Master(master) = &self.wire {
+            master.clock.settle();
         }
     }
 

@@ -8,6 +8,7 @@ use std::time::Duration;
 use redlockd::metrics::Metrics;
 use redlockd::model::{FencingToken, GrantTerms, Idem, Kind, Listeners, LockKey};
 use redlockd::redlock::{EngineConfig, EngineError, Redlock};
+use redlockd::store::clock::ClockPolicy;
 use redlockd::store::memory::{Fault, MemoryNode};
 use redlockd::store::node::{Acquired, Claim, Ending, LockNode, Owned};
 use tokio::time::Instant;
@@ -1244,4 +1245,109 @@ async fn session_with_a_hold_on_a_and_b() -> Bed {
     bed.nodes[2].set_fault(Fault::None);
     bed.reverify(&[&bed.engine]).await;
     bed
+}
+
+/// Three masters whose clocks are watched under `policy`; the lease `L1` holds `j` on the
+/// first two only (the third was down when it was granted).
+async fn bed_with_lease_on_two(policy: ClockPolicy) -> Bed {
+    let nodes: Vec<Arc<MemoryNode>> = (0..3)
+        .map(|i| Arc::new(MemoryNode::with_clock(format!("m{i}"), policy)))
+        .collect();
+    let engine = Redlock::new(
+        nodes
+            .iter()
+            .map(|n| n.clone() as Arc<dyn LockNode>)
+            .collect(),
+        EngineConfig::new(TIMEOUT, 0.01, Duration::from_secs(30)),
+        Arc::new(Metrics::new()),
+    );
+    let bed = Bed { nodes, engine };
+    bed.probe().await;
+    bed.nodes[2].set_fault(Fault::Down);
+    bed.grant("j", "L1").await.expect("granted on m0 and m1");
+    bed.nodes[2].set_fault(Fault::None);
+    bed.reverify(&[&bed.engine]).await;
+    bed
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_master_whose_clock_jumps_forward_never_votes_a_second_holder_in() {
+    let bed = bed_with_lease_on_two(ClockPolicy::default()).await;
+    // m1's clock jumps past the lease's TTL: its copy of L1 is gone at once.
+    bed.nodes[1].jump_clock(Duration::from_secs(20));
+    assert!(!bed.nodes[1].holds("j", "L1"));
+    // m1 (now free) and m2 (never held it) would make a majority for L2; the answer that
+    // shows m1's jump is a refusal, not a vote.
+    let second = bed.grant("j", "L2").await;
+    assert!(
+        second.is_err(),
+        "a second holder while L1's validity runs: {second:?}"
+    );
+    // The monitor quarantines m1 as a master that lost its data, and says why.
+    bed.probe().await;
+    let status = &bed.engine.monitor().status()[1];
+    assert!(
+        !status.voting && status.quarantined_until.is_some(),
+        "{status:?}"
+    );
+    let problem = status.problem.clone().unwrap_or_default();
+    assert!(problem.starts_with("clock jumped +20.0 s"), "{problem}");
+    assert_eq!(status.clock_jumps, [1, 0]);
+    assert!(
+        !bed.nodes[1].marked(),
+        "its marker is removed for every replica"
+    );
+    // Once L1's validity has ended, the name is free again on the two that vote.
+    tokio::time::advance(TTL).await;
+    bed.grant("j", "L3").await.expect("granted by m0 and m2");
+}
+
+#[tokio::test(start_paused = true)]
+async fn with_the_masters_clocks_trusted_the_same_jump_grants_a_second_holder() {
+    // The test that proves the one above: the same steps, the watch told to act on nothing.
+    let trusting = ClockPolicy {
+        trust: true,
+        ..ClockPolicy::default()
+    };
+    let bed = bed_with_lease_on_two(trusting).await;
+    bed.nodes[1].jump_clock(Duration::from_secs(20));
+    bed.grant("j", "L2")
+        .await
+        .expect("m1 and m2 grant L2 while L1's validity runs: the hazard the watch closes");
+    assert_eq!(bed.engine.monitor().status()[1].clock_jumps, [1, 0]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_jump_on_an_idle_master_is_caught_by_the_probe_before_the_next_grant() {
+    let bed = bed(3).await;
+    // A grant once: a deployment whose masters never granted is restored at once.
+    bed.grant("k", "L1").await.expect("granted");
+    tokio::time::advance(Duration::from_secs(1)).await;
+    bed.nodes[2].jump_clock(Duration::from_secs(30));
+    bed.probe().await;
+    let status = &bed.engine.monitor().status()[2];
+    assert!(!status.voting, "{status:?}");
+    assert!(status.quarantined_until.is_some(), "{status:?}");
+    assert!(
+        status
+            .clock_offset_s
+            .is_some_and(|o| (o - 30.0).abs() < 0.1),
+        "{status:?}"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_clock_that_keeps_time_through_paused_masters_and_slow_answers_is_never_a_jump() {
+    let bed = bed(3).await;
+    for round in 0..20u64 {
+        bed.nodes[(round % 3) as usize].set_fault(Fault::Slow(Duration::from_millis(40)));
+        let _ = bed.grant(&format!("k{round}"), &format!("L{round}")).await;
+        bed.nodes[(round % 3) as usize].set_fault(Fault::None);
+        tokio::time::advance(Duration::from_millis(700)).await;
+        bed.probe().await;
+    }
+    for status in bed.engine.monitor().status() {
+        assert_eq!(status.clock_jumps, [0, 0], "{status:?}");
+        assert!(status.voting, "{status:?}");
+    }
 }

@@ -14,8 +14,10 @@
 --
 -- Example (two reads): EVALSHA <sha> 4 redlockd:lock:a redlockd:marker redlockd:lock:b
 --          redlockd:marker read 2 0 read 2 0
--- Returns one answer per step, in order. A step whose script fails (a wrong arity, a
--- command error) answers that error in its place; the other steps are unaffected.
+-- Returns one answer per step, in order, then the master's TIME (seconds, microseconds):
+-- the engine watches every master's clock with it (store/clock.rs). A step whose script
+-- fails (a wrong arity, a command error) answers that error in its place; the other steps
+-- are unaffected.
 local replies = {}
 local k, a = 1, 1
 while a <= #ARGV do
@@ -46,4 +48,5 @@ end
 if k ~= #KEYS + 1 then
   return redis.error_reply('batch: the steps named ' .. (k - 1) .. ' keys, ' .. #KEYS .. ' were given')
 end
+replies[#replies + 1] = redis.call('TIME')
 return replies
