@@ -61,6 +61,8 @@ pub struct RedisMaster {
     pub port: u16,
     password: Option<String>,
     extra: Vec<String>,
+    /// Environment the server runs with (the clock shim's, for a master whose clock jumps).
+    env: Vec<(String, String)>,
     dir: tempfile::TempDir,
     child: Option<Child>,
 }
@@ -68,6 +70,45 @@ pub struct RedisMaster {
 impl RedisMaster {
     pub fn start() -> Self {
         Self::start_with(None, &[])
+    }
+
+    /// A master whose wall clock the test moves: `jump_clock` steps it at once, as an
+    /// operator or NTP stepping the host's clock does (`clockshim.c`, preloaded).
+    pub fn start_with_movable_clock() -> Self {
+        let mut master = Self {
+            port: 0,
+            password: None,
+            extra: Vec::new(),
+            env: Vec::new(),
+            dir: tempfile::tempdir().expect("temp dir"),
+            child: None,
+        };
+        let offset = master.dir.path().join("clock-offset-ms");
+        std::fs::write(&offset, "0").expect("write the clock offset");
+        master.env = vec![
+            ("LD_PRELOAD".into(), clock_shim().display().to_string()),
+            ("CLOCKSHIM_FILE".into(), offset.display().to_string()),
+        ];
+        for _ in 0..5 {
+            master.port = free_port();
+            if master.spawn() {
+                return master;
+            }
+        }
+        panic!("could not start redis-server with the clock shim");
+    }
+
+    /// Move the master's wall clock to `offset_ms` from the host's (it started at 0).
+    pub fn set_clock_offset(&self, offset_ms: i64) {
+        let file = self.dir.path().join("clock-offset-ms");
+        assert!(
+            file.exists(),
+            "this master was not started with a movable clock"
+        );
+        // Written whole, then renamed: the shim never reads half a number.
+        let tmp = self.dir.path().join("clock-offset-ms.new");
+        std::fs::write(&tmp, offset_ms.to_string()).expect("write the clock offset");
+        std::fs::rename(&tmp, &file).expect("move the clock offset in place");
     }
 
     /// A master that requires `password`, or runs with extra redis-server arguments.
@@ -81,6 +122,7 @@ impl RedisMaster {
             port: 0,
             password: password.map(str::to_owned),
             extra: extra.iter().map(|s| s.to_string()).collect(),
+            env: Vec::new(),
             dir: tempfile::tempdir().expect("temp dir"),
             child: None,
         };
@@ -108,6 +150,7 @@ impl RedisMaster {
         .arg(self.dir.path())
         .args(["--logfile", "redis.log"])
         .args(&self.extra)
+        .envs(self.env.iter().map(|(k, v)| (k, v)))
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(Stdio::null());
@@ -400,6 +443,41 @@ impl RedisCluster {
 }
 
 /// `n` fresh masters.
+/// The clock shim (`clockshim.c`), built once per test process with gcc into the target
+/// directory's scratch space.
+pub fn clock_shim() -> PathBuf {
+    static SHIM: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    SHIM.get_or_init(|| {
+        let code = include_str!("clockshim.c");
+        let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR"));
+        // Named by its source, so test processes share one build; each builds under its
+        // own name and renames, so none loads a half-written library.
+        let mut hasher = std::collections::hash_map::DefaultHasher::new();
+        std::hash::Hash::hash(code, &mut hasher);
+        let shim = dir.join(format!(
+            "clockshim-{:016x}.so",
+            std::hash::Hasher::finish(&hasher)
+        ));
+        if shim.exists() {
+            return shim;
+        }
+        let source = dir.join(format!("clockshim-{}.c", std::process::id()));
+        let built = dir.join(format!("clockshim-{}.so", std::process::id()));
+        std::fs::write(&source, code).expect("write clockshim.c");
+        let status = Command::new("gcc")
+            .args(["-shared", "-fPIC", "-O2", "-o"])
+            .arg(&built)
+            .arg(&source)
+            .status()
+            .expect("gcc builds the clock shim (apt-get install -y gcc)");
+        assert!(status.success(), "gcc could not build the clock shim");
+        std::fs::rename(&built, &shim).expect("move the clock shim in place");
+        let _ = std::fs::remove_file(&source);
+        shim
+    })
+    .clone()
+}
+
 pub fn masters(n: usize) -> Vec<RedisMaster> {
     (0..n).map(|_| RedisMaster::start()).collect()
 }

@@ -9,6 +9,7 @@ mod abuse;
 mod api;
 mod auth;
 mod batch;
+mod clocks;
 mod clusters;
 mod contention;
 mod elections;
