@@ -75,27 +75,7 @@ impl RedisMaster {
     /// A master whose wall clock the test moves: `jump_clock` steps it at once, as an
     /// operator or NTP stepping the host's clock does (`clockshim.c`, preloaded).
     pub fn start_with_movable_clock() -> Self {
-        let mut master = Self {
-            port: 0,
-            password: None,
-            extra: Vec::new(),
-            env: Vec::new(),
-            dir: tempfile::tempdir().expect("temp dir"),
-            child: None,
-        };
-        let offset = master.dir.path().join("clock-offset-ms");
-        std::fs::write(&offset, "0").expect("write the clock offset");
-        master.env = vec![
-            ("LD_PRELOAD".into(), clock_shim().display().to_string()),
-            ("CLOCKSHIM_FILE".into(), offset.display().to_string()),
-        ];
-        for _ in 0..5 {
-            master.port = free_port();
-            if master.spawn() {
-                return master;
-            }
-        }
-        panic!("could not start redis-server with the clock shim");
+        Self::start_on(free_port, None, &[], true)
     }
 
     /// Move the master's wall clock to `offset_ms` from the host's (it started at 0).
@@ -113,11 +93,11 @@ impl RedisMaster {
 
     /// A master that requires `password`, or runs with extra redis-server arguments.
     pub fn start_with(password: Option<&str>, extra: &[&str]) -> Self {
-        Self::start_on(free_port, password, extra)
+        Self::start_on(free_port, password, extra, false)
     }
 
-    /// A master on a port `port` picks.
-    fn start_on(port: fn() -> u16, password: Option<&str>, extra: &[&str]) -> Self {
+    /// A master on a port `port` picks; with `movable`, its clock can be moved.
+    fn start_on(port: fn() -> u16, password: Option<&str>, extra: &[&str], movable: bool) -> Self {
         let mut master = Self {
             port: 0,
             password: password.map(str::to_owned),
@@ -126,6 +106,14 @@ impl RedisMaster {
             dir: tempfile::tempdir().expect("temp dir"),
             child: None,
         };
+        if movable {
+            let offset = master.dir.path().join("clock-offset-ms");
+            std::fs::write(&offset, "0").expect("write the clock offset");
+            master.env = vec![
+                ("LD_PRELOAD".into(), clock_shim().display().to_string()),
+                ("CLOCKSHIM_FILE".into(), offset.display().to_string()),
+            ];
+        }
         // A free port can be taken between our probe and redis' bind: try a few.
         for _ in 0..5 {
             master.port = port();
@@ -344,6 +332,15 @@ impl RedisCluster {
     /// `n` primaries with `replicas` replicas each (`shards` holds the primaries first, as
     /// `redis-cli --cluster create` deals the roles: the first `n` nodes are primaries).
     pub fn start_with_replicas(n: usize, replicas: usize) -> Self {
+        Self::start_all(n, replicas, false)
+    }
+
+    /// `n` primaries whose clocks can be moved (`RedisMaster::set_clock_offset`).
+    pub fn start_with_movable_clocks(n: usize) -> Self {
+        Self::start_all(n, 0, true)
+    }
+
+    fn start_all(n: usize, replicas: usize, movable: bool) -> Self {
         let n = n * (1 + replicas);
         let extra = [
             "--cluster-enabled",
@@ -356,7 +353,7 @@ impl RedisCluster {
             "no",
         ];
         let shards: Vec<RedisMaster> = (0..n)
-            .map(|_| RedisMaster::start_on(free_cluster_port, None, &extra))
+            .map(|_| RedisMaster::start_on(free_cluster_port, None, &extra, movable))
             .collect();
         let status = Command::new("redis-cli")
             .arg("--cluster")

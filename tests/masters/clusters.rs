@@ -727,3 +727,78 @@ async fn a_failover_to_a_replica_is_refused_as_data_loss() {
         .await;
     assert!(last > next, "{last} after {next}");
 }
+
+#[tokio::test]
+async fn a_shard_whose_clock_jumps_is_quarantined_alone_and_lets_no_second_holder_in() {
+    let cs = vec![
+        RedisCluster::start_with_movable_clocks(3),
+        RedisCluster::start(3),
+        RedisCluster::start(3),
+    ];
+    let (a, b) = replicas_with_short_quarantine(&cs).await;
+    // A name in the first cluster's second shard, and one elsewhere in that cluster.
+    let key = |n: &str| format!("redlockd:lock:{{{n}}}");
+    let shard_of = |c: usize, n: &str| cs[c].shard_of_slot(layout::slot_of(&key(n)));
+    let name = (0..)
+        .map(|i| format!("c:{i}"))
+        .find(|n| shard_of(0, n) == 1)
+        .expect("a name in shard 1");
+    let other = (0..)
+        .map(|i| format!("o:{i}"))
+        .find(|n| shard_of(0, n) != 1)
+        .expect("a name in another shard");
+    // A lease on the first two clusters only (the third's copy removed).
+    let asked = Instant::now();
+    let (status, lease) = a.grant(&name, json!({"ttl_ms": 2000})).await;
+    assert_eq!(status, 201, "{lease}");
+    let ends = asked + Duration::from_millis(lease["validity_ms"].as_u64().expect("validity"));
+    let removed: i64 = cs[2].shards[shard_of(2, &name)]
+        .cmd(&["DEL", &key(&name)])
+        .await
+        .expect("DEL");
+    assert_eq!(removed, 1);
+    // The shard's clock jumps past the TTL: its copy expires at once.
+    cs[0].shards[1].set_clock_offset(20_000);
+    while Instant::now() < ends {
+        let (status, body) = b.grant(&name, json!({"ttl_ms": 2000})).await;
+        assert!(
+            status == 409 || status == 503,
+            "{status} while the first lease's validity ran: {body}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    // That shard alone is out, and says why; the cluster still votes for its other names.
+    let address = format!("127.0.0.1:{}", cs[0].shards[1].port);
+    wait_for(
+        "/readyz to name the shard's jump",
+        Duration::from_secs(5),
+        async || {
+            let (_, ready) = b.get("/readyz").await;
+            let shard = ready["masters"][0]["shards"]
+                .as_array()?
+                .iter()
+                .find(|s| s["address"] == address.as_str())?
+                .clone();
+            (shard["voting"] == false && shard["problem"].as_str()?.contains("clock jumped"))
+                .then_some(())
+        },
+    )
+    .await;
+    let (lease, _) = b.must_grant(&other, json!({"ttl_ms": 1000})).await;
+    assert_eq!(b.revoke(&other, &lease).await.0, 204);
+    // After its quarantine (2 s here) the shard votes again.
+    wait_for(
+        "the shard to vote again",
+        Duration::from_secs(15),
+        async || {
+            let (_, ready) = b.get("/readyz").await;
+            let shard = ready["masters"][0]["shards"]
+                .as_array()?
+                .iter()
+                .find(|s| s["address"] == address.as_str())?
+                .clone();
+            (shard["voting"] == true).then_some(())
+        },
+    )
+    .await;
+}
