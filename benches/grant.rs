@@ -31,7 +31,9 @@
 //! runs only those rows, for quick comparisons while optimising; `REDLOCKD_BENCH_SERVER_ENV="K=V ..."` sets
 //! variables for the redlockd process only (e.g. `RUST_LOG=warn`); and
 //! `REDLOCKD_BENCH_AB="K=V ..."` compares redlockd with and without them, row against row
-//! in one run.
+//! in one run (with `REDLOCKD_BENCH_AB_BIN=<path>`, B is another redlockd binary: a build
+//! of an earlier commit, so that a change is measured against what came before; `""`
+//! compares the binaries alone).
 
 #[path = "../tests/common/mod.rs"]
 mod common;
@@ -556,13 +558,18 @@ impl Server {
 
     /// redlockd over the masters at `urls` (none: the embedded store).
     async fn start_over(urls: &[String], extra: &str) -> Self {
+        Self::start_binary(BIN, urls, extra).await
+    }
+
+    /// The redlockd binary at `bin` over the masters at `urls`.
+    async fn start_binary(bin: &str, urls: &[String], extra: &str) -> Self {
         let port = std::net::TcpListener::bind("127.0.0.1:0")
             .and_then(|l| l.local_addr())
             .expect("free port")
             .port();
         let dir = tempfile::tempdir().expect("temp dir");
         let log = std::fs::File::create(dir.path().join("redlockd.log")).expect("log file");
-        let mut cmd = Command::new(BIN);
+        let mut cmd = Command::new(bin);
         cmd.env("REDLOCKD_LISTEN", format!("127.0.0.1:{port}"));
         // No masters: the embedded store (the HTTP path alone).
         if !urls.is_empty() {
@@ -1296,9 +1303,13 @@ async fn uncontended(
 /// `REDLOCKD_BENCH_AB="K=V ..."`: the 16-client HTTP row on two redlockd processes over the
 /// same masters, one as configured and one with these variables, alternating three times,
 /// so that a change is compared within one run rather than across noisy runs.
+/// With `REDLOCKD_BENCH_AB_BIN=<path>`, B is that redlockd binary (a build of an earlier
+/// commit, say), so that a change is measured against what came before in one run.
 async fn ab(masters: &[RedisMaster], b_env: &str, plan: Plan) {
     let a = Arc::new(Server::start_with(masters, "").await);
-    let b = Arc::new(Server::start_with(masters, b_env).await);
+    let urls: Vec<String> = masters.iter().map(RedisMaster::url).collect();
+    let b_bin = std::env::var("REDLOCKD_BENCH_AB_BIN").unwrap_or_else(|_| BIN.to_owned());
+    let b = Arc::new(Server::start_binary(&b_bin, &urls, b_env).await);
     let redis = pids(masters);
     print_header();
     for _ in 0..3 {

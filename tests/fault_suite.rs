@@ -12,6 +12,8 @@
 #[path = "fault_suite/checker.rs"]
 mod checker;
 mod common;
+#[path = "fault_suite/fenced.rs"]
+mod fenced;
 #[path = "fault_suite/net.rs"]
 mod net;
 
@@ -100,8 +102,9 @@ fn held_name(name: &str, granted: &Value) -> String {
     }
 }
 
-/// A master that every replica can reach, each through an address of its own.
-fn start_master() -> RedisMaster {
+/// A master that every replica can reach, each through an address of its own; with
+/// `movable`, its wall clock can be stepped (`Fault::ClockJump`).
+fn start_master(movable: bool) -> RedisMaster {
     let mut args = vec![
         "--appendonly",
         "yes",
@@ -112,7 +115,11 @@ fn start_master() -> RedisMaster {
     ];
     let hosts: Vec<String> = (0..REPLICAS).map(replica_host).collect();
     args.extend(hosts.iter().map(String::as_str));
-    RedisMaster::start_with(None, &args)
+    if movable {
+        RedisMaster::start_with_movable_clock(&args)
+    } else {
+        RedisMaster::start_with(None, &args)
+    }
 }
 
 /// A redlockd process, killed on drop.
@@ -682,11 +689,19 @@ struct Cluster {
     reach: Reach,
     logs: tempfile::TempDir,
     snapshots: Vec<Option<PathBuf>>,
+    /// How far each master's wall clock has been stepped, in ms (masters started with a
+    /// movable clock only).
+    clock_offsets: Vec<i64>,
 }
 
 impl Cluster {
     async fn start(started: Instant) -> Self {
-        let masters: Vec<RedisMaster> = (0..MASTERS).map(|_| start_master()).collect();
+        Self::start_with(started, false).await
+    }
+
+    /// With `movable`, every master's wall clock can be stepped.
+    async fn start_with(started: Instant, movable: bool) -> Self {
+        let masters: Vec<RedisMaster> = (0..MASTERS).map(|_| start_master(movable)).collect();
         let mut cluster = Self {
             masters,
             replicas: (0..REPLICAS).map(|_| None).collect(),
@@ -695,6 +710,7 @@ impl Cluster {
             reach: Reach::new(started),
             logs: tempfile::tempdir().unwrap(),
             snapshots: vec![None; MASTERS],
+            clock_offsets: vec![0; MASTERS],
         };
         cluster.firewall.clear();
         for r in 0..2 {
@@ -757,6 +773,9 @@ enum Fault {
     Partition(usize, usize),
     LoseReplies(usize, usize),
     CrashReplica(usize),
+    /// The master's wall clock steps forward by this many ms (its keys expire early);
+    /// nothing heals it but the quarantine it earns.
+    ClockJump(usize, i64),
 }
 
 impl Cluster {
@@ -791,6 +810,10 @@ impl Cluster {
                 self.reach.change(&[r], m, true);
             }
             Fault::CrashReplica(r) => self.crash_replica(r),
+            Fault::ClockJump(m, by) => {
+                self.clock_offsets[m] += by;
+                self.masters[m].set_clock_offset(self.clock_offsets[m]);
+            }
         }
     }
 
@@ -824,6 +847,7 @@ impl Cluster {
                 });
             }
             Fault::CrashReplica(r) => self.start_replica(r, &[]).await,
+            Fault::ClockJump(..) => {}
         }
     }
 }
@@ -831,20 +855,25 @@ impl Cluster {
 /// Grant every name once more after all faults healed: within TTL + quarantine + 1 s each
 /// must be granted, or a name was left blocked.
 async fn every_name_is_granted_again(cluster: &Cluster) -> Vec<String> {
+    every_name_is_granted_again_on_names(cluster, &NAMES).await
+}
+
+/// `every_name_is_granted_again`, for `names`.
+async fn every_name_is_granted_again_on_names(cluster: &Cluster, names: &[&str]) -> Vec<String> {
     let base = cluster.replicas[0]
         .as_ref()
         .expect("replica 0 runs")
         .base
         .clone();
-    every_name_is_granted_again_on(&base).await
+    every_name_is_granted_again_on(&base, names).await
 }
 
-/// `every_name_is_granted_again`, through the replica at `base`.
-async fn every_name_is_granted_again_on(base: &str) -> Vec<String> {
+/// `every_name_is_granted_again`, through the replica at `base`, for `names`.
+async fn every_name_is_granted_again_on(base: &str, names: &[&str]) -> Vec<String> {
     let http = reqwest::Client::new();
     let deadline = Duration::from_millis(1500) + MAX_TTL + MAX_LOCK_DELAY + Duration::from_secs(1);
     let mut blocked = Vec::new();
-    for name in NAMES {
+    for &name in names {
         let started = Instant::now();
         let mut last = Value::Null;
         let mut granted = false;
@@ -1015,16 +1044,19 @@ fn keep_history(
     path
 }
 
-/// Workers against two (then three) replicas while a seeded schedule injects faults for
-/// `length`; then every fault heals, every name must be granted again, and the history
-/// must keep every promise.
-async fn random_faults(seed: u64, length: Duration) {
-    common::init_test_logging();
-    eprintln!("fault suite: seed {seed} (replay with REDLOCKD_FAULT_SEED={seed})");
-    let started = Instant::now();
-    let mut cluster = Cluster::start(started).await;
-    let (recorder, stop, workers) = start_workers(started, seed * 100, &cluster.bases);
-
+/// The faults a deployment meets, drawn from `seed` one after another until `length` has
+/// passed since `started`, each held a while and healed: masters paused, killed with and
+/// without their data, rolled back, cut off from a replica, their replies lost, a replica
+/// crashed, now and then a second master paused too, and a new replica joining half-way.
+/// With `jumps`, that master's wall clock also steps forward now and then. Returns what was
+/// applied, when.
+async fn inject_faults(
+    cluster: &mut Cluster,
+    seed: u64,
+    started: Instant,
+    length: Duration,
+    jumps: Option<usize>,
+) -> Vec<(Duration, Fault, Option<Fault>)> {
     let mut rng = StdRng::seed_from_u64(seed);
     let mut applied = Vec::new();
     let mut last_data_loss: Option<Instant> = None;
@@ -1042,7 +1074,8 @@ async fn random_faults(seed: u64, length: Duration) {
         let data_ok = last_data_loss
             .is_none_or(|t| t.elapsed() > quarantine + Duration::from_secs(1))
             && cluster.all_voting().await;
-        let fault = match rng.random_range(0..8) {
+        let kinds = if jumps.is_some() { 12 } else { 8 };
+        let fault = match rng.random_range(0..kinds) {
             0 => Fault::Pause(m),
             1 => Fault::KillWithData(m),
             2 if data_ok => Fault::KillEmpty(m),
@@ -1050,9 +1083,17 @@ async fn random_faults(seed: u64, length: Duration) {
             4 => Fault::Partition(m, r),
             5 => Fault::LoseReplies(m, r),
             6 => Fault::CrashReplica(r),
+            8..=11 if data_ok => match jumps {
+                Some(j) => Fault::ClockJump(j, rng.random_range(4_000..15_000)),
+                None => unreachable!("drawn only with jumps"),
+            },
+            8..=11 => Fault::Pause(m),
             _ => Fault::Partition(m, 1 - r),
         };
-        if matches!(fault, Fault::KillEmpty(_) | Fault::Rollback(_)) {
+        if matches!(
+            fault,
+            Fault::KillEmpty(_) | Fault::Rollback(_) | Fault::ClockJump(..)
+        ) {
             last_data_loss = Some(Instant::now());
         }
         // Now and then a second master is paused too: a majority is out of reach.
@@ -1077,6 +1118,20 @@ async fn random_faults(seed: u64, length: Duration) {
         cluster.heal(fault).await;
         tokio::time::sleep(Duration::from_millis(rng.random_range(100..800))).await;
     }
+    applied
+}
+
+/// Workers against two (then three) replicas while a seeded schedule injects faults for
+/// `length`; then every fault heals, every name must be granted again, and the history
+/// must keep every promise.
+async fn random_faults(seed: u64, length: Duration) {
+    common::init_test_logging();
+    eprintln!("fault suite: seed {seed} (replay with REDLOCKD_FAULT_SEED={seed})");
+    let started = Instant::now();
+    let mut cluster = Cluster::start(started).await;
+    let (recorder, stop, workers) = start_workers(started, seed * 100, &cluster.bases);
+
+    let applied = inject_faults(&mut cluster, seed, started, length, None).await;
     cluster.firewall.clear();
     stop.store(true, std::sync::atomic::Ordering::Release);
     for w in workers {
@@ -1443,6 +1498,133 @@ fn session_carriers_many_seeds() {
     }
 }
 
+/// The fenced-set workload (`fenced`) under the random faults, plus forward steps of one
+/// master's wall clock: workers append to a register that refuses stale fencing tokens
+/// while they hold one lock; the register and the checker judge the run.
+async fn fenced_set(seed: u64, length: Duration) {
+    common::init_test_logging();
+    eprintln!("fault suite: fenced set, seed {seed} (replay with REDLOCKD_FAULT_SEED={seed})");
+    let started = Instant::now();
+    let mut cluster = Cluster::start_with(started, true).await;
+    let recorder = Arc::new(Recorder {
+        started,
+        events: Mutex::new(Vec::new()),
+        stale: Mutex::new(Vec::new()),
+        retried: Default::default(),
+        sessions: Default::default(),
+    });
+    let shared = fenced::Shared::new();
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let workers: Vec<_> = (0..5)
+        .map(|w| {
+            tokio::spawn(fenced::worker(
+                seed * 100 + w,
+                cluster.bases.clone(),
+                recorder.clone(),
+                shared.clone(),
+                stop.clone(),
+            ))
+        })
+        .collect();
+    let jumper = (seed % MASTERS as u64) as usize;
+    let applied = inject_faults(&mut cluster, seed, started, length, Some(jumper)).await;
+    cluster.firewall.clear();
+    stop.store(true, std::sync::atomic::Ordering::Release);
+    for w in workers {
+        w.await.expect("worker");
+    }
+    let blocked = every_name_is_granted_again_on_names(&cluster, &[fenced::NAME]).await;
+    let history = recorder.events.lock().unwrap().clone();
+    let acknowledged = shared.acknowledged.lock().unwrap().clone();
+    let (accepted, stale, mut violations) = shared.register.lock().unwrap().judge(&acknowledged);
+    let jumps = applied
+        .iter()
+        .filter(|(_, f, _)| matches!(f, Fault::ClockJump(..)))
+        .count();
+    let grants = history
+        .iter()
+        .filter(|e| e.kind == Kind::Grant && e.status == 201)
+        .count();
+    let seen = forward_jumps_seen(&cluster).await;
+    eprintln!(
+        "fault suite: fenced set, seed {seed}: {} operations in {:?}, {} faults ({jumps} clock jumps on master {jumper}, {seen} seen by the live replicas), {grants} grants; {accepted} appends accepted, {stale} stale writes refused, {} violations by the register",
+        history.len(),
+        started.elapsed(),
+        applied.len(),
+        violations.len()
+    );
+    violations.extend(checker::check(&history, &cluster.reach.outages));
+    violations.extend(blocked);
+    if !violations.is_empty() {
+        let faults: Vec<String> = applied
+            .iter()
+            .map(|(at, fault, second)| format!("  {at:?}: {fault:?} {second:?}"))
+            .collect();
+        keep_history(
+            "fenced_set",
+            seed,
+            &history,
+            &faults.join("\n"),
+            &violations,
+            &cluster.logs(),
+        );
+    }
+    assert!(accepted > 50, "too few appends to judge the register");
+    assert!(
+        violations.is_empty(),
+        "seed {seed}: {} violations:\n{}\n\nreplica logs:\n{}",
+        violations.len(),
+        violations.join("\n"),
+        cluster.logs()
+    );
+}
+
+/// The forward clock jumps the live replicas counted, from their metrics (a replica
+/// restarted after a jump met the master afresh and counts none).
+async fn forward_jumps_seen(cluster: &Cluster) -> u64 {
+    let mut seen = 0;
+    for replica in cluster.replicas.iter().flatten() {
+        let Ok(resp) = reqwest::get(format!("{}/metrics", replica.base)).await else {
+            continue;
+        };
+        let text = resp.text().await.unwrap_or_default();
+        seen += text
+            .lines()
+            .filter(|l| {
+                l.starts_with("redlockd_master_clock_jumps_total")
+                    && l.contains("direction=\"forward\"")
+            })
+            .filter_map(|l| l.rsplit(' ').next()?.parse::<u64>().ok())
+            .sum::<u64>();
+    }
+    seen
+}
+
+#[test]
+fn fenced_set_seed_1() {
+    if net::enter("fenced_set_seed_1") {
+        runtime().block_on(fenced_set(seed(1), Duration::from_secs(30)));
+    }
+}
+
+#[test]
+fn fenced_set_seed_2() {
+    if net::enter("fenced_set_seed_2") {
+        runtime().block_on(fenced_set(seed(2), Duration::from_secs(30)));
+    }
+}
+
+/// Every seed `REDLOCKD_FAULT_SEEDS` lists (see `random_faults_many_seeds`).
+#[test]
+#[ignore = "runs the seeds REDLOCKD_FAULT_SEEDS lists (minutes each); see its doc"]
+fn fenced_set_many_seeds() {
+    if net::inside() {
+        runtime().block_on(fenced_set(seed(0), Duration::from_secs(30)));
+    } else {
+        many_seeds("fenced_set_many_seeds");
+    }
+}
+
 /// The steps the live replicas sent to the masters and the calls that carried them, from
 /// their metrics (a replica restarted by a fault counts from its restart).
 async fn master_traffic(cluster: &Cluster) -> (u64, u64) {
@@ -1595,7 +1777,7 @@ fn a_new_deployment_whose_masters_boot_apart_is_ready_within_seconds() {
         return;
     }
     runtime().block_on(async {
-        let mut masters: Vec<RedisMaster> = (0..MASTERS).map(|_| start_master()).collect();
+        let mut masters: Vec<RedisMaster> = (0..MASTERS).map(|_| start_master(false)).collect();
         // Masters 1 and 2 are not up yet when the replicas start.
         masters[1].stop();
         masters[2].stop();
@@ -1781,7 +1963,7 @@ async fn shard_faults(seed: u64) {
     for w in workers {
         w.await.expect("worker");
     }
-    let mut violations = every_name_is_granted_again_on(&replicas[0].base).await;
+    let mut violations = every_name_is_granted_again_on(&replicas[0].base, &NAMES).await;
     wait_for(
         "every shard to vote again after the faults",
         quarantine + Duration::from_secs(10),

@@ -74,8 +74,8 @@ impl RedisMaster {
 
     /// A master whose wall clock the test moves: `jump_clock` steps it at once, as an
     /// operator or NTP stepping the host's clock does (`clockshim.c`, preloaded).
-    pub fn start_with_movable_clock() -> Self {
-        Self::start_on(free_port, None, &[], true)
+    pub fn start_with_movable_clock(extra: &[&str]) -> Self {
+        Self::start_on(free_port, None, extra, true)
     }
 
     /// Move the master's wall clock to `offset_ms` from the host's (it started at 0).

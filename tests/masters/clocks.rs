@@ -16,7 +16,7 @@ const TTL_MS: u64 = 8_000;
 async fn deployment(trust: bool) -> (Vec<RedisMaster>, TestApp, TestApp) {
     let ms = vec![
         RedisMaster::start(),
-        RedisMaster::start_with_movable_clock(),
+        RedisMaster::start_with_movable_clock(&[]),
         RedisMaster::start(),
     ];
     let mut cfg = config(&ms.iter().collect::<Vec<_>>());
