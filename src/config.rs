@@ -45,7 +45,8 @@ pub struct Config {
     pub max_wait_ms: u64,
 
     /// Largest lock_delay_ms accepted (at most 60000); a master that lost its data is
-    /// quarantined this much longer than the largest TTL, so that no delay is cut short.
+    /// quarantined up to this much longer than the largest TTL (as long as the lock-delay
+    /// in force on the others), so that no delay is cut short.
     #[arg(long, env = "REDLOCKD_MAX_LOCK_DELAY_MS", default_value_t = MAX_LOCK_DELAY_MS)]
     pub max_lock_delay_ms: u64,
 

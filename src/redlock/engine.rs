@@ -42,7 +42,8 @@ pub struct EngineConfig {
     /// The largest TTL a lease may have.
     pub max_ttl: Duration,
     /// The largest lock-delay a lease may have: an amnesic master stays quarantined for
-    /// the largest TTL and this, so that a delay it forgot is over before it votes.
+    /// the largest TTL and up to this (the delay in force on the others, see
+    /// `Monitor::quarantine_for`), so that a delay it forgot is over before it votes.
     pub max_lock_delay: Duration,
     /// UNSAFE, for the fault suite only: a master that lost its data votes again at once.
     /// It exists so that the suite can show its checker catches the double grants this
@@ -62,8 +63,8 @@ impl EngineConfig {
         }
     }
 
-    /// How long a master that lost its data sits out: until every lease (and its
-    /// lock-delay) it may have held is over.
+    /// The longest a master that lost its data sits out: until every lease (and its
+    /// lock-delay) it may have held is over, whatever lock-delay was in force.
     pub fn quarantine(&self) -> Duration {
         self.max_ttl + self.max_lock_delay
     }

@@ -43,6 +43,10 @@ pub const PROBE_INTERVAL: Duration = Duration::from_secs(1);
 /// How often masters are probed while one is unverified (its connection broke).
 const FAST_PROBE_INTERVAL: Duration = Duration::from_millis(100);
 
+/// How long reading a master's lock-delay claims (a scan of its claim keys) may take when
+/// another master's quarantine is decided; past it, the quarantine is the longest allowed.
+const DELAY_SCAN_BUDGET: Duration = Duration::from_secs(5);
+
 /// How long an unverified master waits before a probe may verify it: time for every
 /// replica that knew its counter to have recorded that on the other masters.
 const VERIFY_AFTER: Duration = Duration::from_millis(300);
@@ -371,11 +375,31 @@ impl Monitor {
     /// probe): every lock on them may have expired early, so each is quarantined as one
     /// that lost its data. Its marker is removed (every replica then does the same, and
     /// this one after a restart), and until that is done its answers stay refused.
+    ///
+    /// A jump seen on a majority of the masters at once is this replica's own: its
+    /// monotonic clock stood still while the masters' ran (the host or VM was suspended),
+    /// and quarantining every master for it would stop the whole deployment. Those readings
+    /// are set aside and nothing is removed. (A real jump on a majority of masters at once
+    /// is beyond what Redlock can survive either way: README, "What is not promised".)
     async fn catch_clock_jumps(
         &self,
         nodes: &[Arc<dyn LockNode>],
         probes: &mut [NodeResult<Probe>],
     ) {
+        let jumped = nodes
+            .iter()
+            .filter(|n| n.clock().is_some_and(|c| c.pending.is_some()))
+            .count();
+        if jumped >= quorum::majority(nodes.len()) && nodes.len() > 1 {
+            tracing::warn!(
+                jumped,
+                "the clocks of a majority of masters moved ahead of this replica's at once: this replica's own clock stood still (suspended?); nothing is quarantined"
+            );
+            for node in nodes {
+                node.settle_clock();
+            }
+            return;
+        }
         for (i, node) in nodes.iter().enumerate() {
             let Some(jump) = node.clock().and_then(|c| c.pending) else {
                 continue;
@@ -537,18 +561,25 @@ impl Monitor {
         nodes: &[Arc<dyn LockNode>],
         probes: &[NodeResult<Probe>],
     ) {
+        if self.state(i).quarantine.is_none() {
+            let length = self.quarantine_for(i, nodes, probes).await;
+            let now = Instant::now();
+            self.state(i).quarantine.get_or_insert_with(|| {
+                tracing::warn!(
+                    master = %self.addresses[i],
+                    quarantine_ms = length.as_millis() as u64,
+                    "master has lost its data; it will not vote until every lease it may have held, and its lock-delay, has ended"
+                );
+                Quarantine {
+                    until: now + length,
+                    until_wall: SystemTime::now() + length,
+                }
+            });
+        }
         let now = Instant::now();
-        let quarantine = *self.state(i).quarantine.get_or_insert_with(|| {
-            tracing::warn!(
-                master = %self.addresses[i],
-                quarantine_ms = self.config.quarantine().as_millis() as u64,
-                "master has lost its data; it will not vote until every lease it may have held has expired"
-            );
-            Quarantine {
-                until: now + self.config.quarantine(),
-                until_wall: SystemTime::now() + self.config.quarantine(),
-            }
-        });
+        let Some(quarantine) = self.state(i).quarantine else {
+            return;
+        };
         if now < quarantine.until && !self.config.unsafe_skip_quarantine {
             return;
         }
@@ -577,6 +608,49 @@ impl Monitor {
         }
         self.restore(i, nodes, fence, "quarantine over; master votes again")
             .await;
+    }
+
+    /// How long master `i`, found without its data, must sit out: the largest TTL (a lease
+    /// it held may be live on the others until then), or longer while a lock-delay that may
+    /// have been on it still runs. Every lease, and every renew, that relied on it reached a
+    /// majority, so reading the lock-delay claims of `n - majority + 1` others finds each
+    /// one it carried; with fewer answering (or a cluster among them, whose claims are spread
+    /// over shards) it is the largest TTL plus the largest lock-delay allowed.
+    async fn quarantine_for(
+        &self,
+        i: usize,
+        nodes: &[Arc<dyn LockNode>],
+        probes: &[NodeResult<Probe>],
+    ) -> Duration {
+        let full = self.config.quarantine();
+        if self.config.max_lock_delay.is_zero() {
+            return full;
+        }
+        let n = nodes.len();
+        let needed = n - quorum::majority(n) + 1;
+        let others: Vec<usize> = (0..n)
+            .filter(|&j| j != i && matches!(&probes[j], Ok(p) if p.marked()))
+            .collect();
+        if others.len() < needed {
+            return full;
+        }
+        let reads = futures::future::join_all(
+            others
+                .iter()
+                .map(|&j| tokio::time::timeout(DELAY_SCAN_BUDGET, nodes[j].longest_delay())),
+        )
+        .await;
+        let longest: Vec<Duration> = reads
+            .into_iter()
+            .filter_map(|read| read.ok()?.ok()?)
+            .collect();
+        if longest.len() < needed {
+            return full;
+        }
+        let longest = longest.into_iter().max().unwrap_or_default();
+        // A claim's remaining time is this master's clock's; allow for drift against ours.
+        let longest = longest + quorum::drift(longest, self.config.drift_factor);
+        self.config.max_ttl.max(longest).min(full)
     }
 
     async fn restore(&self, i: usize, nodes: &[Arc<dyn LockNode>], fence: u64, why: &str) {

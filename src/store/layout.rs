@@ -144,6 +144,20 @@ impl Keys {
         )
     }
 
+    /// A SCAN pattern for every name's claim key on a single master (the prefix's glob
+    /// characters escaped).
+    pub fn claims_pattern(&self) -> String {
+        let mut pattern = String::new();
+        for c in self.prefix.chars() {
+            if matches!(c, '*' | '?' | '[' | ']' | '\\') {
+                pattern.push('\\');
+            }
+            pattern.push(c);
+        }
+        pattern.push_str("claim:*");
+        pattern
+    }
+
     /// The prefix of the keys of the shared holds of the lock that `key` is.
     pub fn readers_of(&self, key: &LockKey) -> String {
         self.named(Kind::Reader.segment(), self.tag(key), "/")

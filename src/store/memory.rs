@@ -750,6 +750,23 @@ impl LockNode for MemoryNode {
         Some(self.clock.status())
     }
 
+    async fn longest_delay(&self) -> NodeResult<Option<Duration>> {
+        self.upkeep(|data, now| {
+            let longest = data
+                .delays
+                .values()
+                .map(|(_, until)| {
+                    until
+                        .saturating_duration_since(now)
+                        .mul_f64(data.clock_rate)
+                })
+                .max()
+                .unwrap_or_default();
+            Ok(Some(longest))
+        })
+        .await
+    }
+
     fn settle_clock(&self) {
         self.clock.settle();
     }

@@ -364,6 +364,13 @@ pub trait LockNode: Send + Sync + 'static {
         None
     }
 
+    /// The longest any lock-delay claim here still runs (a lease's TTL and its delay, as
+    /// acquire.lua claims them), for the quarantine of another master that lost its data;
+    /// `None` when this master cannot tell (a cluster: its claims are spread over shards).
+    async fn longest_delay(&self) -> NodeResult<Option<std::time::Duration>> {
+        Ok(None)
+    }
+
     /// What this master's clock looked like when last read (`store::clock`); `None` for a
     /// cluster, whose shards are watched one by one and shown in `cluster_status`.
     fn clock(&self) -> Option<super::clock::ClockStatus> {

@@ -1047,6 +1047,49 @@ impl LockNode for RedisNode {
         }
     }
 
+    async fn longest_delay(&self) -> NodeResult<Option<Duration>> {
+        let Wire::Master(master) = &self.wire else {
+            return Ok(None);
+        };
+        let mut conn = master.conn.clone();
+        let pattern = self.keys.claims_pattern();
+        let mut cursor: u64 = 0;
+        let mut longest: i64 = 0;
+        loop {
+            let (next, keys): (u64, Vec<String>) = redis::cmd("SCAN")
+                .arg(cursor)
+                .arg("MATCH")
+                .arg(&pattern)
+                .arg("COUNT")
+                .arg(1000)
+                .query_async(&mut conn)
+                .await
+                .map_err(classify)?;
+            if !keys.is_empty() {
+                let mut pipe = redis::pipe();
+                for key in &keys {
+                    pipe.cmd("GET").arg(key).cmd("PTTL").arg(key);
+                }
+                let replies: Vec<Value> = pipe.query_async(&mut conn).await.map_err(classify)?;
+                for pair in replies.chunks(2) {
+                    // Only a lock-delay's claim ('d:<lease>', acquire.lua) says how long a
+                    // delay runs; a waiting grant's claim says nothing of the kind.
+                    if let [Value::BulkString(value), Value::Int(pttl)] = pair
+                        && value.starts_with(b"d:")
+                    {
+                        longest = longest.max(*pttl);
+                    }
+                }
+            }
+            if next == 0 {
+                return Ok(Some(Duration::from_millis(
+                    u64::try_from(longest).unwrap_or(0),
+                )));
+            }
+            cursor = next;
+        }
+    }
+
     fn clock(&self) -> Option<ClockStatus> {
         match &self.wire {
             Wire::Master(master) => Some(master.clock.status()),

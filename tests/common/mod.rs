@@ -243,7 +243,11 @@ impl RedisMaster {
             .expect("master dir")
             .flatten()
         {
-            if entry.file_name() != "redis.log" {
+            // The log, and the clock shim's offset (a host's clock outlives its data).
+            if !matches!(
+                entry.file_name().to_str(),
+                Some("redis.log" | "clock-offset-ms")
+            ) {
                 let path = entry.path();
                 let _ = std::fs::remove_dir_all(&path).or_else(|_| std::fs::remove_file(&path));
             }

@@ -1023,9 +1023,9 @@ async fn a_failed_attempt_never_undoes_a_hold_a_concurrent_retry_counts_on() {
     assert!(bed.nodes.iter().all(|n| !n.holds("c", "C1")));
 }
 
-#[tokio::test(start_paused = true)]
-async fn a_master_that_restarts_empty_sits_out_the_largest_ttl_and_the_largest_lock_delay() {
-    let (max_ttl, max_delay) = (Duration::from_secs(30), Duration::from_secs(20));
+/// Three memory masters whose largest TTL is 30 s and largest lock-delay 40 s.
+async fn bed_with_delays() -> Bed {
+    let (max_ttl, max_delay) = (Duration::from_secs(30), Duration::from_secs(40));
     let nodes: Vec<Arc<MemoryNode>> = (0..3)
         .map(|i| Arc::new(MemoryNode::new(format!("m{i}"))))
         .collect();
@@ -1042,30 +1042,74 @@ async fn a_master_that_restarts_empty_sits_out_the_largest_ttl_and_the_largest_l
     );
     let bed = Bed { nodes, engine };
     bed.probe().await;
+    bed
+}
+
+/// How long after now master `i`'s quarantine ends, as `/readyz` would say.
+fn quarantine_left(bed: &Bed, i: usize) -> Option<Duration> {
+    let until = bed.engine.monitor().status()[i].quarantined_until?;
+    Some(
+        until
+            .duration_since(std::time::SystemTime::now())
+            .unwrap_or_default(),
+    )
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_master_that_restarts_empty_sits_out_the_lock_delay_in_force_on_the_others() {
+    let bed = bed_with_delays().await;
     let terms = GrantTerms {
         listeners: NO_ONE,
-        lock_delay_ms: 20_000,
+        lock_delay_ms: 40_000,
     };
+    // TTL 10 s and a 40 s delay: its claim runs 50 s, longer than the largest TTL.
     bed.engine
         .acquire_keyed(&key("d"), "D1", TTL, None, None, terms)
         .await
         .expect("granted");
-    bed.engine.evict(&key("d")).await.expect("evicted");
-    assert!(matches!(
-        bed.grant("d", "D2").await,
-        Err(EngineError::Delayed { .. })
-    ));
     bed.nodes[2].restart_empty();
     bed.probe().await;
-    tokio::time::advance(max_ttl + Duration::from_secs(1)).await;
+    let left = quarantine_left(&bed, 2).expect("quarantined");
+    assert!(
+        left > Duration::from_secs(49) && left < Duration::from_secs(52),
+        "the delay in force (50 s) and drift, not the largest allowed (70 s): {left:?}"
+    );
+    tokio::time::advance(Duration::from_secs(31)).await;
     bed.probe().await;
     assert!(
         bed.engine.monitor().status()[2].quarantined_until.is_some(),
-        "a delay of up to {max_delay:?} may be live that the master forgot"
+        "a delay the master forgot is still live on the others"
     );
-    tokio::time::advance(max_delay).await;
+    tokio::time::advance(Duration::from_secs(21)).await;
     bed.probe().await;
     assert!(bed.engine.monitor().status()[2].quarantined_until.is_none());
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_master_that_restarts_empty_with_no_lock_delay_in_force_sits_out_the_largest_ttl_only() {
+    let bed = bed_with_delays().await;
+    bed.grant("q", "L1").await.expect("granted, no lock-delay");
+    bed.nodes[2].restart_empty();
+    bed.probe().await;
+    let left = quarantine_left(&bed, 2).expect("quarantined");
+    assert!(
+        left > Duration::from_secs(29) && left <= Duration::from_secs(30),
+        "the largest TTL, not the largest TTL and the largest lock-delay (70 s): {left:?}"
+    );
+    tokio::time::advance(Duration::from_secs(31)).await;
+    bed.probe().await;
+    assert!(bed.engine.monitor().status()[2].quarantined_until.is_none());
+}
+
+#[tokio::test(start_paused = true)]
+async fn with_too_few_others_answering_the_quarantine_is_the_longest_allowed() {
+    let bed = bed_with_delays().await;
+    bed.grant("q", "L1").await.expect("granted");
+    bed.nodes[1].set_fault(Fault::Down);
+    bed.nodes[2].restart_empty();
+    bed.probe().await;
+    let left = quarantine_left(&bed, 2).expect("quarantined");
+    assert!(left > Duration::from_secs(69), "{left:?}");
 }
 
 #[tokio::test(start_paused = true)]
@@ -1350,4 +1394,21 @@ async fn a_clock_that_keeps_time_through_paused_masters_and_slow_answers_is_neve
         assert_eq!(status.clock_jumps, [0, 0], "{status:?}");
         assert!(status.voting, "{status:?}");
     }
+}
+
+#[tokio::test(start_paused = true)]
+async fn every_masters_clock_ahead_at_once_is_this_replicas_own_stall_and_quarantines_nothing() {
+    let bed = bed(3).await;
+    bed.grant("k", "L1").await.expect("granted");
+    // As when the replica's host is suspended: its monotonic clock stands still while every
+    // master's runs on.
+    for node in &bed.nodes {
+        node.jump_clock(Duration::from_secs(30));
+    }
+    bed.probe().await;
+    for (status, node) in bed.engine.monitor().status().iter().zip(&bed.nodes) {
+        assert!(status.voting, "{status:?}");
+        assert!(node.marked(), "no marker removed");
+    }
+    bed.grant("k2", "L2").await.expect("every master votes");
 }

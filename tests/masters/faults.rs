@@ -292,3 +292,87 @@ async fn a_renew_decided_without_a_master_still_reaches_it() {
     )
     .await;
 }
+
+/// Seconds from now to an RFC 3339 `quarantined_until`.
+fn seconds_until(rfc3339: &str) -> f64 {
+    let until = humantime::parse_rfc3339(rfc3339).expect("an RFC 3339 time");
+    match until.duration_since(std::time::SystemTime::now()) {
+        Ok(left) => left.as_secs_f64(),
+        Err(past) => -past.duration().as_secs_f64(),
+    }
+}
+
+#[tokio::test]
+async fn with_no_lock_delay_in_force_empty_restarts_cost_the_largest_ttl_not_the_largest_delay() {
+    // The matrix: 2 s TTLs, the default largest lock-delay (60 s), four empty
+    // restarts of single masters in a row. Before, each sat out 62 s and the deployment was
+    // left with no majority; now each sits out the largest TTL, as none has a delay.
+    let mut ms = masters(3);
+    let mut cfg = config(&ms.iter().collect::<Vec<_>>());
+    cfg.max_ttl_ms = 2000;
+    cfg.default_ttl_ms = 1000;
+    cfg.master_timeout_ms = 200;
+    assert_eq!(cfg.max_lock_delay_ms, 60_000, "the default");
+    let app = TestApp::spawn(cfg).await;
+    for round in 0..4 {
+        app.must_grant(&format!("r{round}"), json!({"ttl_ms": 2000}))
+            .await;
+        let m = round % 3;
+        ms[m].restart_empty();
+        let until = wait_for(
+            "the master to be quarantined",
+            Duration::from_secs(5),
+            async || {
+                let (_, ready) = readiness(&app).await;
+                master(&ready, &ms[m])["quarantined_until"]
+                    .as_str()
+                    .map(str::to_owned)
+            },
+        )
+        .await;
+        let left = seconds_until(&until);
+        assert!(
+            left < 2.5,
+            "quarantined for {left:.1} s: the largest TTL is 2 s"
+        );
+        wait_for(
+            "the master to vote again",
+            Duration::from_secs(10),
+            async || {
+                let (status, ready) = readiness(&app).await;
+                (status == 200 && master(&ready, &ms[m])["voting"] == true).then_some(())
+            },
+        )
+        .await;
+    }
+}
+
+#[tokio::test]
+async fn an_empty_restart_sits_out_the_lock_delay_in_force_on_the_others() {
+    let mut ms = masters(3);
+    let mut cfg = config(&ms.iter().collect::<Vec<_>>());
+    cfg.max_ttl_ms = 2000;
+    cfg.default_ttl_ms = 1000;
+    cfg.master_timeout_ms = 200;
+    let app = TestApp::spawn(cfg).await;
+    // A 1 s lease with a 5 s lock-delay: its claim runs about 6 s on every master.
+    app.must_grant("d", json!({"ttl_ms": 1000, "lock_delay_ms": 5000}))
+        .await;
+    ms[1].restart_empty();
+    let until = wait_for(
+        "the master to be quarantined",
+        Duration::from_secs(5),
+        async || {
+            let (_, ready) = readiness(&app).await;
+            master(&ready, &ms[1])["quarantined_until"]
+                .as_str()
+                .map(str::to_owned)
+        },
+    )
+    .await;
+    let left = seconds_until(&until);
+    assert!(
+        (4.0..7.0).contains(&left),
+        "the delay in force (about 6 s), not the largest TTL (2 s) nor the largest allowed (62 s): {left:.1} s"
+    );
+}
