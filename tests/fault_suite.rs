@@ -1258,6 +1258,37 @@ async fn random_faults(seed: u64, length: Duration) {
     );
 }
 
+/// A seeded scenario's tests: the first two run seeds 1 and 2 in the test command; the
+/// third runs every seed `REDLOCKD_FAULT_SEEDS` lists, one after another, by hand:
+/// `REDLOCKD_FAULT_SEEDS=1-40 cargo nextest run --test fault_suite --run-ignored only -E 'test(random_faults_many_seeds)' --no-capture`.
+macro_rules! seeded {
+    ($scenario:ident for $length:expr => $one:ident, $two:ident, $many:ident) => {
+        #[test]
+        fn $one() {
+            if net::enter(stringify!($one)) {
+                runtime().block_on($scenario(seed(1), $length));
+            }
+        }
+
+        #[test]
+        fn $two() {
+            if net::enter(stringify!($two)) {
+                runtime().block_on($scenario(seed(2), $length));
+            }
+        }
+
+        #[test]
+        #[ignore = "runs the seeds REDLOCKD_FAULT_SEEDS lists (minutes each); see `seeded!`"]
+        fn $many() {
+            if net::inside() {
+                runtime().block_on($scenario(seed(0), $length));
+            } else {
+                many_seeds(stringify!($many));
+            }
+        }
+    };
+}
+
 fn runtime() -> tokio::runtime::Runtime {
     tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
@@ -1266,31 +1297,8 @@ fn runtime() -> tokio::runtime::Runtime {
         .unwrap()
 }
 
-#[test]
-fn random_faults_seed_1() {
-    if net::enter("random_faults_seed_1") {
-        runtime().block_on(random_faults(seed(1), Duration::from_secs(40)));
-    }
-}
-
-#[test]
-fn random_faults_seed_2() {
-    if net::enter("random_faults_seed_2") {
-        runtime().block_on(random_faults(seed(2), Duration::from_secs(40)));
-    }
-}
-
-/// Every seed `REDLOCKD_FAULT_SEEDS` lists, one after another:
-/// `REDLOCKD_FAULT_SEEDS=1-40 cargo nextest run --test fault_suite --run-ignored only -E 'test(random_faults_many_seeds)' --no-capture`.
-#[test]
-#[ignore = "runs the seeds REDLOCKD_FAULT_SEEDS lists (minutes each); see its doc"]
-fn random_faults_many_seeds() {
-    if net::inside() {
-        runtime().block_on(random_faults(seed(0), Duration::from_secs(40)));
-    } else {
-        many_seeds("random_faults_many_seeds");
-    }
-}
+seeded!(random_faults for Duration::from_secs(40) =>
+    random_faults_seed_1, random_faults_seed_2, random_faults_many_seeds);
 
 #[test]
 fn the_seeds_listed_are_numbers_and_ranges() {
@@ -1473,30 +1481,8 @@ async fn session_carriers(seed: u64, length: Duration) {
     );
 }
 
-#[test]
-fn session_carriers_fail_seed_1() {
-    if net::enter("session_carriers_fail_seed_1") {
-        runtime().block_on(session_carriers(seed(1), Duration::from_secs(25)));
-    }
-}
-
-#[test]
-fn session_carriers_fail_seed_2() {
-    if net::enter("session_carriers_fail_seed_2") {
-        runtime().block_on(session_carriers(seed(2), Duration::from_secs(25)));
-    }
-}
-
-/// Every seed `REDLOCKD_FAULT_SEEDS` lists (see `random_faults_many_seeds`).
-#[test]
-#[ignore = "runs the seeds REDLOCKD_FAULT_SEEDS lists (minutes each); see its doc"]
-fn session_carriers_many_seeds() {
-    if net::inside() {
-        runtime().block_on(session_carriers(seed(0), Duration::from_secs(25)));
-    } else {
-        many_seeds("session_carriers_many_seeds");
-    }
-}
+seeded!(session_carriers for Duration::from_secs(25) =>
+    session_carriers_fail_seed_1, session_carriers_fail_seed_2, session_carriers_many_seeds);
 
 /// The fenced-set workload (`fenced`) under the random faults, plus forward steps of one
 /// master's wall clock: workers append to a register that refuses stale fencing tokens
@@ -1545,9 +1531,9 @@ async fn fenced_set(seed: u64, length: Duration) {
         .iter()
         .filter(|e| e.kind == Kind::Grant && e.status == 201)
         .count();
-    let seen = forward_jumps_seen(&cluster).await;
+    let seen = forward_jumps_seen(&cluster);
     eprintln!(
-        "fault suite: fenced set, seed {seed}: {} operations in {:?}, {} faults ({jumps} clock jumps on master {jumper}, {seen} seen by the live replicas), {grants} grants; {accepted} appends accepted, {stale} stale writes refused, {} violations by the register",
+        "fault suite: fenced set, seed {seed}: {} operations in {:?}, {} faults ({jumps} clock jumps on master {jumper}, seen {seen} times by the replicas), {grants} grants; {accepted} appends accepted, {stale} stale writes refused, {} violations by the register",
         history.len(),
         started.elapsed(),
         applied.len(),
@@ -1571,6 +1557,10 @@ async fn fenced_set(seed: u64, length: Duration) {
     }
     assert!(accepted > 50, "too few appends to judge the register");
     assert!(
+        jumps == 0 || seen > 0,
+        "{jumps} forward steps of master {jumper}'s clock, and no replica saw one"
+    );
+    assert!(
         violations.is_empty(),
         "seed {seed}: {} violations:\n{}\n\nreplica logs:\n{}",
         violations.len(),
@@ -1579,51 +1569,26 @@ async fn fenced_set(seed: u64, length: Duration) {
     );
 }
 
-/// The forward clock jumps the live replicas counted, from their metrics (a replica
-/// restarted after a jump met the master afresh and counts none).
-async fn forward_jumps_seen(cluster: &Cluster) -> u64 {
-    let mut seen = 0;
-    for replica in cluster.replicas.iter().flatten() {
-        let Ok(resp) = reqwest::get(format!("{}/metrics", replica.base)).await else {
-            continue;
-        };
-        let text = resp.text().await.unwrap_or_default();
-        seen += text
-            .lines()
-            .filter(|l| {
-                l.starts_with("redlockd_master_clock_jumps_total")
-                    && l.contains("direction=\"forward\"")
-            })
-            .filter_map(|l| l.rsplit(' ').next()?.parse::<u64>().ok())
-            .sum::<u64>();
-    }
-    seen
+/// The forward clock jumps the replicas saw, from every replica process's log (crashed
+/// ones included: a replica restarted after a jump meets the master afresh).
+fn forward_jumps_seen(cluster: &Cluster) -> usize {
+    let Ok(entries) = std::fs::read_dir(cluster.logs.path()) else {
+        return 0;
+    };
+    entries
+        .flatten()
+        .filter(|e| e.file_name().to_string_lossy().starts_with("replica-"))
+        .filter_map(|e| std::fs::read_to_string(e.path()).ok())
+        .map(|log| {
+            log.lines()
+                .filter(|l| l.contains("a master's clock jumped forward"))
+                .count()
+        })
+        .sum()
 }
 
-#[test]
-fn fenced_set_seed_1() {
-    if net::enter("fenced_set_seed_1") {
-        runtime().block_on(fenced_set(seed(1), Duration::from_secs(30)));
-    }
-}
-
-#[test]
-fn fenced_set_seed_2() {
-    if net::enter("fenced_set_seed_2") {
-        runtime().block_on(fenced_set(seed(2), Duration::from_secs(30)));
-    }
-}
-
-/// Every seed `REDLOCKD_FAULT_SEEDS` lists (see `random_faults_many_seeds`).
-#[test]
-#[ignore = "runs the seeds REDLOCKD_FAULT_SEEDS lists (minutes each); see its doc"]
-fn fenced_set_many_seeds() {
-    if net::inside() {
-        runtime().block_on(fenced_set(seed(0), Duration::from_secs(30)));
-    } else {
-        many_seeds("fenced_set_many_seeds");
-    }
-}
+seeded!(fenced_set for Duration::from_secs(30) =>
+    fenced_set_seed_1, fenced_set_seed_2, fenced_set_many_seeds);
 
 /// The steps the live replicas sent to the masters and the calls that carried them, from
 /// their metrics (a replica restarted by a fault counts from its restart).

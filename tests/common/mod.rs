@@ -443,7 +443,17 @@ impl RedisCluster {
     }
 }
 
-/// `n` fresh masters.
+/// Master `m` as `/readyz` (`ready`) lists it.
+pub fn master_in<'a>(ready: &'a Value, m: &RedisMaster) -> &'a Value {
+    let address = format!("redis://127.0.0.1:{}", m.port);
+    ready["masters"]
+        .as_array()
+        .expect("masters")
+        .iter()
+        .find(|x| x["address"] == address.as_str())
+        .expect("master listed")
+}
+
 /// The clock shim (`clockshim.c`), built once per test process with gcc into the target
 /// directory's scratch space.
 pub fn clock_shim() -> PathBuf {
@@ -479,6 +489,7 @@ pub fn clock_shim() -> PathBuf {
     .clone()
 }
 
+/// `n` fresh masters.
 pub fn masters(n: usize) -> Vec<RedisMaster> {
     (0..n).map(|_| RedisMaster::start()).collect()
 }

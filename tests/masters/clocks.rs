@@ -6,7 +6,7 @@ use crate::common;
 
 use std::time::{Duration, Instant};
 
-use common::{RedisMaster, TestApp, config, wait_for};
+use common::{RedisMaster, TestApp, config, master_in as master, wait_for};
 use serde_json::{Value, json};
 
 const TTL_MS: u64 = 8_000;
@@ -25,16 +25,6 @@ async fn deployment(trust: bool) -> (Vec<RedisMaster>, TestApp, TestApp) {
     let a = TestApp::spawn(cfg.clone()).await;
     let b = TestApp::spawn(cfg).await;
     (ms, a, b)
-}
-
-fn master<'a>(ready: &'a Value, m: &RedisMaster) -> &'a Value {
-    let address = format!("redis://127.0.0.1:{}", m.port);
-    ready["masters"]
-        .as_array()
-        .expect("masters")
-        .iter()
-        .find(|x| x["address"] == address.as_str())
-        .expect("master listed")
 }
 
 /// A lease on the first two masters only (the third's copy removed, as if its acquire

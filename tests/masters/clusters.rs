@@ -769,16 +769,20 @@ async fn a_shard_whose_clock_jumps_is_quarantined_alone_and_lets_no_second_holde
     }
     // That shard alone is out, and says why; the cluster still votes for its other names.
     let address = format!("127.0.0.1:{}", cs[0].shards[1].port);
+    // The first cluster's shard at `address`, as `/readyz` on `b` shows it.
+    let shard = async || -> Option<Value> {
+        let (_, ready) = b.get("/readyz").await;
+        ready["masters"][0]["shards"]
+            .as_array()?
+            .iter()
+            .find(|s| s["address"] == address.as_str())
+            .cloned()
+    };
     wait_for(
         "/readyz to name the shard's jump",
         Duration::from_secs(5),
         async || {
-            let (_, ready) = b.get("/readyz").await;
-            let shard = ready["masters"][0]["shards"]
-                .as_array()?
-                .iter()
-                .find(|s| s["address"] == address.as_str())?
-                .clone();
+            let shard = shard().await?;
             (shard["voting"] == false && shard["problem"].as_str()?.contains("clock jumped"))
                 .then_some(())
         },
@@ -790,15 +794,7 @@ async fn a_shard_whose_clock_jumps_is_quarantined_alone_and_lets_no_second_holde
     wait_for(
         "the shard to vote again",
         Duration::from_secs(15),
-        async || {
-            let (_, ready) = b.get("/readyz").await;
-            let shard = ready["masters"][0]["shards"]
-                .as_array()?
-                .iter()
-                .find(|s| s["address"] == address.as_str())?
-                .clone();
-            (shard["voting"] == true).then_some(())
-        },
+        async || (shard().await?["voting"] == true).then_some(()),
     )
     .await;
 }

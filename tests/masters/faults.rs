@@ -5,21 +5,11 @@ use crate::common;
 
 use std::time::{Duration, Instant};
 
-use common::{RedisMaster, TestApp, config, masters, wait_for};
+use common::{RedisMaster, TestApp, config, master_in as master, masters, wait_for};
 use serde_json::{Value, json};
 
 async fn readiness(app: &TestApp) -> (u16, Value) {
     app.get("/readyz").await
-}
-
-fn master<'a>(ready: &'a Value, m: &RedisMaster) -> &'a Value {
-    let address = format!("redis://127.0.0.1:{}", m.port);
-    ready["masters"]
-        .as_array()
-        .expect("masters")
-        .iter()
-        .find(|x| x["address"] == address.as_str())
-        .expect("master listed")
 }
 
 #[tokio::test]
