@@ -14,10 +14,15 @@ use tokio::process::{Child, Command};
 
 const BIN: &str = env!("CARGO_BIN_EXE_redlockd");
 
+/// Three masters and a redlockd over them, each master step given 200 ms (as
+/// `common::two_replicas`): the examples run several clients at once, and with the 50 ms
+/// default a loaded CI machine turned a grant into a 503 the example does not retry.
 async fn server() -> (Vec<RedisMaster>, TestApp) {
     let masters = masters(3);
     let refs: Vec<&RedisMaster> = masters.iter().collect();
-    let app = TestApp::spawn(config(&refs)).await;
+    let mut cfg = config(&refs);
+    cfg.master_timeout_ms = 200;
+    let app = TestApp::spawn(cfg).await;
     (masters, app)
 }
 
