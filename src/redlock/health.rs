@@ -114,6 +114,8 @@ pub struct Monitor {
     /// Poked when a script reports a master without its marker, so the probe runs now
     /// rather than at the next tick.
     wake: Notify,
+    /// This process's id in the masters' records of their clocks (`record_clocks`).
+    replica_id: String,
 }
 
 /// A fresh random identity for a master's marker.
@@ -136,6 +138,7 @@ impl Monitor {
             ever_marked: AtomicBool::new(false),
             problem: Mutex::new(None),
             wake: Notify::new(),
+            replica_id: format!("{:016x}", rand::random::<u64>()),
         }
     }
 
@@ -273,6 +276,7 @@ impl Monitor {
         self.catch_clock_jumps(nodes, &mut probes).await;
         self.catch_rollbacks(nodes, &mut probes, &before).await;
         self.record_watermarks(nodes, &probes).await;
+        self.record_clocks(nodes, &probes).await;
 
         let n = nodes.len();
         let q = quorum::majority(n);
@@ -529,6 +533,26 @@ impl Monitor {
                 .collect();
             let node = nodes[*i].clone();
             async move { self.bounded(&*node, node.record_watermarks(&others)).await }
+        }))
+        .await;
+    }
+
+    /// Tell every marked master how far its clock stands from this replica's, where this
+    /// replica has watched it (no jump pending, not settling): what a replica meeting the
+    /// master for the first time compares its own reading with (`ClockWatch::observe_vouched`).
+    async fn record_clocks(&self, nodes: &[Arc<dyn LockNode>], probes: &[NodeResult<Probe>]) {
+        futures::future::join_all(nodes.iter().zip(probes).filter_map(|(node, probe)| {
+            let marked = probe.as_ref().is_ok_and(Probe::marked);
+            let clock = node.clock()?;
+            if !marked || clock.pending.is_some() || clock.settling.is_some() {
+                return None;
+            }
+            let offset_us = (clock.offset_s? * 1e6).round() as i64;
+            Some(async move {
+                let _ = self
+                    .bounded(&**node, node.record_clock(&self.replica_id, offset_us))
+                    .await;
+            })
         }))
         .await;
     }

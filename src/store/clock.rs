@@ -36,6 +36,14 @@ use super::node::NodeError;
 /// cached time within one command.
 const MARGIN: Duration = Duration::from_millis(5);
 
+/// How far a first reading may differ from another replica's record of the same master
+/// and still be vouched for by it (the replicas' own clocks must agree this well).
+pub const VOUCH_TOLERANCE: Duration = Duration::from_millis(100);
+
+/// How old, by the master's clock, a record may be and still vouch (records are written
+/// about once a second).
+pub const RECORD_FRESH: Duration = Duration::from_secs(10);
+
 /// What a master's clock is held to.
 #[derive(Debug, Clone, Copy)]
 pub struct ClockPolicy {
@@ -140,12 +148,33 @@ impl ClockWatch {
 
     /// Judge `reading`: `Err` when the answer it came with must not count.
     pub fn observe(&self, reading: Reading) -> Result<(), NodeError> {
+        self.observe_vouched(reading, &[])
+    }
+
+    /// Judge `reading` as `observe` does; a first reading further off than `max_offset` is
+    /// counted at once all the same when one of `records` (other replicas' offsets of this
+    /// master, recorded by the master's clock within the last `RECORD_FRESH`; see
+    /// clocks.lua) agrees with it within `VOUCH_TOLERANCE` and the round trip: then the
+    /// master's clock stood there a moment ago for a replica that watched it, and a jump
+    /// since would show as a difference.
+    pub fn observe_vouched(
+        &self,
+        reading: Reading,
+        records: &[(i64, i64)],
+    ) -> Result<(), NodeError> {
         let mut state = self.state();
         state.offset_us = Some(reading.master_us - reading.local_us);
         match state.last {
             None => {
                 let off = reading.master_us - reading.local_us;
-                if off.unsigned_abs() > self.policy.max_offset.as_micros() as u64 {
+                let rtt = reading.received.saturating_duration_since(reading.sent);
+                let tolerance =
+                    i64::try_from((VOUCH_TOLERANCE + rtt).as_micros()).unwrap_or(i64::MAX);
+                let fresh = i64::try_from(RECORD_FRESH.as_micros()).unwrap_or(i64::MAX);
+                let vouched = records.iter().any(|(recorded, at)| {
+                    (reading.master_us - at).abs() <= fresh && (off - recorded).abs() <= tolerance
+                });
+                if !vouched && off.unsigned_abs() > self.policy.max_offset.as_micros() as u64 {
                     let why = format!(
                         "clock {:+.1} s from this replica's when first met: not counted for {} s, \
                          in case it jumped before this replica watched it",
@@ -399,6 +428,32 @@ mod tests {
         // Within the allowance at first sight: counted at once.
         let near = ClockWatch::new(policy());
         assert!(near.observe(at(base, 0, 1, 900)).is_ok());
+    }
+
+    #[test]
+    fn a_first_reading_far_off_is_counted_when_a_fresh_record_of_another_replica_agrees() {
+        let base = Instant::now();
+        let first = at(base, 0, 1, 30_000);
+        let now_us = first.master_us;
+        // Another replica recorded the same offset 2 s ago: the clock stood there.
+        let watch = ClockWatch::new(policy());
+        assert!(
+            watch
+                .observe_vouched(first, &[(29_990 * MS, now_us - 2_000 * MS)])
+                .is_ok()
+        );
+        assert!(watch.status().settling.is_none());
+        // A record that disagrees (the clock jumped since), or an old one, vouches nothing.
+        for record in [
+            (0, now_us - 2_000 * MS),
+            (29_990 * MS, now_us - 30_000 * MS),
+        ] {
+            let watch = ClockWatch::new(policy());
+            assert!(
+                watch.observe_vouched(first, &[record]).is_err(),
+                "{record:?}"
+            );
+        }
     }
 
     #[test]

@@ -64,6 +64,7 @@ pub struct Keys {
     fence: String,
     marker: String,
     watermarks: String,
+    clocks: String,
     channel: String,
     events: String,
     /// A single master's index of each kind's names, and its names' key prefix, by
@@ -80,6 +81,7 @@ impl Keys {
             fence: format!("{prefix}fence"),
             marker: format!("{prefix}marker"),
             watermarks: format!("{prefix}watermarks"),
+            clocks: format!("{prefix}clocks"),
             channel: format!("{prefix}released"),
             events: format!("{prefix}events"),
             indexes: Kind::ALL
@@ -231,6 +233,11 @@ impl Keys {
 
     pub fn watermarks(&self) -> &str {
         &self.watermarks
+    }
+
+    /// A single master's records of how far its clock stands from each replica's.
+    pub fn clocks(&self) -> &str {
+        &self.clocks
     }
 
     /// The index of `kind`'s held names, and the prefix its names' keys are found under;

@@ -364,6 +364,13 @@ pub trait LockNode: Send + Sync + 'static {
         None
     }
 
+    /// Record on this master how far its clock stands from this replica's (`offset_us`,
+    /// as last read and verified), under the replica's `id`: what a replica meeting it for
+    /// the first time compares its own reading with.
+    async fn record_clock(&self, _id: &str, _offset_us: i64) -> NodeResult<()> {
+        Ok(())
+    }
+
     /// The longest any lock-delay claim here still runs (a lease's TTL and its delay, as
     /// acquire.lua claims them), for the quarantine of another master that lost its data;
     /// `None` when this master cannot tell (a cluster: its claims are spread over shards).

@@ -57,6 +57,7 @@ script!(LIST, "list.lua");
 script!(RESTORE, "restore.lua");
 script!(UNMARK, "unmark.lua");
 script!(WATERMARK, "watermark.lua");
+script!(CLOCKS, "clocks.lua");
 
 /// A single master's connections.
 struct Master {
@@ -941,12 +942,13 @@ impl LockNode for RedisNode {
         };
         let mut conn = conn.clone();
         let sent = Instant::now();
-        let (info, marker, fence, watermarks, time): (
+        let (info, marker, fence, watermarks, time, clocks): (
             String,
             Option<String>,
             Option<u64>,
             Vec<(String, u64)>,
             Value,
+            Vec<(String, String)>,
         ) = redis::pipe()
             .cmd("INFO")
             .arg("server")
@@ -957,18 +959,30 @@ impl LockNode for RedisNode {
             .cmd("HGETALL")
             .arg(self.keys.watermarks())
             .cmd("TIME")
+            .cmd("HGETALL")
+            .arg(self.keys.clocks())
             .query_async(&mut conn)
             .await
             .map_err(classify)?;
         // An idle master's clock is watched too: a jump is seen before the next grant. The
         // monitor acts on what the watch saw (`LockNode::clock`), so the probe still answers.
         if let (Wire::Master(master), Some(master_us)) = (&self.wire, clock::parse_time(&time)) {
-            let _ = master.clock.observe(Reading {
-                sent,
-                received: Instant::now(),
-                master_us,
-                local_us: clock::wall_us(),
-            });
+            let records: Vec<(i64, i64)> = clocks
+                .iter()
+                .filter_map(|(_, record)| {
+                    let (offset, at) = record.split_once(' ')?;
+                    Some((offset.parse().ok()?, at.parse().ok()?))
+                })
+                .collect();
+            let _ = master.clock.observe_vouched(
+                Reading {
+                    sent,
+                    received: Instant::now(),
+                    master_us,
+                    local_us: clock::wall_us(),
+                },
+                &records,
+            );
         }
         let field = |name: &str| {
             info.lines()
@@ -1045,6 +1059,15 @@ impl LockNode for RedisNode {
                     .map(drop)
             }
         }
+    }
+
+    async fn record_clock(&self, id: &str, offset_us: i64) -> NodeResult<()> {
+        if self.keys.is_cluster() {
+            return Ok(());
+        }
+        self.run(CLOCKS.key(self.keys.clocks()).arg(id).arg(offset_us))
+            .await
+            .map(drop)
     }
 
     async fn longest_delay(&self) -> NodeResult<Option<Duration>> {

@@ -179,3 +179,72 @@ async fn a_backward_jump_is_counted_and_shown_and_the_master_keeps_voting() {
         "{ready}"
     );
 }
+
+#[tokio::test]
+async fn a_clock_that_stood_off_while_watched_is_counted_at_once_by_a_new_replica_and_one_that_jumped_unwatched_is_not()
+ {
+    let ms = [
+        RedisMaster::start(),
+        RedisMaster::start_with_movable_clock(&[]),
+        RedisMaster::start(),
+    ];
+    // The second master's clock stands 3 s ahead of the host's (an NTP gone wrong).
+    ms[1].set_clock_offset(3_000);
+    let mut cfg = config(&ms.iter().collect::<Vec<_>>());
+    cfg.master_timeout_ms = 200;
+    // The first replica meets it with no one to vouch for it: it watches it for its whole
+    // quarantine first (2 s here) before counting it.
+    let mut short = cfg.clone();
+    short.max_ttl_ms = 2_000;
+    short.default_ttl_ms = 1_000;
+    short.max_lock_delay_ms = 0;
+    let a = TestApp::spawn(short).await;
+    let (_, ready) = a.get("/readyz").await;
+    let first = master(&ready, &ms[1]).clone();
+    assert_eq!(first["voting"], false, "{first}");
+    assert!(
+        first["problem"]
+            .as_str()
+            .is_some_and(|p| p.contains("first met")),
+        "{first}"
+    );
+    wait_for(
+        "the first replica to count it",
+        Duration::from_secs(10),
+        async || {
+            let (_, ready) = a.get("/readyz").await;
+            (master(&ready, &ms[1])["voting"] == true).then_some(())
+        },
+    )
+    .await;
+    // Counted, it records the offset it watched on the master (at its next probe).
+    wait_for(
+        "the first replica's record",
+        Duration::from_secs(5),
+        async || {
+            let records: u64 = ms[1].cmd(&["HLEN", "redlockd:clocks"]).await.ok()?;
+            (records > 0).then_some(())
+        },
+    )
+    .await;
+    // A second replica, whose quarantine is an hour: it counts the master at once, since the
+    // first one's fresh record agrees with what it reads.
+    let b = TestApp::spawn(cfg.clone()).await;
+    let (_, ready) = b.get("/readyz").await;
+    assert_eq!(master(&ready, &ms[1])["voting"], true, "{ready}");
+    // With no replica watching, the clock jumps 30 s more: a third replica's reading agrees
+    // with no record, so it does not count the master.
+    a.stop().await;
+    b.stop().await;
+    ms[1].set_clock_offset(33_000);
+    let c = TestApp::spawn(cfg).await;
+    let (_, ready) = c.get("/readyz").await;
+    let met = master(&ready, &ms[1]).clone();
+    assert_eq!(met["voting"], false, "{met}");
+    assert!(
+        met["problem"]
+            .as_str()
+            .is_some_and(|p| p.contains("first met")),
+        "{met}"
+    );
+}
