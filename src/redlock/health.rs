@@ -43,6 +43,12 @@ pub const PROBE_INTERVAL: Duration = Duration::from_secs(1);
 /// How often masters are probed while one is unverified (its connection broke).
 const FAST_PROBE_INTERVAL: Duration = Duration::from_millis(100);
 
+/// The high-water mark recorded for a marker that a master no longer carries (unmarked,
+/// or replaced by a restore): no counter is ever at least this, so a master that comes back
+/// with it (restarted from a snapshot taken before) is caught as gone back in time, however
+/// high its counter then.
+const RETIRED: u64 = u64::MAX;
+
 /// How long reading a master's lock-delay claims (a scan of its claim keys) may take when
 /// another master's quarantine is decided; past it, the quarantine is the longest allowed.
 const DELAY_SCAN_BUDGET: Duration = Duration::from_secs(5);
@@ -420,6 +426,9 @@ impl Monitor {
                     continue;
                 }
                 probe.marker = None;
+                if !node.fences_from_clock() {
+                    self.retire(i, nodes, &identity).await;
+                }
             }
             self.state(i).jumped = Some(jump);
             node.settle_clock();
@@ -472,6 +481,7 @@ impl Monitor {
             if let Err(e) = self.bounded(&*nodes[j], nodes[j].unmark(&identity)).await {
                 tracing::warn!(master = %self.addresses[j], error = %e, "could not remove the marker of a master that went back in time");
             }
+            self.retire(j, nodes, &identity).await;
             if let Ok(probe) = &mut probes[j] {
                 probe.marker = None;
             }
@@ -534,6 +544,22 @@ impl Monitor {
             let node = nodes[*i].clone();
             async move { self.bounded(&*node, node.record_watermarks(&others)).await }
         }))
+        .await;
+    }
+
+    /// Record on every master but `i` that master `i`'s marker `identity` is retired (see
+    /// `RETIRED`). Best effort, bounded: a master that does not answer misses it, and the
+    /// others still carry it.
+    async fn retire(&self, i: usize, nodes: &[Arc<dyn LockNode>], identity: &str) {
+        let retired = [(identity.to_owned(), RETIRED)];
+        futures::future::join_all(nodes.iter().enumerate().filter(|(j, _)| *j != i).map(
+            |(_, node)| {
+                let retired = &retired;
+                async move {
+                    let _ = self.bounded(&**node, node.record_watermarks(retired)).await;
+                }
+            },
+        ))
         .await;
     }
 
@@ -678,6 +704,13 @@ impl Monitor {
     }
 
     async fn restore(&self, i: usize, nodes: &[Arc<dyn LockNode>], fence: u64, why: &str) {
+        // The marker it had before it lost its data is never to be seen on it again.
+        let before = self.state(i).identity.clone();
+        if let Some(before) = before
+            && !nodes[i].fences_from_clock()
+        {
+            self.retire(i, nodes, &before).await;
+        }
         let identity = new_identity();
         match self
             .bounded(&*nodes[i], nodes[i].restore(fence, &identity))
@@ -748,6 +781,7 @@ impl Monitor {
         let seen = probes
             .iter()
             .flat_map(|p| std::iter::once(p.fence).chain(p.watermarks.iter().map(|(_, f)| *f)))
+            .filter(|f| *f != RETIRED)
             .max()
             .unwrap_or(0);
         let fence = seen.max(clock_floor()).max(floor.unwrap_or(0)) + 1;

@@ -1412,3 +1412,46 @@ async fn every_masters_clock_ahead_at_once_is_this_replicas_own_stall_and_quaran
     }
     bed.grant("k2", "L2").await.expect("every master votes");
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_master_rolled_back_to_before_its_last_restore_is_caught_by_its_retired_identity() {
+    // Found by the fault suite (fenced_set, seed 44): a snapshot taken moments before a
+    // master lost its data (or its clock jumped: the same quarantine) carries the marker it
+    // had then, and a counter no replica saw it pass under that marker. Restored since under
+    // a new marker, the master granted more; a rollback to that snapshot brings the old
+    // marker back with locks lost, and its counter alone cannot show it.
+    let max_ttl = Duration::from_secs(10);
+    let bed = bed_with(3, max_ttl).await;
+    bed.grant("k", "L0").await.expect("granted");
+    bed.probe().await;
+    let old = bed.nodes[2].snapshot();
+    bed.nodes[2].restart_empty();
+    bed.probe().await;
+    tokio::time::advance(max_ttl + Duration::from_secs(1)).await;
+    bed.probe().await;
+    assert!(bed.nodes[2].marked(), "restored under a new marker");
+    // L1 is held on B and C only.
+    bed.nodes[0].set_fault(Fault::Down);
+    bed.grant("x", "L1").await.expect("granted on B, C");
+    bed.nodes[0].set_fault(Fault::None);
+    bed.reverify(&[&bed.engine]).await;
+    // C goes back to the snapshot: the old marker, L1 gone.
+    bed.nodes[2].restart_from(old);
+    let newcomer = replica(&bed, max_ttl);
+    for engine in [&bed.engine, &newcomer] {
+        bed.reverify(&[engine]).await;
+        probe(engine).await;
+        probe(engine).await;
+    }
+    assert!(!bed.nodes[2].marked(), "C's retired marker gave it away");
+    for engine in [&bed.engine, &newcomer] {
+        let second = engine.acquire(&key("x"), "L2", TTL, None).await;
+        assert!(
+            matches!(
+                second,
+                Err(EngineError::Held { .. }) | Err(EngineError::Unavailable(_))
+            ),
+            "granted a second lease: {second:?}"
+        );
+    }
+}
