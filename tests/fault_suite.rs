@@ -289,6 +289,17 @@ fn ms(v: &Value, field: &str) -> Option<Duration> {
 }
 
 impl Recorder {
+    /// An empty history, its times counted from `started`.
+    fn new(started: Instant) -> Arc<Self> {
+        Arc::new(Self {
+            started,
+            events: Mutex::new(Vec::new()),
+            stale: Mutex::new(Vec::new()),
+            retried: Default::default(),
+            sessions: Default::default(),
+        })
+    }
+
     #[allow(clippy::too_many_arguments)]
     async fn call(
         &self,
@@ -917,13 +928,7 @@ fn start_workers(
     Arc<std::sync::atomic::AtomicBool>,
     Vec<tokio::task::JoinHandle<()>>,
 ) {
-    let recorder = Arc::new(Recorder {
-        started,
-        events: Mutex::new(Vec::new()),
-        stale: Mutex::new(Vec::new()),
-        retried: Default::default(),
-        sessions: Default::default(),
-    });
+    let recorder = Recorder::new(started);
     let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let workers = (0..6)
         .map(|w| {
@@ -1383,13 +1388,7 @@ async fn session_carriers(seed: u64, length: Duration) {
     );
     let started = Instant::now();
     let mut cluster = Cluster::start(started).await;
-    let recorder = Arc::new(Recorder {
-        started,
-        events: Mutex::new(Vec::new()),
-        stale: Mutex::new(Vec::new()),
-        retried: Default::default(),
-        sessions: Default::default(),
-    });
+    let recorder = Recorder::new(started);
     let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let workers: Vec<_> = (0..6)
         .map(|w| {
@@ -1492,13 +1491,7 @@ async fn fenced_set(seed: u64, length: Duration) {
     eprintln!("fault suite: fenced set, seed {seed} (replay with REDLOCKD_FAULT_SEED={seed})");
     let started = Instant::now();
     let mut cluster = Cluster::start_with(started, true).await;
-    let recorder = Arc::new(Recorder {
-        started,
-        events: Mutex::new(Vec::new()),
-        stale: Mutex::new(Vec::new()),
-        retried: Default::default(),
-        sessions: Default::default(),
-    });
+    let recorder = Recorder::new(started);
     let shared = fenced::Shared::new();
     let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let workers: Vec<_> = (0..5)
