@@ -73,6 +73,21 @@ fn engine_config(settings: &Settings) -> EngineConfig {
     }
 }
 
+/// What hears a master's announcements for this replica: releases wake its waiting grants,
+/// grants and releases reach its observers, a gap makes every waiter look again.
+pub fn listener(events: Arc<Events>) -> Listener {
+    Arc::new(move |announced| match announced {
+        Announcement::Freed(name) => events.wake(name),
+        Announcement::Released(name, token) => events.publish(name, LockEvent::Released { token }),
+        Announcement::Evicted(name, token) => events.publish(name, LockEvent::Evicted { token }),
+        Announcement::Acquired(name, token) => events.publish(name, LockEvent::Acquired { token }),
+        Announcement::Proclaimed(name, token) => {
+            events.publish(name, LockEvent::Proclaimed { token })
+        }
+        Announcement::Missed => events.resync(),
+    })
+}
+
 impl App {
     /// Validate `config`, connect (lazily) to the masters, probe them once and start the
     /// background tasks; nothing listens yet (`bind`, then `serve`, or `router` alone).
@@ -149,24 +164,7 @@ impl App {
         engine.start(shutdown.child_token()).await;
         let events = Events::new();
         for node in &nodes {
-            let events = events.clone();
-            let listener: Listener = Arc::new(move |announced| match announced {
-                Announcement::Freed(name) => events.wake(name),
-                Announcement::Released(name, token) => {
-                    events.publish(name, LockEvent::Released { token })
-                }
-                Announcement::Evicted(name, token) => {
-                    events.publish(name, LockEvent::Evicted { token })
-                }
-                Announcement::Acquired(name, token) => {
-                    events.publish(name, LockEvent::Acquired { token })
-                }
-                Announcement::Proclaimed(name, token) => {
-                    events.publish(name, LockEvent::Proclaimed { token })
-                }
-                Announcement::Missed => events.resync(),
-            });
-            node.listen(listener, shutdown.child_token());
+            node.listen(listener(events.clone()), shutdown.child_token());
         }
         let service = LeaseService::with_caps(
             engine,

@@ -15,12 +15,13 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
 
 use super::clock::{self, ClockPolicy, ClockStatus, ClockWatch, Reading};
 use super::group;
 use super::node::{
-    Acquired, Claim, Ending, Holding, ListPage, Listing, LockNode, NodeError, NodeResult, Owned,
-    Probe, Renewal, SessionState, SessionStep,
+    Acquired, Announcement, Claim, Ending, Holding, ListPage, Listener, Listing, LockNode,
+    NodeError, NodeResult, Owned, Probe, Renewal, SessionState, SessionStep,
 };
 use crate::model::{Idem, Kind, LockKey, SessionHold, claimant_of};
 
@@ -57,6 +58,9 @@ struct Entry {
     delay_ms: u64,
     /// The session the lease is held through, if any (see session.lua).
     session: Option<String>,
+    /// A waiting grant met this hold (or the claim it ended): its release is announced to
+    /// every replica's waiters (acquire.lua's 'waited').
+    waited: bool,
 }
 
 /// A session as a master keeps it (see session.lua).
@@ -91,6 +95,7 @@ impl Entry {
             group: None,
             delay_ms: 0,
             session: None,
+            waited: false,
         }
     }
 }
@@ -120,6 +125,8 @@ struct Data {
     /// Each lock's claim by a waiting exclusive grant: its lease and when the claim lapses
     /// (see acquire.lua). Lost on a restart, as a claim is only about who goes first.
     claims: HashMap<String, (String, Instant)>,
+    /// The claims (by lock name) another waiting grant met: acquire.lua's ' w' mark.
+    met: std::collections::HashSet<String>,
     /// Each lock's lock-delay: the lease it follows and when it lapses (acquire.lua's 'd:'
     /// claim; a separate map here because `claims` is by mutex name only).
     delays: HashMap<LockKey, (String, Instant)>,
@@ -147,6 +154,8 @@ impl Data {
                 !readers.is_empty()
             });
             self.claims.retain(|_, (_, until)| *until > now);
+            let claims = &self.claims;
+            self.met.retain(|name| claims.contains_key(name));
             self.delays.retain(|_, (_, until)| *until > now);
             self.sessions.retain(|_, s| s.expires > now);
             self.since_sweep = 0;
@@ -166,22 +175,63 @@ impl Data {
     }
 
     /// Whether a shared grant of `key`'s lock must wait: an exclusive holder, or a
-    /// waiting exclusive grant's claim (see share.lua).
-    fn share_refused(&mut self, key: &LockKey, now: Instant) -> Option<Acquired> {
+    /// waiting exclusive grant's claim (see share.lua), which a waiting grant marks.
+    fn share_refused(&mut self, key: &LockKey, waiting: bool, now: Instant) -> Option<Acquired> {
         let lock = LockKey::mutex(key.owner_name());
-        if let Some(entry) = self.live(&lock, now).cloned() {
+        if let Some(entry) = self.live(&lock, now) {
+            entry.waited |= waiting;
+            let entry = entry.clone();
             return Some(Acquired::Held {
                 pttl_ms: self.pttl(&entry, now),
                 lease: entry.lease,
             });
         }
-        match self.claims.get(key.owner_name()) {
+        let refused = match self.claims.get(key.owner_name()) {
             Some((claimant, until)) if *until > now => Some(Acquired::Held {
                 pttl_ms: u64::try_from(until.duration_since(now).as_millis()).unwrap_or(u64::MAX),
                 lease: claimant.clone(),
             }),
             _ => None,
+        };
+        if refused.is_some() && waiting {
+            self.meet_claim(key.owner_name(), now);
         }
+        refused
+    }
+
+    /// Whether `name` has a claim that lives at `now`.
+    fn claimed(&self, name: &str, now: Instant) -> bool {
+        self.claims.get(name).is_some_and(|(_, until)| *until > now)
+    }
+
+    /// A waiting grant met `name`'s claim: mark it, so that the grant that ends it wakes
+    /// that one on its release (acquire.lua's ' w').
+    fn meet_claim(&mut self, name: &str, now: Instant) {
+        if self.claimed(name, now) {
+            self.met.insert(name.to_owned());
+        }
+    }
+
+    /// Claim `name` for `by` until `until`, unless a claim lasts longer already; a live
+    /// claim's mark stays with it, a lapsed one's goes.
+    fn claim(&mut self, name: &str, by: &str, until: Instant, now: Instant) {
+        if !self.claimed(name, now) {
+            self.met.remove(name);
+        }
+        let claim = self
+            .claims
+            .entry(name.to_owned())
+            .or_insert_with(|| (by.to_owned(), until));
+        if claim.1 < until {
+            *claim = (by.to_owned(), until);
+        }
+    }
+
+    /// A grant ends `name`'s claim: whether a waiting grant had met it.
+    fn end_claim(&mut self, name: &str, now: Instant) -> bool {
+        let live = self.claimed(name, now);
+        self.claims.remove(name);
+        self.met.remove(name) && live
     }
 
     /// The fingerprint an Idempotency-Key's record holds, if it lives; `Mismatch` as the
@@ -203,27 +253,42 @@ impl Data {
     }
 
     /// A waiting several-name grant's claim on mutex `key` that is not `claimant`'s
-    /// (acquire_many.lua's 'g:...'), as the refusal it makes.
-    fn group_claim(&self, key: &LockKey, claimant: Option<&str>, now: Instant) -> Option<Acquired> {
+    /// (acquire_many.lua's 'g:...'), as the refusal it makes; a waiting grant marks it.
+    fn group_claim(
+        &mut self,
+        key: &LockKey,
+        claimant: Option<&str>,
+        waiting: bool,
+        now: Instant,
+    ) -> Option<Acquired> {
         if key.kind != Kind::Mutex {
             return None;
         }
         let (by, until) = self.claims.get(&*key.name)?;
-        (by.starts_with("g:") && *until > now && Some(by.as_str()) != claimant).then(|| {
-            Acquired::Held {
-                pttl_ms: u64::try_from(until.duration_since(now).as_millis()).unwrap_or(u64::MAX),
-                lease: by.clone(),
-            }
-        })
+        let refused =
+            (by.starts_with("g:") && *until > now && Some(by.as_str()) != claimant).then(|| {
+                Acquired::Held {
+                    pttl_ms: u64::try_from(until.duration_since(now).as_millis())
+                        .unwrap_or(u64::MAX),
+                    lease: by.clone(),
+                }
+            });
+        if refused.is_some() && waiting {
+            self.meet_claim(&key.name, now);
+        }
+        refused
     }
 
     /// Whether the shared holders of lock `key` refuse an exclusive grant (see acquire.lua):
     /// then the longest of their remaining TTLs; a waiting grant claims the name meanwhile.
-    /// `waiting`: how much longer a waiting grant will wait (its claim lasts no longer).
+    /// `marks`: a waiting grant marks each shared hold (its release then wakes the grant);
+    /// `waiting`: how much longer a waiting grant that claims will wait (its claim lasts
+    /// no longer).
     fn readers_refuse(
         &mut self,
         key: &LockKey,
         lease: &str,
+        marks: bool,
         waiting: Option<u64>,
         now: Instant,
     ) -> Option<u64> {
@@ -234,7 +299,11 @@ impl Data {
         let readers: Vec<LockKey> = self.shared.get(&name)?.iter().cloned().collect();
         let mut longest = None;
         for reader in readers {
-            match self.live(&reader, now).cloned() {
+            let live = self.live(&reader, now).map(|entry| {
+                entry.waited |= marks;
+                entry.clone()
+            });
+            match live {
                 Some(entry) => {
                     let pttl = self.pttl(&entry, now);
                     longest = Some(longest.map_or(pttl, |l: u64| l.max(pttl)));
@@ -252,13 +321,7 @@ impl Data {
         let longest = longest?;
         if let Some(patience_ms) = waiting {
             let until = now + Duration::from_millis((longest + 1000).min(patience_ms + 100));
-            let claim = self
-                .claims
-                .entry(name)
-                .or_insert_with(|| (lease.to_owned(), until));
-            if claim.1 < until {
-                *claim = (lease.to_owned(), until);
-            }
+            self.claim(&name, lease, until, now);
         }
         Some(longest)
     }
@@ -411,6 +474,10 @@ pub struct MemoryNode {
     /// Source of run ids: each restart gets a new one, as a Redis restart does.
     #[cfg(any(test, feature = "test-util"))]
     restarts: AtomicU64,
+    /// Who hears this node's announcements (`listen`): the replicas sharing it in a test,
+    /// as a Redis master's subscribers do; a release a waiting grant marked is told to
+    /// them all, as release.lua publishes it.
+    listeners: Mutex<Vec<(Listener, CancellationToken)>>,
 }
 
 impl MemoryNode {
@@ -436,6 +503,7 @@ impl MemoryNode {
                 since_sweep: 0,
                 shared: HashMap::new(),
                 claims: HashMap::new(),
+                met: std::collections::HashSet::new(),
                 delays: HashMap::new(),
                 sessions: HashMap::new(),
             }),
@@ -444,6 +512,19 @@ impl MemoryNode {
             epoch: (Instant::now(), clock::wall_us()),
             #[cfg(any(test, feature = "test-util"))]
             restarts: AtomicU64::new(0),
+            listeners: Mutex::new(Vec::new()),
+        }
+    }
+
+    /// Tell every listener that `topic` was released (release.lua's release channel).
+    fn announce_freed(&self, topic: &str) {
+        let listeners: Vec<Listener> = {
+            let mut all = self.listeners.lock().unwrap_or_else(|e| e.into_inner());
+            all.retain(|(_, stop)| !stop.is_cancelled());
+            all.iter().map(|(l, _)| l.clone()).collect()
+        };
+        for listener in listeners {
+            listener(Announcement::Freed(topic));
         }
     }
 
@@ -528,6 +609,7 @@ impl MemoryNode {
         data.delays = snapshot.delays;
         data.sessions = snapshot.sessions;
         data.claims.clear();
+        data.met.clear();
         data.shared.clear();
         let readers: Vec<LockKey> = data
             .locks
@@ -671,7 +753,9 @@ impl MemoryNode {
                 return Ok(Acquired::Granted { token });
             }
             for member in &members {
-                if let Some(claimed) = data.group_claim(member, Some(&claimant), now) {
+                if let Some(claimed) =
+                    data.group_claim(member, Some(&claimant), listeners.waiting, now)
+                {
                     return Ok(claimed);
                 }
                 if data.live(member, now).is_none()
@@ -684,26 +768,23 @@ impl MemoryNode {
             for member in &members {
                 let held = data
                     .live(member, now)
-                    .cloned()
                     .filter(|e| e.lease != lease)
+                    .map(|e| {
+                        e.waited |= listeners.waiting;
+                        e.clone()
+                    })
                     .map(|e| (data.pttl(&e, now), e.lease));
                 let held = match held {
                     Some(held) => Some(held),
                     None => data
-                        .readers_refuse(member, lease, None, now)
+                        .readers_refuse(member, lease, listeners.waiting, None, now)
                         .map(|pttl| (pttl, "shared".to_owned())),
                 };
                 if let Some((pttl_ms, holder)) = held {
                     if listeners.waiting && !data.delays.contains_key(member) {
                         let lasts = (pttl_ms + 1000).min(listeners.patience_ms + 100);
                         let until = now + Duration::from_millis(lasts);
-                        let claim = data
-                            .claims
-                            .entry(member.name.to_string())
-                            .or_insert_with(|| (claimant.clone(), until));
-                        if claim.1 < until {
-                            *claim = (claimant.clone(), until);
-                        }
+                        data.claim(&member.name, &claimant, until, now);
                     }
                     blocked = blocked.or(Some(Acquired::Held {
                         pttl_ms,
@@ -725,11 +806,12 @@ impl MemoryNode {
                     .insert(idem.record.clone(), (idem.fingerprint.clone(), expires));
             }
             for member in &members {
-                data.claims.remove(&*member.name);
+                let waited = data.end_claim(&member.name, now);
                 data.locks.insert(
                     member.clone(),
                     Entry {
                         group: Some(key.name.to_string()),
+                        waited,
                         ..Entry::granted(lease, token, ttl_ms, owner, expires, idem)
                     },
                 );
@@ -771,6 +853,13 @@ impl LockNode for MemoryNode {
         self.clock.settle();
     }
 
+    fn listen(&self, listener: Listener, shutdown: CancellationToken) {
+        self.listeners
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push((listener, shutdown));
+    }
+
     async fn acquire(&self, claim: Claim<'_>) -> NodeResult<Acquired> {
         let Claim {
             key,
@@ -803,6 +892,7 @@ impl LockNode for MemoryNode {
                     data.refresh(key, idem, ttl_ms, now);
                     return Ok(Acquired::Granted { token });
                 }
+                entry.waited |= listeners.waiting;
                 let entry = &data.locks[key];
                 return Ok(Acquired::Held {
                     pttl_ms: data.pttl(entry, now),
@@ -810,11 +900,11 @@ impl LockNode for MemoryNode {
                 });
             }
             if key.kind == Kind::Reader
-                && let Some(refused) = data.share_refused(key, now)
+                && let Some(refused) = data.share_refused(key, listeners.waiting, now)
             {
                 return Ok(refused);
             }
-            if let Some(claimed) = data.group_claim(key, None, now) {
+            if let Some(claimed) = data.group_claim(key, None, listeners.waiting, now) {
                 return Ok(claimed);
             }
             if let Some(delayed) = data.delayed(key, now) {
@@ -823,6 +913,7 @@ impl LockNode for MemoryNode {
             if let Some(pttl_ms) = data.readers_refuse(
                 key,
                 lease,
+                listeners.waiting,
                 listeners.waiting.then_some(listeners.patience_ms),
                 now,
             ) {
@@ -839,9 +930,10 @@ impl LockNode for MemoryNode {
                     .entry(key.owner_name().to_owned())
                     .or_default()
                     .insert(key.clone());
-            } else if key.kind == Kind::Mutex {
-                data.claims.remove(&*key.name);
             }
+            // A semaphore's slot always wakes its waiters (acquire.lua's 'a').
+            let waited =
+                listeners.pooled || (key.kind == Kind::Mutex && data.end_claim(&key.name, now));
             data.fence += 1;
             let token = data.fence;
             let expires = data.expiry(now, ttl_ms);
@@ -853,6 +945,7 @@ impl LockNode for MemoryNode {
                 key.clone(),
                 Entry {
                     delay_ms: lock_delay_ms,
+                    waited,
                     ..Entry::granted(lease, token, ttl_ms, owner, expires, idem)
                 },
             );
@@ -931,37 +1024,52 @@ impl LockNode for MemoryNode {
         if key.kind == Kind::Group {
             return group::release(self, key, lease, ending).await;
         }
-        self.step(|data, now| {
-            data.check_marker()?;
-            let ours = |e: &Entry| match ending {
-                Ending::Undo {
-                    attempt: Some(attempt),
-                } => e.made.as_deref() == Some(&**attempt) && e.seen.as_deref() == Some(&**attempt),
-                _ => true,
-            };
-            if data
-                .live(key, now)
-                .is_some_and(|e| e.lease == lease && ours(e))
-            {
-                let entry = data.locks.remove(key);
-                let delay_ms = entry.as_ref().map_or(0, |e| e.delay_ms);
-                if let (Some(record), Ending::Undo { .. }) = (entry.and_then(|e| e.record), ending)
-                {
-                    data.records.remove(&record);
-                }
-                if delay_ms > 0 {
-                    if *ending == Ending::Evict {
-                        data.delay_after(key, lease, delay_ms, now);
-                    } else if data.delays.get(key).is_some_and(|(l, _)| l == lease) {
-                        data.delays.remove(key);
+        let released = self
+            .step(|data, now| {
+                data.check_marker()?;
+                let ours = |e: &Entry| match ending {
+                    Ending::Undo {
+                        attempt: Some(attempt),
+                    } => {
+                        e.made.as_deref() == Some(&**attempt)
+                            && e.seen.as_deref() == Some(&**attempt)
                     }
+                    _ => true,
+                };
+                if data
+                    .live(key, now)
+                    .is_some_and(|e| e.lease == lease && ours(e))
+                {
+                    let entry = data.locks.remove(key);
+                    let delay_ms = entry.as_ref().map_or(0, |e| e.delay_ms);
+                    let waited = entry.as_ref().is_some_and(|e| e.waited);
+                    if let (Some(record), Ending::Undo { .. }) =
+                        (entry.and_then(|e| e.record), ending)
+                    {
+                        data.records.remove(&record);
+                    }
+                    if delay_ms > 0 {
+                        if *ending == Ending::Evict {
+                            data.delay_after(key, lease, delay_ms, now);
+                        } else if data.delays.get(key).is_some_and(|(l, _)| l == lease) {
+                            data.delays.remove(key);
+                        }
+                    }
+                    Ok(Owned::Yes(waited))
+                } else {
+                    Ok(Owned::NotOwner)
                 }
-                Ok(Owned::Yes(()))
-            } else {
-                Ok(Owned::NotOwner)
+            })
+            .await?;
+        Ok(match released {
+            Owned::Yes(waited) => {
+                if waited {
+                    self.announce_freed(&key.topic());
+                }
+                Owned::Yes(())
             }
+            Owned::NotOwner => Owned::NotOwner,
         })
-        .await
     }
 
     async fn read(&self, key: &LockKey) -> NodeResult<Vec<Holding>> {

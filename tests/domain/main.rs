@@ -6,5 +6,6 @@
 mod common;
 
 mod engine;
+mod handoff;
 mod layers;
 mod lease;

@@ -47,6 +47,12 @@
 -- anyway, and a writer still waiting claims the name again at its next attempt). A claim
 -- by a waiting several-name grant ('g:...', acquire_many.lua) makes this grant wait.
 --
+-- A waiting grant that meets another's claim (this grant's own kind or any other) marks
+-- it: its value then ends in ' w', kept when its claimant's later attempts extend it. The
+-- grant that ends a marked claim by taking the name marks its own hash 'waited', so that
+-- its release wakes the grant that met the claim, on whichever replica it waits; without
+-- the mark that grant heard nothing and slept until the claim would have lapsed.
+--
 -- Lock-delay: a lease granted with one ('delay' in the hash) also claims its name as
 -- 'd:<lease>' until its TTL and the delay after it have passed (renew.lua moves the claim
 -- with the TTL, session.lua with its session's). So when the lease ends without its holder's
@@ -74,6 +80,12 @@ if record and record ~= ARGV[10] then
   return {-2}
 end
 local waiting = string.find(ARGV[6], 'w', 1, true)
+local function met(key, c)
+  if string.sub(c, -2) ~= ' w' then
+    local left = redis.call('PTTL', key)
+    if left > 0 then redis.call('SET', key, c .. ' w', 'PX', left) end
+  end
+end
 local held = redis.call('HMGET', KEYS[1], 'lease', 'token')
 if held[1] then
   if keyed and held[1] == ARGV[1] then
@@ -107,7 +119,8 @@ if claim_kind == 'g:' or claim_kind == 'd:' then
   local pttl = redis.call('PTTL', KEYS[6])
   if pttl < 0 then pttl = 0 end
   if claim_kind == 'd:' then return {-4, pttl} end
-  return {0, pttl, claimed}
+  if waiting then met(KEYS[6], claimed) end
+  return {0, pttl, (string.gsub(claimed, ' w$', ''))}
 end
 if redis.call('EXISTS', KEYS[5]) == 1 then
   local readers, longest = 0, 0
@@ -124,7 +137,9 @@ if redis.call('EXISTS', KEYS[5]) == 1 then
   if readers > 0 then
     local lasts = math.min(longest + 1000, tonumber(ARGV[8]) + 100)
     if waiting and redis.call('PTTL', KEYS[6]) < lasts then
-      redis.call('SET', KEYS[6], ARGV[1], 'PX', lasts)
+      local was = redis.call('GET', KEYS[6])
+      local mark = was and string.sub(was, -2) == ' w' and ' w' or ''
+      redis.call('SET', KEYS[6], ARGV[1] .. mark, 'PX', lasts)
     end
     return {0, longest, 'shared'}
   end
@@ -132,9 +147,13 @@ end
 if record then
   return {-3}
 end
+local ended = redis.call('GET', KEYS[6])
 redis.call('DEL', KEYS[6])
 local token = redis.call('INCR', KEYS[2])
 redis.call('HSET', KEYS[1], 'lease', ARGV[1], 'token', token, 'ttl', ARGV[2], 'owner', ARGV[3])
+if ended and string.sub(ended, -2) == ' w' then
+  redis.call('HSET', KEYS[1], 'waited', '1')
+end
 if string.find(ARGV[6], 'o', 1, true) then
   redis.call('HSET', KEYS[1], 'observed', '1')
 end

@@ -13,7 +13,9 @@
 -- grants of single names (acquire.lua) and shared ones (share.lua) then wait behind it, so
 -- that single grants that keep taking one of its names do not starve it. A grant meets
 -- another several-name grant's claim on any of its names: it waits, and claims nothing,
--- so that no two such grants wait on each other's claims.
+-- so that no two such grants wait on each other's claims. A waiting grant marks a claim it
+-- meets, and the grant that ends a marked claim by taking the name marks its hash
+-- 'waited' (see acquire.lua): the release wakes the grant that met it, on any replica.
 --
 -- KEYS[1] the fencing counter, KEYS[2] the marker, KEYS[3] the index of names, then for
 -- each name: its lock hash, its set of shared holders, its claim; with an Idempotency-Key,
@@ -50,6 +52,13 @@ if record and record ~= ARGV[9 + n + 1] then
 end
 local lease, waiting = ARGV[1], string.find(ARGV[4], 'w', 1, true)
 local mine = 'g:' .. ARGV[7]
+local function unmarked(c) return (string.gsub(c, ' w$', '')) end
+local function met(key, c)
+  if string.sub(c, -2) ~= ' w' then
+    local left = redis.call('PTTL', key)
+    if left > 0 then redis.call('SET', key, c .. ' w', 'PX', left) end
+  end
+end
 local function lock(i) return KEYS[3 + 3 * (i - 1) + 1] end
 local function shared(i) return KEYS[3 + 3 * (i - 1) + 2] end
 local function claim(i) return KEYS[3 + 3 * (i - 1) + 3] end
@@ -72,10 +81,11 @@ if keyed and first[1] == lease then
 end
 for i = 1, n do
   local c = redis.call('GET', claim(i))
-  if c and string.sub(c, 1, 2) == 'g:' and c ~= mine then
+  if c and string.sub(c, 1, 2) == 'g:' and unmarked(c) ~= mine then
     local pttl = redis.call('PTTL', claim(i))
     if pttl < 0 then pttl = 0 end
-    return {0, pttl, c}
+    if waiting then met(claim(i), c) end
+    return {0, pttl, unmarked(c)}
   end
   if c and string.sub(c, 1, 2) == 'd:' and redis.call('EXISTS', lock(i)) == 0 then
     local pttl = redis.call('PTTL', claim(i))
@@ -108,7 +118,8 @@ for i = 1, n do
     local c = redis.call('GET', claim(i))
     local delayed = c and string.sub(c, 1, 2) == 'd:'
     if waiting and not delayed and redis.call('PTTL', claim(i)) < lasts then
-      redis.call('SET', claim(i), mine, 'PX', lasts)
+      local mark = c and string.sub(c, -2) == ' w' and ' w' or ''
+      redis.call('SET', claim(i), mine .. mark, 'PX', lasts)
     end
     blocked = blocked or {0, pttl, holder}
   end
@@ -123,6 +134,10 @@ for i = 1, n do
     redis.call('HSET', lock(i), 'observed', '1')
   end
   redis.call('PEXPIRE', lock(i), ARGV[2])
+  local ended = redis.call('GET', claim(i))
+  if ended and string.sub(ended, -2) == ' w' then
+    redis.call('HSET', lock(i), 'waited', '1')
+  end
   redis.call('DEL', claim(i))
   if keyed then
     local nonce = ARGV[9 + n + 2]

@@ -1,7 +1,9 @@
 -- release: delete a lock, but only for the lease that holds it (compare, then DEL), and on
 -- a revoke announce the release, to those listening only: waiting grants marked the hash
 -- ('waited'), and an observed hold was marked when made ('observed'; see acquire.lua).
--- The clean-up of a failed attempt does not announce: nothing was granted. Two
+-- The clean-up of a failed attempt does not announce (nothing was granted), except to a
+-- grant that waited on what the attempt took ('waited': it met the attempt's hold, or its
+-- claim, which the attempt ended, see acquire.lua), on the release channel only. Two
 -- announcements: the bare name on the release channel (what every version of redlockd
 -- listens to, to wake its waiters), and 'released <token> <name>' on the events channel
 -- (ordered by token, for observers). The name stays in the index (see acquire.lua).
@@ -57,10 +59,10 @@ end
 if held[3] and ARGV[3] == '0' then
   redis.call('DEL', held[3])
 end
+if held[6] then
+  redis.call(publish, ARGV[2], ARGV[5])
+end
 if ARGV[3] ~= '0' then
-  if held[6] then
-    redis.call(publish, ARGV[2], ARGV[5])
-  end
   if held[7] then
     local verb = ARGV[3] == '2' and 'evicted ' or 'released '
     redis.call(publish, ARGV[4], verb .. (held[2] or '0') .. ' ' .. ARGV[5])

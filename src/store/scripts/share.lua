@@ -31,7 +31,8 @@
 --
 -- Returns {1, token} when granted (or, with a key, when this lease holds it already),
 -- {0, pttl_ms, lease} while an exclusive lease holds the lock or a waiting exclusive grant
--- has claimed it (its lease, and how long the claim lasts), {-1} when the marker is
+-- has claimed it (its lease, and how long the claim lasts; a waiting grant marks the claim,
+-- see acquire.lua), {-1} when the marker is
 -- missing, {-2}, {-3} and {-4, pttl_ms} (an ended lease's lock-delay) as acquire.lua.
 local keyed = #KEYS == 8 and #ARGV == 10
 if not keyed and (#KEYS ~= 7 or #ARGV ~= 8) then
@@ -70,7 +71,11 @@ if claim then
   local pttl = redis.call('PTTL', KEYS[7])
   if pttl < 0 then pttl = 0 end
   if string.sub(claim, 1, 2) == 'd:' then return {-4, pttl} end
-  return {0, pttl, claim}
+  -- Marked, so that the grant that ends the claim wakes this one (see acquire.lua).
+  if waiting and pttl > 0 and string.sub(claim, -2) ~= ' w' then
+    redis.call('SET', KEYS[7], claim .. ' w', 'PX', pttl)
+  end
+  return {0, pttl, (string.gsub(claim, ' w$', ''))}
 end
 if record then
   return {-3}
