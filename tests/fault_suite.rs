@@ -41,6 +41,12 @@ const MAX_TTL: Duration = Duration::from_millis(3000);
 const MAX_LOCK_DELAY: Duration = Duration::from_millis(1000);
 /// The lock-delay half the grants of `job:d` carry.
 const LOCK_DELAY_MS: u64 = 300;
+/// A long-waiting grant's wait: past `checker::LIVENESS_BOUND`, within the workers' 4 s
+/// request timeout.
+const LONG_WAIT_MS: u64 = 3000;
+/// How long the workers go on once every fault has healed, their waiting grants judged by
+/// `checker::waiters_are_served`.
+const CALM: Duration = Duration::from_secs(6);
 /// The names the workers use; `@job:a` is the election `job:a` (its own kind of key: it
 /// must never collide with the lock `job:a`), whose renews now and then proclaim a value;
 /// `%job:a` is the semaphore `job:a`, whose permits allow `POOL_LIMIT` holders (a permit's
@@ -166,7 +172,7 @@ impl Replica {
                 MAX_LOCK_DELAY.as_millis().to_string(),
             )
             .env("REDLOCKD_DEFAULT_TTL_MS", "1000")
-            .env("REDLOCKD_MAX_WAIT_MS", "2000")
+            .env("REDLOCKD_MAX_WAIT_MS", LONG_WAIT_MS.to_string())
             // A debug build on two shared cores: room for a busy moment, still small
             // next to the TTLs.
             .env("REDLOCKD_MASTER_TIMEOUT_MS", "200")
@@ -371,6 +377,9 @@ impl Recorder {
                 ttl: ms(&value, "ttl_ms").unwrap_or(ttl),
                 message: value["message"].as_str().map(str::to_owned),
                 lock_delay,
+                wait: body["wait_ms"]
+                    .as_u64()
+                    .map_or(Duration::ZERO, Duration::from_millis),
             });
         }
         drop(events);
@@ -453,7 +462,13 @@ async fn worker(
             continue;
         }
         let ttl = Duration::from_millis(rng.random_range(400..1500));
-        let wait = if rng.random_ratio(1, 3) { 300 } else { 0 };
+        // A sixth of the grants wait long, past the checker's liveness bound: once every
+        // fault has healed, each must be served as soon as all it asked for is free.
+        let wait = match rng.random_range(0..6) {
+            0 | 1 => 300,
+            2 => LONG_WAIT_MS,
+            _ => 0,
+        };
         // Half the grants carry an Idempotency-Key and, when no answer comes (or a 503),
         // are sent again with it, to another replica if one is up: the retry must answer
         // the lease the first attempt may have won, never a second one.
@@ -651,6 +666,7 @@ async fn session_round(
                 limit: None,
                 shared: false,
                 lock_delay: None,
+                wait: Duration::ZERO,
             });
         }
         status
@@ -1126,9 +1142,118 @@ async fn inject_faults(
     applied
 }
 
+/// Once every fault has healed: when every master votes again (or 10 s have passed), the
+/// moment from which the workers' waiting grants are judged for liveness; the workers go
+/// on for `CALM` after it, beside rounds of waiters behind another's claim.
+async fn calm(cluster: &Cluster, recorder: &Recorder, started: Instant) -> Duration {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !cluster.all_voting().await && Instant::now() < deadline {
+        tokio::time::sleep(common::POLL).await;
+    }
+    let calm_from = started.elapsed();
+    let rounds = async {
+        for _ in 0..2 {
+            behind_a_claim(&cluster.bases, recorder).await;
+        }
+    };
+    tokio::join!(tokio::time::sleep(CALM), rounds);
+    calm_from
+}
+
+/// The names of `behind_a_claim`'s rounds, which the workers leave alone.
+const CLAIMED: &str = "+hand:p+hand:q";
+
+/// One round of a waiter behind another's claim, across replicas (issue 33): a lease on
+/// both names held for 1 s and left to lapse; a grant of them waiting on replica 0 (it
+/// claims them until a second after the lapse); a grant of them waiting on replica 1,
+/// which meets that claim and sleeps until it would end. At the lapse the claimant is
+/// granted by its own timer, holds a moment and revokes: the last waiter must be granted
+/// then, as the names sit free until it is (`checker::waiters_are_served`). Before the fix
+/// nothing woke it, and it slept the second out.
+async fn behind_a_claim(bases: &Bases, recorder: &Recorder) {
+    let http = worker_client();
+    let live = live_replicas(bases);
+    let (Some((r0, b0)), Some((r1, b1))) = (
+        live.iter().find(|(r, _)| *r == 0).cloned(),
+        live.iter().find(|(r, _)| *r == 1).cloned(),
+    ) else {
+        return;
+    };
+    let ttl = Duration::from_millis(LONG_WAIT_MS);
+    let body = |wait: u64| grant_body(CLAIMED, json!({"ttl_ms": LONG_WAIT_MS, "wait_ms": wait}));
+    let grant = |r: usize, base: String, wait: u64| {
+        let http = http.clone();
+        async move {
+            let (status, lease) = recorder
+                .call(
+                    &http,
+                    r,
+                    &base,
+                    Kind::Grant,
+                    CLAIMED,
+                    None,
+                    body(wait),
+                    ttl,
+                    None,
+                )
+                .await;
+            (status == 201).then(|| lease["lease_id"].as_str().unwrap_or_default().to_owned())
+        }
+    };
+    let revoke = |r: usize, base: String, id: String| {
+        let http = http.clone();
+        async move {
+            recorder
+                .call(
+                    &http,
+                    r,
+                    &base,
+                    Kind::Revoke,
+                    CLAIMED,
+                    Some(&id),
+                    json!({}),
+                    ttl,
+                    None,
+                )
+                .await;
+        }
+    };
+    let held = recorder
+        .call(
+            &http,
+            r1,
+            &b1,
+            Kind::Grant,
+            CLAIMED,
+            None,
+            grant_body(CLAIMED, json!({"ttl_ms": 1000})),
+            Duration::from_secs(1),
+            None,
+        )
+        .await;
+    if held.0 != 201 {
+        return;
+    }
+    let claimant = async {
+        let id = grant(r0, b0.clone(), LONG_WAIT_MS).await?;
+        tokio::time::sleep(Duration::from_millis(5)).await;
+        revoke(r0, b0.clone(), id).await;
+        Some(())
+    };
+    let behind = async {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        grant(r1, b1.clone(), LONG_WAIT_MS).await
+    };
+    let (_, behind) = tokio::join!(claimant, behind);
+    if let Some(id) = behind {
+        revoke(r1, b1.clone(), id).await;
+    }
+}
+
 /// Workers against two (then three) replicas while a seeded schedule injects faults for
-/// `length`; then every fault heals, every name must be granted again, and the history
-/// must keep every promise.
+/// `length`; then every fault heals and the workers go on for a while, every waiting grant
+/// from then on served as soon as all it asked for is free; every name must be granted
+/// again, and the history must keep every promise.
 async fn random_faults(seed: u64, length: Duration) {
     common::init_test_logging();
     eprintln!("fault suite: seed {seed} (replay with REDLOCKD_FAULT_SEED={seed})");
@@ -1138,6 +1263,7 @@ async fn random_faults(seed: u64, length: Duration) {
 
     let applied = inject_faults(&mut cluster, seed, started, length, None).await;
     cluster.firewall.clear();
+    let calm_from = calm(&cluster, &recorder, started).await;
     stop.store(true, std::sync::atomic::Ordering::Release);
     for w in workers {
         w.await.expect("worker");
@@ -1170,6 +1296,19 @@ async fn random_faults(seed: u64, length: Duration) {
     }
     let mut violations = checker::check(&history, &cluster.reach.outages);
     violations.extend(blocked);
+    let judged = history
+        .iter()
+        .filter(|e| e.kind == Kind::Grant && e.invoked >= calm_from)
+        .filter(|e| e.wait == Duration::from_millis(LONG_WAIT_MS) && matches!(e.status, 201 | 409))
+        .count();
+    eprintln!(
+        "fault suite: {judged} long-waiting grants (per name) after every fault healed at {calm_from:?}"
+    );
+    violations.extend(checker::waiters_are_served(
+        &history,
+        calm_from,
+        checker::LIVENESS_BOUND,
+    ));
     if !violations.is_empty() {
         let faults: Vec<String> = applied
             .iter()

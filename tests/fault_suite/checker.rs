@@ -6,7 +6,7 @@
 //! time plus the validity the server gave, and no later than the moment its holder asked to
 //! revoke it. Two leases of one name whose windows overlap broke mutual exclusion.
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::time::Duration;
 
 /// What a worker asked for.
@@ -43,6 +43,8 @@ pub struct Event {
     /// The lock-delay the grant asked for: once its lease ends other than by its holder's
     /// revoke, the name is granted to nobody until that long after.
     pub lock_delay: Option<Duration>,
+    /// How long a grant asked to wait for what it asked for (zero: not at all).
+    pub wait: Duration,
 }
 
 /// A stretch of time during which replica `replica` could reach fewer than a majority of
@@ -399,6 +401,205 @@ fn no_grant_without_a_majority(
     }
 }
 
+/// How long a waiting grant may go unserved while the history shows everything it asked
+/// for free, once every fault has healed. A waiter is woken by a release on any replica
+/// and by its own timer at a lapse, then tries once (hand-off p99 a few ms in the
+/// benchmark; a master step may take 200 ms in the suite before it counts as a failure):
+/// 750 ms is room for a loaded two-core machine, and under the shortest stall it must
+/// catch (a waiter asleep until another's claim lapses, a second after the lapse it
+/// waited for). Faults stretch hand-offs further, so only the calm after them is judged.
+pub const LIVENESS_BOUND: Duration = Duration::from_millis(750);
+
+/// How long a claim may outlast the waiting grant that made it (acquire.lua: the grant's
+/// remaining wait and 100 ms).
+const CLAIM_OUTLIVES: Duration = Duration::from_millis(100);
+
+/// Every waiting grant made from `calm_from` on (every fault healed) that went unserved for
+/// `bound` while all it asked for was free. "Free" is what the history can show, counted
+/// generously: no other lease held it (from its grant's invocation until its holder's
+/// answered revoke, or until the last answered grant or renew that may have reached the
+/// masters plus its TTL and slack, and its lock-delay after that when it was not revoked;
+/// a grant whose outcome is unknown holds from its invocation until its TTL after the
+/// timeout), no other grant of it was in flight (a waiting one may claim it, until 100 ms
+/// after it gave up), and, for a semaphore, fewer of its slots were held than its limit.
+/// A shared grant is kept waiting only by exclusive holders and waiters.
+pub fn waiters_are_served(history: &[Event], calm_from: Duration, bound: Duration) -> Vec<String> {
+    let mut violations = Vec::new();
+    // One call per grant request: a several-name grant is recorded once per name.
+    let mut calls: BTreeMap<Call, Vec<&Event>> = BTreeMap::new();
+    for e in history.iter().filter(|e| e.kind == Kind::Grant) {
+        calls
+            .entry((e.invoked, e.answered, e.replica))
+            .or_default()
+            .push(e);
+    }
+    let busy = Busy::from_history(history, &calls);
+    for ((invoked, answered, _), events) in &calls {
+        let first = events[0];
+        if first.wait.is_zero() || *invoked < calm_from || !matches!(first.status, 201 | 409) {
+            continue;
+        }
+        let names: BTreeSet<&str> = events.iter().map(|e| base_name(&e.name)).collect();
+        let mut stretches: Vec<(Duration, Duration)> = Vec::new();
+        for name in &names {
+            stretches.extend(busy.of(name, first, *invoked, *answered));
+        }
+        stretches.sort();
+        let mut free_from = *invoked;
+        let mut gap = None;
+        for (from, until) in stretches {
+            if from >= free_from + bound {
+                break;
+            }
+            free_from = free_from.max(until);
+        }
+        if free_from + bound <= *answered {
+            gap = Some(free_from);
+        }
+        if let Some(from) = gap {
+            let outcome = if first.status == 201 {
+                "granted"
+            } else {
+                "refused"
+            };
+            let names: Vec<&str> = names.into_iter().collect();
+            violations.push(format!(
+                "{}: a grant waiting up to {:?} from {invoked:?} was {outcome} at {answered:?}, though all it asked for was free from {from:?}",
+                names.join("+"),
+                first.wait,
+            ));
+        }
+    }
+    violations
+}
+
+/// A semaphore's permits are recorded by slot (`%pool/1`); a waiter waits for the pool.
+fn base_name(name: &str) -> &str {
+    match name.strip_prefix('%').and(name.rsplit_once('/')) {
+        Some((pool, _)) => pool,
+        None => name,
+    }
+}
+
+/// A grant request: its invocation, its answer and its replica.
+type Call = (Duration, Duration, usize);
+
+/// One name taken for a while: as a waiter asks for it, from, until, by which call, and
+/// whether shared.
+type Taken<'a> = (&'a str, Duration, Duration, Call, bool);
+
+/// When each name was taken, by whom, as far as the history shows.
+struct Busy<'a> {
+    stretches: Vec<Taken<'a>>,
+    /// A semaphore's largest limit seen.
+    limits: HashMap<&'a str, u64>,
+}
+
+impl<'a> Busy<'a> {
+    fn from_history(history: &'a [Event], calls: &BTreeMap<Call, Vec<&'a Event>>) -> Self {
+        // Per lease: how long it may live, and whether its holder revoked it.
+        let mut lives: HashMap<(&str, &str), Duration> = HashMap::new();
+        let mut revoked: HashMap<(&str, &str), Duration> = HashMap::new();
+        for e in history {
+            let Some(lease) = e.lease.as_deref() else {
+                continue;
+            };
+            let key = (e.name.as_str(), lease);
+            match (e.kind, e.status) {
+                (Kind::Revoke, 204) => {
+                    let at = revoked.entry(key).or_insert(e.answered);
+                    *at = (*at).min(e.answered);
+                }
+                (Kind::Revoke, _) | (Kind::Renew, 404) => {}
+                // A grant or a renew, answered or not: its keys may live a TTL after it.
+                (Kind::Grant | Kind::Renew, _) => {
+                    let slack = EXPIRY_SLACK + e.ttl / 50;
+                    let end = lives.entry(key).or_default();
+                    *end = (*end).max(e.answered + e.ttl + slack);
+                }
+            }
+        }
+        let mut stretches = Vec::new();
+        let mut limits: HashMap<&str, u64> = HashMap::new();
+        for (call, events) in calls {
+            for e in events {
+                let name = base_name(&e.name);
+                if let Some(limit) = e.limit {
+                    let most = limits.entry(name).or_default();
+                    *most = (*most).max(limit);
+                }
+                let end = match (e.status, e.lease.as_deref()) {
+                    (201, Some(lease)) => {
+                        let key = (e.name.as_str(), lease);
+                        match revoked.get(&key) {
+                            Some(at) => *at,
+                            None => {
+                                lives.get(&key).copied().unwrap_or(e.answered + e.ttl)
+                                    + e.lock_delay.unwrap_or_default()
+                            }
+                        }
+                    }
+                    // A waiting grant that gave up may leave its claim a moment.
+                    (409, _) if !e.wait.is_zero() => e.answered + CLAIM_OUTLIVES,
+                    (400..=499, _) => e.answered,
+                    // No answer, or a 5xx: it may hold what it asked for, for its TTL.
+                    _ => e.answered + e.ttl + EXPIRY_SLACK,
+                };
+                stretches.push((name, e.invoked, end, *call, e.shared));
+            }
+        }
+        Self { stretches, limits }
+    }
+
+    /// The stretches within `[from, until]` during which `name` was not free for `waiter`
+    /// (its own call aside).
+    fn of(
+        &self,
+        name: &str,
+        waiter: &Event,
+        from: Duration,
+        until: Duration,
+    ) -> Vec<(Duration, Duration)> {
+        let me = (waiter.invoked, waiter.answered, waiter.replica);
+        let others = self
+            .stretches
+            .iter()
+            .filter(|(n, start, end, call, shared)| {
+                *n == name
+                    && *call != me
+                    && *start < until
+                    && *end > from
+                    && !(waiter.shared && *shared)
+            });
+        let Some(limit) = self
+            .limits
+            .get(name)
+            .copied()
+            .filter(|_| name.starts_with('%'))
+        else {
+            return others.map(|(_, start, end, ..)| (*start, *end)).collect();
+        };
+        // A semaphore is taken while `limit` of its permits are.
+        let mut edges: Vec<(Duration, i64)> = others
+            .flat_map(|(_, start, end, ..)| [(*start, 1), (*end, -1)])
+            .collect();
+        edges.sort();
+        let (mut held, mut full_from, mut out) = (0, None, Vec::new());
+        for (at, delta) in edges {
+            held += delta;
+            match (held >= limit as i64, full_from) {
+                (true, None) => full_from = Some(at),
+                (false, Some(start)) => {
+                    out.push((start, at));
+                    full_from = None;
+                }
+                _ => {}
+            }
+        }
+        out
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -423,6 +624,7 @@ mod tests {
             limit: None,
             shared: false,
             lock_delay: None,
+            wait: Duration::ZERO,
         }
     }
 
@@ -442,6 +644,7 @@ mod tests {
             limit: None,
             shared: false,
             lock_delay: None,
+            wait: Duration::ZERO,
         }
     }
 
@@ -610,5 +813,153 @@ mod tests {
             grant("L2", 2, 120, 130, 500),
         ];
         assert_eq!(check(&revoked, &[]), Vec::<String>::new());
+    }
+
+    /// A waiting grant of `names` (a several-name grant is one event per name), answered
+    /// `status` at `answered`.
+    fn waiter(names: &[&str], invoked: u64, answered: u64, status: u16) -> Vec<Event> {
+        names
+            .iter()
+            .map(|name| Event {
+                name: (*name).into(),
+                replica: 1,
+                status,
+                lease: (status == 201).then(|| "W".into()),
+                token: (status == 201).then_some(9),
+                wait: ms(4000),
+                ..grant("W", 9, invoked, answered, 1000)
+            })
+            .collect()
+    }
+
+    fn on(name: &str, e: Event) -> Event {
+        Event {
+            name: name.into(),
+            ..e
+        }
+    }
+
+    fn served(history: &[Event]) -> Vec<String> {
+        waiters_are_served(history, ms(0), LIVENESS_BOUND)
+    }
+
+    #[test]
+    fn a_waiter_left_waiting_while_its_name_is_free_is_caught() {
+        // Held until its revoke at 1 000; the waiter sat until its deadline at 4 000.
+        let mut history = vec![
+            grant("A", 1, 0, 5, 10_000),
+            step(Kind::Revoke, "A", 995, 1000, 204),
+        ];
+        history.extend(waiter(&["x"], 100, 4100, 409));
+        let found = served(&history);
+        assert!(
+            found.iter().any(|v| v.contains("free from 1s")),
+            "{found:?}"
+        );
+        // Granted late is as bad as refused.
+        history.truncate(2);
+        history.extend(waiter(&["x"], 100, 3000, 201));
+        assert_eq!(served(&history).len(), 1);
+        // Granted at the revoke: served.
+        history.truncate(2);
+        history.extend(waiter(&["x"], 100, 1010, 201));
+        assert_eq!(served(&history), Vec::<String>::new());
+        // Before the faults healed, nothing is judged.
+        history.truncate(2);
+        history.extend(waiter(&["x"], 100, 4100, 409));
+        assert_eq!(
+            waiters_are_served(&history, ms(200), LIVENESS_BOUND),
+            Vec::<String>::new()
+        );
+    }
+
+    #[test]
+    fn a_waiter_behind_a_lease_that_lapses_or_others_in_line_is_not_blamed() {
+        // Never revoked: it may live until its grant's answer plus its TTL (and slack).
+        let mut history = vec![grant("A", 1, 0, 5, 2000)];
+        history.extend(waiter(&["x"], 100, 2100, 201));
+        assert_eq!(served(&history), Vec::<String>::new());
+        // A lock-delay after it, when it lapsed.
+        history[0].lock_delay = Some(ms(2000));
+        history.pop();
+        history.extend(waiter(&["x"], 100, 4100, 201));
+        assert_eq!(served(&history), Vec::<String>::new());
+        // Revoked, but another waiter went first and held it until the deadline.
+        let mut history = vec![
+            grant("A", 1, 0, 5, 10_000),
+            step(Kind::Revoke, "A", 995, 1000, 204),
+            on("x", grant("B", 2, 50, 1005, 10_000)),
+            step(Kind::Revoke, "B", 3995, 4000, 204),
+        ];
+        history.extend(waiter(&["x"], 100, 4100, 409));
+        assert_eq!(served(&history), Vec::<String>::new());
+        // Or a grant whose outcome is unknown, which may hold it.
+        let mut history = vec![Event {
+            status: 0,
+            lease: None,
+            ..grant("A", 1, 0, 3000, 2000)
+        }];
+        history.extend(waiter(&["x"], 100, 4100, 409));
+        assert_eq!(served(&history), Vec::<String>::new());
+    }
+
+    #[test]
+    fn a_several_name_waiter_waits_only_while_one_of_its_names_is_held() {
+        let mut history = vec![
+            on("y", grant("A", 1, 0, 5, 10_000)),
+            Event {
+                name: "y".into(),
+                ..step(Kind::Revoke, "A", 3995, 4000, 204)
+            },
+        ];
+        history.extend(waiter(&["x", "y"], 100, 4010, 201));
+        assert_eq!(served(&history), Vec::<String>::new());
+        history[1].invoked = ms(995);
+        history[1].answered = ms(1000);
+        let found = served(&history);
+        assert!(found.iter().any(|v| v.starts_with("x+y")), "{found:?}");
+    }
+
+    #[test]
+    fn a_semaphore_waiter_waits_only_while_every_permit_is_held() {
+        let permit = |slot: u64, lease: &str| Event {
+            name: format!("%pool/{slot}"),
+            limit: Some(2),
+            ..grant(lease, 1, 0, 5, 10_000)
+        };
+        let mut history = vec![permit(0, "A"), permit(1, "B")];
+        history.extend(waiter(&["%pool"], 100, 4100, 409));
+        assert_eq!(served(&history), Vec::<String>::new());
+        history.remove(1);
+        let found = served(&history);
+        assert!(found.iter().any(|v| v.starts_with("%pool")), "{found:?}");
+    }
+
+    #[test]
+    fn a_shared_waiter_waits_only_for_exclusive_holders() {
+        let reader = Event {
+            shared: true,
+            ..grant("A", 1, 0, 5, 10_000)
+        };
+        let shared_waiter = |status| {
+            waiter(&["x"], 100, 4100, status)
+                .into_iter()
+                .map(|e| Event { shared: true, ..e })
+                .collect::<Vec<_>>()
+        };
+        let mut history = vec![reader.clone()];
+        history.extend(shared_waiter(409));
+        assert_eq!(
+            served(&history).len(),
+            1,
+            "a reader does not keep a reader out"
+        );
+        let mut history = vec![grant("A", 1, 0, 5, 10_000)];
+        history.extend(shared_waiter(409));
+        assert_eq!(served(&history), Vec::<String>::new());
+        // An exclusive waiter waits for readers.
+        let mut history = vec![reader];
+        history.extend(waiter(&["x"], 100, 4100, 409));
+        assert_eq!(served(&history), Vec::<String>::new());
     }
 }
