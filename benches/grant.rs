@@ -17,7 +17,10 @@
 //!
 //! Workloads: uncontended grant → release cycles at 1, 16 and 64 clients (each its own
 //! name); 16 clients on one name waiting for it (hand-off time, re-grants to the previous
-//! holder, timeouts); renew-heavy (each grant renewed ten times); keep-alive (ten holds per
+//! holder, timeouts); 16 clients on two replicas contending for each kind (a lock, two
+//! names in opposite orders, two names against single names, shared against exclusive,
+//! permits with limit 1 and 4, campaigns: hand-off, longest wait, timeouts, grants served
+//! while an earlier arrival still waited); renew-heavy (each grant renewed ten times); keep-alive (ten holds per
 //! client kept alive by ten lease renews, or by one renew of their session). CPU comes from `/proc`
 //! (redlockd's process and the masters', separately). Then scale: 5 and 7 masters, a
 //! million names held (Redis memory per lease), 10⁵ leases held through redlockd (its
@@ -26,8 +29,10 @@
 //!
 //! `REDLOCKD_BENCH_SMOKE=1` runs every row for a moment at small sizes: the test command
 //! runs it that way (in the test profile) so that the benchmark keeps working.
-//! `REDLOCKD_BENCH_ONLY=uncontended` (or `contended`: the waiting and renew-heavy rows;
-//! `clusters`: three Redis Clusters of three shards next to three single masters)
+//! `REDLOCKD_BENCH_ONLY=uncontended` (or `contended`: the waiting and renew-heavy rows,
+//! the hand-off of every kind across two replicas and issue 33's loop; `kinds`: the
+//! hand-off rows alone; `opposite`: that loop alone, 20 runs; `clusters`: three Redis Clusters of three shards next to three single
+//! masters)
 //! runs only those rows, for quick comparisons while optimising; `REDLOCKD_BENCH_SERVER_ENV="K=V ..."` sets
 //! variables for the redlockd process only (e.g. `RUST_LOG=warn`); and
 //! `REDLOCKD_BENCH_AB="K=V ..."` compares redlockd with and without them, row against row
@@ -69,6 +74,8 @@ struct Plan {
     waiters: usize,
     handoffs: usize,
     streams: usize,
+    /// Runs of issue 33's loop (two names in opposite orders on two replicas).
+    runs: usize,
 }
 
 impl Plan {
@@ -81,6 +88,7 @@ impl Plan {
                 waiters: 200,
                 handoffs: 20,
                 streams: 20,
+                runs: 1,
             }
         } else {
             Self {
@@ -90,6 +98,7 @@ impl Plan {
                 waiters: 10_000,
                 handoffs: 1_000,
                 streams: 1_000,
+                runs: 20,
             }
         }
     }
@@ -919,6 +928,276 @@ async fn contended_cycle(server: Arc<Server>, last: Arc<Mutex<LastRelease>>, c: 
 }
 
 // ---------------------------------------------------------------------------------------
+// Hand-off for every kind, across two replicas
+
+/// What one client of a contended row asks for: its route (`locks`, `semaphores`,
+/// `elections`), the name in its path (empty for several names), its body, and the name
+/// its lease is revoked through.
+#[derive(Clone)]
+struct Ask {
+    route: &'static str,
+    name: &'static str,
+    body: Value,
+    revoke: &'static str,
+}
+
+impl Ask {
+    fn lock(name: &'static str) -> Self {
+        Self {
+            route: "locks",
+            name,
+            body: json!({}),
+            revoke: name,
+        }
+    }
+
+    fn shared(name: &'static str) -> Self {
+        Self {
+            body: json!({"mode": "shared"}),
+            ..Self::lock(name)
+        }
+    }
+
+    fn names(names: [&'static str; 2]) -> Self {
+        Self {
+            route: "locks",
+            name: "",
+            body: json!({"names": names}),
+            revoke: names[0],
+        }
+    }
+
+    fn permit(name: &'static str, limit: u16) -> Self {
+        Self {
+            route: "semaphores",
+            body: json!({"limit": limit}),
+            ..Self::lock(name)
+        }
+    }
+
+    fn campaign(name: &'static str) -> Self {
+        Self {
+            route: "elections",
+            body: json!({"value": "bench"}),
+            ..Self::lock(name)
+        }
+    }
+}
+
+/// A contended row's shared state: who waits since when, and the last release.
+#[derive(Default)]
+struct Contest {
+    /// Each waiting client's arrival.
+    waiting: std::collections::HashMap<usize, Instant>,
+    last: LastRelease,
+    /// Grants made while a client that arrived earlier still waited.
+    out_of_order: usize,
+}
+
+/// One cycle of a contended row: ask (waiting up to 5 s), hold 1 ms, revoke. The
+/// hand-off is the time from the last release to this grant, for a grant that arrived
+/// before that release (it was waiting for it).
+async fn contest_cycle(
+    servers: Arc<[Server; 2]>,
+    asks: Arc<Vec<Ask>>,
+    contest: Arc<Mutex<Contest>>,
+    c: usize,
+) -> Tally {
+    let (server, ask) = (&servers[c % 2], &asks[c % asks.len()]);
+    let mut body = ask.body.clone();
+    body["ttl_ms"] = json!(10_000);
+    body["wait_ms"] = json!(5_000);
+    let arrived = Instant::now();
+    contest.lock().await.waiting.insert(c, arrived);
+    let granted = server.grant_in(ask.route, ask.name, body).await;
+    let got = Instant::now();
+    let mut tally = {
+        let mut contest = contest.lock().await;
+        contest.waiting.remove(&c);
+        match granted {
+            Ok(_) => {
+                if contest.waiting.values().any(|a| *a < arrived) {
+                    contest.out_of_order += 1;
+                }
+                let mut tally = Tally::cycle(got - arrived, 0);
+                if let Some(at) = contest.last.at.filter(|at| *at > arrived) {
+                    if contest.last.by == Some(c) {
+                        tally.regrants = 1;
+                    } else {
+                        tally.handoffs.push(got.saturating_duration_since(at));
+                    }
+                }
+                tally
+            }
+            Err(409) => {
+                return Tally {
+                    timeouts: 1,
+                    grants: vec![got - arrived],
+                    ..Tally::default()
+                };
+            }
+            Err(_) => return Tally::error(),
+        }
+    };
+    let Ok((id, _)) = granted else {
+        unreachable!("answered above")
+    };
+    tokio::time::sleep(Duration::from_millis(1)).await;
+    {
+        let mut contest = contest.lock().await;
+        contest.last.by = Some(c);
+        contest.last.at = Some(Instant::now());
+    }
+    if !server.revoke_in(ask.route, ask.revoke, &id).await {
+        tally.errors += 1;
+    }
+    tally
+}
+
+/// Contended rows for every kind, 16 clients split over two replicas (even clients on
+/// the first, odd on the second): hand-off p50/p99, the longest wait, timeouts, and the
+/// share of grants made while a client that arrived earlier still waited.
+async fn handoff_per_kind(masters: &[RedisMaster], plan: Plan) {
+    let servers = Arc::new([Server::start(masters).await, Server::start(masters).await]);
+    println!(
+        "| kind (16 clients, two replicas) | grants/s | hand-off p50 / p99 ms | longest wait ms | timeouts / errors | served out of arrival order |"
+    );
+    println!("|---|---|---|---|---|---|");
+    let rows: Vec<(&str, Vec<Ask>)> = vec![
+        ("one lock", vec![Ask::lock("k1")]),
+        (
+            "two names, opposite orders",
+            vec![Ask::names(["k2a", "k2b"]), Ask::names(["k2b", "k2a"])],
+        ),
+        (
+            "two names against single names",
+            vec![
+                Ask::names(["k3a", "k3b"]),
+                Ask::lock("k3a"),
+                Ask::names(["k3b", "k3a"]),
+                Ask::lock("k3b"),
+            ],
+        ),
+        (
+            "shared against exclusive",
+            vec![
+                Ask::shared("k4"),
+                Ask::shared("k4"),
+                Ask::lock("k4"),
+                Ask::lock("k4"),
+            ],
+        ),
+        ("permits, limit 1", vec![Ask::permit("k5", 1)]),
+        ("permits, limit 4", vec![Ask::permit("k6", 4)]),
+        ("campaigns", vec![Ask::campaign("k7")]),
+    ];
+    for (label, asks) in rows {
+        let contest = Arc::new(Mutex::new(Contest::default()));
+        let (servers, asks) = (servers.clone(), Arc::new(asks));
+        let c2 = contest.clone();
+        let started = Instant::now();
+        let tasks: Vec<_> = (0..16)
+            .map(|c| {
+                let (servers, asks, contest) = (servers.clone(), asks.clone(), c2.clone());
+                let deadline = started + plan.row;
+                tokio::spawn(async move {
+                    let mut tally = Tally::default();
+                    while Instant::now() < deadline {
+                        tally.merge(
+                            contest_cycle(servers.clone(), asks.clone(), contest.clone(), c).await,
+                        );
+                    }
+                    tally
+                })
+            })
+            .collect();
+        let mut tally = Tally::default();
+        for t in tasks {
+            tally.merge(t.await.expect("client"));
+        }
+        let took = started.elapsed();
+        tally.grants.sort_unstable();
+        tally.handoffs.sort_unstable();
+        let out_of_order = contest.lock().await.out_of_order;
+        println!(
+            "| {label} | {:.0} | {:.2} / {:.2} | {:.0} | {} / {} | {:.1} % |",
+            tally.cycles as f64 / took.as_secs_f64(),
+            ms(pct(&tally.handoffs, 0.5)),
+            ms(pct(&tally.handoffs, 0.99)),
+            ms(tally.grants.last().copied().unwrap_or_default()),
+            tally.timeouts,
+            tally.errors,
+            100.0 * out_of_order as f64 / tally.cycles.max(1) as f64,
+        );
+    }
+}
+
+/// Issue 33's loop, `runs` times over two replica processes: three clients, 60 grants each
+/// of the same two names (`ttl_ms` 5000, `wait_ms` 4000), one listing them `[p, q]` on the
+/// first replica, one `[q, p]` on the second, one `[q, p]` on the first; each holds 5 ms and
+/// revokes. Prints each run's longest wait and refusals.
+async fn opposite_orders(masters: &[RedisMaster], runs: usize) {
+    let servers = Arc::new([Server::start(masters).await, Server::start(masters).await]);
+    let mut worst = Duration::ZERO;
+    let mut refused = 0;
+    let mut waits = Vec::new();
+    for run in 0..runs {
+        let (p, q) = (format!("loop{run}:p"), format!("loop{run}:q"));
+        let clients = [
+            (0, [p.clone(), q.clone()]),
+            (1, [q.clone(), p.clone()]),
+            (0, [q.clone(), p.clone()]),
+        ];
+        let tasks: Vec<_> = clients
+            .into_iter()
+            .map(|(on, names)| {
+                let servers = servers.clone();
+                tokio::spawn(async move {
+                    let server = &servers[on];
+                    let (mut waits, mut refused) = (Vec::new(), 0);
+                    for _ in 0..60 {
+                        let body = json!({"names": names, "ttl_ms": 5000, "wait_ms": 4000});
+                        let asked = Instant::now();
+                        let granted = server.grant_in("locks", "", body).await;
+                        waits.push(asked.elapsed());
+                        match granted {
+                            Ok((id, _)) => {
+                                tokio::time::sleep(Duration::from_millis(5)).await;
+                                server.revoke(&names[0], &id).await;
+                            }
+                            Err(_) => refused += 1,
+                        }
+                    }
+                    (waits, refused)
+                })
+            })
+            .collect();
+        let mut longest = Duration::ZERO;
+        let mut no = 0;
+        for t in tasks {
+            let (w, r) = t.await.expect("client");
+            longest = longest.max(w.iter().copied().max().unwrap_or_default());
+            waits.extend(w);
+            no += r;
+        }
+        println!(
+            "- run {}: longest wait {:.1} ms, {no} of 180 refused",
+            run + 1,
+            ms(longest)
+        );
+        worst = worst.max(longest);
+        refused += no;
+    }
+    waits.sort_unstable();
+    println!(
+        "\n{runs} runs: longest wait {:.1} ms, wait p50 / p99 {:.2} / {:.2} ms, {refused} refused\n",
+        ms(worst),
+        ms(pct(&waits, 0.5)),
+        ms(pct(&waits, 0.99)),
+    );
+}
+
+// ---------------------------------------------------------------------------------------
 // Scale
 
 /// Run `work(worker, i)` for every `i` below `count`, over 64 concurrent workers; the
@@ -1422,6 +1701,15 @@ async fn main() {
         clusters_next_to_masters(&masters, plan).await;
         return;
     }
+    if only == "kinds" {
+        handoff_per_kind(&masters, plan).await;
+        return;
+    }
+    if only == "opposite" {
+        println!("Two names in opposite orders on two replicas (issue 33's loop):\n");
+        opposite_orders(&masters, plan.runs).await;
+        return;
+    }
     print_header();
     if only != "contended" {
         let notes = uncontended(&masters, &[1, 16, 64], plan, "").await;
@@ -1510,6 +1798,10 @@ async fn main() {
     )
     .await;
     drop(server);
+    println!("\nHand-off for every kind, across two replicas:\n");
+    handoff_per_kind(&masters, plan).await;
+    println!("\nTwo names in opposite orders on two replicas (issue 33's loop):\n");
+    opposite_orders(&masters, plan.runs).await;
     if only == "contended" {
         return;
     }

@@ -61,6 +61,9 @@ struct Entry {
     /// A waiting grant met this hold (or the claim it ended): its release is announced to
     /// every replica's waiters (acquire.lua's 'waited').
     waited: bool,
+    /// A waiting grant of this one name met this hold (acquire.lua's 'single'): a
+    /// several-name lease's revoke then leaves the name's turn to such grants.
+    single: bool,
 }
 
 /// A session as a master keeps it (see session.lua).
@@ -96,6 +99,7 @@ impl Entry {
             delay_ms: 0,
             session: None,
             waited: false,
+            single: false,
         }
     }
 }
@@ -180,6 +184,7 @@ impl Data {
         let lock = LockKey::mutex(key.owner_name());
         if let Some(entry) = self.live(&lock, now) {
             entry.waited |= waiting;
+            entry.single |= waiting;
             let entry = entry.clone();
             return Some(Acquired::Held {
                 pttl_ms: self.pttl(&entry, now),
@@ -187,10 +192,14 @@ impl Data {
             });
         }
         let refused = match self.claims.get(key.owner_name()) {
-            Some((claimant, until)) if *until > now => Some(Acquired::Held {
-                pttl_ms: u64::try_from(until.duration_since(now).as_millis()).unwrap_or(u64::MAX),
-                lease: claimant.clone(),
-            }),
+            // A turn left to grants of one name is this one's too (share.lua).
+            Some((claimant, until)) if *until > now && !claimant.starts_with("t:") => {
+                Some(Acquired::Held {
+                    pttl_ms: u64::try_from(until.duration_since(now).as_millis())
+                        .unwrap_or(u64::MAX),
+                    lease: claimant.clone(),
+                })
+            }
             _ => None,
         };
         if refused.is_some() && waiting {
@@ -265,14 +274,13 @@ impl Data {
             return None;
         }
         let (by, until) = self.claims.get(&*key.name)?;
-        let refused =
-            (by.starts_with("g:") && *until > now && Some(by.as_str()) != claimant).then(|| {
-                Acquired::Held {
-                    pttl_ms: u64::try_from(until.duration_since(now).as_millis())
-                        .unwrap_or(u64::MAX),
-                    lease: by.clone(),
-                }
-            });
+        // A several-name grant also waits behind a turn left to single grants.
+        let turn = by.starts_with("t:") && claimant.is_some();
+        let claimed = by.starts_with("g:") && Some(by.as_str()) != claimant;
+        let refused = ((claimed || turn) && *until > now).then(|| Acquired::Held {
+            pttl_ms: u64::try_from(until.duration_since(now).as_millis()).unwrap_or(u64::MAX),
+            lease: by.clone(),
+        });
         if refused.is_some() && waiting {
             self.meet_claim(&key.name, now);
         }
@@ -893,6 +901,7 @@ impl LockNode for MemoryNode {
                     return Ok(Acquired::Granted { token });
                 }
                 entry.waited |= listeners.waiting;
+                entry.single |= listeners.waiting;
                 let entry = &data.locks[key];
                 return Ok(Acquired::Held {
                     pttl_ms: data.pttl(entry, now),
@@ -1043,6 +1052,19 @@ impl LockNode for MemoryNode {
                     let entry = data.locks.remove(key);
                     let delay_ms = entry.as_ref().map_or(0, |e| e.delay_ms);
                     let waited = entry.as_ref().is_some_and(|e| e.waited);
+                    let turn = entry
+                        .as_ref()
+                        .is_some_and(|e| e.group.is_some() && e.single);
+                    if turn && !matches!(ending, Ending::Undo { .. }) {
+                        // The name's turn goes to single grants (release.lua's 't:'), in
+                        // place of the next several-name grant's claim. (A lock-delay is
+                        // kept apart here, in `delays`.)
+                        data.met.remove(&*key.name);
+                        data.claims.insert(
+                            key.name.to_string(),
+                            ("t:".to_owned(), now + Duration::from_millis(250)),
+                        );
+                    }
                     if let (Some(record), Ending::Undo { .. }) =
                         (entry.and_then(|e| e.record), ending)
                     {

@@ -220,3 +220,41 @@ async fn several_name_grants_in_opposite_orders_on_two_replicas_are_each_served(
         assert!(longest < Duration::from_millis(100), "waited {longest:?}");
     }
 }
+
+/// Grants of two names on one replica, cycling, and single grants of each name on the
+/// other: neither kind starves the other. (A several-name grant claims a name only behind
+/// a holder of another kind: behind another several-name lease it would renew the chain of
+/// claims for ever, and single grants waiting there never got in.)
+#[tokio::test(start_paused = true)]
+async fn single_grants_are_not_starved_by_several_name_grants_cycling_on_another_replica() {
+    let pair = Arc::new(pair().await);
+    let mut clients: Vec<(Arc<LeaseService>, Target)> = Vec::new();
+    for _ in 0..4 {
+        clients.push((pair.a.clone(), names(&["p", "q"])));
+    }
+    clients.push((pair.b.clone(), one("p")));
+    clients.push((pair.b.clone(), one("q")));
+    let mut workers = Vec::new();
+    for (service, target) in clients {
+        let pair = pair.clone();
+        workers.push(tokio::spawn(async move {
+            let mut longest = Duration::ZERO;
+            for _ in 0..30 {
+                let asked = Instant::now();
+                let lease = pair.grant(&service, target.clone(), 5_000, 4_000).await;
+                longest = longest.max(asked.elapsed());
+                tokio::time::sleep(Duration::from_millis(5)).await;
+                revoke(&service, &lease).await;
+            }
+            longest
+        }));
+    }
+    let mut longest = Vec::new();
+    for worker in workers {
+        longest.push(worker.await.unwrap());
+    }
+    assert!(
+        longest.iter().all(|l| *l < Duration::from_millis(500)),
+        "longest waits (four clients of both names, then one of each): {longest:?}"
+    );
+}

@@ -255,3 +255,61 @@ async fn a_waiter_that_met_a_claim_on_another_replica_is_served_when_the_claiman
         revoke(&b, &first(&waiter), &served).await;
     }
 }
+
+/// Grants of two names cycling on replica a, single grants of each name on replica b:
+/// the single grants are served too. (Each several-name grant claimed the names while the
+/// last one held them, so single grants waiting on another replica never got in and sat
+/// out their wait; now a several-name lease that a single grant waited for leaves the
+/// name's turn to single grants when it is revoked.)
+#[tokio::test(flavor = "multi_thread")]
+async fn single_grants_on_one_replica_are_served_beside_several_name_grants_cycling_on_another() {
+    let masters = masters(3);
+    let (a, b) = common::two_replicas(&masters).await;
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    // The several-name grants cycle until the single grants are done (or for 8 s).
+    let mut groups = Vec::new();
+    for order in [["r", "s"], ["s", "r"], ["r", "s"]] {
+        let (app, stop) = (a.handle(), stop.clone());
+        groups.push(tokio::spawn(async move {
+            let until = Instant::now() + Duration::from_secs(8);
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) && Instant::now() < until {
+                let body = json!({"names": order, "ttl_ms": 5000, "wait_ms": 4000});
+                let (status, lease) = app.send("POST", "/locks", Some(body)).await;
+                assert_eq!(status, 201, "{lease}");
+                tokio::time::sleep(Duration::from_millis(5)).await;
+                revoke(&app, "r", &lease).await;
+            }
+        }));
+    }
+    let mut singles = Vec::new();
+    for name in ["r", "s"] {
+        let app = b.handle();
+        singles.push(tokio::spawn(async move {
+            let mut longest = Duration::ZERO;
+            for _ in 0..20 {
+                let body = json!({"ttl_ms": 5000, "wait_ms": 4000});
+                let asked = Instant::now();
+                let (status, lease) = app.grant(name, body).await;
+                let waited = asked.elapsed();
+                assert_eq!(status, 201, "{name} after {waited:?}: {lease}");
+                longest = longest.max(waited);
+                tokio::time::sleep(Duration::from_millis(5)).await;
+                revoke(&app, name, &lease).await;
+            }
+            longest
+        }));
+    }
+    let mut longest = Vec::new();
+    for single in singles {
+        longest.push(single.await.unwrap());
+    }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    for group in groups {
+        group.await.unwrap();
+    }
+    eprintln!("the single grants' longest waits: {longest:?}");
+    assert!(
+        longest.iter().all(|l| *l < Duration::from_secs(2)),
+        "a single grant waited {longest:?} beside the several-name grants"
+    );
+}

@@ -53,6 +53,13 @@
 -- its release wakes the grant that met the claim, on whichever replica it waits; without
 -- the mark that grant heard nothing and slept until the claim would have lapsed.
 --
+-- A waiting grant that finds the name held also marks the hash 'single' (a grant of this
+-- one name waits for it): when a several-name lease that a single grant waited for is
+-- revoked, release.lua leaves the name's turn to single grants ('t:', a claim for a
+-- moment that grants of several names wait behind and this script ignores), so that
+-- several-name grants that keep taking the name on one replica do not starve the single
+-- grants of another (see acquire_many.lua).
+--
 -- Lock-delay: a lease granted with one ('delay' in the hash) also claims its name as
 -- 'd:<lease>' until its TTL and the delay after it have passed (renew.lua moves the claim
 -- with the TTL, session.lua with its session's). So when the lease ends without its holder's
@@ -105,7 +112,7 @@ if held[1] then
     return {1, tonumber(held[2])}
   end
   if waiting then
-    redis.call('HSET', KEYS[1], 'waited', '1')
+    redis.call('HSET', KEYS[1], 'waited', '1', 'single', '1')
   end
   local pttl = redis.call('PTTL', KEYS[1])
   if pttl < 0 then pttl = 0 end

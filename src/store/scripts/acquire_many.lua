@@ -11,7 +11,11 @@
 -- its attempts' lease ids, until the holder would lapse and a second longer, but no longer
 -- than the grant will still wait): exclusive
 -- grants of single names (acquire.lua) and shared ones (share.lua) then wait behind it, so
--- that single grants that keep taking one of its names do not starve it. A grant meets
+-- that single grants that keep taking one of its names do not starve it. In turn, grants of
+-- several names that keep taking a name do not starve single grants of it: a several-name
+-- lease that a single grant waited for leaves the name's turn to single grants when it is
+-- revoked (release.lua's 't:', in place of the next several-name grant's claim), and this
+-- grant waits behind that turn. A grant meets
 -- another several-name grant's claim on any of its names: it waits, and claims nothing,
 -- so that no two such grants wait on each other's claims. A waiting grant marks a claim it
 -- meets, and the grant that ends a marked claim by taking the name marks its hash
@@ -81,7 +85,9 @@ if keyed and first[1] == lease then
 end
 for i = 1, n do
   local c = redis.call('GET', claim(i))
-  if c and string.sub(c, 1, 2) == 'g:' and unmarked(c) ~= mine then
+  -- Another several-name grant's claim, or a turn left to single grants (release.lua).
+  local kind = c and string.sub(c, 1, 2)
+  if (kind == 'g:' and unmarked(c) ~= mine) or kind == 't:' then
     local pttl = redis.call('PTTL', claim(i))
     if pttl < 0 then pttl = 0 end
     if waiting then met(claim(i), c) end

@@ -19,6 +19,12 @@
 -- channels are then shard channels of the name's hash slot (SPUBLISH, which reaches only
 -- the shard that serves it)
 --
+-- A several-name lease's member that a grant of the one name waited for ('single', see
+-- acquire.lua): its revoke leaves that name's turn to single grants, a claim 't:' for
+-- 250 ms (enough for the announcement to reach a replica and its waiter to try) that
+-- grants of several names wait behind, in place of the next several-name grant's claim
+-- (that grant claims again once a single grant holds the name).
+--
 -- A lease with a lock-delay ('delay' in the hash): a revoke (or an undo) removes its 'd:'
 -- claim, so that the name is free at once; an eviction restarts the delay from now (see
 -- acquire.lua).
@@ -38,7 +44,7 @@ end
 local publish = ARGV[7] == 's' and 'SPUBLISH' or 'PUBLISH'
 if redis.call('EXISTS', KEYS[2]) == 0 then return -1 end
 local held = redis.call('HMGET', KEYS[1], 'lease', 'token', 'idem', 'made', 'seen', 'waited',
-  'observed', 'delay')
+  'observed', 'delay', 'group', 'single')
 if held[1] ~= ARGV[1] then
   return 0
 end
@@ -58,6 +64,12 @@ if held[8] then
 end
 if held[3] and ARGV[3] == '0' then
   redis.call('DEL', held[3])
+end
+if held[9] and held[10] and ARGV[3] ~= '0' then
+  local c = redis.call('GET', KEYS[3])
+  if not c or string.sub(c, 1, 2) ~= 'd:' then
+    redis.call('SET', KEYS[3], 't:', 'PX', 250)
+  end
 end
 if held[6] then
   redis.call(publish, ARGV[2], ARGV[5])

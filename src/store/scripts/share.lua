@@ -60,14 +60,15 @@ local waiting = string.find(ARGV[6], 'w', 1, true)
 local held = redis.call('HGET', KEYS[5], 'lease')
 if held then
   if waiting then
-    redis.call('HSET', KEYS[5], 'waited', '1')
+    redis.call('HSET', KEYS[5], 'waited', '1', 'single', '1')
   end
   local pttl = redis.call('PTTL', KEYS[5])
   if pttl < 0 then pttl = 0 end
   return {0, pttl, held}
 end
+-- A turn left to grants of one name ('t:', see acquire.lua) is this grant's too.
 local claim = redis.call('GET', KEYS[7])
-if claim then
+if claim and string.sub(claim, 1, 2) ~= 't:' then
   local pttl = redis.call('PTTL', KEYS[7])
   if pttl < 0 then pttl = 0 end
   if string.sub(claim, 1, 2) == 'd:' then return {-4, pttl} end
