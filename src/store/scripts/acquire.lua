@@ -154,8 +154,7 @@ end
 if record then
   return {-3}
 end
-local ended = redis.call('GET', KEYS[6])
-redis.call('DEL', KEYS[6])
+local ended = redis.call('GETDEL', KEYS[6])
 local token = redis.call('INCR', KEYS[2])
 redis.call('HSET', KEYS[1], 'lease', ARGV[1], 'token', token, 'ttl', ARGV[2], 'owner', ARGV[3])
 if ended and string.sub(ended, -2) == ' w' then

@@ -140,11 +140,10 @@ for i = 1, n do
     redis.call('HSET', lock(i), 'observed', '1')
   end
   redis.call('PEXPIRE', lock(i), ARGV[2])
-  local ended = redis.call('GET', claim(i))
+  local ended = redis.call('GETDEL', claim(i))
   if ended and string.sub(ended, -2) == ' w' then
     redis.call('HSET', lock(i), 'waited', '1')
   end
-  redis.call('DEL', claim(i))
   if keyed then
     local nonce = ARGV[9 + n + 2]
     redis.call('HSET', lock(i), 'idem', KEYS[#KEYS], 'made', nonce, 'seen', nonce)
