@@ -124,6 +124,9 @@ struct State {
     backward: u64,
     /// First met too far off: not counted until then (and why).
     settling: Option<(Instant, String)>,
+    /// The last forward jump settled, and when: answers to calls sent before then are
+    /// still refused for it.
+    settled: Option<(Instant, Jump)>,
 }
 
 /// One master's clock, watched (see the module's doc).
@@ -216,6 +219,11 @@ impl ClockWatch {
         if let Some(jump) = state.pending {
             return Err(NodeError::Clock(jump.describe()));
         }
+        if let Some((at, jump)) = state.settled
+            && reading.sent < at
+        {
+            return Err(NodeError::Clock(jump.describe()));
+        }
         match &state.settling {
             Some((until, _)) if reading.received >= *until => {
                 state.settling = None;
@@ -242,8 +250,23 @@ impl ClockWatch {
 
     /// The master the jump was seen on has been quarantined (its marker removed): its
     /// scripts refuse by themselves from here on, so the watch need not.
+    ///
+    /// Only for calls sent from now on: a call sent before may have been carried out on the
+    /// master before its marker went, and be read only now (the probe and the steps travel
+    /// on different connections). Its reading keeps time with the probe's, so nothing in it
+    /// shows the jump; it stays refused.
     pub fn settle(&self) {
-        self.state().pending = None;
+        self.settle_at(Instant::now());
+    }
+
+    /// `settle`, for calls sent from `at` on. `at` is read once the master's marker was
+    /// seen gone; a call carried out before that left at least a round trip earlier, so
+    /// only calls sent strictly before `at` are refused.
+    pub fn settle_at(&self, at: Instant) {
+        let mut state = self.state();
+        if let Some(jump) = state.pending.take() {
+            state.settled = Some((at, jump));
+        }
     }
 
     pub fn status(&self) -> ClockStatus {
@@ -375,6 +398,27 @@ mod tests {
         watch.settle();
         assert!(watch.observe(at(base, 1_200, 1, 31_200)).is_ok());
         assert!(watch.refusal().is_none());
+    }
+
+    #[test]
+    fn an_answer_to_a_call_sent_before_the_master_was_settled_is_refused_however_late_it_is_read() {
+        let base = Instant::now();
+        let watch = ClockWatch::new(policy());
+        assert!(watch.observe(at(base, 0, 1, 0)).is_ok());
+        // A probe shows the jump; a step sent before it was settled is read after: its
+        // reading keeps time with the probe's, and it must not count all the same.
+        assert!(watch.observe(at(base, 1_000, 1, 31_000)).is_err());
+        let before = at(base, 1_000, 1, 31_000);
+        watch.settle_at(base + Duration::from_millis(1_010));
+        let late = Reading {
+            received: base + Duration::from_millis(1_050),
+            ..before
+        };
+        assert!(
+            matches!(watch.observe(late), Err(NodeError::Clock(why)) if why == "clock jumped +30.0 s")
+        );
+        // A call sent after the settle is the master's own to refuse (its marker is gone).
+        assert!(watch.observe(at(base, 1_020, 1, 31_020)).is_ok());
     }
 
     #[test]

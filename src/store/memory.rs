@@ -38,6 +38,9 @@ pub enum Fault {
     Slow(Duration),
     /// Applies every step, then never answers: the write lands but the reply is lost.
     LoseReply,
+    /// Applies every step at once and answers this long after: a reply held up on its
+    /// way back (on a loaded host, a master's answer read late).
+    SlowReply(Duration),
 }
 
 #[derive(Debug, Clone)]
@@ -665,8 +668,9 @@ impl MemoryNode {
         if let Some(refused) = self.clock.refusal() {
             return Err(refused);
         }
-        let (result, offset) = self.apply(step).await?;
-        self.clock.observe(self.reading(offset))?;
+        let sent = Instant::now();
+        let (result, master_us) = self.apply(step).await?;
+        self.clock.observe(self.reading(sent, master_us))?;
         result
     }
 
@@ -676,31 +680,40 @@ impl MemoryNode {
         &self,
         step: impl FnOnce(&mut Data, Instant) -> NodeResult<T>,
     ) -> NodeResult<T> {
-        let (result, offset) = self.apply(step).await?;
-        let _ = self.clock.observe(self.reading(offset));
+        let sent = Instant::now();
+        let (result, master_us) = self.apply(step).await?;
+        let _ = self.clock.observe(self.reading(sent, master_us));
         result
     }
 
-    /// A reading of this node's clock now, moved by `offset`.
-    fn reading(&self, offset: Duration) -> Reading {
-        let now = Instant::now();
-        let local_us = self.epoch.1
-            + i64::try_from(now.saturating_duration_since(self.epoch.0).as_micros())
-                .unwrap_or(i64::MAX);
+    /// This process's wall clock now, in microseconds, as tokio's clock runs.
+    fn local_us(&self) -> i64 {
+        self.epoch.1
+            + i64::try_from(
+                Instant::now()
+                    .saturating_duration_since(self.epoch.0)
+                    .as_micros(),
+            )
+            .unwrap_or(i64::MAX)
+    }
+
+    /// The reading of a call sent at `sent` and answered now, whose step read the node's
+    /// clock as `master_us`.
+    fn reading(&self, sent: Instant, master_us: i64) -> Reading {
         Reading {
-            sent: now,
-            received: now,
-            master_us: local_us + i64::try_from(offset.as_micros()).unwrap_or(i64::MAX),
-            local_us,
+            sent,
+            received: Instant::now(),
+            master_us,
+            local_us: self.local_us(),
         }
     }
 
     /// Apply `step` under the fault plan: its result (`Err` when nothing answered) and the
-    /// node's clock offset.
+    /// node's clock (in microseconds since the epoch) when it was applied.
     async fn apply<T>(
         &self,
         step: impl FnOnce(&mut Data, Instant) -> NodeResult<T>,
-    ) -> NodeResult<(NodeResult<T>, Duration)> {
+    ) -> NodeResult<(NodeResult<T>, i64)> {
         let fault = *self.fault.lock().unwrap_or_else(|e| e.into_inner());
         match fault {
             Fault::Down => {
@@ -711,18 +724,23 @@ impl MemoryNode {
             }
             Fault::Hang => return std::future::pending().await,
             Fault::Slow(delay) => tokio::time::sleep(delay).await,
-            Fault::None | Fault::LoseReply => {}
+            Fault::None | Fault::LoseReply | Fault::SlowReply(_) => {}
         }
         let result = {
             let mut data = self.data();
             let now = Instant::now() + data.clock_offset;
             data.sweep(now);
-            (step(&mut data, now), data.clock_offset)
+            let offset = i64::try_from(data.clock_offset.as_micros()).unwrap_or(i64::MAX);
+            (step(&mut data, now), self.local_us() + offset)
         };
-        if fault == Fault::LoseReply {
-            return std::future::pending().await;
+        match fault {
+            Fault::LoseReply => std::future::pending().await,
+            Fault::SlowReply(delay) => {
+                tokio::time::sleep(delay).await;
+                Ok(result)
+            }
+            _ => Ok(result),
         }
-        Ok(result)
     }
 }
 
