@@ -254,6 +254,30 @@ impl Events {
     }
 }
 
+/// A waiting grant's places in line: one per name it waits for (a several-name grant's,
+/// one per name). It tries when it is first in any of them (first in all of them could
+/// leave two such grants each first in one line and second in the other, both waiting).
+pub(super) struct Line(pub(super) Vec<Ticket>);
+
+impl Line {
+    pub(super) fn is_first(&self) -> bool {
+        self.0.iter().any(Ticket::is_first)
+    }
+
+    pub(super) fn position(&self) -> usize {
+        self.0.iter().map(Ticket::position).min().unwrap_or(0)
+    }
+
+    pub(super) fn mark_seen(&mut self) {
+        self.0.iter_mut().for_each(Ticket::mark_seen);
+    }
+
+    pub(super) async fn woken(&mut self) {
+        let woken = self.0.iter_mut().map(|t| Box::pin(t.woken()));
+        futures::future::select_all(woken).await;
+    }
+}
+
 impl Ticket {
     /// Whether this waiter is first in line and may try the lock.
     pub fn is_first(&self) -> bool {

@@ -8,7 +8,9 @@
 mod election;
 mod error;
 pub mod events;
+mod granted;
 mod hold;
+mod kinds;
 mod service;
 mod sessions;
 
@@ -17,8 +19,10 @@ use crate::model::{InvalidInput, MAX_LOCK_DELAY_MS, MIN_TTL_MS, millis};
 pub use election::LeaderChange;
 pub use error::LeaseError;
 pub use events::{Events, LockEvent};
+pub use granted::{Lease, LockHolder};
 pub use hold::{HoldEvent, LostReason};
-pub use service::{Lease, LeaseService, LockHolder, Readiness, Target};
+pub use kinds::{Hold, Target};
+pub use service::{LeaseService, Readiness};
 pub use sessions::{HeldThrough, Session, SessionEvent, SessionLost};
 
 use std::time::Duration;
