@@ -92,11 +92,22 @@ impl App {
     /// Validate `config`, connect (lazily) to the masters, probe them once and start the
     /// background tasks; nothing listens yet (`bind`, then `serve`, or `router` alone).
     pub async fn new(config: Config) -> anyhow::Result<Self> {
+        let settings = config.settings()?;
+        let nodes = nodes(&settings)?;
+        Self::from_parts(settings, nodes).await
+    }
+
+    /// An app over `nodes` in place of the masters `config` names (the embedded store's
+    /// nodes with a fault plan, say: quorum loss through the router, in process).
+    pub async fn with_nodes(config: Config, nodes: Vec<Arc<dyn LockNode>>) -> anyhow::Result<Self> {
+        Self::from_parts(config.settings()?, nodes).await
+    }
+
+    /// The app of `settings` over `nodes`: what `new` and `with_nodes` share.
+    async fn from_parts(settings: Settings, nodes: Vec<Arc<dyn LockNode>>) -> anyhow::Result<Self> {
         // For rediss:// masters. Installing twice (several apps in one test process) is
         // refused harmlessly: the provider is the same.
         let _ = rustls::crypto::ring::default_provider().install_default();
-        let settings = config.settings()?;
-        let nodes = nodes(&settings)?;
         if settings.backend == Backend::Embedded {
             tracing::warn!(
                 "no REDLOCKD_REDIS_URLS: serving from the embedded in-process store (one process, not distributed; for development and tests)"

@@ -43,6 +43,11 @@ pub const PROBE_INTERVAL: Duration = Duration::from_secs(1);
 /// How often masters are probed while one is unverified (its connection broke).
 const FAST_PROBE_INTERVAL: Duration = Duration::from_millis(100);
 
+/// The least time between the starts of two probe rounds, however often the monitor is
+/// woken: a master that refuses a connection at once wakes it from its own probe, and
+/// would otherwise be probed in a loop that never yields to the clock.
+const MIN_PROBE_GAP: Duration = Duration::from_millis(10);
+
 /// The high-water mark recorded for a marker that a master no longer carries (unmarked,
 /// or replaced by a restore): no counter is ever at least this, so a master that comes back
 /// with it (restarted from a snapshot taken before) is caught as gone back in time, however
@@ -806,7 +811,7 @@ impl Monitor {
     }
 
     /// Probe every master about once a second (and at once when a script reports a master
-    /// without its marker) until `shutdown` fires.
+    /// without its marker, at most every `MIN_PROBE_GAP`) until `shutdown` fires.
     pub fn spawn(
         self: &Arc<Self>,
         nodes: Vec<Arc<dyn LockNode>>,
@@ -815,6 +820,7 @@ impl Monitor {
         let monitor = self.clone();
         tokio::spawn(async move {
             loop {
+                let began = tokio::time::Instant::now();
                 monitor.probe_round(&nodes).await;
                 let unverified = (0..nodes.len()).any(|i| monitor.unverified(i));
                 let interval = if unverified {
@@ -825,7 +831,9 @@ impl Monitor {
                 tokio::select! {
                     _ = shutdown.cancelled() => return,
                     _ = tokio::time::sleep(interval) => {}
-                    _ = monitor.wake.notified() => {}
+                    _ = monitor.wake.notified() => {
+                        tokio::time::sleep_until(began + MIN_PROBE_GAP).await;
+                    }
                 }
             }
         })

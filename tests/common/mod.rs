@@ -697,7 +697,24 @@ impl TestApp {
     /// The app with no socket: each request goes through its router with `oneshot`.
     pub async fn in_process(config: Config) -> Self {
         init_test_logging();
-        let app = App::new(config).await.expect("app builds");
+        Self::in_process_app(App::new(config).await.expect("app builds"))
+    }
+
+    /// In process, over `nodes` (memory nodes a test can fail) in place of the masters:
+    /// quorum loss through the router, under paused time.
+    pub async fn with_nodes(
+        config: Config,
+        nodes: &[std::sync::Arc<redlockd::store::memory::MemoryNode>],
+    ) -> Self {
+        init_test_logging();
+        let nodes = nodes
+            .iter()
+            .map(|n| n.clone() as std::sync::Arc<dyn redlockd::store::node::LockNode>)
+            .collect();
+        Self::in_process_app(App::with_nodes(config, nodes).await.expect("app builds"))
+    }
+
+    fn in_process_app(app: App) -> Self {
         Self {
             // Nothing listens: a request sent over a socket by mistake fails at once.
             base: "http://in-process.invalid".into(),

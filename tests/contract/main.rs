@@ -13,6 +13,7 @@ mod groups;
 mod lock_delay;
 mod locks;
 mod ops;
+mod quorum;
 mod router;
 mod semaphores;
 mod sessions;

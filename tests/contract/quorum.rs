@@ -1,0 +1,204 @@
+//! Quorum loss through the router, in process: three memory nodes stand in for the
+//! masters, two of them fail, and each route answers as the contract says (503
+//! `quorum_unavailable` naming the masters, readiness down, nothing left held, a held
+//! stream told `quorum_lost`), under paused time. Against real masters, killed and paused
+//! for real, the same promises are `masters::faults`' to keep.
+
+use crate::common;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use common::{TestApp, config};
+use redlockd::store::memory::{Fault, MemoryNode};
+use serde_json::{Value, json};
+
+/// An app over three memory nodes, their first probe done.
+async fn three() -> (TestApp, Vec<Arc<MemoryNode>>) {
+    let nodes: Vec<Arc<MemoryNode>> = (0..3)
+        .map(|i| Arc::new(MemoryNode::new(format!("m{i}"))))
+        .collect();
+    let app = TestApp::with_nodes(config(&[]), &nodes).await;
+    ready(&app).await;
+    (app, nodes)
+}
+
+/// Wait (in paused time, bounded) until `/readyz` answers 200: the nodes are probed.
+async fn ready(app: &TestApp) {
+    for _ in 0..100 {
+        if app.get("/readyz").await.0 == 200 {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    panic!("never ready: {:?}", app.get("/readyz").await);
+}
+
+fn fail(nodes: &[Arc<MemoryNode>], fault: Fault) {
+    for node in &nodes[1..] {
+        node.set_fault(fault);
+    }
+}
+
+/// Heal every node and wait until the app grants again (a master whose connection failed
+/// votes again once a probe has checked it).
+async fn heal(app: &TestApp, nodes: &[Arc<MemoryNode>]) {
+    for node in nodes {
+        node.set_fault(Fault::None);
+    }
+    ready(app).await;
+}
+
+/// The masters a 503 body names, as `address kind`.
+fn named(body: &Value) -> Vec<String> {
+    body["masters"]
+        .as_array()
+        .unwrap_or(&Vec::new())
+        .iter()
+        .map(|m| format!("{} {}", m["address"].as_str().unwrap_or("?"), m["kind"]))
+        .collect()
+}
+
+fn unavailable(status: u16, body: &Value) {
+    assert_eq!(status, 503, "{body}");
+    assert_eq!(body["error"], "quorum_unavailable", "{body}");
+    assert!(
+        body["message"].as_str().is_some_and(|m| !m.is_empty()),
+        "{body}"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_grant_without_a_majority_is_a_503_naming_the_masters_and_leaves_nothing_held() {
+    let (app, nodes) = three().await;
+    fail(&nodes, Fault::Down);
+    let (status, body) = app.grant("q", json!({"ttl_ms": 10_000})).await;
+    unavailable(status, &body);
+    let masters = named(&body);
+    assert!(
+        masters.iter().any(|m| m.starts_with("m1 "))
+            && masters.iter().any(|m| m.starts_with("m2 "))
+            && !masters.iter().any(|m| m.starts_with("m0 ")),
+        "{body}"
+    );
+    // The one master that granted was undone: once the others are back, the name is free.
+    heal(&app, &nodes).await;
+    let (status, seen) = app.get("/locks/q").await;
+    assert_eq!((status, &seen["held"]), (200, &json!(false)), "{seen}");
+    assert_eq!(app.grant("q", json!({})).await.0, 201);
+}
+
+#[tokio::test(start_paused = true)]
+async fn readiness_is_503_naming_the_masters_down_and_200_once_they_are_back() {
+    let (app, nodes) = three().await;
+    fail(&nodes, Fault::Down);
+    // The monitor finds them down at its next probe.
+    let mut answer = app.get("/readyz").await;
+    for _ in 0..50 {
+        if answer.0 == 503 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        answer = app.get("/readyz").await;
+    }
+    let (status, body) = answer;
+    assert_eq!(status, 503, "{body}");
+    let down: Vec<&str> = body["masters"]
+        .as_array()
+        .expect("masters")
+        .iter()
+        .filter(|m| m["up"] == false && m["voting"] == false)
+        .filter_map(|m| m["address"].as_str())
+        .collect();
+    assert_eq!(down, ["m1", "m2"], "{body}");
+    heal(&app, &nodes).await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_renew_without_a_majority_is_a_503_and_the_lease_holds_on_once_it_is_back() {
+    let (app, nodes) = three().await;
+    let (status, lease) = app.grant("r", json!({"ttl_ms": 10_000})).await;
+    assert_eq!(status, 201, "{lease}");
+    let id = lease["lease_id"].as_str().expect("lease id");
+    fail(&nodes, Fault::Hang);
+    let (status, body) = app.renew("r", id, json!({})).await;
+    unavailable(status, &body);
+    heal(&app, &nodes).await;
+    let (status, renewed) = app.renew("r", id, json!({})).await;
+    assert_eq!(status, 200, "{renewed}");
+    assert_eq!(renewed["fencing_token"], lease["fencing_token"]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_revoke_without_a_majority_is_a_503_and_is_repeated_once_the_masters_are_back() {
+    let (app, nodes) = three().await;
+    let (_, lease) = app.grant("v", json!({"ttl_ms": 10_000})).await;
+    let id = lease["lease_id"].as_str().expect("lease id");
+    let path = format!("/locks/v/leases/{id}");
+    fail(&nodes, Fault::Down);
+    // The holder cannot be told it let go: a majority did not confirm it.
+    let (status, body) = app.send("DELETE", &path, None).await;
+    unavailable(status, &body);
+    // The release is owed to the masters that missed it, and repeated once they are back:
+    // the name is free without waiting for the lease's TTL.
+    heal(&app, &nodes).await;
+    let mut granted = app.grant("v", json!({})).await;
+    for _ in 0..50 {
+        if granted.0 == 201 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        granted = app.grant("v", json!({})).await;
+    }
+    assert_eq!(granted.0, 201, "{}", granted.1);
+    assert_eq!(app.get(&path).await.0, 404);
+}
+
+#[tokio::test(start_paused = true)]
+async fn inspect_list_and_fences_without_a_majority_are_503_never_a_guess() {
+    let (app, nodes) = three().await;
+    let (_, lease) = app.grant("i", json!({"ttl_ms": 10_000})).await;
+    let token = lease["fencing_token"].as_u64().expect("token");
+    fail(&nodes, Fault::Down);
+    for path in [
+        "/locks/i".to_owned(),
+        "/locks?prefix=i".to_owned(),
+        format!("/locks/i/fences/{token}"),
+    ] {
+        let (status, body) = app.get(&path).await;
+        unavailable(status, &body);
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_held_stream_is_told_quorum_lost_before_its_validity_ends() {
+    let (app, nodes) = three().await;
+    let mut stream = app
+        .call("POST", "/locks/s/hold")
+        .json(&json!({"ttl_ms": 3_000}))
+        .stream()
+        .await;
+    assert_eq!(stream.status, 200);
+    let (event, granted) = stream.next().await.expect("granted");
+    assert_eq!(event, "granted", "{granted}");
+    let validity = Duration::from_millis(granted["validity_ms"].as_u64().expect("validity"));
+    let started = tokio::time::Instant::now();
+    fail(&nodes, Fault::Down);
+    loop {
+        let (event, data) = stream
+            .next()
+            .await
+            .expect("an event before the stream ends");
+        if event == "heartbeat" {
+            continue;
+        }
+        assert_eq!(event, "lost", "{data}");
+        assert_eq!(data["reason"], "quorum_lost", "{data}");
+        break;
+    }
+    assert!(
+        started.elapsed() <= validity,
+        "told {:?} after the faults, validity {validity:?}",
+        started.elapsed()
+    );
+}
