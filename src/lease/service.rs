@@ -500,11 +500,8 @@ impl LeaseService {
 
     /// How each master's steps have travelled (address, traffic), for the masters that
     /// send them in batches.
-    pub fn master_traffic(&self) -> impl Iterator<Item = (&str, Traffic)> {
-        self.engine
-            .nodes()
-            .iter()
-            .filter_map(|node| Some((node.address(), node.traffic()?)))
+    pub fn master_traffic(&self) -> Vec<(String, Traffic)> {
+        self.engine.traffic()
     }
 
     /// Whether grants can succeed now, and each master as `/readyz` shows it.
@@ -513,16 +510,7 @@ impl LeaseService {
         Readiness {
             ready: monitor.ready() && !self.shutdown.is_cancelled(),
             problem: monitor.problem(),
-            masters: monitor
-                .status()
-                .into_iter()
-                .zip(self.engine.nodes())
-                .map(|(status, node)| MasterStatus {
-                    cluster: node.cluster_status(),
-                    subscribed: node.subscribed(),
-                    ..status
-                })
-                .collect(),
+            masters: self.engine.masters(),
         }
     }
 }

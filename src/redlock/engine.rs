@@ -21,7 +21,8 @@ use super::health::Monitor;
 use super::quorum::{self, GrantOutcome, OwnedOutcome, ReadOutcome, ReleaseOutcome};
 use crate::model::News;
 use crate::model::{
-    FencingToken, GrantTerms, Idem, Kind, Listeners, LockKey, MasterFailure, Unavailability, millis,
+    FencingToken, GrantTerms, Idem, Kind, Listeners, LockKey, MasterFailure, MasterStatus, Traffic,
+    Unavailability, millis,
 };
 use crate::store::node::{
     Acquired, Claim, Ending, Holding, ListPage, Listing, LockNode, NodeError, NodeResult, Renewal,
@@ -224,8 +225,34 @@ impl Redlock {
         }
     }
 
+    /// The nodes themselves: for the engine's own layer and tests. Layers above ask the
+    /// engine (`masters`, `traffic`), never a node.
     pub fn nodes(&self) -> &[Arc<dyn LockNode>] {
         &self.nodes
+    }
+
+    /// Each master as `/readyz` shows it: the monitor's view, with what its node reports
+    /// of itself (a cluster's shards, its announcements' subscription).
+    pub fn masters(&self) -> Vec<MasterStatus> {
+        self.monitor
+            .status()
+            .into_iter()
+            .zip(&self.nodes)
+            .map(|(status, node)| MasterStatus {
+                cluster: node.cluster_status(),
+                subscribed: node.subscribed(),
+                ..status
+            })
+            .collect()
+    }
+
+    /// How each master's steps have travelled (address, traffic), for the masters that
+    /// send them in batches.
+    pub fn traffic(&self) -> Vec<(String, Traffic)> {
+        self.nodes
+            .iter()
+            .filter_map(|node| Some((node.address().to_owned(), node.traffic()?)))
+            .collect()
     }
 
     pub fn monitor(&self) -> &Arc<Monitor> {

@@ -133,6 +133,23 @@ fn no_module_re_exports_another_modules_items() {
 }
 
 #[test]
+fn only_the_engine_reaches_its_nodes() {
+    // Layers above the engine ask it (`Redlock::masters`, `traffic`); a node reached
+    // through `nodes()` from above is a tunnel this file's other checks cannot see.
+    let wrong: Vec<String> = modules()
+        .into_iter()
+        .filter(|(_, module, _)| !matches!(module.as_str(), "redlock" | "store"))
+        .filter(|(_, _, text)| text.contains(".nodes()"))
+        .map(|(file, _, _)| file.display().to_string())
+        .collect();
+    assert!(
+        wrong.is_empty(),
+        "nodes reached from above the engine:\n{}",
+        wrong.join("\n")
+    );
+}
+
+#[test]
 fn the_checker_sees_a_reference_up() {
     let refs = references("use crate::http::AppState;\nlet x = $crate::foo;");
     assert_eq!(refs, BTreeSet::from(["http".to_owned()]));
