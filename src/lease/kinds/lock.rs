@@ -87,11 +87,7 @@ async fn readers(
     service: &LeaseService,
     name: &LockName,
 ) -> Result<Vec<(LockKey, Holder)>, EngineError> {
-    let prefix = format!("{name}/");
-    let (holders, _) = service
-        .engine()
-        .list(Kind::Reader, &prefix, "", MAX_SHARED_LISTED)
-        .await?;
+    let holders = super::held_under(service, Kind::Reader, name, MAX_SHARED_LISTED).await?;
     Ok(holders
         .into_iter()
         .map(|h| {

@@ -24,7 +24,7 @@ use super::{LeaseError, LeaseService};
 use crate::model::{
     GrantTerms, Idem, Kind, LeaseId, LockKey, LockName, PermitLimit, SessionId, millis,
 };
-use crate::redlock::{EngineError, Redlock};
+use crate::redlock::{EngineError, Holder, Redlock};
 
 /// What a grant asks of its name.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -267,6 +267,19 @@ impl LeaseService {
             _ => Ok(vec![name.key()]),
         }
     }
+}
+
+/// The holds of `kind` under `name` (a semaphore's slots, a lock's shared holds) that a
+/// majority hold, from the masters' index: at most `most`.
+async fn held_under(
+    service: &LeaseService,
+    kind: Kind,
+    name: &LockName,
+    most: usize,
+) -> Result<Vec<Holder>, EngineError> {
+    let prefix = format!("{name}/");
+    let (holders, _) = service.engine().list(kind, &prefix, "", most).await?;
+    Ok(holders)
 }
 
 /// A lease answered through `key`: a several-name lease's names are its members'.

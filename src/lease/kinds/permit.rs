@@ -121,10 +121,8 @@ async fn all_slots(
     name: &LockName,
 ) -> Result<Vec<(u16, Holder)>, EngineError> {
     let prefix = format!("{name}/");
-    let (holders, _) = service
-        .engine()
-        .list(Kind::Semaphore, &prefix, "", usize::from(MAX_PERMITS))
-        .await?;
+    let holders =
+        super::held_under(service, Kind::Semaphore, name, usize::from(MAX_PERMITS)).await?;
     let mut slots: Vec<(u16, Holder)> = holders
         .into_iter()
         .filter_map(|h| {
