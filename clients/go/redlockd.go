@@ -239,18 +239,33 @@ func (c *Client) observeOnce(ctx context.Context, base, name string, fn func(Lea
 		return readError(resp)
 	}
 	c.answered(base)
-	scanner := bufio.NewScanner(resp.Body)
+	return readEvents(resp.Body, func(event string, data json.RawMessage) {
+		// "closed": the replica is stopping and the stream ends; the caller reconnects.
+		if event == "closed" {
+			return
+		}
+		ev := LeaderEvent{Kind: event}
+		if json.Unmarshal(data, &ev) == nil {
+			fn(ev)
+		}
+	})
+}
+
+// readEvents reads server-sent events from r until it ends, calling fn with each event's
+// name and its JSON data (the table every client shares: clients/cases/sse.json). An event
+// without data, or whose data is not JSON, is not one of ours and is skipped.
+func readEvents(r io.Reader, fn func(event string, data json.RawMessage)) error {
+	scanner := bufio.NewScanner(r)
+	// A line may be longer than the scanner's default 64 KiB (a lease on many names).
+	scanner.Buffer(make([]byte, 0, 64*1024), 1<<20)
 	event, data := "message", []string{}
 	for scanner.Scan() {
 		line := strings.TrimSuffix(scanner.Text(), "\r")
 		switch {
 		case line == "":
-			// "closed": the replica is stopping and the stream ends; the caller reconnects.
-			if len(data) > 0 && event != "closed" {
-				ev := LeaderEvent{Kind: event}
-				if json.Unmarshal([]byte(strings.Join(data, "\n")), &ev) == nil {
-					fn(ev)
-				}
+			joined := []byte(strings.Join(data, "\n"))
+			if len(data) > 0 && json.Valid(joined) {
+				fn(event, joined)
 			}
 			event, data = "message", data[:0]
 		case strings.HasPrefix(line, "event:"):

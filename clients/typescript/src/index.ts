@@ -841,8 +841,10 @@ async function readJson(resp: Response): Promise<Json> {
   }
 }
 
-/** Server-sent events as [event, JSON data] pairs. */
-async function* sse(body: ReadableStream<Uint8Array>): AsyncGenerator<[string, Json]> {
+/** Server-sent events as [event, JSON data] pairs (the table every client shares:
+ * clients/cases/sse.json).
+ * @internal */
+export async function* sse(body: ReadableStream<Uint8Array>): AsyncGenerator<[string, Json]> {
   const decoder = new TextDecoder();
   let buffer = "";
   let event = "message";

@@ -304,7 +304,12 @@ class Sse:
 
     def feed(self, line: str) -> Optional[Tuple[str, Dict[str, Any]]]:
         if line == "":
-            done = (self.event, parse_json("\n".join(self.data).encode())) if self.data else None
+            done = None
+            if self.data:
+                try:
+                    done = (self.event, json.loads("\n".join(self.data)))
+                except ValueError:
+                    pass  # Not JSON: not one of ours.
             self.event, self.data = "message", []
             return done
         if line.startswith("event:"):
