@@ -9,7 +9,7 @@
 
 use std::fmt;
 use std::sync::Arc;
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 
 use base64::Engine as _;
 use rand::RngCore as _;
@@ -811,97 +811,6 @@ pub struct Idem {
     pub attempt: String,
 }
 
-/// Why a step could not be done on a majority: in words, and what each master that did not
-/// take part said (classified, never collapsed), down to the 503 body.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Unavailability {
-    pub reason: String,
-    pub masters: Vec<MasterFailure>,
-}
-
-impl Unavailability {
-    /// Unavailable for `reason`, with no master to blame (shutdown, a timeout of our own).
-    pub fn because(reason: impl Into<String>) -> Self {
-        Self {
-            reason: reason.into(),
-            masters: Vec::new(),
-        }
-    }
-}
-
-/// One master that failed a step, and how.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct MasterFailure {
-    /// The master's address, without credentials.
-    pub address: String,
-    /// `timeout`, `connection`, `script`, `amnesic` (lost its data, not voting), `other`,
-    /// or `no_answer` (still pending when the step was decided).
-    pub kind: &'static str,
-}
-
-/// A master as `/readyz` shows it.
-#[derive(Debug, Clone, PartialEq)]
-pub struct MasterStatus {
-    pub address: String,
-    pub up: bool,
-    pub latency: Option<Duration>,
-    /// Whether its answers count towards a majority: it answers and is not quarantined.
-    pub voting: bool,
-    /// Set while the master is quarantined: when it will vote again at the earliest.
-    pub quarantined_until: Option<SystemTime>,
-    /// A Redis Cluster's primaries (each votes for the names in its slots), and why its
-    /// slot map is not whole when it is not.
-    pub cluster: Option<ClusterStatus>,
-    /// Whether this replica hears the master's announcements now (`None`: the embedded
-    /// store, which needs none).
-    pub subscribed: Option<bool>,
-    /// Why it does not vote, when the monitor can say more than `up` and
-    /// `quarantined_until` (its clock jumped).
-    pub problem: Option<String>,
-    /// Its clock against this replica's wall clock, as last read, in seconds (`None` for a
-    /// cluster: each shard has its own).
-    pub clock_offset_s: Option<f64>,
-    /// The jumps of its clock (a cluster's: of its shards' clocks) this replica saw,
-    /// forward and backward.
-    pub clock_jumps: [u64; 2],
-}
-
-/// A Redis Cluster master as `/readyz` shows it.
-#[derive(Debug, Clone, PartialEq, Default)]
-pub struct ClusterStatus {
-    pub shards: Vec<ShardStatus>,
-    pub problem: Option<String>,
-}
-
-/// One primary of a Redis Cluster master.
-#[derive(Debug, Clone, PartialEq)]
-pub struct ShardStatus {
-    /// `host:port`, as the cluster names it.
-    pub address: String,
-    pub up: bool,
-    /// Whether it votes for the names in its slots: it answers, keeps its markers, and is
-    /// neither quarantined nor unverified.
-    pub voting: bool,
-    /// How many hash slots it serves.
-    pub slots: usize,
-    pub latency: Option<Duration>,
-    pub quarantined_until: Option<SystemTime>,
-    /// Why it is quarantined, in words.
-    pub problem: Option<String>,
-    /// Its clock against this replica's wall clock, as last read, in seconds.
-    pub clock_offset_s: Option<f64>,
-    /// The jumps of its clock this replica saw, forward and backward.
-    pub clock_jumps: [u64; 2],
-}
-
-/// How one master's steps travelled: how many steps were sent and in how many calls (a
-/// batch is one call). `steps / calls` is the batches' mean size.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub struct Traffic {
-    pub steps: u64,
-    pub calls: u64,
-}
-
 /// What a replica announces through the masters besides releases.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum News {
@@ -921,90 +830,10 @@ impl News {
     }
 }
 
+mod reports;
+pub use reports::{
+    ClusterStatus, MasterFailure, MasterStatus, ShardStatus, Traffic, Unavailability,
+};
+
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn names_follow_the_contract_alphabet() {
-        assert!(LockName::parse("nightly-report").is_ok());
-        assert!(LockName::parse("a.b_c:d~e-F9").is_ok());
-        assert!(LockName::parse(&"x".repeat(256)).is_ok());
-        assert!(LockName::parse("").is_err());
-        assert!(LockName::parse(&"x".repeat(257)).is_err());
-        for bad in ["a b", "a/b", "a*", "a?", "é", "a[1]", "a\\b", "a%20"] {
-            assert!(LockName::parse(bad).is_err(), "{bad} accepted");
-        }
-    }
-
-    #[test]
-    fn class_is_the_name_up_to_the_first_separator() {
-        let class = |n: &str| LockName::parse(n).unwrap().class().to_owned();
-        assert_eq!(class("invoice:42"), "invoice");
-        assert_eq!(class("mail.daily:x"), "mail");
-        assert_eq!(class("plain"), "plain");
-        assert_eq!(class(":leading"), "");
-    }
-
-    #[test]
-    fn lease_ids_are_long_random_and_url_safe() {
-        let a = LeaseId::generate();
-        let b = LeaseId::generate();
-        assert_ne!(a, b);
-        assert_eq!(a.as_str().len(), 22);
-        assert!(LeaseId::parse(a.as_str()).is_ok());
-        assert!(LeaseId::parse("has space").is_err());
-        assert!(LeaseId::parse("").is_err());
-        assert!(!format!("{a:?}").contains(a.as_str()));
-    }
-
-    #[test]
-    fn a_permits_id_carries_its_slot_after_the_random_bits() {
-        let base = LeaseId::generate();
-        let slot = Slot { index: 2, limit: 3 };
-        let permit = base.permit(slot);
-        assert!(LeaseId::parse(permit.as_str()).is_ok());
-        assert_eq!(permit.slot(), Some(slot));
-        assert_eq!(permit.base(), base.as_str());
-        assert_eq!(base.slot(), None);
-        for tail in ["_3_3", "_1_1001", "_x_3", "_1", "_1_3_4", "__3", "_-1_3"] {
-            let forged = LeaseId(format!("{}{tail}", base.as_str()));
-            assert_eq!(forged.slot(), None, "{tail}");
-        }
-    }
-
-    #[test]
-    fn a_shared_holds_id_says_so_and_its_key_is_announced_as_the_lock() {
-        let base = LeaseId::generate();
-        let shared = base.shared();
-        assert!(shared.is_shared() && !base.is_shared());
-        assert_eq!(shared.base(), base.as_str());
-        assert_eq!(shared.slot(), None);
-        assert!(!base.permit(Slot { index: 0, limit: 2 }).is_shared());
-        let key = LockKey::reader("files", &shared);
-        assert_eq!(key.topic(), "files");
-        assert_eq!(key.owner_name(), "files");
-        assert_eq!(Mode::parse("shared").unwrap(), Mode::Shared);
-        assert!(Mode::parse("read").is_err());
-    }
-
-    #[test]
-    fn a_semaphores_slots_are_announced_as_the_semaphore() {
-        let slot = LockKey::slot("pool", 7);
-        assert_eq!(slot.topic(), "/semaphores/pool");
-        assert_eq!(
-            LockName::semaphore("pool").unwrap().topic(),
-            "/semaphores/pool"
-        );
-        assert!(PermitLimit::parse(0).is_err());
-        assert!(PermitLimit::parse(1001).is_err());
-        assert_eq!(PermitLimit::parse(1000).unwrap().get(), 1000);
-    }
-
-    #[test]
-    fn owner_is_bounded_and_printable() {
-        assert!(Owner::parse("worker-7 on host a").is_ok());
-        assert!(Owner::parse(&"o".repeat(257)).is_err());
-        assert!(Owner::parse("line\nbreak").is_err());
-    }
-}
+mod tests;
