@@ -115,7 +115,7 @@ impl Caller {
     }
 
     /// Whether `name` is within this caller's prefixes.
-    pub fn covers(&self, name: &str) -> bool {
+    pub(crate) fn covers(&self, name: &str) -> bool {
         self.role == Role::Admin || self.prefixes.iter().any(|p| name.starts_with(p.as_str()))
     }
 }
@@ -250,7 +250,7 @@ impl Auth {
     }
 
     /// `None` when `caller` may make a request now; else how long until it may.
-    pub fn throttle(&self, caller: &Caller) -> Option<std::time::Duration> {
+    pub(crate) fn throttle(&self, caller: &Caller) -> Option<std::time::Duration> {
         use governor::clock::Clock as _;
         let limiter = self.limiter.as_ref()?;
         // Keys of tokens removed by a reload are forgotten as the map is pruned.
@@ -270,7 +270,7 @@ impl Auth {
     }
 
     /// When the file last changed (`None` if it cannot be read now).
-    pub fn modified(&self) -> Option<std::time::SystemTime> {
+    pub(crate) fn modified(&self) -> Option<std::time::SystemTime> {
         std::fs::metadata(&self.path)
             .and_then(|m| m.modified())
             .ok()

@@ -166,7 +166,7 @@ pub enum LogFormat {
 /// A configuration error: which variable, and what is wrong with it.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 #[error("{variable}: {problem}")]
-pub struct ConfigError {
+pub(crate) struct ConfigError {
     pub variable: &'static str,
     pub problem: String,
 }
@@ -191,7 +191,7 @@ impl Config {
     }
 
     /// Parse and check every value: the settings the program runs with.
-    pub fn settings(&self) -> Result<Settings, ConfigError> {
+    pub(crate) fn settings(&self) -> Result<Settings, ConfigError> {
         if self.max_lock_delay_ms > MAX_LOCK_DELAY_MS {
             return Err(bad(
                 "REDLOCKD_MAX_LOCK_DELAY_MS",
@@ -457,17 +457,17 @@ impl MasterUrl {
     }
 
     /// Whether the URL names a Redis Cluster (through a seed node) rather than one master.
-    pub fn is_cluster(&self) -> bool {
+    pub(crate) fn is_cluster(&self) -> bool {
         self.cluster
     }
 
     /// Scheme, host, port and database: safe for logs, metrics and `/readyz`.
-    pub fn redacted(&self) -> &str {
+    pub(crate) fn redacted(&self) -> &str {
         &self.redacted
     }
 
     /// The full URL, credentials included: for the Redis client only.
-    pub fn expose(&self) -> &str {
+    pub(crate) fn expose(&self) -> &str {
         &self.url
     }
 }

@@ -16,7 +16,7 @@ use prometheus::{
 };
 
 /// At most this many distinct `lock_class` values; the rest count under `other`.
-pub const MAX_LOCK_CLASSES: usize = 100;
+pub(crate) const MAX_LOCK_CLASSES: usize = 100;
 
 /// The operations of `redlockd_requests_total{op}`: a fixed set.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -58,7 +58,7 @@ impl Op {
 
 /// The kinds of `redlockd_streams_active{kind}`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum StreamKind {
+pub(crate) enum StreamKind {
     Hold,
     Campaign,
     Observe,
@@ -84,7 +84,7 @@ impl StreamKind {
 }
 
 /// An open stream, counted in `redlockd_streams_active` until dropped.
-pub struct StreamGuard(IntGauge);
+pub(crate) struct StreamGuard(IntGauge);
 
 impl Drop for StreamGuard {
     fn drop(&mut self) {
@@ -345,7 +345,7 @@ impl Metrics {
     }
 
     /// Count a stream as open until the guard is dropped.
-    pub fn stream_opened(&self, kind: StreamKind) -> StreamGuard {
+    pub(crate) fn stream_opened(&self, kind: StreamKind) -> StreamGuard {
         let gauge = self.streams_active.with_label_values(&[kind.as_str()]);
         gauge.inc();
         StreamGuard(gauge)
@@ -372,7 +372,7 @@ impl Metrics {
 
     /// Create every per-master series at its starting value, so that dashboards and
     /// `rate()` see a master's series before its first error.
-    pub fn register_master(&self, master: &str, error_kinds: &[&str]) {
+    pub(crate) fn register_master(&self, master: &str, error_kinds: &[&str]) {
         for kind in error_kinds {
             self.master_errors.with_label_values(&[master, kind]);
         }
@@ -383,19 +383,19 @@ impl Metrics {
     }
 
     /// The settings alerts compare against.
-    pub fn settings(&self, master_timeout: Duration, max_streams: usize) {
+    pub(crate) fn settings(&self, master_timeout: Duration, max_streams: usize) {
         self.master_timeout.set(master_timeout.as_secs_f64());
         self.streams_max
             .set(i64::try_from(max_streams).unwrap_or(i64::MAX));
     }
 
     /// Whether a majority votes (as `/readyz` says).
-    pub fn set_ready(&self, ready: bool) {
+    pub(crate) fn set_ready(&self, ready: bool) {
         self.ready.set(i64::from(ready));
     }
 
     /// One master's vote, and when its quarantine ends if it is quarantined.
-    pub fn master_health(
+    pub(crate) fn master_health(
         &self,
         master: &str,
         voting: bool,
@@ -410,7 +410,7 @@ impl Metrics {
 
     /// One master's clock as last read, and how many jumps of it were seen (forward,
     /// backward) in all: the counters catch up with the watch's counts.
-    pub fn master_clock(&self, master: &str, offset_s: Option<f64>, jumps: [u64; 2]) {
+    pub(crate) fn master_clock(&self, master: &str, offset_s: Option<f64>, jumps: [u64; 2]) {
         if let Some(offset) = offset_s {
             of(&self.master_clock_offset, master).set(offset);
         }
@@ -423,15 +423,15 @@ impl Metrics {
     }
 
     /// The outcome of reading `file` (`auth`, `tls`) again.
-    pub fn reloaded(&self, file: &str, ok: bool) {
+    pub(crate) fn reloaded(&self, file: &str, ok: bool) {
         of(&self.reload_success, file).set(i64::from(ok));
     }
 
-    pub fn master_backlog(&self, master: &str, depth: usize) {
+    pub(crate) fn master_backlog(&self, master: &str, depth: usize) {
         of(&self.master_backlog, master).set(i64::try_from(depth).unwrap_or(i64::MAX));
     }
 
-    pub fn master_backlog_dropped(&self, master: &str) {
+    pub(crate) fn master_backlog_dropped(&self, master: &str) {
         of(&self.master_backlog_dropped, master).inc();
     }
 
@@ -439,11 +439,11 @@ impl Metrics {
         of(&self.master_up, master).set(i64::from(up));
     }
 
-    pub fn master_answered(&self, master: &str, took: Duration) {
+    pub(crate) fn master_answered(&self, master: &str, took: Duration) {
         of(&self.master_duration, master).observe(took.as_secs_f64());
     }
 
-    pub fn master_failed(&self, master: &str, kind: &str) {
+    pub(crate) fn master_failed(&self, master: &str, kind: &str) {
         self.master_errors.with_label_values(&[master, kind]).inc();
     }
 
@@ -458,25 +458,25 @@ impl Metrics {
 
     /// Leases expire on the masters without telling us, so the gauge is set from the
     /// lease service's own count just before each scrape.
-    pub fn set_leases_active(&self, count: usize) {
+    pub(crate) fn set_leases_active(&self, count: usize) {
         self.leases_active
             .set(i64::try_from(count).unwrap_or(i64::MAX));
     }
 
     /// Sessions end on the masters without telling us, so the gauge is set from the lease
     /// service's own count just before each scrape.
-    pub fn set_sessions_active(&self, count: usize) {
+    pub(crate) fn set_sessions_active(&self, count: usize) {
         self.sessions_active
             .set(i64::try_from(count).unwrap_or(i64::MAX));
     }
 
     /// A session was seen holding `count` holds.
-    pub fn session_holds(&self, count: usize) {
+    pub(crate) fn session_holds(&self, count: usize) {
         self.session_holds.observe(count as f64);
     }
 
     /// The Prometheus text exposition of every metric.
-    pub fn render(&self) -> String {
+    pub(crate) fn render(&self) -> String {
         let mut out = Vec::new();
         // Encoding into a Vec cannot fail for the text format.
         let _ = TextEncoder::new().encode(&self.registry.gather(), &mut out);

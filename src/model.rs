@@ -16,22 +16,22 @@ use rand::RngCore as _;
 use serde::{Deserialize, Serialize};
 
 /// The smallest TTL the contract accepts, in ms.
-pub const MIN_TTL_MS: u64 = 100;
+pub(crate) const MIN_TTL_MS: u64 = 100;
 
 /// The contract's default bounds of `ttl_ms` and `wait_ms` (REDLOCKD_MAX_TTL_MS and
 /// REDLOCKD_MAX_WAIT_MS change them): the OpenAPI document states these.
-pub const DEFAULT_MAX_TTL_MS: u64 = 3_600_000;
-pub const DEFAULT_MAX_WAIT_MS: u64 = 60_000;
+pub(crate) const DEFAULT_MAX_TTL_MS: u64 = 3_600_000;
+pub(crate) const DEFAULT_MAX_WAIT_MS: u64 = 60_000;
 /// The largest lock-delay the contract allows, in ms.
-pub const MAX_LOCK_DELAY_MS: u64 = 60_000;
+pub(crate) const MAX_LOCK_DELAY_MS: u64 = 60_000;
 
 /// Largest `limit` of a list call, and the default.
-pub const MAX_LIST_LIMIT: u64 = 1000;
-pub const DEFAULT_LIST_LIMIT: u64 = 100;
+pub(crate) const MAX_LIST_LIMIT: u64 = 1000;
+pub(crate) const DEFAULT_LIST_LIMIT: u64 = 100;
 
 /// A duration in whole milliseconds, as the contract and the masters count them
 /// (saturating): the one conversion every layer uses.
-pub fn millis(d: Duration) -> u64 {
+pub(crate) fn millis(d: Duration) -> u64 {
     u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
 }
 
@@ -57,7 +57,7 @@ impl Serialize for LockName {
 }
 
 /// Longest lock name and longest lock-name prefix, in bytes.
-pub const MAX_NAME_BYTES: usize = 256;
+pub(crate) const MAX_NAME_BYTES: usize = 256;
 
 fn is_name_byte(b: u8) -> bool {
     b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b':' | b'~' | b'-')
@@ -231,7 +231,7 @@ pub struct LeaseId(String);
 
 const LEASE_ID_BYTES: usize = 16;
 /// Ids we mint are 22 characters; parsing accepts up to 64 so that the format can grow.
-pub const MAX_LEASE_ID_LEN: usize = 64;
+pub(crate) const MAX_LEASE_ID_LEN: usize = 64;
 
 impl LeaseId {
     pub fn generate() -> Self {
@@ -275,14 +275,14 @@ impl LeaseId {
     }
 
     /// Whether the id is a several-name lease's.
-    pub fn is_group(&self) -> bool {
+    pub(crate) fn is_group(&self) -> bool {
         self.0.get(MINTED_LEN..) == Some(GROUP_TAIL)
     }
 
     /// An id minted for one attempt of a grant that may make several: its first half is
     /// `claimant`'s (the same for every attempt of the grant, so that the masters know a
     /// grant's claims as its own from one attempt to the next), the rest new random bits.
-    pub fn attempt_of(claimant: &LeaseId) -> Self {
+    pub(crate) fn attempt_of(claimant: &LeaseId) -> Self {
         let fresh = Self::generate();
         // A minted id is MINTED_LEN ASCII characters: the second half is there to take.
         let rest = fresh.0.get(MINTED_LEN / 2..).unwrap_or(&fresh.0);
@@ -314,7 +314,7 @@ impl LeaseId {
 
 /// What the masters know the claims of the grant whose attempt holds `lease` by: the first
 /// half of the id (see `LeaseId::attempt_of`).
-pub fn claimant_of(lease: &str) -> &str {
+pub(crate) fn claimant_of(lease: &str) -> &str {
     lease.get(..MINTED_LEN / 2).unwrap_or(lease)
 }
 
@@ -355,7 +355,7 @@ impl fmt::Display for FencingToken {
 pub struct Owner(Arc<str>);
 
 /// Longest owner, in bytes.
-pub const MAX_OWNER_BYTES: usize = 256;
+pub(crate) const MAX_OWNER_BYTES: usize = 256;
 
 impl Owner {
     pub fn parse(raw: &str) -> Result<Self, InvalidInput> {
@@ -387,10 +387,10 @@ impl Owner {
 /// secret as the lease it stands for: anyone who sends it again with the same request gets
 /// that lease. `Debug` shows no more than a lease id's does.
 #[derive(Clone, PartialEq, Eq)]
-pub struct IdempotencyKey(String);
+pub(crate) struct IdempotencyKey(String);
 
 /// Longest Idempotency-Key, in bytes.
-pub const MAX_IDEMPOTENCY_KEY_BYTES: usize = 255;
+pub(crate) const MAX_IDEMPOTENCY_KEY_BYTES: usize = 255;
 
 impl IdempotencyKey {
     pub fn parse(raw: &str) -> Result<Self, InvalidInput> {
@@ -417,7 +417,7 @@ impl fmt::Debug for IdempotencyKey {
 /// A grant's Idempotency-Key in the scope of its caller (the token's name; empty without
 /// authentication): two callers' keys never meet.
 #[derive(Debug, Clone)]
-pub struct GrantKey {
+pub(crate) struct GrantKey {
     scope: Arc<str>,
     key: IdempotencyKey,
 }
@@ -557,7 +557,7 @@ impl Kind {
     }
 
     /// The kind `word` names (see `word`).
-    pub fn from_word(word: &str) -> Option<Self> {
+    pub(crate) fn from_word(word: &str) -> Option<Self> {
         Self::ALL.into_iter().find(|k| k.word() == word)
     }
 
@@ -574,7 +574,7 @@ impl Kind {
 }
 
 /// The most names one lease may hold (`POST /locks` with `names`).
-pub const MAX_GROUP_NAMES: usize = 64;
+pub(crate) const MAX_GROUP_NAMES: usize = 64;
 
 /// How a lock is held: by one exclusive holder (the default), or shared by any number of
 /// shared holders.
@@ -605,7 +605,7 @@ impl Mode {
 }
 
 /// The largest `limit` of a semaphore.
-pub const MAX_PERMITS: u16 = 1000;
+pub(crate) const MAX_PERMITS: u16 = 1000;
 
 /// How many permits a semaphore grant allows at once: 1 to `MAX_PERMITS`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -702,7 +702,7 @@ impl LockKey {
     }
 
     /// The lock a shared hold or a semaphore's slot belongs to: the name before its `/`.
-    pub fn owner_name(&self) -> &str {
+    pub(crate) fn owner_name(&self) -> &str {
         self.name.split('/').next().unwrap_or(&self.name)
     }
 

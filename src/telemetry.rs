@@ -59,7 +59,7 @@ where
 }
 
 /// Make `span` a child of the trace a client named in its `traceparent` header, if any.
-pub fn follow_client(span: &tracing::Span, headers: &axum::http::HeaderMap) {
+pub(crate) fn follow_client(span: &tracing::Span, headers: &axum::http::HeaderMap) {
     if span.is_disabled() || !headers.contains_key("traceparent") {
         return;
     }

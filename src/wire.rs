@@ -44,7 +44,7 @@ pub mod schema {
     }
 
     /// 1 to 256 bytes of `A-Z a-z 0-9 . _ : ~ -`.
-    pub fn lock_name() -> Object {
+    pub(crate) fn lock_name() -> Object {
         text(
             1,
             MAX_NAME_BYTES,
@@ -53,7 +53,7 @@ pub mod schema {
     }
 
     /// Several lock names as a query parameter: separated by commas (no name has one).
-    pub fn name_list() -> Object {
+    pub(crate) fn name_list() -> Object {
         let max = crate::model::MAX_GROUP_NAMES;
         text(
             1,
@@ -66,7 +66,7 @@ pub mod schema {
     }
 
     /// A name's first bytes (`prefix`) or a whole name to list after (`after`); may be empty.
-    pub fn name_prefix() -> Object {
+    pub(crate) fn name_prefix() -> Object {
         text(
             0,
             MAX_NAME_BYTES,
@@ -122,12 +122,12 @@ pub mod schema {
     }
 
     /// A semaphore's `limit`.
-    pub fn permit_limit() -> Object {
+    pub(crate) fn permit_limit() -> Object {
         integer(1, u64::from(crate::model::MAX_PERMITS))
     }
 
     /// A list call's page size.
-    pub fn list_limit() -> Object {
+    pub(crate) fn list_limit() -> Object {
         integer(1, MAX_LIST_LIMIT)
     }
 
@@ -218,7 +218,7 @@ pub struct GrantRequest {
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 #[schema(example = json!({"names": ["account:17", "account:4"], "ttl_ms": 10000, "wait_ms": 5000, "owner": "transfer-81"}))]
-pub struct GroupRequest {
+pub(crate) struct GroupRequest {
     /// 1 to 64 distinct lock names, in any order: the server orders them itself, so that
     /// two grants listing the same names in opposite orders never deadlock. (As a query
     /// parameter: the names separated by commas.)
@@ -292,7 +292,7 @@ impl From<LockMode> for crate::model::Mode {
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 #[schema(example = json!({"ttl_ms": 60000}))]
-pub struct RenewRequest {
+pub(crate) struct RenewRequest {
     /// The new TTL in ms (default: the lease's own).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schema(value_type = Option<u64>, minimum = 100, maximum = 3600000)]
@@ -302,12 +302,12 @@ pub struct RenewRequest {
 /// Calls that take no fields still refuse unknown ones, so typos do not pass silently.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct NoFields {}
+pub(crate) struct NoFields {}
 
 /// Query of the list call.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct ListQuery {
+pub(crate) struct ListQuery {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub prefix: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -390,7 +390,7 @@ pub struct SharedHolder {
 /// majority of masters.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 #[schema(example = json!({"name": "nightly-report", "fencing_token": 42, "current": true}))]
-pub struct FenceStatus {
+pub(crate) struct FenceStatus {
     pub name: String,
     #[schema(value_type = u64)]
     pub fencing_token: FencingToken,
@@ -422,7 +422,7 @@ pub struct LockList {
 /// line of waiting grants for the name (1 is next).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 #[schema(example = json!({"position": 2}))]
-pub struct QueuedEvent {
+pub(crate) struct QueuedEvent {
     pub position: u64,
 }
 
@@ -450,7 +450,7 @@ pub struct LostEvent {
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 #[schema(example = json!({"value": "10.0.0.7:9000", "ttl_ms": 10000, "wait_ms": 60000}))]
-pub struct CampaignRequest {
+pub(crate) struct CampaignRequest {
     /// What the leader publishes while it leads (its address, say): at most 256 bytes.
     #[schema(max_length = 256)]
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -482,7 +482,7 @@ pub struct CampaignRequest {
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 #[schema(example = json!({"value": "10.0.0.7:9001"}))]
-pub struct ProclaimRequest {
+pub(crate) struct ProclaimRequest {
     #[schema(max_length = 256)]
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub value: Option<String>,
@@ -499,7 +499,7 @@ pub struct ProclaimRequest {
     "value": "10.0.0.7:9000", "ttl_ms": 10000, "validity_ms": 9897,
     "expires_at": "2026-11-22T03:00:10.000Z"
 }))]
-pub struct ElectionLease {
+pub(crate) struct ElectionLease {
     pub name: String,
     /// Opaque; whoever knows it can renew, proclaim and resign. Keep it secret.
     pub lease_id: String,
@@ -538,7 +538,7 @@ pub struct Leader {
 #[derive(Serialize, ToSchema)]
 #[serde(untagged)]
 #[allow(dead_code)]
-pub enum HoldStreamData {
+pub(crate) enum HoldStreamData {
     Queued(QueuedEvent),
     Lease(LeaseBody),
     Lost(LostEvent),
@@ -550,7 +550,7 @@ pub enum HoldStreamData {
 #[derive(Serialize, ToSchema)]
 #[serde(untagged)]
 #[allow(dead_code)]
-pub enum CampaignStreamData {
+pub(crate) enum CampaignStreamData {
     Queued(QueuedEvent),
     Lease(ElectionLease),
     Lost(LostEvent),
@@ -562,7 +562,7 @@ pub enum CampaignStreamData {
 #[derive(Serialize, ToSchema)]
 #[serde(untagged)]
 #[allow(dead_code)]
-pub enum ObserveStreamData {
+pub(crate) enum ObserveStreamData {
     Change(LeaderEvent),
     Closed(LostEvent),
 }
@@ -571,7 +571,7 @@ pub enum ObserveStreamData {
 /// leader's new value), `vacant` (`term` is the last leader's, if one was seen).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 #[schema(example = json!({"name": "queue-worker", "term": 43, "value": "10.0.0.7:9000"}))]
-pub struct LeaderEvent {
+pub(crate) struct LeaderEvent {
     pub name: String,
     #[serde(skip_serializing_if = "Option::is_none")]
     #[schema(value_type = Option<u64>)]
@@ -585,7 +585,7 @@ pub struct LeaderEvent {
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 #[schema(example = json!({"limit": 3, "ttl_ms": 60000, "wait_ms": 5000, "owner": "pool-worker-3"}))]
-pub struct SemaphoreRequest {
+pub(crate) struct SemaphoreRequest {
     /// How many permits of this name may be held at once: 1 to 1000. Required. Grants with
     /// different limits share the slots: a permit is one of slots 0 to `limit` - 1.
     #[schema(value_type = u64, minimum = 1, maximum = 1000)]
@@ -613,7 +613,7 @@ pub struct SemaphoreRequest {
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 #[schema(example = json!({"ttl_ms": 15000, "owner": "ingest-worker-7"}))]
-pub struct SessionRequest {
+pub(crate) struct SessionRequest {
     /// Session TTL in ms: from 100 to the configured maximum (default 3600000). Default
     /// 30000. Every hold made through the session lives this long unless it is renewed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -631,7 +631,7 @@ pub struct SessionRequest {
     "session_id": "k2VdY1Qm0sJx9a7bTf4r3w", "ttl_ms": 15000, "validity_ms": 14840,
     "expires_at": "2026-11-25T03:00:15.000Z", "owner": "ingest-worker-7"
 }))]
-pub struct SessionBody {
+pub(crate) struct SessionBody {
     /// Opaque; whoever knows it can renew and end the session, and hold through it. Keep it
     /// secret.
     pub session_id: String,
@@ -668,7 +668,7 @@ pub struct SessionBody {
 
 /// One hold made through a session.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
-pub struct SessionHoldBody {
+pub(crate) struct SessionHoldBody {
     /// `lock`, `semaphore` or `election`.
     pub kind: String,
     /// The lock's, semaphore's or election's name (a lease on several names: the first).
@@ -696,7 +696,7 @@ pub struct SessionHoldBody {
     "slot": 1, "limit": 3, "ttl_ms": 30000, "validity_ms": 29697,
     "expires_at": "2026-11-22T03:00:30.000Z", "owner": "pool-worker-3"
 }))]
-pub struct PermitBody {
+pub(crate) struct PermitBody {
     pub name: String,
     /// Opaque; whoever knows it can renew and release the permit. Keep it secret.
     pub lease_id: String,
@@ -720,7 +720,7 @@ pub struct PermitBody {
 
 /// One holder of a semaphore's permit, as inspect shows it; never with its lease id.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
-pub struct PermitHolder {
+pub(crate) struct PermitHolder {
     pub slot: u16,
     #[schema(value_type = u64)]
     pub fencing_token: FencingToken,
@@ -732,7 +732,7 @@ pub struct PermitHolder {
 /// A semaphore as inspect shows it: the permits a majority of masters hold, by slot.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 #[schema(example = json!({"name": "db-pool", "holders": [{"slot": 0, "fencing_token": 41, "ttl_remaining_ms": 17250, "owner": "pool-worker-1"}]}))]
-pub struct SemaphoreStatus {
+pub(crate) struct SemaphoreStatus {
     pub name: String,
     pub holders: Vec<PermitHolder>,
 }
@@ -742,7 +742,7 @@ pub struct SemaphoreStatus {
 #[derive(Serialize, ToSchema)]
 #[serde(untagged)]
 #[allow(dead_code)]
-pub enum PermitStreamData {
+pub(crate) enum PermitStreamData {
     Queued(QueuedEvent),
     Lease(PermitBody),
     Lost(LostEvent),
@@ -752,7 +752,7 @@ pub enum PermitStreamData {
 /// What an administrator's force-release removed.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 #[schema(example = json!({"name": "nightly-report", "released": true, "fencing_token": 42}))]
-pub struct ForceReleased {
+pub(crate) struct ForceReleased {
     pub name: String,
     /// Whether a holder was removed (false: nobody held it).
     pub released: bool,
@@ -766,7 +766,7 @@ pub struct ForceReleased {
 /// `/healthz`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 #[schema(example = json!({"status": "ok"}))]
-pub struct Health {
+pub(crate) struct Health {
     pub status: String,
 }
 

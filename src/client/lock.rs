@@ -50,15 +50,15 @@ pub mod exit {
     /// The command line, a value the server refused as malformed, or a token it refused.
     pub const USAGE: u8 = 64;
     /// No server answered, or none could reach a majority of masters.
-    pub const UNAVAILABLE: u8 = 69;
+    pub(crate) const UNAVAILABLE: u8 = 69;
     /// Another lease held the lock for the whole of `--wait` (unless `--held-exit-code`).
     pub const HELD: u8 = 75;
     /// The lease was lost while the command ran; the command was stopped.
     pub const LOST: u8 = 76;
     /// The command exists but could not be executed (as a shell answers).
-    pub const CANNOT_EXECUTE: u8 = 126;
+    pub(crate) const CANNOT_EXECUTE: u8 = 126;
     /// The command was not found (as a shell answers).
-    pub const NOT_FOUND: u8 = 127;
+    pub(crate) const NOT_FOUND: u8 = 127;
 }
 
 /// The shortest pause between renews that failed to get an answer.

@@ -25,7 +25,7 @@ const CALL_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// Why a call did not succeed.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum Failure {
+pub(crate) enum Failure {
     /// Another lease holds the lock; it lapses in about `retry_after` unless renewed.
     #[error("{message}")]
     Held {
@@ -49,7 +49,7 @@ pub enum Failure {
 /// Whether a call may be sent again to another replica: on any failure to get an answer,
 /// or a 503, the next replica is tried.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Repeat<'a> {
+pub(crate) enum Repeat<'a> {
     /// Safe to repeat as it is (it names its lease, or only reads).
     Safe,
     /// A grant, made safe to repeat by this Idempotency-Key, sent with every attempt.
@@ -62,7 +62,7 @@ pub fn idempotency_key() -> String {
 }
 
 /// The replicas to ask, in order; the one that answered last is asked first next time.
-pub struct Servers {
+pub(crate) struct Servers {
     urls: Vec<String>,
     http: reqwest::Client,
     preferred: AtomicUsize,
@@ -222,7 +222,7 @@ fn describe(e: &reqwest::Error) -> String {
 
 /// Escape nothing: lock names are URL-safe by the contract's alphabet, and a name outside
 /// it is refused by the server with a clear 400. Lease ids are URL-safe by construction.
-pub fn lock_path(name: &str) -> String {
+pub(crate) fn lock_path(name: &str) -> String {
     format!("/locks/{name}")
 }
 

@@ -22,7 +22,7 @@ impl From<&MasterFailure> for MasterError {
 
 /// Why a request is unauthorized: it says which of the two, never which tokens exist.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Credentials {
+pub(crate) enum Credentials {
     /// No `Authorization: Bearer` header.
     Missing,
     /// A token the token file does not know.
@@ -165,7 +165,7 @@ impl From<InvalidInput> for ApiError {
 
 impl ApiError {
     /// The same error as a campaign's: "held" there means another candidate leads.
-    pub fn in_election(self) -> Self {
+    pub(crate) fn in_election(self) -> Self {
         match self {
             ApiError::LockHeld { retry_after } => ApiError::Led { retry_after },
             e => e,
@@ -173,7 +173,7 @@ impl ApiError {
     }
 
     /// The same error as a permit's: "held" there means every permit is taken.
-    pub fn in_semaphore(self) -> Self {
+    pub(crate) fn in_semaphore(self) -> Self {
         match self {
             ApiError::LockHeld { retry_after } => ApiError::Full { retry_after },
             e => e,

@@ -25,7 +25,7 @@ fn in_scope(parts: &Parts, name: LockName) -> Result<LockName, ApiError> {
 /// A request's fields, from its JSON body or its query parameters (either, not both), with
 /// unknown fields refused. The body has already been read, within the client timeout and
 /// the size limit, by the `read_body` middleware.
-pub struct Fields<T>(pub T);
+pub(crate) struct Fields<T>(pub T);
 
 /// How a route's `{name}` is parsed: a lock's or an election's.
 type ParseName = fn(&str) -> Result<LockName, crate::model::InvalidInput>;

@@ -577,7 +577,7 @@ macro_rules! kind_routes {
                     (status = 200, description = words().force_release.answer("200"), body = ForceReleased),
                 )
             )]
-            pub async fn force_release(
+            pub(crate) async fn force_release(
                 State(state): State<AppState>,
                 caller: Option<Extension<Caller>>,
                 $name_path(name): $name_path,

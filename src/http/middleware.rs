@@ -21,12 +21,12 @@ use super::error::{ApiError, Credentials};
 use crate::auth::{Auth, Need};
 use crate::metrics::{Metrics, Op};
 
-pub static REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
+pub(crate) static REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
 
 /// The outcome an answer reports for the log line and metrics: `ok` or an error code (set
 /// by `ApiError`'s response).
 #[derive(Debug, Clone, Copy)]
-pub struct Outcome(pub &'static str);
+pub(crate) struct Outcome(pub &'static str);
 
 /// Routes polled by probes and scrapers: logged at debug, not info, so that they do not
 /// drown the lock traffic.
@@ -64,11 +64,11 @@ fn kind_of(route: Option<&str>) -> &'static str {
 
 /// The name of the token a request was made with, for its log line (never the token).
 #[derive(Debug, Clone)]
-pub struct CallerName(pub Arc<str>);
+pub(crate) struct CallerName(pub Arc<str>);
 
 /// Who may call a route.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Access {
+pub(crate) enum Access {
     /// Anyone: the probes.
     Open,
     /// Anyone, unless REDLOCKD_AUTH_PROTECT_OPERATIONS asks for a reader's token: metrics
@@ -81,7 +81,7 @@ pub enum Access {
 /// What the middleware knows of a route: the op it counts as and who may call it, keyed
 /// by method and matched path. Filled as the routes are registered (`http::registry`).
 #[derive(Debug, Default)]
-pub struct RouteTable(HashMap<Method, HashMap<String, (Option<Op>, Access)>>);
+pub(crate) struct RouteTable(HashMap<Method, HashMap<String, (Option<Op>, Access)>>);
 
 impl RouteTable {
     pub fn insert(&mut self, method: Method, path: &str, op: Option<Op>, access: Access) {
@@ -116,7 +116,7 @@ impl RouteTable {
 /// With authentication on: the request's bearer token must be known (else 401) and its
 /// role must allow the route (else 403). The caller goes into the request's extensions,
 /// where the name extractors check its prefixes against the parsed name.
-pub async fn authorize(
+pub(crate) async fn authorize(
     State((auth, routes)): State<(Option<Arc<Auth>>, Arc<RouteTable>)>,
     mut request: Request,
     next: Next,
@@ -177,7 +177,7 @@ pub async fn authorize(
 /// One log line per request, and for lock routes the request's op, outcome and latency in
 /// the metrics: timed once, here, from what the handler (or a rejection) left in the
 /// response.
-pub async fn log_request(
+pub(crate) async fn log_request(
     State((metrics, routes)): State<(Arc<Metrics>, Arc<RouteTable>)>,
     request: Request,
     next: Next,
@@ -289,7 +289,7 @@ pub async fn read_body(
 }
 
 /// A panic in a handler becomes the contract's 500 body; the panic is logged.
-pub fn panic_response(panic: Box<dyn Any + Send + 'static>) -> Response {
+pub(crate) fn panic_response(panic: Box<dyn Any + Send + 'static>) -> Response {
     let message = panic
         .downcast_ref::<String>()
         .map(String::as_str)
@@ -300,7 +300,7 @@ pub fn panic_response(panic: Box<dyn Any + Send + 'static>) -> Response {
 }
 
 /// A request that outlived the request timeout.
-pub async fn timed_out(_: tower::BoxError) -> Response {
+pub(crate) async fn timed_out(_: tower::BoxError) -> Response {
     let mut response = ApiError::unavailable("the request timed out").into_response();
     *response.status_mut() = StatusCode::SERVICE_UNAVAILABLE;
     response

@@ -100,7 +100,7 @@ impl Registry {
 }
 
 /// Largest request body accepted: lock requests are a few small fields.
-pub const BODY_LIMIT_BYTES: usize = 16 * 1024;
+pub(crate) const BODY_LIMIT_BYTES: usize = 16 * 1024;
 
 /// What every handler can reach. Cheap to clone: everything behind it is shared.
 #[derive(Clone)]

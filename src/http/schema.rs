@@ -25,21 +25,21 @@ macro_rules! schema_of {
 }
 
 /// `ttl_ms` as a query parameter.
-pub struct TtlMs;
+pub(crate) struct TtlMs;
 /// `wait_ms` as a query parameter.
-pub struct WaitMs;
+pub(crate) struct WaitMs;
 /// A list call's `limit`.
-pub struct ListLimit;
+pub(crate) struct ListLimit;
 /// A fencing token in a path.
-pub struct FenceToken;
+pub(crate) struct FenceToken;
 /// A semaphore's `limit` as a query parameter.
-pub struct PermitLimitParam;
+pub(crate) struct PermitLimitParam;
 /// Several lock names as a query parameter, separated by commas.
-pub struct NameList;
+pub(crate) struct NameList;
 /// `lock_delay_ms` as a query parameter.
-pub struct LockDelayMs;
+pub(crate) struct LockDelayMs;
 /// A session id, in a path or as the `session` query parameter.
-pub struct SessionIdParam;
+pub(crate) struct SessionIdParam;
 
 schema_of! {
     LockName => lock_name,

@@ -19,7 +19,7 @@ use tokio::sync::Semaphore;
 
 /// The limits one listener enforces.
 #[derive(Clone)]
-pub struct Limits {
+pub(crate) struct Limits {
     /// How long a client may take to send a request's headers.
     pub header_timeout: Duration,
     /// Most connections open at once.

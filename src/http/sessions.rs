@@ -28,7 +28,7 @@ use crate::wire::{
 };
 
 /// The `{session_id}` of a session's route, parsed.
-pub struct SessionPath(pub SessionId);
+pub(crate) struct SessionPath(pub SessionId);
 
 impl<S: Send + Sync> FromRequestParts<S> for SessionPath {
     type Rejection = ApiError;

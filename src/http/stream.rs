@@ -27,7 +27,7 @@ use crate::wire::{LostEvent, QueuedEvent};
 pub(super) const KEEP_ALIVE: Duration = Duration::from_secs(15);
 
 /// Whether the client asked for a stream (`Accept: text/event-stream`).
-pub fn wants_stream(headers: &HeaderMap) -> bool {
+pub(crate) fn wants_stream(headers: &HeaderMap) -> bool {
     headers
         .get_all(header::ACCEPT)
         .iter()

@@ -28,7 +28,7 @@ impl ResolvesServerCert for Current {
 }
 
 /// Where the certificate and key are, and the acceptor that serves them.
-pub struct Tls {
+pub(crate) struct Tls {
     cert: PathBuf,
     key: PathBuf,
     current: Arc<Current>,
@@ -85,7 +85,7 @@ impl Tls {
 
     /// Watch the files until `shutdown`, loading the pair again when either changes;
     /// `reloaded` is told whether each attempt succeeded.
-    pub async fn reload_on_change(
+    pub(crate) async fn reload_on_change(
         self: Arc<Self>,
         reloaded: impl Fn(bool) + Send + 'static,
         shutdown: CancellationToken,

@@ -214,7 +214,10 @@ impl From<MasterStatus> for MasterReport {
 
 /// Parse a request from its JSON body (which may be empty) and its query parameters. A
 /// field may come from either, not both; unknown fields are refused.
-pub fn parse_fields<T: DeserializeOwned>(query: Option<&str>, body: &[u8]) -> Result<T, ApiError> {
+pub(crate) fn parse_fields<T: DeserializeOwned>(
+    query: Option<&str>,
+    body: &[u8],
+) -> Result<T, ApiError> {
     let mut fields = if body.iter().all(u8::is_ascii_whitespace) {
         Map::new()
     } else {

@@ -144,7 +144,7 @@ impl Events {
 
     /// `join_bounded`, for a waiter woken by every release of the name (`eager`: see
     /// `Topic::eager`).
-    pub fn join_as(
+    pub(crate) fn join_as(
         self: &Arc<Self>,
         name: &str,
         per_name: usize,
@@ -200,7 +200,7 @@ impl Events {
     }
 
     /// Tell `name`'s listeners what happened. Cheap when nobody listens.
-    pub fn publish(&self, name: &str, event: LockEvent) {
+    pub(crate) fn publish(&self, name: &str, event: LockEvent) {
         let mut names = self.names();
         let Some(topic) = names.get_mut(name) else {
             return;
@@ -242,7 +242,7 @@ impl Events {
 
     /// Releases may have been missed (a master's announcements were cut off): wake the
     /// first waiter of every name to look again.
-    pub fn resync(&self) {
+    pub(crate) fn resync(&self) {
         for topic in self.names().values() {
             topic.wake_first();
         }
@@ -280,7 +280,7 @@ impl Line {
 
 impl Ticket {
     /// Whether this waiter is first in line and may try the lock.
-    pub fn is_first(&self) -> bool {
+    pub(crate) fn is_first(&self) -> bool {
         self.events
             .names()
             .get(&self.name)
@@ -298,7 +298,7 @@ impl Ticket {
     }
 
     /// Forget the wake-ups seen so far; `woken` then waits for a newer one.
-    pub fn mark_seen(&mut self) {
+    pub(crate) fn mark_seen(&mut self) {
         self.wake.borrow_and_update();
     }
 

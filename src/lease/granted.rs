@@ -81,12 +81,12 @@ impl Lease {
     }
 
     /// How long the client may still rely on the lease, now.
-    pub fn validity_now(&self) -> Duration {
+    pub(crate) fn validity_now(&self) -> Duration {
         self.validity.saturating_sub(self.at.elapsed())
     }
 
     /// How long until the lease's keys expire, now.
-    pub fn remaining_now(&self) -> Duration {
+    pub(crate) fn remaining_now(&self) -> Duration {
         self.remaining.saturating_sub(self.at.elapsed())
     }
 }

@@ -99,7 +99,7 @@ impl LeasePolicy {
     }
 
     /// A renew's TTL: `ttl_ms`, or `None` to keep the lease's own.
-    pub fn renew_ttl(&self, ttl_ms: Option<u64>) -> Result<Option<Ttl>, InvalidInput> {
+    pub(crate) fn renew_ttl(&self, ttl_ms: Option<u64>) -> Result<Option<Ttl>, InvalidInput> {
         ttl_ms.map(|ms| self.explicit_ttl(ms)).transpose()
     }
 

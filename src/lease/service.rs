@@ -139,12 +139,12 @@ impl LeaseService {
     }
 
     /// Sessions opened or renewed here that are neither ended nor lapsed.
-    pub fn active_sessions(&self) -> usize {
+    pub(crate) fn active_sessions(&self) -> usize {
         self.sessions.active()
     }
 
     /// Leases granted here that are neither revoked nor lapsed.
-    pub fn active_leases(&self) -> usize {
+    pub(crate) fn active_leases(&self) -> usize {
         let now = Instant::now();
         let mut active = self.active();
         active.retain(|_, t| t.lapses > now);
@@ -173,7 +173,7 @@ impl LeaseService {
     /// `IdempotencyMismatch` for another request, `KeyEnded` once that lease has let go.
     /// Such a grant is not undone when its client leaves before the answer: the client
     /// said it would ask again.
-    pub async fn grant_keyed(
+    pub(crate) async fn grant_keyed(
         &self,
         target: impl Into<Target>,
         ttl: Ttl,
@@ -188,7 +188,7 @@ impl LeaseService {
     /// `grant` for a held stream when `stream` is given: the stream is told this grant's
     /// place in this replica's line (1 is next) whenever it waits and its place has
     /// changed, and the hold is observed (its end is announced to every replica).
-    pub async fn grant_reporting(
+    pub(crate) async fn grant_reporting(
         &self,
         target: Target,
         ttl: Ttl,
@@ -465,7 +465,10 @@ impl LeaseService {
     /// semaphore): the removed leases' tokens, none when nobody held it. A removed holder's
     /// next renew answers not found, a stream holding it is told `force_released`, waiters
     /// are woken.
-    pub async fn force_release(&self, name: &LockName) -> Result<Vec<FencingToken>, LeaseError> {
+    pub(crate) async fn force_release(
+        &self,
+        name: &LockName,
+    ) -> Result<Vec<FencingToken>, LeaseError> {
         let keys = self.holds_of(name).await?;
         let mut removed = Vec::new();
         for key in keys {

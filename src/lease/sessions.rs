@@ -61,7 +61,7 @@ impl Session {
     }
 
     /// How long the client may still rely on the session, now.
-    pub fn validity_now(&self) -> Duration {
+    pub(crate) fn validity_now(&self) -> Duration {
         self.validity.saturating_sub(self.at.elapsed())
     }
 }
@@ -263,7 +263,7 @@ impl LeaseService {
 
     /// End session `id`: every hold made through it is released, and waiting grants on
     /// every replica are woken.
-    pub async fn end_session(&self, id: &SessionId) -> Result<(), LeaseError> {
+    pub(crate) async fn end_session(&self, id: &SessionId) -> Result<(), LeaseError> {
         let holds = self
             .engine()
             .end_session(&id.key())
@@ -327,7 +327,7 @@ impl LeaseService {
 
     /// Open a session held by a stream: renewed at a third of its TTL while the stream is
     /// open, ended when the client leaves (every hold through it released).
-    pub fn hold_session(
+    pub(crate) fn hold_session(
         self: &Arc<Self>,
         ttl: Ttl,
         owner: Option<Owner>,

@@ -713,7 +713,7 @@ impl Redlock {
 
     /// `renew`, replacing the lease's owner text with `owner` on every master that renews
     /// it (an elected leader proclaiming a new value).
-    pub async fn renew_with(
+    pub(crate) async fn renew_with(
         &self,
         key: &LockKey,
         lease: &str,

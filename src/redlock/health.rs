@@ -38,7 +38,7 @@ use crate::store::clock_floor;
 use crate::store::node::{LockNode, NodeError, NodeResult, Probe};
 
 /// How often every master is probed when nothing else prompts it.
-pub const PROBE_INTERVAL: Duration = Duration::from_secs(1);
+pub(crate) const PROBE_INTERVAL: Duration = Duration::from_secs(1);
 
 /// How often masters are probed while one is unverified (its connection broke).
 const FAST_PROBE_INTERVAL: Duration = Duration::from_millis(100);

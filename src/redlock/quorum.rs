@@ -32,7 +32,7 @@ pub fn validity(ttl: Duration, elapsed: Duration, drift_factor: f64) -> Option<D
 
 /// The outcome of an acquire round.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum GrantOutcome {
+pub(crate) enum GrantOutcome {
     /// A majority set the key. `token` is the largest counter value among them and
     /// `confirmed` how many of them already hold exactly that value.
     Won { token: u64, confirmed: usize },
@@ -58,7 +58,7 @@ pub enum GrantOutcome {
 const DELAY: &str = " delay";
 
 /// Decide an acquire round, or `None` while the pending answers could still change it.
-pub fn decide_grant(replies: &[Option<NodeResult<Acquired>>]) -> Option<GrantOutcome> {
+pub(crate) fn decide_grant(replies: &[Option<NodeResult<Acquired>>]) -> Option<GrantOutcome> {
     let n = replies.len();
     let q = majority(n);
     let mut tokens = Vec::new();
@@ -136,7 +136,7 @@ pub fn decide_grant(replies: &[Option<NodeResult<Acquired>>]) -> Option<GrantOut
 
 /// Decide a confirm round: `true` once a majority hold the token, `false` once they
 /// cannot, `None` while the pending answers could still make a majority.
-pub fn decide_confirm(replies: &[Option<NodeResult<()>>]) -> Option<bool> {
+pub(crate) fn decide_confirm(replies: &[Option<NodeResult<()>>]) -> Option<bool> {
     let q = majority(replies.len());
     let ok = replies.iter().filter(|r| matches!(r, Some(Ok(())))).count();
     let open = replies.iter().filter(|r| r.is_none()).count();
@@ -145,7 +145,7 @@ pub fn decide_confirm(replies: &[Option<NodeResult<()>>]) -> Option<bool> {
 
 /// The outcome of a step that changes an existing lease (renew, release).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum OwnedOutcome<T> {
+pub(crate) enum OwnedOutcome<T> {
     /// A majority did it; their answers.
     Done(Vec<T>),
     /// A majority said the lease does not hold the lock.
@@ -154,7 +154,7 @@ pub enum OwnedOutcome<T> {
 }
 
 /// Decide a renew round: it needs a majority of masters to extend the lease.
-pub fn decide_owned<T: Clone>(
+pub(crate) fn decide_owned<T: Clone>(
     replies: &[Option<NodeResult<crate::store::node::Owned<T>>>],
 ) -> Option<OwnedOutcome<T>> {
     use crate::store::node::Owned;
@@ -188,7 +188,7 @@ pub fn decide_owned<T: Clone>(
 /// disagree on the lease's token and others have still to answer, it waits for them: a
 /// master whose acquire answered after its grant was decided holds the lease with its own
 /// counter until its backlog writes the grant's token there, and may answer first.
-pub fn decide_renew(
+pub(crate) fn decide_renew(
     replies: &[Option<NodeResult<crate::store::node::Owned<Holding>>>],
 ) -> Option<OwnedOutcome<Holding>> {
     let outcome = decide_owned(replies)?;
@@ -209,7 +209,7 @@ pub fn decide_renew(
 /// on, so such a hold is only unconfirmed: kept where it is, not extended in the holder's
 /// eyes, and judged again by the next renew.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct SessionVerdicts {
+pub(crate) struct SessionVerdicts {
     /// Carried (and extended) by a majority of all masters: valid as long as the session.
     pub kept: Vec<String>,
     /// Carried by fewer than a majority, and denied by fewer than a majority: its validity
@@ -223,7 +223,7 @@ pub struct SessionVerdicts {
 /// Judge every hold that any answer names (carried, or found gone) by `states`, the
 /// answers of the masters that renewed the session, out of `n` masters. Each list is in
 /// the order the holds were first named.
-pub fn judge_session_holds(
+pub(crate) fn judge_session_holds(
     states: &[crate::store::node::SessionState],
     n: usize,
 ) -> SessionVerdicts {
@@ -258,7 +258,7 @@ pub fn judge_session_holds(
 /// kept nor denied by a majority and others have still to answer, it waits for them: a
 /// hold whose grant reached the masters that answer last is not left unconfirmed for their
 /// slowness (each answer is bounded by the master timeout).
-pub fn decide_session_renew(
+pub(crate) fn decide_session_renew(
     replies: &[Option<NodeResult<crate::store::node::Owned<crate::store::node::SessionState>>>],
 ) -> Option<OwnedOutcome<crate::store::node::SessionState>> {
     let outcome = decide_owned(replies)?;
@@ -277,7 +277,7 @@ pub fn decide_session_renew(
 /// a master still silent then has its release finished (and repeated) by its backlog, and
 /// keeps the key until that lands or the TTL ends.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ReleaseOutcome {
+pub(crate) enum ReleaseOutcome {
     /// The lease was deleted from a majority: it held the lock, and no longer does.
     Released,
     /// The lease does not hold the lock on a majority (expired, revoked, never granted);
@@ -289,7 +289,7 @@ pub enum ReleaseOutcome {
 
 /// Decide a release from the answers so far (`None`: not answered yet); `None` while the
 /// missing answers could still change the outcome.
-pub fn decide_release(
+pub(crate) fn decide_release(
     replies: &[Option<NodeResult<crate::store::node::Owned<()>>>],
 ) -> Option<ReleaseOutcome> {
     use crate::store::node::Owned;
@@ -313,11 +313,11 @@ pub fn decide_release(
 
 /// What a majority of masters agree a lock's holder is: a holding whose `pttl_ms` is when
 /// it stops being on a majority (the majority-th longest remaining TTL).
-pub type Agreed = Holding;
+pub(crate) type Agreed = Holding;
 
 /// The outcome of reading a lock from every master.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum ReadOutcome {
+pub(crate) enum ReadOutcome {
     Held(Agreed),
     /// No lease holds the lock on a majority (free, or held only on a minority).
     Free,
@@ -331,7 +331,7 @@ pub enum ReadOutcome {
 
 /// Decide a read: a lease is the holder when a majority hold it, and its token is the
 /// value a majority report. `only` restricts the question to one lease (a lease check).
-pub fn decide_read(
+pub(crate) fn decide_read(
     replies: &[Option<NodeResult<Option<Holding>>>],
     only: Option<&str>,
 ) -> Option<ReadOutcome> {
@@ -397,7 +397,9 @@ pub fn decide_read(
 /// given: every master's answer is awaited, and a lease whose holders report different
 /// tokens is `Unsettled` (a grant decided on the first answers may still raise the token
 /// of the masters that answered them, and only after that is it answered).
-pub fn decide_settled_read(replies: &[Option<NodeResult<Option<Holding>>>]) -> Option<ReadOutcome> {
+pub(crate) fn decide_settled_read(
+    replies: &[Option<NodeResult<Option<Holding>>>],
+) -> Option<ReadOutcome> {
     if replies.iter().any(Option::is_none) {
         return None;
     }
@@ -421,7 +423,7 @@ pub fn decide_settled_read(replies: &[Option<NodeResult<Option<Holding>>>]) -> O
 
 /// One merged page of held locks.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Merged {
+pub(crate) struct Merged {
     /// The names a majority hold, with what they agree on, in name order.
     pub held: Vec<(String, Agreed)>,
     /// The name to continue after, when more may follow.
@@ -434,7 +436,7 @@ pub struct Merged {
 ///
 /// A master that stopped early has told us nothing past the last name it looked at, so the
 /// page ends there: a lock is never skipped because one master's page was shorter.
-pub fn merge_pages(pages: &[NodeResult<ListPage>], limit: usize) -> Option<Merged> {
+pub(crate) fn merge_pages(pages: &[NodeResult<ListPage>], limit: usize) -> Option<Merged> {
     let q = majority(pages.len());
     if pages.iter().filter(|p| p.is_ok()).count() < q {
         return None;
@@ -478,7 +480,7 @@ pub fn merge_pages(pages: &[NodeResult<ListPage>], limit: usize) -> Option<Merge
 
 /// What a majority of `n` masters agree on, given the holdings of those that renewed a lease
 /// (the others count as not holding it).
-pub fn agree(holdings: &[Holding], n: usize) -> Option<Agreed> {
+pub(crate) fn agree(holdings: &[Holding], n: usize) -> Option<Agreed> {
     let mut replies: Vec<Option<NodeResult<Option<Holding>>>> =
         holdings.iter().map(|h| Some(Ok(Some(h.clone())))).collect();
     replies.resize_with(n.max(holdings.len()), || Some(Ok(None)));

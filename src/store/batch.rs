@@ -64,7 +64,7 @@ impl Step {
     }
 
     /// The step's first key: on a cluster, its slot is the step's.
-    pub fn first_key(&self) -> Option<&str> {
+    pub(crate) fn first_key(&self) -> Option<&str> {
         match self.keys.args_iter().next()? {
             redis::Arg::Simple(bytes) => std::str::from_utf8(bytes).ok(),
             _ => None,
@@ -81,7 +81,7 @@ struct Queued {
 }
 
 /// The queue of one master's steps and the worker that sends them.
-pub struct Batcher {
+pub(crate) struct Batcher {
     queue: mpsc::UnboundedSender<Queued>,
     /// The worker's half until the first step starts it: a node is built before (and
     /// outside) the runtime that uses it, and a worker lives in that runtime.
@@ -123,7 +123,7 @@ struct Wire {
 
 /// How a master's batches are sent.
 #[derive(Debug, Clone, Copy)]
-pub struct Limits {
+pub(crate) struct Limits {
     /// How long a step may wait and be answered (the master timeout).
     pub timeout: Duration,
     /// The most steps one call carries: a batch's script runs to its end before the master
@@ -264,7 +264,7 @@ impl Worker {
 }
 
 /// The answer of a batch of one step (sent by itself), its clock already judged.
-pub fn single_answer(answers: Vec<Value>) -> NodeResult<Value> {
+pub(crate) fn single_answer(answers: Vec<Value>) -> NodeResult<Value> {
     match <[Value; 1]>::try_from(answers) {
         Ok([answer]) => answer_of(answer),
         Err(other) => Err(NodeError::Script(format!(
@@ -312,7 +312,7 @@ impl Wire {
 }
 
 /// A batch's answers and the master's clock they end with (`batch.lua`), in microseconds.
-pub fn split_time(reply: Value, steps: usize) -> NodeResult<(Vec<Value>, i64)> {
+pub(crate) fn split_time(reply: Value, steps: usize) -> NodeResult<(Vec<Value>, i64)> {
     match reply {
         Value::Array(mut answers) if answers.len() == steps + 1 => {
             let time = answers.pop().unwrap_or(Value::Nil);
@@ -331,7 +331,7 @@ pub fn split_time(reply: Value, steps: usize) -> NodeResult<(Vec<Value>, i64)> {
 
 /// The EVALSHA of `batch`: every step's keys, then for each step its name, its counts and
 /// its arguments (the layout `batch.lua` reads).
-pub fn pack<'a>(script: &Script, batch: impl IntoIterator<Item = &'a Step> + Clone) -> Cmd {
+pub(crate) fn pack<'a>(script: &Script, batch: impl IntoIterator<Item = &'a Step> + Clone) -> Cmd {
     let keys: usize = batch
         .clone()
         .into_iter()

@@ -38,11 +38,11 @@ const MARGIN: Duration = Duration::from_millis(5);
 
 /// How far a first reading may differ from another replica's record of the same master
 /// and still be vouched for by it (the replicas' own clocks must agree this well).
-pub const VOUCH_TOLERANCE: Duration = Duration::from_millis(100);
+pub(crate) const VOUCH_TOLERANCE: Duration = Duration::from_millis(100);
 
 /// How old, by the master's clock, a record may be and still vouch (records are written
 /// about once a second).
-pub const RECORD_FRESH: Duration = Duration::from_secs(10);
+pub(crate) const RECORD_FRESH: Duration = Duration::from_secs(10);
 
 /// What a master's clock is held to.
 #[derive(Debug, Clone, Copy)]
@@ -74,7 +74,7 @@ impl Default for ClockPolicy {
 
 /// One reading of a master's clock.
 #[derive(Debug, Clone, Copy)]
-pub struct Reading {
+pub(crate) struct Reading {
     /// When the call that carried it left, and when its answer arrived, by this process.
     pub sent: Instant,
     pub received: Instant,
@@ -94,7 +94,7 @@ pub struct Jump {
 
 impl Jump {
     /// As `/readyz` says it: "clock jumped +20.3 s".
-    pub fn describe(&self) -> String {
+    pub(crate) fn describe(&self) -> String {
         format!("clock jumped {:+.1} s", self.by_us as f64 / 1e6)
     }
 }
@@ -131,7 +131,7 @@ struct State {
 
 /// One master's clock, watched (see the module's doc).
 #[derive(Debug)]
-pub struct ClockWatch {
+pub(crate) struct ClockWatch {
     policy: ClockPolicy,
     state: Mutex<State>,
 }
@@ -160,7 +160,7 @@ impl ClockWatch {
     /// clocks.lua) agrees with it within `VOUCH_TOLERANCE` and the round trip: then the
     /// master's clock stood there a moment ago for a replica that watched it, and a jump
     /// since would show as a difference.
-    pub fn observe_vouched(
+    pub(crate) fn observe_vouched(
         &self,
         reading: Reading,
         records: &[(i64, i64)],
@@ -262,7 +262,7 @@ impl ClockWatch {
     /// `settle`, for calls sent from `at` on. `at` is read once the master's marker was
     /// seen gone; a call carried out before that left at least a round trip earlier, so
     /// only calls sent strictly before `at` are refused.
-    pub fn settle_at(&self, at: Instant) {
+    pub(crate) fn settle_at(&self, at: Instant) {
         let mut state = self.state();
         if let Some(jump) = state.pending.take() {
             state.settled = Some((at, jump));
@@ -319,14 +319,14 @@ fn judge(a: &Reading, b: &Reading, drift_factor: f64) -> Option<Jump> {
 }
 
 /// This process's wall clock, in microseconds since the Unix epoch.
-pub fn wall_us() -> i64 {
+pub(crate) fn wall_us() -> i64 {
     SystemTime::now()
         .duration_since(SystemTime::UNIX_EPOCH)
         .map_or(0, |d| i64::try_from(d.as_micros()).unwrap_or(i64::MAX))
 }
 
 /// A `TIME` answer (seconds and microseconds, as strings or integers), in microseconds.
-pub fn parse_time(value: &redis::Value) -> Option<i64> {
+pub(crate) fn parse_time(value: &redis::Value) -> Option<i64> {
     let redis::Value::Array(parts) = value else {
         return None;
     };

@@ -46,7 +46,7 @@ const UPKEEP_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// How long one probe or restore of a whole cluster may take (each of its pipelined chunks
 /// is bounded by `UPKEEP_TIMEOUT`).
-pub const UPKEEP_BUDGET: Duration = Duration::from_secs(30);
+pub(crate) const UPKEEP_BUDGET: Duration = Duration::from_secs(30);
 
 /// How long a shard that was unverified waits before a probe may verify it (as a master's).
 const VERIFY_AFTER: Duration = Duration::from_millis(300);
@@ -177,7 +177,7 @@ pub struct Cluster {
 }
 
 /// Classify a client error by its kind, never by its message.
-pub fn classify(e: &redis::RedisError) -> NodeError {
+pub(crate) fn classify(e: &redis::RedisError) -> NodeError {
     use redis::{ErrorKind, ServerErrorKind};
     if e.is_timeout() {
         NodeError::Timeout
@@ -302,7 +302,7 @@ impl Cluster {
     /// Read the slot map again, from the seed or any node known. A slot whose new owner was
     /// a replica of its old one failed over: that shard's slots are unmarked (see the
     /// module's doc).
-    pub async fn refresh(&self) -> NodeResult<()> {
+    pub(crate) async fn refresh(&self) -> NodeResult<()> {
         let _one = self.refreshing.lock().await;
         let seed = format!(
             "{}:{}",
@@ -612,7 +612,7 @@ impl Cluster {
     }
 
     /// Every (shard, matching key) of a scan of the whole cluster for `pattern`.
-    pub async fn scan(&self, pattern: &str) -> NodeResult<Vec<String>> {
+    pub(crate) async fn scan(&self, pattern: &str) -> NodeResult<Vec<String>> {
         let mut found = Vec::new();
         for (shard, _) in self.shards() {
             let mut conn = shard.upkeep.clone();

@@ -97,7 +97,7 @@ impl Keys {
         }
     }
 
-    pub fn is_cluster(&self) -> bool {
+    pub(crate) fn is_cluster(&self) -> bool {
         self.cluster
     }
 
@@ -148,7 +148,7 @@ impl Keys {
 
     /// A SCAN pattern for every name's claim key on a single master (the prefix's glob
     /// characters escaped).
-    pub fn claims_pattern(&self) -> String {
+    pub(crate) fn claims_pattern(&self) -> String {
         let mut pattern = String::new();
         for c in self.prefix.chars() {
             if matches!(c, '*' | '?' | '[' | ']' | '\\') {
@@ -161,19 +161,19 @@ impl Keys {
     }
 
     /// The prefix of the keys of the shared holds of the lock that `key` is.
-    pub fn readers_of(&self, key: &LockKey) -> String {
+    pub(crate) fn readers_of(&self, key: &LockKey) -> String {
         self.named(Kind::Reader.segment(), self.tag(key), "/")
     }
 
     /// What every shared hold's key starts with, up to its lock's name (with the opening
     /// of the hash tag in the cluster layout).
-    pub fn readers_head(&self) -> String {
+    pub(crate) fn readers_head(&self) -> String {
         let head = format!("{}{}", self.prefix, Kind::Reader.segment());
         if self.cluster { head + "{" } else { head }
     }
 
     /// The prefix of the keys of semaphore `name`'s slots.
-    pub fn slots_of(&self, name: &str) -> String {
+    pub(crate) fn slots_of(&self, name: &str) -> String {
         self.named(Kind::Semaphore.segment(), name, "/")
     }
 
@@ -212,26 +212,26 @@ impl Keys {
     }
 
     /// A single master's marker (its whole keyspace's).
-    pub fn master_marker(&self) -> &str {
+    pub(crate) fn master_marker(&self) -> &str {
         &self.marker
     }
 
     /// A single master's fencing counter.
-    pub fn master_fence(&self) -> &str {
+    pub(crate) fn master_fence(&self) -> &str {
         &self.fence
     }
 
     /// The fencing counter of a cluster's hash slot.
-    pub fn fence_at(&self, slot: u16) -> String {
+    pub(crate) fn fence_at(&self, slot: u16) -> String {
         self.in_slot("fence", slot)
     }
 
     /// The marker of a cluster's hash slot.
-    pub fn marker_at(&self, slot: u16) -> String {
+    pub(crate) fn marker_at(&self, slot: u16) -> String {
         self.in_slot("marker", slot)
     }
 
-    pub fn watermarks(&self) -> &str {
+    pub(crate) fn watermarks(&self) -> &str {
         &self.watermarks
     }
 
@@ -254,13 +254,13 @@ impl Keys {
 
     /// What the grant scripts are given as the index (KEYS) and the prefix its pruning reads
     /// (ARGV): in the cluster layout, the step's own first key, untouched, and ''.
-    pub fn index_args<'a>(&'a self, kind: Kind, first: &'a str) -> (&'a str, &'a str) {
+    pub(crate) fn index_args<'a>(&'a self, kind: Kind, first: &'a str) -> (&'a str, &'a str) {
         self.index(kind).unwrap_or((first, ""))
     }
 
     /// The pattern of `kind`'s lock keys whose names start with `prefix`, for a scan
     /// (cluster layout), and how long the part before the name is.
-    pub fn scan_pattern(&self, kind: Kind, prefix: &str) -> (String, usize) {
+    pub(crate) fn scan_pattern(&self, kind: Kind, prefix: &str) -> (String, usize) {
         let head = format!("{}{}{{", self.prefix, kind.segment());
         let mut pattern = head.clone();
         for c in prefix.chars() {
@@ -284,17 +284,17 @@ impl Keys {
     }
 
     /// A single master's two channels.
-    pub fn master_channels(&self) -> (&str, &str) {
+    pub(crate) fn master_channels(&self) -> (&str, &str) {
         (&self.channel, &self.events)
     }
 
     /// The release channel of a cluster's hash slot (a shard channel).
-    pub fn channel_at(&self, slot: u16) -> String {
+    pub(crate) fn channel_at(&self, slot: u16) -> String {
         self.in_slot("released", slot)
     }
 
     /// The events channel of a cluster's hash slot (a shard channel).
-    pub fn events_at(&self, slot: u16) -> String {
+    pub(crate) fn events_at(&self, slot: u16) -> String {
         self.in_slot("events", slot)
     }
 
@@ -305,13 +305,13 @@ impl Keys {
     }
 
     /// The record of session `id` in a cluster's hash `slot`, beside its holds there.
-    pub fn session_in(&self, id: &str, slot: u16) -> String {
+    pub(crate) fn session_in(&self, id: &str, slot: u16) -> String {
         format!("{}session:{{{}}}{id}", self.prefix, slot_tag(slot))
     }
 
     /// What a session's hash records of `hold` (see session.lua): what it is, then the keys
     /// that carry it.
-    pub fn session_entry(&self, hold: &SessionHold) -> (String, Vec<String>) {
+    pub(crate) fn session_entry(&self, hold: &SessionHold) -> (String, Vec<String>) {
         let key = &hold.key;
         let mut keys = Vec::new();
         let mut entry = format!("{} {} {}", key.kind.word(), hold.token, key.name);

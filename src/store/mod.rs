@@ -15,7 +15,7 @@ pub mod redis;
 use std::time::SystemTime;
 
 /// Microseconds since the Unix epoch: a fencing floor that only rises with time.
-pub fn clock_floor() -> u64 {
+pub(crate) fn clock_floor() -> u64 {
     SystemTime::now()
         .duration_since(SystemTime::UNIX_EPOCH)
         .map_or(0, |d| u64::try_from(d.as_micros()).unwrap_or(u64::MAX))

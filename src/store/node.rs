@@ -165,7 +165,7 @@ pub enum NodeError {
 
 impl NodeError {
     /// Every `kind` label value.
-    pub const KINDS: [&'static str; 7] = [
+    pub(crate) const KINDS: [&'static str; 7] = [
         "timeout",
         "connection",
         "script",
@@ -189,7 +189,7 @@ impl NodeError {
     }
 }
 
-pub type NodeResult<T> = Result<T, NodeError>;
+pub(crate) type NodeResult<T> = Result<T, NodeError>;
 
 /// What a master relays from the redlockd replicas that use it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -287,7 +287,7 @@ impl<'a> Renewal<'a> {
 
 /// Called with every announcement a master relays, so that waiting grants and observers
 /// in every redlockd replica learn of releases and grants at once.
-pub type Listener = Arc<dyn Fn(Announcement<'_>) + Send + Sync>;
+pub(crate) type Listener = Arc<dyn Fn(Announcement<'_>) + Send + Sync>;
 
 /// One independent master. Each method is a single atomic step on that master; the engine
 /// bounds every call with the master timeout, so implementations need not.

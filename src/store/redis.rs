@@ -108,7 +108,7 @@ impl RedisNode {
     }
 
     /// As `new`, with the quarantine a cluster's shards are held to.
-    pub fn with_policy(
+    pub(crate) fn with_policy(
         url: &MasterUrl,
         key_prefix: &str,
         timeout: Duration,

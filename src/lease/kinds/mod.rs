@@ -101,7 +101,7 @@ impl Target {
 
     /// The same target, whose lease leaves its name refused for `delay` after it ends
     /// other than by its holder's revoke.
-    pub fn with_lock_delay(self, delay: Duration) -> Self {
+    pub(crate) fn with_lock_delay(self, delay: Duration) -> Self {
         Self {
             lock_delay: delay,
             ..self
@@ -109,7 +109,7 @@ impl Target {
     }
 
     /// The same target, held through session `id`.
-    pub fn in_session(self, id: SessionId) -> Self {
+    pub(crate) fn in_session(self, id: SessionId) -> Self {
         Self {
             session: Some(id),
             ..self

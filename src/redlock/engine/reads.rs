@@ -76,7 +76,7 @@ impl Redlock {
     /// Who holds `key`, for an observer: every master's answer is awaited, and a holder
     /// whose masters report different tokens (its grant is still being decided) is
     /// `Unsettled` rather than reported with a token it may not be given.
-    pub async fn sight(&self, key: &LockKey) -> Result<Sighting, EngineError> {
+    pub(crate) async fn sight(&self, key: &LockKey) -> Result<Sighting, EngineError> {
         Ok(
             match self.read_as(key, quorum::decide_settled_read).await? {
                 Some((agreed, elapsed)) => {

@@ -141,7 +141,7 @@ impl Redlock {
 
     /// End session `id`: its record goes from every master, and every hold any master
     /// listed for it is released (announced, as a revoke is). The holds released.
-    pub async fn end_session(&self, id: &str) -> Result<Vec<SessionHold>, EngineError> {
+    pub(crate) async fn end_session(&self, id: &str) -> Result<Vec<SessionHold>, EngineError> {
         let (states, _, _) = self.session_step(id, Op::End).await?;
         let mut holds: Vec<SessionHold> = Vec::new();
         for hold in states.into_iter().flat_map(|s| s.holds) {

@@ -61,7 +61,7 @@ impl Cluster {
 
     /// Raise the counter of each of `slots` to `fence` and leave its marker with
     /// `identity`.
-    pub async fn restore_slots(
+    pub(crate) async fn restore_slots(
         &self,
         shard: &Shard,
         slots: &[u16],
@@ -95,7 +95,7 @@ impl Cluster {
 
     /// Remove every marker that carries `identity`: the engine judged the whole cluster
     /// to have gone back in time.
-    pub async fn unmark_all(&self, identity: &str, unmark: &Script) -> NodeResult<()> {
+    pub(crate) async fn unmark_all(&self, identity: &str, unmark: &Script) -> NodeResult<()> {
         for (shard, slots) in self.shards() {
             self.per_slot(&shard, &slots, unmark, |slot| {
                 (vec![self.keys.marker_at(slot)], vec![identity.to_owned()])
@@ -108,7 +108,7 @@ impl Cluster {
 
     /// Restore every shard (the engine's restore of the whole cluster: a new deployment,
     /// or its quarantine over).
-    pub async fn restore_all(
+    pub(crate) async fn restore_all(
         &self,
         fence: u64,
         identity: &str,
