@@ -63,6 +63,18 @@ impl Step {
         self
     }
 
+    /// Which step script it runs.
+    #[cfg(test)]
+    pub fn name(&self) -> &'static str {
+        self.name
+    }
+
+    /// How many keys and arguments it carries.
+    #[cfg(test)]
+    pub fn counts(&self) -> (usize, usize) {
+        (self.keys.args_iter().count(), self.args.args_iter().count())
+    }
+
     /// The step's first key: on a cluster, its slot is the step's.
     pub(crate) fn first_key(&self) -> Option<&str> {
         match self.keys.args_iter().next()? {

@@ -35,6 +35,7 @@ use crate::model::{FencingToken, Kind, LockKey, SessionHold, Traffic, claimant_o
 mod announce;
 mod reply;
 mod sessions;
+mod steps;
 
 use reply::{Reply, acquired};
 
@@ -370,9 +371,7 @@ impl RedisNode {
 
     /// `read` of one key (a several-name lease's member keys are listed one by one).
     async fn read_one(&self, key: LockKey) -> NodeResult<Vec<Holding>> {
-        let mut step = Step::new("read");
-        step.key(self.keys.lock(&key)).key(&*self.keys.marker(&key));
-        let reply = self.step(step).await?;
+        let reply = self.step(steps::read(&self.keys, &key)).await?;
         if reply.status()? == 0 {
             return Ok(Vec::new());
         }
@@ -395,43 +394,7 @@ impl LockNode for RedisNode {
                 self.acquire_group(claim, &key.members()).await
             };
         }
-        let lock = self.keys.lock(key);
-        let (index, pruning) = self.keys.index_args(key.kind, &lock);
-        let mut step;
-        if key.kind == Kind::Reader {
-            step = Step::new("share");
-            step.key(&lock)
-                .key(&*self.keys.fence(key))
-                .key(&*self.keys.marker(key))
-                .key(index)
-                .key(self.keys.lock(&LockKey::mutex(key.owner_name())))
-                .key(self.keys.shared(key))
-                .key(self.keys.claim(key));
-        } else {
-            step = Step::new("acquire");
-            step.key(&lock)
-                .key(&*self.keys.fence(key))
-                .key(&*self.keys.marker(key))
-                .key(index)
-                .key(self.keys.shared(key))
-                .key(self.keys.claim(key));
-        }
-        step.arg(claim.lease)
-            .arg(claim.ttl_ms)
-            .arg(claim.owner.unwrap_or(""))
-            .arg(&*key.name)
-            .arg(pruning)
-            .arg(claim.listeners.flags())
-            .arg(self.keys.readers_of(key))
-            .arg(claim.listeners.patience_ms);
-        if key.kind != Kind::Reader {
-            step.arg(claim.lock_delay_ms);
-        }
-        if let Some(idem) = claim.idem {
-            step.key(self.keys.idem(key, &idem.record))
-                .arg(&idem.fingerprint)
-                .arg(&idem.attempt);
-        }
+        let step = steps::acquire(&self.keys, &claim);
         let acquired = acquired(&self.step(step).await?)?;
         if let (Acquired::Granted { token }, Some(cluster)) = (&acquired, self.cluster()) {
             cluster.saw(self.keys.slot(key), *token);
@@ -443,13 +406,9 @@ impl LockNode for RedisNode {
         if key.kind == Kind::Group {
             return group::confirm(self, key, lease, token).await;
         }
-        let mut step = Step::new("confirm");
-        step.key(self.keys.lock(key))
-            .key(&*self.keys.fence(key))
-            .key(&*self.keys.marker(key))
-            .arg(lease)
-            .arg(token);
-        let reply = self.step(step).await?;
+        let reply = self
+            .step(steps::confirm(&self.keys, key, lease, token))
+            .await?;
         reply.status()?;
         if let Some(cluster) = self.cluster() {
             cluster.saw(self.keys.slot(key), token);
@@ -461,22 +420,8 @@ impl LockNode for RedisNode {
         if renewal.key.kind == Kind::Group {
             return group::renew(self, renewal).await;
         }
-        let (lease, ttl_ms) = (renewal.lease, renewal.ttl_ms);
-        let mut step = Step::new("renew");
-        step.key(self.keys.lock(renewal.key))
-            .key(&*self.keys.marker(renewal.key))
-            .key(self.keys.claim(renewal.key));
-        if renewal.key.kind == Kind::Reader {
-            step.key(self.keys.shared(renewal.key));
-        }
-        step.arg(lease);
-        match ttl_ms {
-            Some(ttl) => step.arg(ttl),
-            None => step.arg(""),
-        };
-        if let Some(owner) = renewal.owner {
-            step.arg(owner);
-        }
+        let step = steps::renew(&self.keys, &renewal);
+        let lease = renewal.lease;
         let reply = self.step(step).await?;
         if reply.status()? == 0 {
             return Ok(Owned::NotOwner);
@@ -494,27 +439,7 @@ impl LockNode for RedisNode {
         if key.kind == Kind::Group {
             return group::release(self, key, lease, ending).await;
         }
-        let (announce, attempt) = match ending {
-            Ending::Revoke => ("1", ""),
-            Ending::Evict => ("2", ""),
-            Ending::Undo { attempt } => ("0", attempt.as_deref().unwrap_or("")),
-        };
-        let mut step = Step::new("release");
-        step.key(self.keys.lock(key))
-            .key(&*self.keys.marker(key))
-            .key(self.keys.claim(key));
-        if key.kind == Kind::Reader {
-            step.key(self.keys.shared(key));
-        }
-        step.arg(lease)
-            .arg(&*self.keys.channel(key))
-            .arg(announce)
-            .arg(&*self.keys.events(key))
-            .arg(&*key.topic())
-            .arg(attempt);
-        if self.keys.is_cluster() {
-            step.arg("s");
-        }
+        let step = steps::release(&self.keys, key, lease, ending);
         let reply = self.step(step).await?;
         Ok(match reply.status()? {
             1 => Owned::Yes(()),
@@ -526,9 +451,7 @@ impl LockNode for RedisNode {
         if key.kind == Kind::Group {
             return group::read(self, key).await;
         }
-        let mut step = Step::new("read");
-        step.key(self.keys.lock(key)).key(&*self.keys.marker(key));
-        let reply = self.step(step).await?;
+        let reply = self.step(steps::read(&self.keys, key)).await?;
         if reply.status()? == 0 {
             return Ok(Vec::new());
         }

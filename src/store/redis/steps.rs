@@ -1,0 +1,254 @@
+//! One builder per script of a lock's life: the keys and arguments of each step, in the
+//! order its header lists them (`scripts/<name>.lua`). The tests below hold every builder
+//! to its script's header and to the arity its guard accepts, without Redis.
+
+use super::*;
+
+/// acquire.lua, or share.lua for a shared hold: a grant's attempt at `claim.key`.
+pub(super) fn acquire(keys: &Keys, claim: &Claim<'_>) -> Step {
+    let key = claim.key;
+    let lock = keys.lock(key);
+    let (index, pruning) = keys.index_args(key.kind, &lock);
+    let mut step;
+    if key.kind == Kind::Reader {
+        step = Step::new("share");
+        step.key(&lock)
+            .key(&*keys.fence(key))
+            .key(&*keys.marker(key))
+            .key(index)
+            .key(keys.lock(&LockKey::mutex(key.owner_name())))
+            .key(keys.shared(key))
+            .key(keys.claim(key));
+    } else {
+        step = Step::new("acquire");
+        step.key(&lock)
+            .key(&*keys.fence(key))
+            .key(&*keys.marker(key))
+            .key(index)
+            .key(keys.shared(key))
+            .key(keys.claim(key));
+    }
+    step.arg(claim.lease)
+        .arg(claim.ttl_ms)
+        .arg(claim.owner.unwrap_or(""))
+        .arg(&*key.name)
+        .arg(pruning)
+        .arg(claim.listeners.flags())
+        .arg(keys.readers_of(key))
+        .arg(claim.listeners.patience_ms);
+    if key.kind != Kind::Reader {
+        step.arg(claim.lock_delay_ms);
+    }
+    if let Some(idem) = claim.idem {
+        step.key(keys.idem(key, &idem.record))
+            .arg(&idem.fingerprint)
+            .arg(&idem.attempt);
+    }
+    step
+}
+
+/// confirm.lua: a grant decided on a majority, confirmed where it was won.
+pub(super) fn confirm(keys: &Keys, key: &LockKey, lease: &str, token: u64) -> Step {
+    let mut step = Step::new("confirm");
+    step.key(keys.lock(key))
+        .key(&*keys.fence(key))
+        .key(&*keys.marker(key))
+        .arg(lease)
+        .arg(token);
+    step
+}
+
+/// renew.lua.
+pub(super) fn renew(keys: &Keys, renewal: &Renewal<'_>) -> Step {
+    let mut step = Step::new("renew");
+    step.key(keys.lock(renewal.key))
+        .key(&*keys.marker(renewal.key))
+        .key(keys.claim(renewal.key));
+    if renewal.key.kind == Kind::Reader {
+        step.key(keys.shared(renewal.key));
+    }
+    step.arg(renewal.lease);
+    match renewal.ttl_ms {
+        Some(ttl) => step.arg(ttl),
+        None => step.arg(""),
+    };
+    if let Some(owner) = renewal.owner {
+        step.arg(owner);
+    }
+    step
+}
+
+/// release.lua: a revoke, an eviction or the undo of a failed attempt.
+pub(super) fn release(keys: &Keys, key: &LockKey, lease: &str, ending: &Ending) -> Step {
+    let (announce, attempt) = match ending {
+        Ending::Revoke => ("1", ""),
+        Ending::Evict => ("2", ""),
+        Ending::Undo { attempt } => ("0", attempt.as_deref().unwrap_or("")),
+    };
+    let mut step = Step::new("release");
+    step.key(keys.lock(key))
+        .key(&*keys.marker(key))
+        .key(keys.claim(key));
+    if key.kind == Kind::Reader {
+        step.key(keys.shared(key));
+    }
+    step.arg(lease)
+        .arg(&*keys.channel(key))
+        .arg(announce)
+        .arg(&*keys.events(key))
+        .arg(&*key.topic())
+        .arg(attempt);
+    if keys.is_cluster() {
+        step.arg("s");
+    }
+    step
+}
+
+/// read.lua: who holds `key` here.
+pub(super) fn read(keys: &Keys, key: &LockKey) -> Step {
+    let mut step = Step::new("read");
+    step.key(keys.lock(key)).key(&*keys.marker(key));
+    step
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::{Idem, Listeners, LockName};
+    use std::collections::BTreeSet;
+
+    /// The script's text.
+    fn script(name: &str) -> &'static str {
+        match name {
+            "acquire" => include_str!("../scripts/acquire.lua"),
+            "share" => include_str!("../scripts/share.lua"),
+            "confirm" => include_str!("../scripts/confirm.lua"),
+            "renew" => include_str!("../scripts/renew.lua"),
+            "release" => include_str!("../scripts/release.lua"),
+            "read" => include_str!("../scripts/read.lua"),
+            other => panic!("no script {other}"),
+        }
+    }
+
+    /// The `KEYS[n]` and `ARGV[n]` positions the header (the comments before the code)
+    /// describes.
+    fn header(text: &str) -> (BTreeSet<usize>, BTreeSet<usize>) {
+        let mut keys = BTreeSet::new();
+        let mut args = BTreeSet::new();
+        for line in text.lines().take_while(|l| l.starts_with("--")) {
+            for (set, tag) in [(&mut keys, "KEYS["), (&mut args, "ARGV[")] {
+                for (at, _) in line.match_indices(tag) {
+                    let digits: String = line[at + tag.len()..]
+                        .chars()
+                        .take_while(char::is_ascii_digit)
+                        .collect();
+                    if let Ok(n) = digits.parse() {
+                        set.insert(n);
+                    }
+                }
+            }
+        }
+        (keys, args)
+    }
+
+    /// The counts the script's guard names for `#KEYS` and `#ARGV` (the first lines that
+    /// compare them with a number): what it accepts.
+    fn guard(text: &str, of: &str) -> BTreeSet<usize> {
+        let mut counts = BTreeSet::new();
+        for line in text.lines().filter(|l| !l.starts_with("--")).take(6) {
+            for op in [" == ", " ~= "] {
+                let tag = format!("{of}{op}");
+                for (at, _) in line.match_indices(&tag) {
+                    let digits: String = line[at + tag.len()..]
+                        .chars()
+                        .take_while(char::is_ascii_digit)
+                        .collect();
+                    if let Ok(n) = digits.parse() {
+                        counts.insert(n);
+                    }
+                }
+            }
+        }
+        counts
+    }
+
+    /// `step` against its script: every key and argument position is one the header
+    /// describes, and the counts are ones the guard accepts.
+    fn holds_to_its_script(step: &Step, case: &str) {
+        let text = script(step.name());
+        let (keys, args) = step.counts();
+        let (documented_keys, documented_args) = header(text);
+        for (count, documented, what) in [
+            (keys, &documented_keys, "KEYS"),
+            (args, &documented_args, "ARGV"),
+        ] {
+            let missing: Vec<usize> = (1..=count).filter(|n| !documented.contains(n)).collect();
+            assert!(
+                missing.is_empty(),
+                "{case}: {}.lua's header does not describe {what} {missing:?}",
+                step.name()
+            );
+        }
+        let (accepted_keys, accepted_args) = (guard(text, "#KEYS"), guard(text, "#ARGV"));
+        assert!(
+            accepted_keys.contains(&keys) && accepted_args.contains(&args),
+            "{case}: {} keys and {args} arguments; {}.lua accepts {accepted_keys:?} and {accepted_args:?}",
+            keys,
+            step.name()
+        );
+    }
+
+    #[test]
+    fn every_builder_sends_what_its_script_describes_and_accepts() {
+        for cluster in [false, true] {
+            let keys = Keys::new("redlockd:", cluster);
+            let lock = LockKey::mutex("a");
+            let election = LockName::election("e").expect("name").key();
+            let slot = LockKey::slot("s", 2);
+            let id = crate::model::LeaseId::generate().shared();
+            let reader = LockKey::reader("a", &id);
+            let idem = Idem {
+                record: "r".into(),
+                fingerprint: "f".into(),
+                attempt: "n".into(),
+            };
+            for key in [&lock, &election, &slot, &reader] {
+                let case = format!("{key} (cluster: {cluster})");
+                let mut claim = Claim::new(key, "L", 1000);
+                claim.listeners = Listeners::default();
+                holds_to_its_script(&acquire(&keys, &claim), &case);
+                claim.idem = Some(&idem);
+                holds_to_its_script(&acquire(&keys, &claim), &format!("{case}, keyed"));
+                holds_to_its_script(&confirm(&keys, key, "L", 7), &case);
+                for (ttl_ms, owner) in [(None, None), (Some(500), Some("o"))] {
+                    let renewal = Renewal {
+                        key,
+                        lease: "L",
+                        ttl_ms,
+                        owner,
+                    };
+                    holds_to_its_script(&renew(&keys, &renewal), &case);
+                }
+                for ending in [
+                    Ending::Revoke,
+                    Ending::Evict,
+                    Ending::Undo {
+                        attempt: Some("n".into()),
+                    },
+                ] {
+                    holds_to_its_script(&release(&keys, key, "L", &ending), &case);
+                }
+                holds_to_its_script(&read(&keys, key), &case);
+            }
+        }
+    }
+
+    #[test]
+    fn the_check_sees_a_position_the_header_does_not_describe() {
+        let keys = Keys::new("redlockd:", false);
+        let mut step = read(&keys, &LockKey::mutex("a"));
+        step.arg("one too many");
+        let result = std::panic::catch_unwind(|| holds_to_its_script(&step, "read + 1"));
+        assert!(result.is_err(), "an undescribed ARGV[1] went unseen");
+    }
+}
