@@ -285,36 +285,10 @@ impl RedisNode {
 
     /// acquire_many.lua for `names` (all of `claim`'s names, or those of one slot).
     async fn acquire_group(&self, claim: Claim<'_>, names: &[LockKey]) -> NodeResult<Acquired> {
-        let key = claim.key;
         let first = names
             .first()
             .ok_or_else(|| NodeError::Other("a several-name grant without names".into()))?;
-        let fence = self.keys.fence(first);
-        let (index, pruning) = self.keys.index_args(Kind::Mutex, &fence);
-        let mut step = Step::new("acquire_many");
-        step.key(&*fence).key(&*self.keys.marker(first)).key(index);
-        for member in names {
-            step.key(self.keys.lock(member))
-                .key(self.keys.shared(member))
-                .key(self.keys.claim(member));
-        }
-        step.arg(claim.lease)
-            .arg(claim.ttl_ms)
-            .arg(claim.owner.unwrap_or(""))
-            .arg(claim.listeners.flags())
-            .arg(pruning)
-            .arg(&*key.name)
-            .arg(claimant_of(claim.lease))
-            .arg(self.keys.readers_head())
-            .arg(claim.listeners.patience_ms);
-        for member in names {
-            step.arg(&*member.name);
-        }
-        if let Some(idem) = claim.idem {
-            step.key(self.keys.idem(first, &idem.record))
-                .arg(&idem.fingerprint)
-                .arg(&idem.attempt);
-        }
+        let step = steps::acquire_many(&self.keys, &claim, names, first);
         let reply = self.step(step).await?;
         let acquired = acquired(&reply)?;
         if let (Acquired::Granted { token }, Some(cluster)) = (&acquired, self.cluster()) {
@@ -493,11 +467,7 @@ impl LockNode for RedisNode {
     }
 
     async fn members(&self, key: &LockKey, lease: &str) -> NodeResult<Option<String>> {
-        let mut step = Step::new("members");
-        step.key(self.keys.lock(key))
-            .key(&*self.keys.marker(key))
-            .arg(lease);
-        let reply = self.step(step).await?;
+        let reply = self.step(steps::members(&self.keys, key, lease)).await?;
         if reply.status()? == 0 {
             return Ok(None);
         }
@@ -505,14 +475,7 @@ impl LockNode for RedisNode {
     }
 
     async fn slots(&self, name: &str, limit: u16) -> NodeResult<Vec<(u16, Holding)>> {
-        let mut step = Step::new("slots");
-        step.key(&*self.keys.marker(&LockKey {
-            kind: Kind::Semaphore,
-            name: name.into(),
-        }))
-        .arg(self.keys.slots_of(name))
-        .arg(limit);
-        let reply = self.step(step).await?;
+        let reply = self.step(steps::slots(&self.keys, name, limit)).await?;
         reply.status()?;
         let mut held = Vec::new();
         let mut at = 1;

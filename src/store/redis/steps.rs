@@ -111,6 +111,62 @@ pub(super) fn read(keys: &Keys, key: &LockKey) -> Step {
     step
 }
 
+/// acquire_many.lua for `names` (all of `claim`'s names, or those of one slot), the
+/// counter and marker of `first`'s slot.
+pub(super) fn acquire_many(
+    keys: &Keys,
+    claim: &Claim<'_>,
+    names: &[LockKey],
+    first: &LockKey,
+) -> Step {
+    let fence = keys.fence(first);
+    let (index, pruning) = keys.index_args(Kind::Mutex, &fence);
+    let mut step = Step::new("acquire_many");
+    step.key(&*fence).key(&*keys.marker(first)).key(index);
+    for member in names {
+        step.key(keys.lock(member))
+            .key(keys.shared(member))
+            .key(keys.claim(member));
+    }
+    step.arg(claim.lease)
+        .arg(claim.ttl_ms)
+        .arg(claim.owner.unwrap_or(""))
+        .arg(claim.listeners.flags())
+        .arg(pruning)
+        .arg(&*claim.key.name)
+        .arg(claimant_of(claim.lease))
+        .arg(keys.readers_head())
+        .arg(claim.listeners.patience_ms);
+    for member in names {
+        step.arg(&*member.name);
+    }
+    if let Some(idem) = claim.idem {
+        step.key(keys.idem(first, &idem.record))
+            .arg(&idem.fingerprint)
+            .arg(&idem.attempt);
+    }
+    step
+}
+
+/// members.lua: a several-name lease's names, through one of them.
+pub(super) fn members(keys: &Keys, key: &LockKey, lease: &str) -> Step {
+    let mut step = Step::new("members");
+    step.key(keys.lock(key)).key(&*keys.marker(key)).arg(lease);
+    step
+}
+
+/// slots.lua: the permits of semaphore `name` below `limit` held here.
+pub(super) fn slots(keys: &Keys, name: &str, limit: u16) -> Step {
+    let mut step = Step::new("slots");
+    step.key(&*keys.marker(&LockKey {
+        kind: Kind::Semaphore,
+        name: name.into(),
+    }))
+    .arg(keys.slots_of(name))
+    .arg(limit);
+    step
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -126,6 +182,9 @@ mod tests {
             "renew" => include_str!("../scripts/renew.lua"),
             "release" => include_str!("../scripts/release.lua"),
             "read" => include_str!("../scripts/read.lua"),
+            "members" => include_str!("../scripts/members.lua"),
+            "slots" => include_str!("../scripts/slots.lua"),
+            "acquire_many" => include_str!("../scripts/acquire_many.lua"),
             other => panic!("no script {other}"),
         }
     }
@@ -239,7 +298,9 @@ mod tests {
                     holds_to_its_script(&release(&keys, key, "L", &ending), &case);
                 }
                 holds_to_its_script(&read(&keys, key), &case);
+                holds_to_its_script(&members(&keys, key, "L_m"), &case);
             }
+            holds_to_its_script(&slots(&keys, "s", 3), "slots");
         }
     }
 
@@ -250,5 +311,36 @@ mod tests {
         step.arg("one too many");
         let result = std::panic::catch_unwind(|| holds_to_its_script(&step, "read + 1"));
         assert!(result.is_err(), "an undescribed ARGV[1] went unseen");
+    }
+
+    #[test]
+    fn a_several_name_grant_sends_the_arity_its_guard_computes() {
+        // acquire_many.lua: 3 keys, then 3 per name (and the key's record); 9 arguments,
+        // then one per name (and the key's fingerprint and nonce).
+        let text = script("acquire_many");
+        assert!(text.contains("local n = math.floor((#KEYS - 3) / 3)"));
+        assert!(text.contains("#ARGV ~= 9 + n + (keyed and 2 or 0)"));
+        let idem = Idem {
+            record: "r".into(),
+            fingerprint: "f".into(),
+            attempt: "n".into(),
+        };
+        for cluster in [false, true] {
+            let keys = Keys::new("redlockd:", cluster);
+            let names: Vec<LockKey> = ["a", "b", "c"].into_iter().map(LockKey::mutex).collect();
+            let group = LockKey::group(&["a", "b", "c"].map(|n| LockName::parse(n).expect("name")));
+            for n in 1..=names.len() {
+                let mut claim = Claim::new(&group, "L_m", 1000);
+                let step = acquire_many(&keys, &claim, &names[..n], &names[0]);
+                assert_eq!(step.counts(), (3 + 3 * n, 9 + n), "{n} names");
+                claim.idem = Some(&idem);
+                let step = acquire_many(&keys, &claim, &names[..n], &names[0]);
+                assert_eq!(
+                    step.counts(),
+                    (3 + 3 * n + 1, 9 + n + 2),
+                    "{n} names, keyed"
+                );
+            }
+        }
     }
 }
