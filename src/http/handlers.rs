@@ -190,7 +190,7 @@ pub async fn metrics(State(state): State<AppState>) -> Response {
     for (master, traffic) in state.service.master_traffic() {
         state
             .metrics
-            .master_traffic(&master, traffic.steps, traffic.calls);
+            .master_traffic(master, traffic.steps, traffic.calls);
     }
     let readiness = state.service.readiness();
     state.metrics.set_ready(readiness.ready);

@@ -503,7 +503,7 @@ impl LeaseService {
 
     /// How each master's steps have travelled (address, traffic), for the masters that
     /// send them in batches.
-    pub fn master_traffic(&self) -> Vec<(String, Traffic)> {
+    pub fn master_traffic(&self) -> impl Iterator<Item = (&str, Traffic)> {
         self.engine.traffic()
     }
 

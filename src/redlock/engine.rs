@@ -249,11 +249,10 @@ impl Redlock {
 
     /// How each master's steps have travelled (address, traffic), for the masters that
     /// send them in batches.
-    pub fn traffic(&self) -> Vec<(String, Traffic)> {
+    pub fn traffic(&self) -> impl Iterator<Item = (&str, Traffic)> {
         self.nodes
             .iter()
-            .filter_map(|node| Some((node.address().to_owned(), node.traffic()?)))
-            .collect()
+            .filter_map(|node| Some((node.address(), node.traffic()?)))
     }
 
     pub fn monitor(&self) -> &Arc<Monitor> {

@@ -54,7 +54,7 @@ pub(super) async fn key_of(
 }
 
 /// A lease answered through `key`: a several-name lease's names are its members'.
-pub(super) fn with_names(mut lease: Lease, key: &LockKey) -> Lease {
+pub(in crate::lease) fn with_names(mut lease: Lease, key: &LockKey) -> Lease {
     if key.kind == Kind::Group {
         lease.names = key.members().into_iter().map(|m| m.name).collect();
     }

@@ -13,6 +13,8 @@ mod group;
 mod lock;
 mod permit;
 
+pub(super) use group::with_names;
+
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -280,11 +282,6 @@ async fn held_under(
     let prefix = format!("{name}/");
     let (holders, _) = service.engine().list(kind, &prefix, "", most).await?;
     Ok(holders)
-}
-
-/// A lease answered through `key`: a several-name lease's names are its members'.
-pub(super) fn with_names(lease: Lease, key: &LockKey) -> Lease {
-    group::with_names(lease, key)
 }
 
 /// A grant attempt whose request was dropped before it finished: on drop, it releases the
