@@ -4,6 +4,10 @@
 //! `oneshot`), and `serve` runs it on a listener the caller bound (port 0 works), so tests
 //! start a real server without sleeping or guessing ports.
 
+mod command;
+
+pub use command::main;
+
 use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -197,12 +201,6 @@ impl App {
         })
     }
 
-    /// Read the token file again (what SIGHUP does): the number of tokens now in force, or
-    /// why the file was refused (the tokens in force then stay).
-    pub fn reload_auth(&self) -> Option<Result<usize, String>> {
-        self.state.auth.as_ref().map(|a| a.reload())
-    }
-
     /// The per-name event bus, for code that embeds redlockd and observes locks.
     pub fn events(&self) -> Arc<Events> {
         self.state.service.events().clone()
@@ -346,7 +344,7 @@ async fn reload_on_sighup(auth: Arc<Auth>, metrics: Arc<Metrics>, shutdown: Canc
 const AUTH_FILE_POLL: std::time::Duration = std::time::Duration::from_secs(2);
 
 /// `redlockd recover`: the operator's recovery after a majority of masters lost their data.
-pub async fn recover(
+pub(crate) async fn recover(
     config: Config,
     fence_floor: Option<u64>,
     force: bool,
@@ -373,7 +371,7 @@ pub async fn recover(
 /// `redlockd healthcheck`: GET /healthz on the configured address (a wildcard address is
 /// asked on loopback) and succeed on 200. A hand-written request keeps an HTTP client out
 /// of the binary.
-pub async fn healthcheck(listen: &str, tls: bool) -> anyhow::Result<()> {
+pub(crate) async fn healthcheck(listen: &str, tls: bool) -> anyhow::Result<()> {
     use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
     let mut addr: SocketAddr = tokio::net::lookup_host(listen)
         .await

@@ -40,7 +40,7 @@ pub enum Role {
 
 /// What a route needs of its caller.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Need {
+pub(crate) enum Need {
     /// Hold leases: grant, renew, revoke, check; campaign, proclaim, resign.
     Hold,
     /// Look: inspect, list; leader, observe. Also the operations routes when they are
@@ -110,7 +110,7 @@ pub struct Caller {
 
 impl Caller {
     /// Whether this caller may do what `need` says.
-    pub fn allows(&self, need: Need) -> bool {
+    pub(crate) fn allows(&self, need: Need) -> bool {
         self.role.allows(need)
     }
 
@@ -190,7 +190,7 @@ impl Tokens {
         Ok(Self { known })
     }
 
-    pub fn load(path: &str) -> Result<Self, String> {
+    pub(crate) fn load(path: &str) -> Result<Self, String> {
         let text = std::fs::read_to_string(path).map_err(|e| format!("cannot read {path}: {e}"))?;
         Self::parse(&text)
     }
@@ -208,12 +208,8 @@ impl Tokens {
         found
     }
 
-    pub fn len(&self) -> usize {
+    pub(crate) fn len(&self) -> usize {
         self.known.len()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.known.is_empty()
     }
 }
 
@@ -222,7 +218,7 @@ type Limiter = governor::DefaultKeyedRateLimiter<Arc<str>>;
 
 /// The tokens in force, and where they come from: re-read on SIGHUP, keeping the old ones
 /// when the new file is malformed.
-pub struct Auth {
+pub(crate) struct Auth {
     path: String,
     tokens: RwLock<Arc<Tokens>>,
     /// Whether `/metrics`, `/openapi.json` and `/docs` need a reader token.
@@ -232,7 +228,7 @@ pub struct Auth {
 
 impl Auth {
     /// `rate` requests per second per token (with bursts of `burst`), or none.
-    pub fn load(
+    pub(crate) fn load(
         path: &str,
         guard_operations: bool,
         rate: Option<(std::num::NonZeroU32, std::num::NonZeroU32)>,
@@ -262,7 +258,7 @@ impl Auth {
         })
     }
 
-    pub fn tokens(&self) -> Arc<Tokens> {
+    pub(crate) fn tokens(&self) -> Arc<Tokens> {
         self.tokens
             .read()
             .unwrap_or_else(|e| e.into_inner())
@@ -277,7 +273,7 @@ impl Auth {
     }
 
     /// Read the file again. On error the tokens in force stay, and the error says why.
-    pub fn reload(&self) -> Result<usize, String> {
+    pub(crate) fn reload(&self) -> Result<usize, String> {
         let fresh = Tokens::load(&self.path)?;
         let count = fresh.len();
         *self.tokens.write().unwrap_or_else(|e| e.into_inner()) = Arc::new(fresh);

@@ -26,7 +26,7 @@ use crate::config::Config;
 )]
 pub struct Cli {
     #[command(subcommand)]
-    pub command: Command,
+    pub(crate) command: Command,
 }
 
 /// Whether `word` names a verb (clap's own `help` included), as the grammar defines them.
@@ -36,7 +36,7 @@ fn is_verb(word: &str) -> bool {
 
 impl Cli {
     /// Parse `args` (the program's name first), taking `serve` when no verb is named.
-    pub fn try_parse_args<I, T>(args: I) -> Result<Self, clap::Error>
+    pub(crate) fn try_parse_args<I, T>(args: I) -> Result<Self, clap::Error>
     where
         I: IntoIterator<Item = T>,
         T: Into<std::ffi::OsString>,
@@ -52,14 +52,14 @@ impl Cli {
 
     /// The verb the command line names (`serve` when none), for telling client verbs from
     /// the server's before the line is parsed.
-    pub fn verb_of(args: &[String]) -> &str {
+    pub(crate) fn verb_of(args: &[String]) -> &str {
         let first = args.get(1).map_or("", String::as_str);
         if is_verb(first) { first } else { "serve" }
     }
 }
 
 #[derive(Subcommand)]
-pub enum Command {
+pub(crate) enum Command {
     /// Serve the HTTP API (the default). Every option is also an environment variable.
     Serve(Config),
     /// Print the OpenAPI document (as committed in openapi/openapi.json).
@@ -89,7 +89,7 @@ pub enum Command {
 
 /// `redlockd healthcheck`: where the server listens, and whether it speaks HTTPS.
 #[derive(Debug, Clone, Args)]
-pub struct HealthcheckArgs {
+pub(crate) struct HealthcheckArgs {
     /// The address the server listens on.
     #[arg(long, env = "REDLOCKD_LISTEN", default_value = "127.0.0.1:8080")]
     pub listen: String,
@@ -100,7 +100,7 @@ pub struct HealthcheckArgs {
 
 /// `redlockd recover`: the server's configuration (its masters), and how to recover.
 #[derive(Args)]
-pub struct RecoverArgs {
+pub(crate) struct RecoverArgs {
     #[command(flatten)]
     pub config: Config,
     /// Raise every fencing counter to at least this (default: the largest counter any
@@ -114,7 +114,7 @@ pub struct RecoverArgs {
 }
 
 #[derive(Debug, Clone, Subcommand)]
-pub enum TokenCommand {
+pub(crate) enum TokenCommand {
     /// Print a new random token once, and the line to add to the token file (which holds
     /// only its hash).
     New {
@@ -132,7 +132,7 @@ pub enum TokenCommand {
 
 /// Where the client verbs find redlockd.
 #[derive(Debug, Clone, Args)]
-pub struct ServerArgs {
+pub(crate) struct ServerArgs {
     /// A redlockd replica to ask; repeat for several (tried in order, the next on failure).
     #[arg(
         long = "server",
@@ -148,7 +148,7 @@ pub struct ServerArgs {
 
 /// `redlockd lock`.
 #[derive(Debug, Clone, Args)]
-pub struct LockArgs {
+pub(crate) struct LockArgs {
     #[command(flatten)]
     pub server: ServerArgs,
     /// Lease TTL (renewed at about a third of it while CMD runs), e.g. `30s`, `500ms`.
@@ -201,7 +201,7 @@ pub struct LockArgs {
 
 /// `redlockd inspect`.
 #[derive(Debug, Clone, Args)]
-pub struct InspectArgs {
+pub(crate) struct InspectArgs {
     #[command(flatten)]
     pub server: ServerArgs,
     /// Print the server's JSON instead of a table.
@@ -212,7 +212,7 @@ pub struct InspectArgs {
 
 /// `redlockd list`.
 #[derive(Debug, Clone, Args)]
-pub struct ListArgs {
+pub(crate) struct ListArgs {
     #[command(flatten)]
     pub server: ServerArgs,
     /// Print JSON (`{"locks": [...]}`, every page) instead of a table.
@@ -224,7 +224,7 @@ pub struct ListArgs {
 }
 
 /// Clap names the flag in a parse error; the contract promises the variable is named too.
-pub fn explain_parse_error(err: &clap::Error) -> Option<String> {
+pub(crate) fn explain_parse_error(err: &clap::Error) -> Option<String> {
     use clap::error::ContextKind;
     let arg = err.get(ContextKind::InvalidArg)?.to_string();
     let cmd = Cli::command();

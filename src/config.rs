@@ -333,7 +333,7 @@ fn ms(v: u64) -> Duration {
 
 /// The configuration, parsed: what the program runs with.
 #[derive(Debug, Clone)]
-pub struct Settings {
+pub(crate) struct Settings {
     pub listen: String,
     pub backend: Backend,
     /// The TTL and wait bounds every grant is held to.
@@ -363,7 +363,7 @@ pub struct Settings {
 
 /// The configured bounds of every lease (checked: `MIN_TTL_MS <= default_ttl <= max_ttl`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct LeaseBounds {
+pub(crate) struct LeaseBounds {
     pub default_ttl: Duration,
     pub max_ttl: Duration,
     pub max_wait: Duration,
@@ -381,7 +381,7 @@ pub struct Caps {
 
 impl Caps {
     /// No caps (for programs that embed the service and bound it themselves).
-    pub const NONE: Caps = Caps {
+    pub(crate) const NONE: Caps = Caps {
         waiters_per_name: usize::MAX,
         waiters: u64::MAX,
         streams: usize::MAX,
@@ -390,7 +390,7 @@ impl Caps {
 
 /// Where locks live.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Backend {
+pub(crate) enum Backend {
     /// The in-process store: one process, not distributed; for development and tests.
     Embedded,
     /// Independent Redis masters.
@@ -399,7 +399,7 @@ pub enum Backend {
 
 impl Backend {
     /// `redis` or `embedded`, as `/readyz` reports it.
-    pub fn kind(&self) -> &'static str {
+    pub(crate) fn kind(&self) -> &'static str {
         match self {
             Backend::Embedded => "embedded",
             Backend::Redis(_) => "redis",
@@ -488,11 +488,6 @@ fn redact_parsed(parsed: &url::Url) -> String {
     let host = parsed.host_str().unwrap_or("?");
     let port = parsed.port().map(|p| format!(":{p}")).unwrap_or_default();
     format!("{}://{host}{port}{}", parsed.scheme(), parsed.path())
-}
-
-/// A URL as it may be shown: scheme, host, port and database, never user or password.
-pub fn redact(url: &str) -> String {
-    url::Url::parse(url).map_or_else(|_| "<unparsable url>".to_owned(), |p| redact_parsed(&p))
 }
 
 /// Text that failed to parse as a URL, as it may be shown: whatever stands between the
@@ -601,7 +596,9 @@ mod tests {
         assert!(!format!("{url} {url:?}").contains("s3cret"));
         assert!(url.expose().contains("s3cret"));
         assert_eq!(
-            redact("rediss://user:pw@cache.internal:6380"),
+            MasterUrl::parse("rediss://user:pw@cache.internal:6380")
+                .unwrap()
+                .redacted(),
             "rediss://cache.internal:6380"
         );
     }

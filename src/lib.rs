@@ -19,19 +19,24 @@
 //! holds the contract's bodies, shared by the server and Rust clients; `config` is the one
 //! typed configuration of the server and `cli` the command line's grammar; `client` is the client side of the contract (the
 //! binary's `lock`, `inspect` and `list` verbs), which knows only `wire` and `config`; `metrics` owns the Prometheus registry; `logging` writes the JSON
-//! log line; `telemetry` sends traces over OTLP when asked to; `app` builds and runs it all.
+//! log line; `telemetry` sends traces over OTLP when asked to; `app` builds and runs it all,
+//! and holds the binary's body (`app::main`).
+//!
+//! Visibility says what may be touched: items are `pub(crate)` unless code outside the
+//! crate (the integration tests, the benchmark, an embedder) needs them, so a `pub` item
+//! is a promise to that code.
 
 pub mod app;
 pub mod auth;
 pub mod cli;
-pub mod client;
+pub(crate) mod client;
 pub mod config;
 pub mod http;
 pub mod lease;
-pub mod logging;
+pub(crate) mod logging;
 pub mod metrics;
 pub mod model;
 pub mod redlock;
 pub mod store;
-pub mod telemetry;
-pub mod wire;
+pub(crate) mod telemetry;
+pub(crate) mod wire;

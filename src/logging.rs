@@ -15,7 +15,7 @@ use tracing_subscriber::fmt::{FmtContext, FormatEvent, FormatFields};
 use tracing_subscriber::registry::LookupSpan;
 
 /// Formats each event as one JSON object on one line.
-pub struct JsonLines;
+pub(crate) struct JsonLines;
 
 impl<S, N> FormatEvent<S, N> for JsonLines
 where

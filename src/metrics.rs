@@ -20,7 +20,7 @@ pub(crate) const MAX_LOCK_CLASSES: usize = 100;
 
 /// The operations of `redlockd_requests_total{op}`: a fixed set.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Op {
+pub(crate) enum Op {
     Grant,
     Renew,
     Revoke,
@@ -37,7 +37,7 @@ pub enum Op {
 }
 
 impl Op {
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             Op::Grant => "grant",
             Op::Renew => "renew",
@@ -73,7 +73,7 @@ impl StreamKind {
         StreamKind::Session,
     ];
 
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             StreamKind::Hold => "hold",
             StreamKind::Campaign => "campaign",
@@ -335,7 +335,7 @@ impl Metrics {
 
     /// Count a request to a lock route: `kind` is `lock`, `election` or `semaphore` (the
     /// route's collection; a bounded set).
-    pub fn request(&self, op: Op, kind: &str, outcome: &str, took: Duration) {
+    pub(crate) fn request(&self, op: Op, kind: &str, outcome: &str, took: Duration) {
         self.requests
             .with_label_values(&[op.as_str(), kind, outcome])
             .inc();
@@ -351,11 +351,11 @@ impl Metrics {
         StreamGuard(gauge)
     }
 
-    pub fn waited(&self, took: Duration) {
+    pub(crate) fn waited(&self, took: Duration) {
         self.wait_duration.observe(took.as_secs_f64());
     }
 
-    pub fn contended(&self, class: &str) {
+    pub(crate) fn contended(&self, class: &str) {
         let label = {
             let mut classes = self.classes.lock().unwrap_or_else(|e| e.into_inner());
             if classes.contains(class) {
@@ -435,7 +435,7 @@ impl Metrics {
         of(&self.master_backlog_dropped, master).inc();
     }
 
-    pub fn master_up(&self, master: &str, up: bool) {
+    pub(crate) fn master_up(&self, master: &str, up: bool) {
         of(&self.master_up, master).set(i64::from(up));
     }
 
@@ -449,7 +449,7 @@ impl Metrics {
 
     /// The master's steps and calls so far, counted where they are sent and copied here
     /// before each scrape.
-    pub fn master_traffic(&self, master: &str, steps: u64, calls: u64) {
+    pub(crate) fn master_traffic(&self, master: &str, steps: u64, calls: u64) {
         for (counter, total) in [(&self.master_steps, steps), (&self.master_calls, calls)] {
             let counter = of(counter, master);
             counter.inc_by(total.saturating_sub(counter.get()));

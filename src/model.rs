@@ -79,7 +79,7 @@ impl LockName {
     }
 
     /// The name of an election (`/elections/{name}`), with the same alphabet.
-    pub fn election(raw: &str) -> Result<Self, InvalidInput> {
+    pub(crate) fn election(raw: &str) -> Result<Self, InvalidInput> {
         let mut name = Self::parse(raw)
             .map_err(|e| InvalidInput(e.0.replace("lock name", "election name")))?;
         name.kind = Kind::Election;
@@ -87,7 +87,7 @@ impl LockName {
     }
 
     /// The name of a semaphore (`/semaphores/{name}`), with the same alphabet.
-    pub fn semaphore(raw: &str) -> Result<Self, InvalidInput> {
+    pub(crate) fn semaphore(raw: &str) -> Result<Self, InvalidInput> {
         let mut name = Self::parse(raw)
             .map_err(|e| InvalidInput(e.0.replace("lock name", "semaphore name")))?;
         name.kind = Kind::Semaphore;
@@ -95,7 +95,7 @@ impl LockName {
     }
 
     /// The kind of lock it names.
-    pub fn kind(&self) -> Kind {
+    pub(crate) fn kind(&self) -> Kind {
         self.kind
     }
 
@@ -108,24 +108,20 @@ impl LockName {
     }
 
     /// What the event bus and the masters' announcements call it (see `LockKey::topic`).
-    pub fn topic(&self) -> std::borrow::Cow<'_, str> {
+    pub(crate) fn topic(&self) -> std::borrow::Cow<'_, str> {
         match self.kind {
             Kind::Mutex => std::borrow::Cow::Borrowed(&self.name),
             _ => std::borrow::Cow::Owned(self.key().topic().into_owned()),
         }
     }
 
-    pub fn is_election(&self) -> bool {
-        self.kind == Kind::Election
-    }
-
-    pub fn as_str(&self) -> &str {
+    pub(crate) fn as_str(&self) -> &str {
         &self.name
     }
 
     /// The metric label for this name: everything up to the first `:` or `.`, so that
     /// `invoice:42` and `invoice:43` count as one class and no raw name becomes a label.
-    pub fn class(&self) -> &str {
+    pub(crate) fn class(&self) -> &str {
         self.name.split([':', '.']).next().unwrap_or(&self.name)
     }
 }
@@ -147,10 +143,10 @@ fn check_alphabet(raw: &str, what: &str) -> Result<(), InvalidInput> {
 
 /// A prefix filter for listing locks: like a name, but may be empty.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct NamePrefix(String);
+pub(crate) struct NamePrefix(String);
 
 impl NamePrefix {
-    pub fn parse(raw: &str) -> Result<Self, InvalidInput> {
+    pub(crate) fn parse(raw: &str) -> Result<Self, InvalidInput> {
         if raw.len() > MAX_NAME_BYTES {
             return Err(InvalidInput(format!(
                 "prefix must be at most {MAX_NAME_BYTES} bytes"
@@ -160,7 +156,7 @@ impl NamePrefix {
         Ok(Self(raw.to_owned()))
     }
 
-    pub fn as_str(&self) -> &str {
+    pub(crate) fn as_str(&self) -> &str {
         &self.0
     }
 }
@@ -179,12 +175,12 @@ pub struct SessionId {
 
 impl SessionId {
     /// A new session id for the token named `scope` ("" without authentication).
-    pub fn generate(scope: &str) -> Self {
+    pub(crate) fn generate(scope: &str) -> Self {
         Self::scoped(LeaseId::generate().0, scope)
     }
 
     /// The session id `raw`, as the token named `scope` asks for it.
-    pub fn parse(raw: &str, scope: &str) -> Result<Self, InvalidInput> {
+    pub(crate) fn parse(raw: &str, scope: &str) -> Result<Self, InvalidInput> {
         LeaseId::parse(raw)
             .map(|id| Self::scoped(id.0, scope))
             .map_err(|_| InvalidInput("malformed session id".into()))
@@ -201,12 +197,12 @@ impl SessionId {
     }
 
     /// The id the client knows.
-    pub fn as_str(&self) -> &str {
+    pub(crate) fn as_str(&self) -> &str {
         &self.id
     }
 
     /// The session's name on the masters: its id, within its token's scope.
-    pub fn key(&self) -> String {
+    pub(crate) fn key(&self) -> String {
         if self.scope.is_empty() {
             self.id.clone()
         } else {
@@ -234,14 +230,14 @@ const LEASE_ID_BYTES: usize = 16;
 pub(crate) const MAX_LEASE_ID_LEN: usize = 64;
 
 impl LeaseId {
-    pub fn generate() -> Self {
+    pub(crate) fn generate() -> Self {
         let mut bytes = [0u8; LEASE_ID_BYTES];
         // ThreadRng is a CSPRNG (ChaCha12) seeded and periodically reseeded from the OS.
         rand::rng().fill_bytes(&mut bytes);
         Self(base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(bytes))
     }
 
-    pub fn parse(raw: &str) -> Result<Self, InvalidInput> {
+    pub(crate) fn parse(raw: &str) -> Result<Self, InvalidInput> {
         let ok = !raw.is_empty()
             && raw.len() <= MAX_LEASE_ID_LEN
             && raw
@@ -254,23 +250,23 @@ impl LeaseId {
         }
     }
 
-    pub fn as_str(&self) -> &str {
+    pub(crate) fn as_str(&self) -> &str {
         &self.0
     }
 
     /// The lease id of permit `slot` of a semaphore, made from a minted (or derived) id.
-    pub fn permit(&self, slot: Slot) -> Self {
+    pub(crate) fn permit(&self, slot: Slot) -> Self {
         Self(format!("{}_{}_{}", self.base(), slot.index, slot.limit))
     }
 
     /// The lease id of a shared hold, made from a minted (or derived) id: renew, check and
     /// revoke find its key by it.
-    pub fn shared(&self) -> Self {
+    pub(crate) fn shared(&self) -> Self {
         Self(format!("{}{SHARED_TAIL}", self.base()))
     }
 
     /// The lease id of a several-name lease, made from a minted (or derived) id.
-    pub fn group(&self) -> Self {
+    pub(crate) fn group(&self) -> Self {
         Self(format!("{}{GROUP_TAIL}", self.base()))
     }
 
@@ -290,17 +286,17 @@ impl LeaseId {
     }
 
     /// Whether the id is a shared hold's.
-    pub fn is_shared(&self) -> bool {
+    pub(crate) fn is_shared(&self) -> bool {
         self.0.get(MINTED_LEN..) == Some(SHARED_TAIL)
     }
 
     /// The minted part of the id: a permit's without its slot.
-    pub fn base(&self) -> &str {
+    pub(crate) fn base(&self) -> &str {
         self.0.get(..MINTED_LEN).unwrap_or(&self.0)
     }
 
     /// The slot a permit's id names, if it names one (see `Slot`).
-    pub fn slot(&self) -> Option<Slot> {
+    pub(crate) fn slot(&self) -> Option<Slot> {
         let tail = self.0.get(MINTED_LEN..)?.strip_prefix('_')?;
         let (index, limit) = tail.split_once('_')?;
         let digits = |s: &str| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit());
@@ -358,7 +354,7 @@ pub struct Owner(Arc<str>);
 pub(crate) const MAX_OWNER_BYTES: usize = 256;
 
 impl Owner {
-    pub fn parse(raw: &str) -> Result<Self, InvalidInput> {
+    pub(crate) fn parse(raw: &str) -> Result<Self, InvalidInput> {
         if raw.len() > MAX_OWNER_BYTES {
             return Err(InvalidInput(format!(
                 "owner must be at most {MAX_OWNER_BYTES} bytes"
@@ -372,12 +368,8 @@ impl Owner {
         Ok(Self(raw.into()))
     }
 
-    pub fn as_str(&self) -> &str {
-        &self.0
-    }
-
     /// The text, shared.
-    pub fn shared(&self) -> Arc<str> {
+    pub(crate) fn shared(&self) -> Arc<str> {
         self.0.clone()
     }
 }
@@ -393,7 +385,7 @@ pub(crate) struct IdempotencyKey(String);
 pub(crate) const MAX_IDEMPOTENCY_KEY_BYTES: usize = 255;
 
 impl IdempotencyKey {
-    pub fn parse(raw: &str) -> Result<Self, InvalidInput> {
+    pub(crate) fn parse(raw: &str) -> Result<Self, InvalidInput> {
         if raw.is_empty() || raw.len() > MAX_IDEMPOTENCY_KEY_BYTES {
             return Err(InvalidInput(format!(
                 "Idempotency-Key must be 1 to {MAX_IDEMPOTENCY_KEY_BYTES} bytes"
@@ -423,7 +415,7 @@ pub(crate) struct GrantKey {
 }
 
 impl GrantKey {
-    pub fn new(scope: impl Into<Arc<str>>, key: IdempotencyKey) -> Self {
+    pub(crate) fn new(scope: impl Into<Arc<str>>, key: IdempotencyKey) -> Self {
         Self {
             scope: scope.into(),
             key,
@@ -436,7 +428,7 @@ impl GrantKey {
     /// asks for another lease (and meets the record's mismatch) instead of the first one.
     /// `variant` is the rest of the request (a semaphore's limit, a shared grant's mode),
     /// empty for a lock's exclusive grant (whose fingerprint is as it always was).
-    pub fn derive(
+    pub(crate) fn derive(
         &self,
         name: &LockName,
         variant: &str,
@@ -514,7 +506,7 @@ pub enum Kind {
 
 impl Kind {
     /// Every kind.
-    pub const ALL: [Kind; 5] = [
+    pub(crate) const ALL: [Kind; 5] = [
         Kind::Mutex,
         Kind::Election,
         Kind::Semaphore,
@@ -525,7 +517,7 @@ impl Kind {
     /// This kind's segment of the key space, after the configured prefix. The mutex's is
     /// `lock:`, as every version of redlockd has written it, so that upgrades find the
     /// locks held before them.
-    pub fn segment(self) -> &'static str {
+    pub(crate) fn segment(self) -> &'static str {
         match self {
             Kind::Mutex => "lock:",
             Kind::Election => "election:",
@@ -536,7 +528,7 @@ impl Kind {
     }
 
     /// The contract's collection of this kind: its routes are `/<route>/{name}…`.
-    pub fn route(self) -> &'static str {
+    pub(crate) fn route(self) -> &'static str {
         match self {
             Kind::Mutex => "locks",
             Kind::Election => "elections",
@@ -546,7 +538,7 @@ impl Kind {
     }
 
     /// The kind as one word, as a session's record of its holds writes it (session.lua).
-    pub fn word(self) -> &'static str {
+    pub(crate) fn word(self) -> &'static str {
         match self {
             Kind::Mutex => "mutex",
             Kind::Election => "election",
@@ -562,7 +554,7 @@ impl Kind {
     }
 
     /// The name of this kind's index of held names (for listing), after the prefix.
-    pub fn index(self) -> &'static str {
+    pub(crate) fn index(self) -> &'static str {
         match self {
             Kind::Mutex => "names",
             Kind::Election => "elections",
@@ -585,25 +577,6 @@ pub enum Mode {
     Shared,
 }
 
-impl Mode {
-    pub fn parse(raw: &str) -> Result<Self, InvalidInput> {
-        match raw {
-            "exclusive" => Ok(Mode::Exclusive),
-            "shared" => Ok(Mode::Shared),
-            other => Err(InvalidInput(format!(
-                "mode must be exclusive or shared, got {other:?}"
-            ))),
-        }
-    }
-
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Mode::Exclusive => "exclusive",
-            Mode::Shared => "shared",
-        }
-    }
-}
-
 /// The largest `limit` of a semaphore.
 pub(crate) const MAX_PERMITS: u16 = 1000;
 
@@ -612,7 +585,7 @@ pub(crate) const MAX_PERMITS: u16 = 1000;
 pub struct PermitLimit(u16);
 
 impl PermitLimit {
-    pub fn parse(raw: u64) -> Result<Self, InvalidInput> {
+    pub(crate) fn parse(raw: u64) -> Result<Self, InvalidInput> {
         match u16::try_from(raw) {
             Ok(n) if (1..=MAX_PERMITS).contains(&n) => Ok(Self(n)),
             _ => Err(InvalidInput(format!(
@@ -621,7 +594,7 @@ impl PermitLimit {
         }
     }
 
-    pub fn get(self) -> u16 {
+    pub(crate) fn get(self) -> u16 {
         self.0
     }
 }
@@ -652,18 +625,10 @@ impl LockKey {
         }
     }
 
-    /// The election of `/elections/{name}`.
-    pub fn election(name: impl Into<Arc<str>>) -> Self {
-        Self {
-            kind: Kind::Election,
-            name: name.into(),
-        }
-    }
-
     /// Slot `slot` of the semaphore `name`: its key's name is `<name>/<slot>` (names have
     /// no `/`, so no two semaphores' slots meet), and the masters' index of semaphores
     /// lists a name's slots together, under the prefix `<name>/`.
-    pub fn slot(name: &str, slot: u16) -> Self {
+    pub(crate) fn slot(name: &str, slot: u16) -> Self {
         Self {
             kind: Kind::Semaphore,
             name: format!("{name}/{slot}").into(),
@@ -673,7 +638,7 @@ impl LockKey {
     /// The shared hold of lease `lease` on the lock `name`: its key's name is
     /// `<name>/<lease>` (names have no `/`), listed under the prefix `<name>/` in the
     /// masters' index of readers.
-    pub fn reader(name: &str, lease: &LeaseId) -> Self {
+    pub(crate) fn reader(name: &str, lease: &LeaseId) -> Self {
         Self {
             kind: Kind::Reader,
             name: format!("{name}/{}", lease.as_str()).into(),
@@ -683,7 +648,7 @@ impl LockKey {
     /// The locks `names` under one lease: the key's name is the names sorted, separated by
     /// spaces (names have none), so that every grant of the same names asks in the same
     /// order.
-    pub fn group(names: &[LockName]) -> Self {
+    pub(crate) fn group(names: &[LockName]) -> Self {
         let mut sorted: Vec<&str> = names.iter().map(LockName::as_str).collect();
         sorted.sort_unstable();
         sorted.dedup();
@@ -694,7 +659,7 @@ impl LockKey {
     }
 
     /// The mutexes a group key stands for (a key of another kind stands for itself).
-    pub fn members(&self) -> Vec<LockKey> {
+    pub(crate) fn members(&self) -> Vec<LockKey> {
         match self.kind {
             Kind::Group => self.name.split(' ').map(LockKey::mutex).collect(),
             _ => vec![self.clone()],
@@ -710,7 +675,7 @@ impl LockKey {
     /// every version of redlockd announces it), other kinds by a path no lock name can
     /// spell (names have no `/`), so that an election never wakes a lock's waiters. Every
     /// slot of a semaphore is announced as the semaphore: a freed slot wakes its waiters.
-    pub fn topic(&self) -> std::borrow::Cow<'_, str> {
+    pub(crate) fn topic(&self) -> std::borrow::Cow<'_, str> {
         match self.kind {
             Kind::Mutex => std::borrow::Cow::Borrowed(&self.name),
             Kind::Election => std::borrow::Cow::Owned(format!("/elections/{}", self.name)),
@@ -754,7 +719,7 @@ pub struct Listeners {
 
 impl Listeners {
     /// How acquire.lua reads them: 'w' waiting, 'o' observed, 'a' always announce (pooled).
-    pub fn flags(self) -> &'static str {
+    pub(crate) fn flags(self) -> &'static str {
         match (self.waiting, self.observed, self.pooled) {
             (false, false, false) => "",
             (true, false, false) => "w",
@@ -822,7 +787,7 @@ pub enum News {
 
 impl News {
     /// The verb of the events channel's `<verb> <token> <name>`.
-    pub fn verb(self) -> &'static str {
+    pub(crate) fn verb(self) -> &'static str {
         match self {
             News::Acquired => "acquired",
             News::Proclaimed => "proclaimed",
@@ -831,7 +796,7 @@ impl News {
 }
 
 mod reports;
-pub use reports::{
+pub(crate) use reports::{
     ClusterStatus, MasterFailure, MasterStatus, ShardStatus, Traffic, Unavailability,
 };
 

@@ -17,14 +17,14 @@ use tracing_subscriber::Layer;
 use tracing_subscriber::filter::Targets;
 
 /// The target of every span meant for traces, and of nothing else.
-pub const TARGET: &str = "redlockd::trace";
+pub(crate) const TARGET: &str = "redlockd::trace";
 
 /// The exporter's provider: dropping it without `shutdown` loses the spans not yet sent.
-pub struct Traces(SdkTracerProvider);
+pub(crate) struct Traces(SdkTracerProvider);
 
 impl Traces {
     /// Send the spans still buffered, and stop.
-    pub fn shutdown(self) {
+    pub(crate) fn shutdown(self) {
         if let Err(e) = self.0.shutdown() {
             eprintln!("redlockd: traces not all sent at exit: {e}");
         }
@@ -34,7 +34,7 @@ impl Traces {
 /// The layer that sends [`TARGET`]'s spans to the OTLP/HTTP collector at `endpoint`
 /// (`http://collector:4318`; traces go to `/v1/traces`, as JSON), batched on a thread of
 /// the exporter's own.
-pub fn otlp_layer<S>(endpoint: &str) -> anyhow::Result<(impl Layer<S> + use<S>, Traces)>
+pub(crate) fn otlp_layer<S>(endpoint: &str) -> anyhow::Result<(impl Layer<S> + use<S>, Traces)>
 where
     S: tracing::Subscriber + for<'a> tracing_subscriber::registry::LookupSpan<'a>,
 {

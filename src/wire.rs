@@ -13,7 +13,7 @@ use crate::model::FencingToken;
 /// `LockName::parse` takes, and so on). The path, query and header parameters use them
 /// through the newtypes' `PartialSchema` (in `http::schema`); the bodies' fields state the
 /// same bounds as literals (utoipa takes no constant there), held to these by a test.
-pub mod schema {
+pub(crate) mod schema {
     use utoipa::openapi::schema::{KnownFormat, ObjectBuilder, SchemaFormat, Type};
     use utoipa::openapi::{Object, RefOr, Schema};
 
@@ -74,7 +74,7 @@ pub mod schema {
         )
     }
 
-    pub fn lease_id() -> Object {
+    pub(crate) fn lease_id() -> Object {
         text(
             1,
             MAX_LEASE_ID_LEN,
@@ -83,12 +83,12 @@ pub mod schema {
     }
 
     /// An owner (a leader's value): free text, no control characters.
-    pub fn owner() -> Object {
+    pub(crate) fn owner() -> Object {
         text(0, MAX_OWNER_BYTES, None)
     }
 
     /// 1 to 255 visible ASCII characters.
-    pub fn idempotency_key() -> Object {
+    pub(crate) fn idempotency_key() -> Object {
         text(
             1,
             MAX_IDEMPOTENCY_KEY_BYTES,
@@ -98,17 +98,17 @@ pub mod schema {
 
     /// A TTL in ms, within the contract's default bounds (REDLOCKD_MAX_TTL_MS moves the
     /// upper one).
-    pub fn ttl_ms() -> Object {
+    pub(crate) fn ttl_ms() -> Object {
         integer(MIN_TTL_MS, DEFAULT_MAX_TTL_MS)
     }
 
     /// A wait in ms (REDLOCKD_MAX_WAIT_MS moves the upper bound).
-    pub fn wait_ms() -> Object {
+    pub(crate) fn wait_ms() -> Object {
         integer(0, DEFAULT_MAX_WAIT_MS)
     }
 
     /// A fencing token as a path parameter: a whole number from 1 (tokens start at 1).
-    pub fn fencing_token() -> Object {
+    pub(crate) fn fencing_token() -> Object {
         ObjectBuilder::new()
             .schema_type(Type::Integer)
             .format(Some(SchemaFormat::KnownFormat(KnownFormat::Int64)))
@@ -117,7 +117,7 @@ pub mod schema {
     }
 
     /// A lock-delay in ms.
-    pub fn lock_delay_ms() -> Object {
+    pub(crate) fn lock_delay_ms() -> Object {
         integer(0, crate::model::MAX_LOCK_DELAY_MS)
     }
 
@@ -132,7 +132,7 @@ pub mod schema {
     }
 
     /// `f` as a schema, for `PartialSchema` impls.
-    pub fn of(f: fn() -> Object) -> RefOr<Schema> {
+    pub(crate) fn of(f: fn() -> Object) -> RefOr<Schema> {
         RefOr::T(Schema::Object(f()))
     }
 }
@@ -141,7 +141,7 @@ pub mod schema {
 /// query string, as text.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(transparent)]
-pub struct Whole(pub u64);
+pub(crate) struct Whole(pub u64);
 
 impl<'de> Deserialize<'de> for Whole {
     fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
@@ -173,7 +173,7 @@ impl<'de> Deserialize<'de> for Whole {
 }
 
 /// The value of an optional whole-number field.
-pub fn whole(field: Option<Whole>) -> Option<u64> {
+pub(crate) fn whole(field: Option<Whole>) -> Option<u64> {
     field.map(|w| w.0)
 }
 
@@ -181,7 +181,7 @@ pub fn whole(field: Option<Whole>) -> Option<u64> {
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 #[schema(example = json!({"ttl_ms": 60000, "wait_ms": 5000, "owner": "report-worker-3"}))]
-pub struct GrantRequest {
+pub(crate) struct GrantRequest {
     /// Lease TTL in ms: from 100 to the configured maximum (default 3600000). Default 30000.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schema(value_type = Option<u64>, minimum = 100, maximum = 3600000)]
@@ -265,7 +265,7 @@ fn names_or_list<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Vec<String>, 
 /// How a lock is held: by one exclusive holder, or by any number of shared holders.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 #[serde(rename_all = "lowercase")]
-pub enum LockMode {
+pub(crate) enum LockMode {
     Exclusive,
     Shared,
 }
@@ -323,7 +323,7 @@ pub(crate) struct ListQuery {
     "ttl_ms": 30000, "validity_ms": 29697, "expires_at": "2026-11-22T03:00:30.000Z",
     "owner": "report-worker-3"
 }))]
-pub struct LeaseBody {
+pub(crate) struct LeaseBody {
     pub name: String,
     /// Opaque; whoever knows it can renew and revoke the lease. Keep it secret.
     pub lease_id: String,
@@ -356,7 +356,7 @@ pub struct LeaseBody {
 /// A lock as inspect shows it; never with its lease id.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 #[schema(example = json!({"name": "nightly-report", "held": true, "fencing_token": 42, "ttl_remaining_ms": 17250, "owner": "report-worker-3"}))]
-pub struct LockStatus {
+pub(crate) struct LockStatus {
     pub name: String,
     pub held: bool,
     /// When held: how (`exclusive` or `shared`).
@@ -378,7 +378,7 @@ pub struct LockStatus {
 
 /// One shared holder of a lock, as inspect shows it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
-pub struct SharedHolder {
+pub(crate) struct SharedHolder {
     #[schema(value_type = u64)]
     pub fencing_token: FencingToken,
     pub ttl_remaining_ms: u64,
@@ -399,7 +399,7 @@ pub(crate) struct FenceStatus {
 
 /// A held lock in a list.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
-pub struct LockEntry {
+pub(crate) struct LockEntry {
     pub name: String,
     #[schema(value_type = u64)]
     pub fencing_token: FencingToken,
@@ -411,7 +411,7 @@ pub struct LockEntry {
 /// Held locks, sorted by name.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 #[schema(example = json!({"locks": [{"name": "invoice:42", "fencing_token": 7, "ttl_remaining_ms": 2900}], "next": "invoice:42"}))]
-pub struct LockList {
+pub(crate) struct LockList {
     pub locks: Vec<LockEntry>,
     /// Present when more locks may follow: pass it as `after` for the next page.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -430,7 +430,7 @@ pub(crate) struct QueuedEvent {
 /// ends after it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 #[schema(example = json!({"reason": "quorum_lost", "message": "no renew reached a majority of masters before the lease's validity ran out"}))]
-pub struct LostEvent {
+pub(crate) struct LostEvent {
     /// `lease_not_found` (a renew found it expired), `quorum_lost` (no renew reached a
     /// majority in time), `released` (revoked with its lease id, not by this stream),
     /// `force_released` (an administrator removed it). When the replica holding a stream
@@ -519,7 +519,7 @@ pub(crate) struct ElectionLease {
 /// Who leads an election now.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 #[schema(example = json!({"name": "queue-worker", "vacant": false, "term": 43, "value": "10.0.0.7:9000", "ttl_remaining_ms": 7210}))]
-pub struct Leader {
+pub(crate) struct Leader {
     pub name: String,
     pub vacant: bool,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -772,7 +772,7 @@ pub(crate) struct Health {
 
 /// One master in `/readyz`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
-pub struct MasterReport {
+pub(crate) struct MasterReport {
     /// The master's URL without credentials.
     pub address: String,
     pub up: bool,
@@ -808,7 +808,7 @@ pub struct MasterReport {
 
 /// One primary of a Redis Cluster master in `/readyz`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
-pub struct ShardReport {
+pub(crate) struct ShardReport {
     /// `host:port`, as the cluster names the node.
     pub address: String,
     pub up: bool,
@@ -835,7 +835,7 @@ pub struct ShardReport {
 #[schema(example = json!({"ready": true, "backend": "redis", "masters": [
     {"address": "redis://10.0.0.5:6379", "up": true, "latency_ms": 0.21, "voting": true}
 ]}))]
-pub struct Readiness {
+pub(crate) struct Readiness {
     pub ready: bool,
     /// `redis`, or `embedded` for the in-process store (one process, not distributed).
     pub backend: String,
@@ -849,7 +849,7 @@ pub struct Readiness {
 /// Every error body: `{"error": "<code>", "message": "<text for a person>"}`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 #[schema(example = json!({"error": "lock_held", "message": "the lock is held by another lease", "retry_after_ms": 12000}))]
-pub struct ErrorBody {
+pub(crate) struct ErrorBody {
     /// A stable code: `invalid_request`, `request_timeout`, `unauthorized`, `forbidden`,
     /// `lock_held`, `lease_not_found`, `idempotency_mismatch`, `too_many_requests`,
     /// `quorum_unavailable`, `shutting_down`, `not_found`, `method_not_allowed`, `internal`.
@@ -865,7 +865,7 @@ pub struct ErrorBody {
 
 /// One master that failed a step.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
-pub struct MasterError {
+pub(crate) struct MasterError {
     /// The master's address, without credentials.
     pub address: String,
     /// `timeout`, `connection`, `script`, `amnesic` (lost its data, not voting), `other`,

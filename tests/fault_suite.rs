@@ -306,6 +306,32 @@ impl Recorder {
         })
     }
 
+    /// A renew or revoke of lease `id` of `name`, with no body, on replica `at` (index,
+    /// base URL).
+    async fn on_lease(
+        &self,
+        http: &reqwest::Client,
+        at: (usize, &str),
+        kind: Kind,
+        name: &str,
+        id: &str,
+        ttl: Duration,
+    ) -> (u16, Value) {
+        let (replica, base) = at;
+        self.call(
+            http,
+            replica,
+            base,
+            kind,
+            name,
+            Some(id),
+            json!({}),
+            ttl,
+            None,
+        )
+        .await
+    }
+
     #[allow(clippy::too_many_arguments)]
     async fn call(
         &self,
@@ -405,6 +431,17 @@ fn live_replicas(bases: &Bases) -> Vec<(usize, String)> {
         .enumerate()
         .filter_map(|(i, b)| b.clone().map(|b| (i, b)))
         .collect()
+}
+
+/// A live replica drawn at random, or none (after a pause, so that a worker waiting for
+/// one does not spin) while every replica is down.
+async fn pick_live(bases: &Bases, rng: &mut StdRng) -> Option<(usize, String)> {
+    let live = live_replicas(bases);
+    if live.is_empty() {
+        tokio::time::sleep(common::POLL).await;
+        return None;
+    }
+    Some(live[rng.random_range(0..live.len())].clone())
 }
 
 /// One worker: grant a name, hold it for a while with renews, revoke it (or let it lapse);
@@ -554,17 +591,7 @@ async fn worker(
         tokio::time::sleep(Duration::from_millis(rng.random_range(0..100))).await;
         if rng.random_ratio(4, 5) {
             let (status, _) = recorder
-                .call(
-                    &http,
-                    replica,
-                    &base,
-                    Kind::Revoke,
-                    name,
-                    Some(&id),
-                    json!({}),
-                    ttl,
-                    None,
-                )
+                .on_lease(&http, (replica, &base), Kind::Revoke, name, &id, ttl)
                 .await;
             if status == 204 {
                 recorder.stale.lock().unwrap().push((name.to_owned(), id));
@@ -1026,15 +1053,18 @@ fn many_seeds(name: &str) {
 
 /// Keep the whole record of a run whose checker found violations: every operation, the
 /// faults, the violations and the replicas' logs, in a file under the target folder, so that
-/// a failure is read in full rather than rerun in hope. Returns its path.
-fn keep_history(
+/// a failure is read in full rather than rerun in hope. Nothing is written for a clean run.
+fn keep_if_violated(
     scenario: &str,
     seed: u64,
     history: &[Event],
     faults: &str,
     violations: &[String],
     logs: &str,
-) -> PathBuf {
+) {
+    if violations.is_empty() {
+        return;
+    }
     let target = std::env::var_os("CARGO_TARGET_DIR")
         .map(PathBuf::from)
         .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("target"));
@@ -1062,7 +1092,27 @@ fn keep_history(
             path.display()
         ),
     }
-    path
+}
+
+/// The faults a run applied, one a line, for its kept history.
+fn faults_text<A: std::fmt::Debug, B: std::fmt::Debug, C: std::fmt::Debug>(
+    applied: &[(A, B, C)],
+) -> String {
+    applied
+        .iter()
+        .map(|(at, fault, second)| format!("  {at:?}: {fault:?} {second:?}"))
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// The verdict of a run: no violation, or every one of them with the replicas' logs.
+fn assert_no_violations(scenario: &str, seed: u64, violations: &[String], logs: &str) {
+    assert!(
+        violations.is_empty(),
+        "{scenario}, seed {seed}: {} violations:\n{}\n\nreplica logs:\n{logs}",
+        violations.len(),
+        violations.join("\n"),
+    );
 }
 
 /// The faults a deployment meets, drawn from `seed` one after another until `length` has
@@ -1204,17 +1254,7 @@ async fn behind_a_claim(bases: &Bases, recorder: &Recorder) {
         let http = http.clone();
         async move {
             recorder
-                .call(
-                    &http,
-                    r,
-                    &base,
-                    Kind::Revoke,
-                    CLAIMED,
-                    Some(&id),
-                    json!({}),
-                    ttl,
-                    None,
-                )
+                .on_lease(&http, (r, &base), Kind::Revoke, CLAIMED, &id, ttl)
                 .await;
         }
     };
@@ -1309,20 +1349,14 @@ async fn random_faults(seed: u64, length: Duration) {
         calm_from,
         checker::LIVENESS_BOUND,
     ));
-    if !violations.is_empty() {
-        let faults: Vec<String> = applied
-            .iter()
-            .map(|(at, fault, second)| format!("  {at:?}: {fault:?} {second:?}"))
-            .collect();
-        keep_history(
-            "random_faults",
-            seed,
-            &history,
-            &faults.join("\n"),
-            &violations,
-            &cluster.logs(),
-        );
-    }
+    keep_if_violated(
+        "random_faults",
+        seed,
+        &history,
+        &faults_text(&applied),
+        &violations,
+        &cluster.logs(),
+    );
     assert!(
         history
             .iter()
@@ -1393,13 +1427,7 @@ async fn random_faults(seed: u64, length: Duration) {
         steps > calls,
         "no call to a master carried more than one step ({steps} steps, {calls} calls)"
     );
-    assert!(
-        violations.is_empty(),
-        "seed {seed}: {} violations:\n{}\n\nreplica logs:\n{}",
-        violations.len(),
-        violations.join("\n"),
-        cluster.logs()
-    );
+    assert_no_violations("random_faults", seed, &violations, &cluster.logs());
 }
 
 /// A seeded scenario's tests: the first two run seeds 1 and 2 in the test command; the
@@ -1467,12 +1495,9 @@ async fn session_worker(
     let mut rng = StdRng::seed_from_u64(seed);
     let http = worker_client();
     while !stop.load(std::sync::atomic::Ordering::Acquire) {
-        let live = live_replicas(&bases);
-        if live.is_empty() {
-            tokio::time::sleep(common::POLL).await;
+        let Some((replica, base)) = pick_live(&bases, &mut rng).await else {
             continue;
-        }
-        let (replica, base) = live[rng.random_range(0..live.len())].clone();
+        };
         let name = SESSION_NAMES[rng.random_range(0..SESSION_NAMES.len())];
         if sessions {
             session_round(&mut rng, &http, replica, &base, name, &recorder).await;
@@ -1499,17 +1524,7 @@ async fn session_worker(
         let id = lease["lease_id"].as_str().unwrap_or_default().to_owned();
         tokio::time::sleep(Duration::from_millis(rng.random_range(0..100))).await;
         recorder
-            .call(
-                &http,
-                replica,
-                &base,
-                Kind::Revoke,
-                name,
-                Some(&id),
-                json!({}),
-                ttl,
-                None,
-            )
+            .on_lease(&http, (replica, &base), Kind::Revoke, name, &id, ttl)
             .await;
     }
 }
@@ -1595,28 +1610,16 @@ async fn session_carriers(seed: u64, length: Duration) {
     );
     let mut violations = checker::check(&history, &cluster.reach.outages);
     violations.extend(blocked);
-    if !violations.is_empty() {
-        let faults: Vec<String> = applied
-            .iter()
-            .map(|(at, missed, fault)| format!("  {at:?}: grants missed {missed}, then {fault:?}"))
-            .collect();
-        keep_history(
-            "session_carriers",
-            seed,
-            &history,
-            &faults.join("\n"),
-            &violations,
-            &cluster.logs(),
-        );
-    }
-    assert!(sessions > 10, "too few session rounds to judge them");
-    assert!(
-        violations.is_empty(),
-        "seed {seed}: {} violations:\n{}\n\nreplica logs:\n{}",
-        violations.len(),
-        violations.join("\n"),
-        cluster.logs()
+    keep_if_violated(
+        "session_carriers",
+        seed,
+        &history,
+        &faults_text(&applied),
+        &violations,
+        &cluster.logs(),
     );
+    assert!(sessions > 10, "too few session rounds to judge them");
+    assert_no_violations("session_carriers", seed, &violations, &cluster.logs());
 }
 
 seeded!(session_carriers for Duration::from_secs(25) =>
@@ -1673,32 +1676,20 @@ async fn fenced_set(seed: u64, length: Duration) {
     );
     violations.extend(checker::check(&history, &cluster.reach.outages));
     violations.extend(blocked);
-    if !violations.is_empty() {
-        let faults: Vec<String> = applied
-            .iter()
-            .map(|(at, fault, second)| format!("  {at:?}: {fault:?} {second:?}"))
-            .collect();
-        keep_history(
-            "fenced_set",
-            seed,
-            &history,
-            &faults.join("\n"),
-            &violations,
-            &cluster.logs(),
-        );
-    }
+    keep_if_violated(
+        "fenced_set",
+        seed,
+        &history,
+        &faults_text(&applied),
+        &violations,
+        &cluster.logs(),
+    );
     assert!(accepted > 50, "too few appends to judge the register");
     assert!(
         jumps == 0 || seen > 0,
         "{jumps} forward steps of master {jumper}'s clock, and no replica saw one"
     );
-    assert!(
-        violations.is_empty(),
-        "seed {seed}: {} violations:\n{}\n\nreplica logs:\n{}",
-        violations.len(),
-        violations.join("\n"),
-        cluster.logs()
-    );
+    assert_no_violations("fenced_set", seed, &violations, &cluster.logs());
 }
 
 /// The forward clock jumps the replicas saw, from every replica process's log (crashed
@@ -2109,22 +2100,15 @@ async fn shard_faults(seed: u64) {
         "the shard restarted empty was never quarantined:\n{logs_text}"
     );
     violations.extend(checker::check(&history, &[]));
-    if !violations.is_empty() {
-        keep_history(
-            "shard_faults",
-            seed,
-            &history,
-            "(see the test's output)",
-            &violations,
-            &logs_text,
-        );
-    }
-    assert!(
-        violations.is_empty(),
-        "shard faults: {} violations:\n{}\n\nreplica logs:\n{logs_text}",
-        violations.len(),
-        violations.join("\n"),
+    keep_if_violated(
+        "shard_faults",
+        seed,
+        &history,
+        "(see the test's output)",
+        &violations,
+        &logs_text,
     );
+    assert_no_violations("shard_faults", seed, &violations, &logs_text);
     for log in replicas.iter().map(|r| r.log_tail()) {
         assert!(!log.contains("panicked"), "a replica panicked:\n{log}");
     }

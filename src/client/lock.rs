@@ -46,15 +46,15 @@ struct Granted {
 }
 
 /// The exit statuses of `redlockd lock` other than the command's own.
-pub mod exit {
+pub(crate) mod exit {
     /// The command line, a value the server refused as malformed, or a token it refused.
-    pub const USAGE: u8 = 64;
+    pub(crate) const USAGE: u8 = 64;
     /// No server answered, or none could reach a majority of masters.
     pub(crate) const UNAVAILABLE: u8 = 69;
-    /// Another lease held the lock for the whole of `--wait` (unless `--held-exit-code`).
-    pub const HELD: u8 = 75;
+    // 75, another lease held the lock for the whole of `--wait`, is `--held-exit-code`'s
+    // default in `cli`, where a caller may change it.
     /// The lease was lost while the command ran; the command was stopped.
-    pub const LOST: u8 = 76;
+    pub(crate) const LOST: u8 = 76;
     /// The command exists but could not be executed (as a shell answers).
     pub(crate) const CANNOT_EXECUTE: u8 = 126;
     /// The command was not found (as a shell answers).
@@ -78,7 +78,7 @@ fn millis(d: Duration) -> u64 {
 }
 
 /// Run `args.command` under the lock; the process's exit status.
-pub async fn run(args: LockArgs) -> u8 {
+pub(crate) async fn run(args: LockArgs) -> u8 {
     let servers = match Servers::new(&args.server.servers, args.server.token.as_deref()) {
         Ok(servers) => Arc::new(servers),
         Err(e) => {

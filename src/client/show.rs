@@ -20,7 +20,7 @@ fn fail(verb: &str, e: &Failure) -> u8 {
     }
 }
 
-pub async fn inspect(args: InspectArgs) -> u8 {
+pub(crate) async fn inspect(args: InspectArgs) -> u8 {
     let servers = match Servers::new(&args.server.servers, args.server.token.as_deref()) {
         Ok(s) => s,
         Err(e) => return fail("inspect", &e),
@@ -53,7 +53,7 @@ pub async fn inspect(args: InspectArgs) -> u8 {
     0
 }
 
-pub async fn list(args: ListArgs) -> u8 {
+pub(crate) async fn list(args: ListArgs) -> u8 {
     let servers = match Servers::new(&args.server.servers, args.server.token.as_deref()) {
         Ok(s) => s,
         Err(e) => return fail("list", &e),

@@ -27,7 +27,7 @@ An observer more than 16 events behind is disconnected; on reconnecting it is to
 When the replica stops, the stream ends with `closed` (a `LostEvent`, reason `shutting_down`): reconnect, to another replica."),
     )
 )]
-pub async fn observe(
+pub(crate) async fn observe(
     State(state): State<AppState>,
     ElectionPath(name): ElectionPath,
     Fields(NoFields {}): Fields<NoFields>,

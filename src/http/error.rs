@@ -30,7 +30,7 @@ pub(crate) enum Credentials {
 }
 
 #[derive(Debug, thiserror::Error)]
-pub enum ApiError {
+pub(crate) enum ApiError {
     /// 400 `invalid_request`: a bad name, lease id, field or value.
     #[error("{0}")]
     Invalid(String),
@@ -110,7 +110,7 @@ pub enum ApiError {
 }
 
 impl ApiError {
-    pub fn status(&self) -> StatusCode {
+    pub(crate) fn status(&self) -> StatusCode {
         match self {
             ApiError::Invalid(_) => StatusCode::BAD_REQUEST,
             ApiError::TooLarge => StatusCode::PAYLOAD_TOO_LARGE,
@@ -136,7 +136,7 @@ impl ApiError {
     }
 
     /// The contract's error code; also the `outcome` label of request metrics.
-    pub fn code(&self) -> &'static str {
+    pub(crate) fn code(&self) -> &'static str {
         match self {
             ApiError::Invalid(_) | ApiError::TooLarge => "invalid_request",
             ApiError::RequestTimeout => "request_timeout",
@@ -181,7 +181,7 @@ impl ApiError {
     }
 
     /// 503 for a reason of our own, with no master to blame.
-    pub fn unavailable(message: impl Into<String>) -> Self {
+    pub(crate) fn unavailable(message: impl Into<String>) -> Self {
         ApiError::Unavailable {
             message: message.into(),
             masters: Vec::new(),
@@ -225,7 +225,7 @@ impl ApiError {
 
     /// The contract's error body for this error (also what a stream's `failed` event
     /// carries).
-    pub fn body(&self) -> ErrorBody {
+    pub(crate) fn body(&self) -> ErrorBody {
         let masters = match self {
             ApiError::Unavailable { masters, .. } => {
                 masters.iter().map(MasterError::from).collect()
@@ -241,6 +241,11 @@ impl ApiError {
     }
 }
 
+/// The outcome an answer reports for the log line and metrics: `ok` or an error code (set
+/// by `ApiError`'s response, read by the access log in `middleware`).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Outcome(pub &'static str);
+
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         let status = self.status();
@@ -254,9 +259,7 @@ impl IntoResponse for ApiError {
             tracing::warn!(reason = %message, ?masters, "request failed: quorum unavailable");
         }
         let mut response = (status, Json(body)).into_response();
-        response
-            .extensions_mut()
-            .insert(super::middleware::Outcome(self.code()));
+        response.extensions_mut().insert(Outcome(self.code()));
         if matches!(self, ApiError::Unauthorized(_)) {
             response.headers_mut().insert(
                 header::WWW_AUTHENTICATE,

@@ -7,12 +7,17 @@ use axum::http::request::Parts;
 use serde::de::DeserializeOwned;
 
 use super::error::ApiError;
+use super::middleware::Named;
 use super::types::parse_fields;
 use crate::auth::Caller;
 use crate::model::{FencingToken, LeaseId, LockName};
 
 /// The parsed name, if the caller's token may use it (always, without authentication).
+/// The request is logged under it either way (`middleware::Named`).
 fn in_scope(parts: &Parts, name: LockName) -> Result<LockName, ApiError> {
+    if let Some(named) = parts.extensions.get::<Named>() {
+        named.set(&name);
+    }
     match parts.extensions.get::<Caller>() {
         Some(caller) if !caller.covers(name.as_str()) => Err(ApiError::Forbidden(format!(
             "the token {:?} may not use {name}: it is outside the token's prefixes",
@@ -89,13 +94,13 @@ async fn name_and_token<S: Send + Sync>(
 macro_rules! kind_paths {
     ($($kind:literal: $name_path:ident, $lease_path:ident, $fence_path:ident => $parse:path;)*) => {$(
         #[doc = concat!("The `{name}` of ", $kind, " route, parsed.")]
-        pub struct $name_path(pub LockName);
+        pub(crate) struct $name_path(pub LockName);
 
         #[doc = concat!("The `{name}` and `{lease_id}` of ", $kind, "'s lease route, parsed.")]
-        pub struct $lease_path(pub LockName, pub LeaseId);
+        pub(crate) struct $lease_path(pub LockName, pub LeaseId);
 
         #[doc = concat!("The `{name}` and `{fencing_token}` of ", $kind, "'s fence route, parsed.")]
-        pub struct $fence_path(pub LockName, pub FencingToken);
+        pub(crate) struct $fence_path(pub LockName, pub FencingToken);
 
         impl<S: Send + Sync> FromRequestParts<S> for $fence_path {
             type Rejection = ApiError;

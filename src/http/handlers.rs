@@ -32,7 +32,7 @@ use axum::http::HeaderMap;
         (status = 404, description = "`lease_not_found`", body = ErrorBody),
     )
 )]
-pub async fn check(
+pub(crate) async fn check(
     State(state): State<AppState>,
     LeasePath(name, id): LeasePath,
     Fields(NoFields {}): Fields<NoFields>,
@@ -65,7 +65,7 @@ pub async fn check(
         (status = 503, description = "`quorum_unavailable`, or `shutting_down`", body = ErrorBody),
     )
 )]
-pub async fn grant_many(
+pub(crate) async fn grant_many(
     State(state): State<AppState>,
     caller: Option<Extension<Caller>>,
     headers: HeaderMap,
@@ -120,7 +120,7 @@ pub async fn grant_many(
         (status = 200, description = "Held locks", body = LockList),
     )
 )]
-pub async fn list(
+pub(crate) async fn list(
     State(state): State<AppState>,
     caller: Option<Extension<Caller>>,
     Fields(q): Fields<ListQuery>,
@@ -149,7 +149,7 @@ pub async fn list(
 /// Liveness: 200 while the process serves.
 #[utoipa::path(get, path = "/healthz", tag = "operations",
     responses((status = 200, description = "Serving", body = Health)))]
-pub async fn healthz() -> Json<Health> {
+pub(crate) async fn healthz() -> Json<Health> {
     Json(Health {
         status: "ok".to_owned(),
     })
@@ -161,7 +161,7 @@ pub async fn healthz() -> Json<Health> {
         (status = 200, description = "Ready", body = Readiness),
         (status = 503, description = "Not ready: too few masters, or shutting down", body = Readiness),
     ))]
-pub async fn readyz(State(state): State<AppState>) -> Response {
+pub(crate) async fn readyz(State(state): State<AppState>) -> Response {
     let readiness = state.service.readiness();
     let status = if readiness.ready {
         StatusCode::OK
@@ -180,7 +180,7 @@ pub async fn readyz(State(state): State<AppState>) -> Response {
 /// Prometheus metrics in the text format.
 #[utoipa::path(get, path = "/metrics", tag = "operations",
     responses((status = 200, description = "Prometheus text format", content_type = "text/plain; version=0.0.4")))]
-pub async fn metrics(State(state): State<AppState>) -> Response {
+pub(crate) async fn metrics(State(state): State<AppState>) -> Response {
     state
         .metrics
         .set_leases_active(state.service.active_leases());

@@ -385,14 +385,19 @@ pub(super) async fn force_release(
 
 /// A kind's shared routes: `kind_routes!(module in "tag", refined by fn, its four routes,
 /// paths (NamePath, LeasePath, FencePath), holder "field" [renewed "field"], types (Grant,
-/// Renew, Lease, Status, StreamData))`. The paths, the holder's field name and the types are what the
-/// OpenAPI document must read as written; the words come from `kinds.json`.
+/// Renew, Lease, Status, StreamData), ops "kind" (grant, renew, revoke, inspect))`. The paths, the
+/// holder's field name and the types are what the OpenAPI document must read as written;
+/// the words come from `kinds.json`; the ops and the kind are what each route counts as
+/// in `redlockd_requests_total`. The module's `register` adds its routes to the registry with
+/// their ops and what each needs of a token, so a kind is one line here and one in
+/// `http::registry`.
 macro_rules! kind_routes {
     (
         $module:ident in $tag:literal, refined by $refine:path,
         $route:literal, $hold_route:literal, $lease_route:literal, $fence_route:literal,
         paths ($name_path:ident, $lease_path:ident, $fence_path:ident), holder $holder:literal $(renewed $renewed:literal)? $(counted $limit:literal)? $(delayed $delay:literal)?,
-        types ($grant:ty, $renew:ty, $lease:ty, $status:ty, $stream:ty)
+        types ($grant:ty, $renew:ty, $lease:ty, $status:ty, $stream:ty),
+        ops $kind:literal ($grant_op:ident, $renew_op:ident, $revoke_op:ident, $inspect_op:ident)
     ) => {
         pub(super) mod $module {
             use axum::Extension;
@@ -415,6 +420,26 @@ macro_rules! kind_routes {
 
             fn words() -> &'static KindWords {
                 super::words($tag)
+            }
+
+            /// This kind's routes, each with the op it counts as and what it needs of a
+            /// token: holders grant, renew and revoke; readers inspect and read fences;
+            /// administrators force-release.
+            pub(in super::super) fn register(
+                registry: super::super::Registry,
+            ) -> super::super::Registry {
+                use crate::auth::Need::{Admin, Hold, Read};
+                use crate::metrics::Op;
+                use super::super::middleware::Access::Token;
+                use utoipa_axum::routes;
+                registry
+                    .add(routes!(grant), (Op::$grant_op, $kind), Token(Hold))
+                    .add(routes!(hold), (Op::$grant_op, $kind), Token(Hold))
+                    .add(routes!(renew), (Op::$renew_op, $kind), Token(Hold))
+                    .add(routes!(revoke), (Op::$revoke_op, $kind), Token(Hold))
+                    .add(routes!(inspect), (Op::$inspect_op, $kind), Token(Read))
+                    .add(routes!(fence), (Op::Fence, $kind), Token(Read))
+                    .add(routes!(force_release), (Op::ForceRelease, $kind), Token(Admin))
             }
 
             #[utoipa::path(
@@ -442,7 +467,7 @@ macro_rules! kind_routes {
                     (status = 503, description = words().grant.answer("503"), body = ErrorBody),
                 )
             )]
-            pub async fn grant(
+            pub(crate) async fn grant(
                 State(state): State<AppState>,
                 $name_path(name): $name_path,
                 caller: Option<Extension<Caller>>,
@@ -473,7 +498,7 @@ macro_rules! kind_routes {
                     (status = 503, description = words().hold.answer("503"), body = ErrorBody),
                 )
             )]
-            pub async fn hold(
+            pub(crate) async fn hold(
                 State(state): State<AppState>,
                 $name_path(name): $name_path,
                 caller: Option<Extension<Caller>>,
@@ -498,7 +523,7 @@ macro_rules! kind_routes {
                     (status = 404, description = words().renew.answer("404"), body = ErrorBody),
                 )
             )]
-            pub async fn renew(
+            pub(crate) async fn renew(
                 State(state): State<AppState>,
                 $lease_path(name, id): $lease_path,
                 Fields(req): Fields<$renew>,
@@ -516,7 +541,7 @@ macro_rules! kind_routes {
                     (status = 404, description = words().revoke.answer("404"), body = ErrorBody),
                 )
             )]
-            pub async fn revoke(
+            pub(crate) async fn revoke(
                 State(state): State<AppState>,
                 $lease_path(name, id): $lease_path,
                 Fields(NoFields {}): Fields<NoFields>,
@@ -534,7 +559,7 @@ macro_rules! kind_routes {
                     (status = 200, description = words().inspect.answer("200"), body = $status),
                 )
             )]
-            pub async fn inspect(
+            pub(crate) async fn inspect(
                 State(state): State<AppState>,
                 $name_path(name): $name_path,
                 Fields(NoFields {}): Fields<NoFields>,
@@ -555,7 +580,7 @@ macro_rules! kind_routes {
                     (status = 200, description = words().fence.answer("200"), body = FenceStatus),
                 )
             )]
-            pub async fn fence(
+            pub(crate) async fn fence(
                 State(state): State<AppState>,
                 $fence_path(name, token): $fence_path,
                 Fields(NoFields {}): Fields<NoFields>,
@@ -591,10 +616,13 @@ macro_rules! kind_routes {
 
 kind_routes!(locks in "locks", refined by std::convert::identity, "/locks/{name}", "/locks/{name}/hold", "/locks/{name}/leases/{lease_id}", "/locks/{name}/fences/{fencing_token}",
     paths (LockPath, LeasePath, FencePath), holder "owner" delayed "lock_delay_ms",
-    types (crate::wire::GrantRequest, crate::wire::RenewRequest, crate::wire::LeaseBody, crate::wire::LockStatus, crate::wire::HoldStreamData));
+    types (crate::wire::GrantRequest, crate::wire::RenewRequest, crate::wire::LeaseBody, crate::wire::LockStatus, crate::wire::HoldStreamData),
+    ops "lock" (Grant, Renew, Revoke, Inspect));
 kind_routes!(elections in "elections", refined by ApiError::in_election, "/elections/{name}", "/elections/{name}/hold", "/elections/{name}/leases/{lease_id}", "/elections/{name}/fences/{fencing_token}",
     paths (ElectionPath, ElectionLeasePath, ElectionFencePath), holder "value" renewed "value" delayed "lock_delay_ms",
-    types (crate::wire::CampaignRequest, crate::wire::ProclaimRequest, crate::wire::ElectionLease, crate::wire::Leader, crate::wire::CampaignStreamData));
+    types (crate::wire::CampaignRequest, crate::wire::ProclaimRequest, crate::wire::ElectionLease, crate::wire::Leader, crate::wire::CampaignStreamData),
+    ops "election" (Campaign, Proclaim, Resign, Leader));
 kind_routes!(semaphores in "semaphores", refined by ApiError::in_semaphore, "/semaphores/{name}", "/semaphores/{name}/hold", "/semaphores/{name}/leases/{lease_id}", "/semaphores/{name}/fences/{fencing_token}",
     paths (SemaphorePath, PermitPath, SemaphoreFencePath), holder "owner" counted "limit",
-    types (crate::wire::SemaphoreRequest, crate::wire::RenewRequest, crate::wire::PermitBody, crate::wire::SemaphoreStatus, crate::wire::PermitStreamData));
+    types (crate::wire::SemaphoreRequest, crate::wire::RenewRequest, crate::wire::PermitBody, crate::wire::SemaphoreStatus, crate::wire::PermitStreamData),
+    ops "semaphore" (Grant, Renew, Revoke, Inspect));

@@ -10,23 +10,19 @@ use std::any::Any;
 use std::time::Instant;
 
 use std::collections::HashMap;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use axum::extract::{MatchedPath, Request, State};
 use axum::http::{HeaderName, Method, StatusCode};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 
-use super::error::{ApiError, Credentials};
+use super::error::{ApiError, Credentials, Outcome};
 use crate::auth::{Auth, Need};
 use crate::metrics::{Metrics, Op};
+use crate::model::LockName;
 
 pub(crate) static REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
-
-/// The outcome an answer reports for the log line and metrics: `ok` or an error code (set
-/// by `ApiError`'s response).
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct Outcome(pub &'static str);
 
 /// Routes polled by probes and scrapers: logged at debug, not info, so that they do not
 /// drown the lock traffic.
@@ -34,31 +30,20 @@ fn is_operations(route: &str) -> bool {
     matches!(route, "/healthz" | "/readyz" | "/metrics")
 }
 
-/// The lock name of a `/locks/{name}...`, `/elections/{name}...` or `/semaphores/{name}...`
-/// path, as sent (still percent-encoded), bounded.
-fn lock_name(path: &str) -> Option<&str> {
-    let rest = path
-        .strip_prefix("/locks/")
-        .or_else(|| path.strip_prefix("/elections/"))
-        .or_else(|| path.strip_prefix("/semaphores/"))?;
-    let name = rest.split('/').next()?;
-    // A well-formed path is ASCII, but hyper passes other bytes through: cut at a
-    // character boundary, never inside one.
-    let mut end = name.len().min(256);
-    while !name.is_char_boundary(end) {
-        end -= 1;
-    }
-    (!name.is_empty()).then(|| &name[..end])
-}
+/// Where a request's handler leaves the name it parsed (`extract`), for the request's log
+/// line and span: the name as the handler understood it, never a second reading of the
+/// path (which may carry a lease id, and whose grammar is the router's).
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Named(Arc<OnceLock<LockName>>);
 
-/// The kind of lock a route is about, for traces and the `kind` label of
-/// `redlockd_requests_total`.
-fn kind_of(route: Option<&str>) -> &'static str {
-    match route {
-        Some(r) if r.starts_with("/elections") => "election",
-        Some(r) if r.starts_with("/semaphores") => "semaphore",
-        Some(r) if r.starts_with("/sessions") => "session",
-        _ => "lock",
+impl Named {
+    /// The first name parsed for the request is the one it is logged under.
+    pub(crate) fn set(&self, name: &LockName) {
+        let _ = self.0.set(name.clone());
+    }
+
+    fn get(&self) -> Option<&LockName> {
+        self.0.get()
     }
 }
 
@@ -78,13 +63,24 @@ pub(crate) enum Access {
     Token(Need),
 }
 
-/// What the middleware knows of a route: the op it counts as and who may call it, keyed
-/// by method and matched path. Filled as the routes are registered (`http::registry`).
+/// What a metered route counts as in `redlockd_requests_total`: its op and the kind of
+/// lock it is about (`lock`, `election`, `semaphore`, `session`), which the request's span
+/// also carries.
+pub(crate) type Metered = (Op, &'static str);
+
+/// What the middleware knows of a route: what it counts as and who may call it, keyed by
+/// method and matched path. Filled as the routes are registered (`http::registry`).
 #[derive(Debug, Default)]
-pub(crate) struct RouteTable(HashMap<Method, HashMap<String, (Option<Op>, Access)>>);
+pub(crate) struct RouteTable(HashMap<Method, HashMap<String, (Option<Metered>, Access)>>);
 
 impl RouteTable {
-    pub fn insert(&mut self, method: Method, path: &str, op: Option<Op>, access: Access) {
+    pub(crate) fn insert(
+        &mut self,
+        method: Method,
+        path: &str,
+        op: Option<Metered>,
+        access: Access,
+    ) {
         let previous = self
             .0
             .entry(method)
@@ -93,13 +89,13 @@ impl RouteTable {
         debug_assert!(previous.is_none(), "{path} registered twice");
     }
 
-    fn get(&self, method: &Method, route: &str) -> Option<(Option<Op>, Access)> {
+    fn get(&self, method: &Method, route: &str) -> Option<(Option<Metered>, Access)> {
         self.0.get(method)?.get(route).copied()
     }
 
-    /// The op a request on `route` counts as, if any.
-    fn op(&self, method: &Method, route: &str) -> Option<Op> {
-        self.get(method, route).and_then(|(op, _)| op)
+    /// What a request on `route` counts as, if anything.
+    fn metered(&self, method: &Method, route: Option<&str>) -> Option<Metered> {
+        self.get(method, route?).and_then(|(metered, _)| metered)
     }
 
     /// What a route needs of its caller's token, or `None` when it is open. A route with
@@ -179,7 +175,7 @@ pub(crate) async fn authorize(
 /// response.
 pub(crate) async fn log_request(
     State((metrics, routes)): State<(Arc<Metrics>, Arc<RouteTable>)>,
-    request: Request,
+    mut request: Request,
     next: Next,
 ) -> Response {
     let started = Instant::now();
@@ -187,8 +183,9 @@ pub(crate) async fn log_request(
     let method = request.method().clone();
     let matched = request.extensions().get::<MatchedPath>().cloned();
     let route = matched.as_ref().map(MatchedPath::as_str);
-    let uri = request.uri().clone();
-    let lock = lock_name(uri.path());
+    let named = Named::default();
+    request.extensions_mut().insert(named.clone());
+    let metered = routes.metered(&method, route);
     let request_id = request.headers().get(&REQUEST_ID).cloned();
     let request_id = request_id
         .as_ref()
@@ -203,13 +200,18 @@ pub(crate) async fn log_request(
         otel.kind = "server",
         http.request.method = %method,
         http.route = route.unwrap_or("<unmatched>"),
-        lock.name = lock,
-        lock.kind = lock.map(|_| kind_of(route)),
+        lock.name = tracing::field::Empty,
+        lock.kind = tracing::field::Empty,
         http.response.status_code = tracing::field::Empty,
         otel.status_code = tracing::field::Empty,
     );
     crate::telemetry::follow_client(&span, request.headers());
     let response = tracing::Instrument::instrument(next.run(request), span.clone()).await;
+    let lock = named.get().map(LockName::as_str);
+    if let Some(name) = lock {
+        span.record("lock.name", name);
+        span.record("lock.kind", metered.map_or("lock", |(_, kind)| kind));
+    }
     let status = response.status().as_u16();
     span.record("http.response.status_code", status);
     if response.status().is_server_error() {
@@ -225,14 +227,13 @@ pub(crate) async fn log_request(
         },
         |o| o.0,
     );
-    let kind = kind_of(route);
     let route = route.unwrap_or("<unmatched>");
     let caller = response
         .extensions()
         .get::<CallerName>()
         .map(|c| c.0.clone());
     let took = started.elapsed();
-    if let Some(op) = routes.op(&method, route) {
+    if let Some((op, kind)) = metered {
         metrics.request(op, kind, outcome, took);
     }
     let latency_ms = took.as_secs_f64() * 1e3;
@@ -265,7 +266,7 @@ pub(crate) async fn log_request(
 /// Read the whole body before the handler runs, within the client timeout and the size
 /// limit: a client that trickles its body is answered 408, never left to hold the request
 /// (and a lock grant) open, and never told the masters were unavailable.
-pub async fn read_body(
+pub(crate) async fn read_body(
     axum::extract::State(timeout): axum::extract::State<std::time::Duration>,
     request: Request,
     next: Next,
@@ -331,20 +332,5 @@ mod tests {
             .unwrap();
         let body: serde_json::Value = serde_json::from_slice(&body).unwrap();
         assert_eq!(body["error"], "internal");
-    }
-
-    #[test]
-    fn the_lock_name_is_taken_from_the_path_and_the_lease_id_never() {
-        assert_eq!(lock_name("/locks/a:b/leases/SECRET"), Some("a:b"));
-        assert_eq!(lock_name("/locks/x"), Some("x"));
-        assert_eq!(lock_name("/locks"), None);
-        assert_eq!(lock_name("/locks/"), None);
-        assert_eq!(
-            lock_name(&format!("/locks/{}", "n".repeat(300))).map(str::len),
-            Some(256)
-        );
-        // 255 ASCII bytes and a two-byte character across the 256-byte mark.
-        let path = format!("/locks/{}é", "n".repeat(255));
-        assert_eq!(lock_name(&path).map(str::len), Some(255));
     }
 }

@@ -37,7 +37,7 @@ use crate::config::Settings;
 use crate::lease::LeaseService;
 use crate::metrics::{Metrics, Op};
 use error::ApiError;
-use middleware::{Access, RouteTable};
+use middleware::{Access, Metered, RouteTable};
 use utoipa_axum::router::UtoipaMethodRouter;
 
 /// Routes being registered with what the middleware needs to know of each: the router,
@@ -55,9 +55,9 @@ impl Registry {
         }
     }
 
-    /// A lock or election route: counted as `op`, allowed by `access`.
-    fn add(self, route: UtoipaMethodRouter<AppState>, op: Op, access: Access) -> Self {
-        self.register(route, Some(op), access)
+    /// A route about a `kind` of lock: counted as `op`, allowed by `access`.
+    fn add(self, route: UtoipaMethodRouter<AppState>, (op, kind): Metered, access: Access) -> Self {
+        self.register(route, Some((op, kind)), access)
     }
 
     /// A route outside the request metrics (probes, scrapes).
@@ -68,7 +68,7 @@ impl Registry {
     fn register(
         mut self,
         route: UtoipaMethodRouter<AppState>,
-        op: Option<Op>,
+        op: Option<Metered>,
         access: Access,
     ) -> Self {
         for (path, item) in route.1.paths.iter() {
@@ -104,7 +104,7 @@ pub(crate) const BODY_LIMIT_BYTES: usize = 16 * 1024;
 
 /// What every handler can reach. Cheap to clone: everything behind it is shared.
 #[derive(Clone)]
-pub struct AppState {
+pub(crate) struct AppState {
     pub service: Arc<LeaseService>,
     pub metrics: Arc<Metrics>,
     pub settings: Arc<Settings>,
@@ -134,63 +134,46 @@ struct ApiDoc;
 
 /// Each route with what it is besides its handler: the op it counts as in
 /// `redlockd_requests_total` and what it needs of a bearer token. A handler is registered
-/// only with them, so a new route cannot be left open by forgetting to list it.
+/// only with them, so a new route cannot be left open by forgetting to list it. Each kind
+/// of `kinds` registers its own routes (`kind_routes!` writes them).
 fn registry() -> Registry {
     use Access::{Open, Operations, Token};
-    use Need::{Admin, Hold, Read};
-    Registry::new()
-        .add(routes!(kinds::locks::grant), Op::Grant, Token(Hold))
-        .add(routes!(kinds::locks::hold), Op::Grant, Token(Hold))
-        .add(routes!(kinds::locks::renew), Op::Renew, Token(Hold))
-        .add(routes!(kinds::locks::revoke), Op::Revoke, Token(Hold))
-        .add(routes!(handlers::check), Op::Check, Token(Hold))
-        .add(routes!(kinds::locks::inspect), Op::Inspect, Token(Read))
-        .add(routes!(kinds::locks::fence), Op::Fence, Token(Read))
-        .add(routes!(handlers::list), Op::List, Token(Read))
-        .add(routes!(handlers::grant_many), Op::Grant, Token(Hold))
+    use Need::{Hold, Read};
+    let registry = [
+        kinds::locks::register,
+        kinds::elections::register,
+        kinds::semaphores::register,
+    ]
+    .into_iter()
+    .fold(Registry::new(), |registry, kind| kind(registry));
+    registry
+        .add(routes!(handlers::check), (Op::Check, "lock"), Token(Hold))
+        .add(routes!(handlers::list), (Op::List, "lock"), Token(Read))
         .add(
-            routes!(kinds::locks::force_release),
-            Op::ForceRelease,
-            Token(Admin),
+            routes!(handlers::grant_many),
+            (Op::Grant, "lock"),
+            Token(Hold),
         )
-        .add(routes!(kinds::elections::grant), Op::Campaign, Token(Hold))
-        .add(routes!(kinds::elections::hold), Op::Campaign, Token(Hold))
-        .add(routes!(kinds::elections::renew), Op::Proclaim, Token(Hold))
-        .add(routes!(kinds::elections::revoke), Op::Resign, Token(Hold))
-        .add(routes!(kinds::elections::inspect), Op::Leader, Token(Read))
-        .add(routes!(kinds::elections::fence), Op::Fence, Token(Read))
-        .add(routes!(elections::observe), Op::Observe, Token(Read))
         .add(
-            routes!(kinds::elections::force_release),
-            Op::ForceRelease,
-            Token(Admin),
-        )
-        .add(routes!(kinds::semaphores::grant), Op::Grant, Token(Hold))
-        .add(routes!(kinds::semaphores::hold), Op::Grant, Token(Hold))
-        .add(routes!(kinds::semaphores::renew), Op::Renew, Token(Hold))
-        .add(routes!(kinds::semaphores::revoke), Op::Revoke, Token(Hold))
-        .add(
-            routes!(kinds::semaphores::inspect),
-            Op::Inspect,
+            routes!(elections::observe),
+            (Op::Observe, "election"),
             Token(Read),
         )
-        .add(routes!(kinds::semaphores::fence), Op::Fence, Token(Read))
+        .add(routes!(sessions::open), (Op::Grant, "session"), Token(Hold))
         .add(
-            routes!(kinds::semaphores::force_release),
-            Op::ForceRelease,
-            Token(Admin),
+            routes!(sessions::renew),
+            (Op::Renew, "session"),
+            Token(Hold),
         )
-        .add(routes!(sessions::open), Op::Grant, Token(Hold))
-        .add(routes!(sessions::renew), Op::Renew, Token(Hold))
-        .add(routes!(sessions::end), Op::Revoke, Token(Hold))
-        .add(routes!(sessions::read), Op::Check, Token(Hold))
+        .add(routes!(sessions::end), (Op::Revoke, "session"), Token(Hold))
+        .add(routes!(sessions::read), (Op::Check, "session"), Token(Hold))
         .unmetered(routes!(handlers::healthz), Open)
         .unmetered(routes!(handlers::readyz), Open)
         .unmetered(routes!(handlers::metrics), Operations)
 }
 
 /// The routes and the OpenAPI document that describes them.
-pub fn routes() -> (Router<AppState>, utoipa::openapi::OpenApi) {
+pub(crate) fn routes() -> (Router<AppState>, utoipa::openapi::OpenApi) {
     let (router, doc, _) = registry().finish();
     (router, doc)
 }
@@ -280,7 +263,7 @@ fn docs_file(file: &str, config: Arc<utoipa_swagger_ui::Config<'static>>) -> Res
 }
 
 /// The whole application router.
-pub fn router(state: AppState) -> Router {
+pub(crate) fn router(state: AppState) -> Router {
     let (routes, doc, mut table) = registry().finish();
     // Served beside the registered routes: the document and its UI.
     for path in ["/openapi.json", "/docs", "/docs/", "/docs/{*file}"] {

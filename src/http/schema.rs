@@ -79,7 +79,7 @@ fn error(description: &str) -> RefOr<Response> {
 macro_rules! answer_sets {
     ($($(#[$doc:meta])* $set:ident { $($status:literal => $description:expr),* $(,)? })*) => {$(
         $(#[$doc])*
-        pub struct $set;
+        pub(crate) struct $set;
 
         impl IntoResponses for $set {
             fn responses() -> BTreeMap<String, RefOr<Response>> {

@@ -31,7 +31,7 @@ pub(crate) struct Limits {
 
 /// Serve `router` on `listener` until `signal` completes, then stop accepting and wait for
 /// the open connections to finish their requests in flight.
-pub async fn serve(
+pub(crate) async fn serve(
     listener: TcpListener,
     router: Router,
     limits: Limits,

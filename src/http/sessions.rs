@@ -99,7 +99,7 @@ impl From<&HeldThrough> for SessionHoldBody {
             headers(("Location" = String, description = "/sessions/{session_id}"))),
     )
 )]
-pub async fn open(
+pub(crate) async fn open(
     State(state): State<AppState>,
     caller: Option<Extension<Caller>>,
     headers: HeaderMap,
@@ -137,7 +137,7 @@ pub async fn open(
         (status = 404, description = "`session_not_found`: expired, ended, or never opened", body = ErrorBody),
     )
 )]
-pub async fn renew(
+pub(crate) async fn renew(
     State(state): State<AppState>,
     SessionPath(id): SessionPath,
     Fields(req): Fields<RenewRequest>,
@@ -158,7 +158,7 @@ pub async fn renew(
         (status = 404, description = "`session_not_found`", body = ErrorBody),
     )
 )]
-pub async fn end(
+pub(crate) async fn end(
     State(state): State<AppState>,
     SessionPath(id): SessionPath,
     Fields(NoFields {}): Fields<NoFields>,
@@ -178,7 +178,7 @@ pub async fn end(
         (status = 404, description = "`session_not_found`", body = ErrorBody),
     )
 )]
-pub async fn read(
+pub(crate) async fn read(
     State(state): State<AppState>,
     SessionPath(id): SessionPath,
     Fields(NoFields {}): Fields<NoFields>,

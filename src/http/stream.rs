@@ -99,7 +99,7 @@ fn hold_event(kind: Kind, e: HoldEvent) -> Event {
 }
 
 /// The SSE response for a held lease's events.
-pub fn hold(
+pub(crate) fn hold(
     kind: Kind,
     rx: mpsc::Receiver<HoldEvent>,
 ) -> Sse<impl Stream<Item = Result<Event, Infallible>> + Send + 'static> {
@@ -138,7 +138,7 @@ fn leader_event(name: &str, change: LeaderChange) -> Event {
 }
 
 /// The SSE response of an election's observers.
-pub fn observe(
+pub(crate) fn observe(
     name: String,
     rx: mpsc::Receiver<LeaderChange>,
 ) -> Sse<impl Stream<Item = Result<Event, Infallible>> + Send + 'static> {

@@ -64,7 +64,7 @@ fn modified(path: &PathBuf) -> Option<SystemTime> {
 
 impl Tls {
     /// Load the pair; an error names the variable and the file.
-    pub fn load(cert: &str, key: &str) -> Result<Self, String> {
+    pub(crate) fn load(cert: &str, key: &str) -> Result<Self, String> {
         let (cert, key) = (PathBuf::from(cert), PathBuf::from(key));
         let current = Arc::new(Current(RwLock::new(Arc::new(load(&cert, &key)?))));
         let mut config = rustls::ServerConfig::builder_with_provider(Arc::new(

@@ -14,12 +14,12 @@ use crate::wire::{ElectionLease, Leader, LeaseBody, LockEntry, LockStatus, Maste
 use crate::wire::{LockMode, PermitBody, PermitHolder, SemaphoreStatus, ShardReport, SharedHolder};
 
 /// An RFC 3339 time in UTC with milliseconds.
-pub fn rfc3339(t: SystemTime) -> String {
+pub(crate) fn rfc3339(t: SystemTime) -> String {
     DateTime::<Utc>::from(t).to_rfc3339_opts(SecondsFormat::Millis, true)
 }
 
 impl LeaseBody {
-    pub fn new(lease: &Lease, with_remaining: bool) -> Self {
+    pub(crate) fn new(lease: &Lease, with_remaining: bool) -> Self {
         Self {
             name: lease.name.to_string(),
             lease_id: lease.id.as_str().to_owned(),
@@ -50,7 +50,7 @@ impl From<&Lease> for ElectionLease {
 }
 
 impl ElectionLease {
-    pub fn new(lease: &Lease) -> Self {
+    pub(crate) fn new(lease: &Lease) -> Self {
         Self {
             name: lease.name.to_string(),
             lease_id: lease.id.as_str().to_owned(),
@@ -64,7 +64,7 @@ impl ElectionLease {
 }
 
 impl Leader {
-    pub fn new(name: &str, holders: Vec<LockHolder>) -> Self {
+    pub(crate) fn new(name: &str, holders: Vec<LockHolder>) -> Self {
         match holders.into_iter().next() {
             Some(h) => Self {
                 name: name.to_owned(),
@@ -85,7 +85,7 @@ impl Leader {
 }
 
 impl LockStatus {
-    pub fn new(name: &str, holders: Vec<LockHolder>) -> Self {
+    pub(crate) fn new(name: &str, holders: Vec<LockHolder>) -> Self {
         let free = Self {
             name: name.to_owned(),
             held: false,
@@ -148,7 +148,7 @@ impl From<&Lease> for PermitBody {
 }
 
 impl SemaphoreStatus {
-    pub fn new(name: &str, holders: Vec<LockHolder>) -> Self {
+    pub(crate) fn new(name: &str, holders: Vec<LockHolder>) -> Self {
         Self {
             name: name.to_owned(),
             holders: holders

@@ -35,7 +35,7 @@ const LAPSE_MARGIN: Duration = Duration::from_millis(5);
 
 /// A change of leadership, as an observer is told it.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum LeaderChange {
+pub(crate) enum LeaderChange {
     /// A leader was elected for a new term.
     Elected {
         term: FencingToken,
@@ -55,7 +55,7 @@ pub enum LeaderChange {
 impl LeaseService {
     /// Follow `name`'s leadership: first the current state, then every change seen, until
     /// the receiver is dropped, it falls behind, or the process shuts down.
-    pub fn observe(
+    pub(crate) fn observe(
         self: &Arc<Self>,
         name: LockName,
     ) -> Result<mpsc::Receiver<LeaderChange>, LeaseError> {

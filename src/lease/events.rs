@@ -101,7 +101,7 @@ impl Topic {
 
 /// A place in a name's queue of waiting grants. Dropping it (the grant finished, timed
 /// out, or its client went away) leaves the queue and wakes the next waiter.
-pub struct Ticket {
+pub(crate) struct Ticket {
     events: Arc<Events>,
     name: String,
     id: u64,
@@ -126,24 +126,15 @@ impl Events {
     }
 
     /// Join the end of `name`'s queue of waiting grants.
-    pub fn join(self: &Arc<Self>, name: &str) -> Ticket {
+    #[cfg(test)]
+    pub(crate) fn join(self: &Arc<Self>, name: &str) -> Ticket {
         let mut names = self.names();
         self.enqueue(&mut names, name)
     }
 
     /// Join `name`'s queue unless it already holds `per_name` waiters, or every queue
-    /// together holds `total`: then which cap was met.
-    pub fn join_bounded(
-        self: &Arc<Self>,
-        name: &str,
-        per_name: usize,
-        total: u64,
-    ) -> Result<Ticket, &'static str> {
-        self.join_as(name, per_name, total, false)
-    }
-
-    /// `join_bounded`, for a waiter woken by every release of the name (`eager`: see
-    /// `Topic::eager`).
+    /// together holds `total`: then which cap was met. An `eager` waiter is woken by every
+    /// release of the name (see `Topic::eager`).
     pub(crate) fn join_as(
         self: &Arc<Self>,
         name: &str,
@@ -234,7 +225,7 @@ impl Events {
 
     /// `name` may have been released (an announcement without a token, from any version
     /// of redlockd): wake its first waiter to look.
-    pub fn wake(&self, name: &str) {
+    pub(crate) fn wake(&self, name: &str) {
         if let Some(topic) = self.names().get(name) {
             topic.wake_first();
         }
@@ -249,7 +240,8 @@ impl Events {
     }
 
     /// How many names have listeners: zero when everyone has left.
-    pub fn names_listened_to(&self) -> usize {
+    #[cfg(test)]
+    pub(crate) fn names_listened_to(&self) -> usize {
         self.names().len()
     }
 }
@@ -289,7 +281,7 @@ impl Ticket {
     }
 
     /// This waiter's place in line: 1 when it is first.
-    pub fn position(&self) -> usize {
+    pub(crate) fn position(&self) -> usize {
         self.events
             .names()
             .get(&self.name)
@@ -303,7 +295,7 @@ impl Ticket {
     }
 
     /// Wait for this waiter's next wake-up since `mark_seen`.
-    pub async fn woken(&mut self) {
+    pub(crate) async fn woken(&mut self) {
         // The sender lives in the topic as long as this ticket does.
         let _ = self.wake.changed().await;
     }

@@ -65,7 +65,7 @@ pub enum LostReason {
 
 impl LostReason {
     /// The stable code of the `lost` event.
-    pub fn code(self) -> &'static str {
+    pub(crate) fn code(self) -> &'static str {
         match self {
             LostReason::NotFound => "lease_not_found",
             LostReason::QuorumLost => "quorum_lost",
@@ -75,7 +75,7 @@ impl LostReason {
         }
     }
 
-    pub fn message(self) -> &'static str {
+    pub(crate) fn message(self) -> &'static str {
         match self {
             LostReason::NotFound => {
                 "a renew found the lease gone from a majority of masters: it expired"

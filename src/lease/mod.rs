@@ -16,14 +16,14 @@ mod sessions;
 
 use crate::config::LeaseBounds;
 use crate::model::{InvalidInput, MAX_LOCK_DELAY_MS, MIN_TTL_MS, millis};
-pub use election::LeaderChange;
+pub(crate) use election::LeaderChange;
 pub use error::LeaseError;
 pub use events::{Events, LockEvent};
 pub use granted::{Lease, LockHolder};
 pub use hold::{HoldEvent, LostReason};
 pub use kinds::{Hold, Target};
 pub use service::{LeaseService, Readiness};
-pub use sessions::{HeldThrough, Session, SessionEvent, SessionLost};
+pub(crate) use sessions::{HeldThrough, Session, SessionEvent};
 
 use std::time::Duration;
 
@@ -32,7 +32,7 @@ use std::time::Duration;
 pub struct Ttl(Duration);
 
 impl Ttl {
-    pub fn get(self) -> Duration {
+    pub(crate) fn get(self) -> Duration {
         self.0
     }
 }
@@ -45,7 +45,7 @@ impl WaitTime {
     /// Do not wait: answer 409 at once when the lock is held.
     pub const NONE: WaitTime = WaitTime(Duration::ZERO);
 
-    pub fn get(self) -> Duration {
+    pub(crate) fn get(self) -> Duration {
         self.0
     }
 }
@@ -81,7 +81,7 @@ impl LeasePolicy {
     }
 
     /// A grant's lock-delay: `lock_delay_ms`, or none.
-    pub fn lock_delay(&self, lock_delay_ms: Option<u64>) -> Result<Duration, InvalidInput> {
+    pub(crate) fn lock_delay(&self, lock_delay_ms: Option<u64>) -> Result<Duration, InvalidInput> {
         let ms = lock_delay_ms.unwrap_or(0);
         let max = millis(self.max_lock_delay);
         if ms <= max {
@@ -125,14 +125,6 @@ impl LeasePolicy {
                 "wait_ms must be at most {max}, got {ms}"
             )))
         }
-    }
-
-    pub fn max_ttl(&self) -> Duration {
-        self.max_ttl
-    }
-
-    pub fn max_wait(&self) -> Duration {
-        self.max_wait
     }
 }
 

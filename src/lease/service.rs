@@ -152,7 +152,7 @@ impl LeaseService {
     }
 
     /// The per-name event bus: waiting grants queue on it, observers subscribe to it.
-    pub fn events(&self) -> &Arc<Events> {
+    pub(crate) fn events(&self) -> &Arc<Events> {
         &self.events
     }
 
@@ -368,7 +368,7 @@ impl LeaseService {
         }
     }
 
-    pub async fn renew(
+    pub(crate) async fn renew(
         &self,
         name: LockName,
         id: LeaseId,
@@ -379,7 +379,7 @@ impl LeaseService {
 
     /// Renew a lease and make `value` its owner text: an elected leader proclaims a new
     /// value without losing its term. Observers on every replica are told.
-    pub async fn proclaim(
+    pub(crate) async fn proclaim(
         &self,
         name: LockName,
         id: LeaseId,
@@ -455,7 +455,7 @@ impl LeaseService {
         result
     }
 
-    pub async fn check(&self, name: LockName, id: LeaseId) -> Result<Lease, LeaseError> {
+    pub(crate) async fn check(&self, name: LockName, id: LeaseId) -> Result<Lease, LeaseError> {
         let key = self.hold_key(&name, &id).await?;
         let leased = self.engine.check(&key, id.as_str()).await?;
         Ok(kinds::with_names(Lease::new(name, id, leased), &key))
@@ -488,7 +488,7 @@ impl LeaseService {
     }
 
     /// One page of held locks in name order, and where the next page starts.
-    pub async fn list(
+    pub(crate) async fn list(
         &self,
         prefix: &NamePrefix,
         after: &NamePrefix,
@@ -503,12 +503,12 @@ impl LeaseService {
 
     /// How each master's steps have travelled (address, traffic), for the masters that
     /// send them in batches.
-    pub fn master_traffic(&self) -> impl Iterator<Item = (&str, Traffic)> {
+    pub(crate) fn master_traffic(&self) -> impl Iterator<Item = (&str, Traffic)> {
         self.engine.traffic()
     }
 
     /// Whether grants can succeed now, and each master as `/readyz` shows it.
-    pub fn readiness(&self) -> Readiness {
+    pub(crate) fn readiness(&self) -> Readiness {
         let monitor = self.engine.monitor();
         Readiness {
             ready: monitor.ready() && !self.shutdown.is_cancelled(),

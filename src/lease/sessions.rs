@@ -24,7 +24,7 @@ const SESSION_BUFFER: usize = 8;
 
 /// A session as the service hands it to the HTTP layer.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Session {
+pub(crate) struct Session {
     pub id: SessionId,
     pub ttl: Duration,
     pub validity: Duration,
@@ -68,7 +68,7 @@ impl Session {
 
 /// One hold made through a session, as `GET /sessions/{id}` lists it.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct HeldThrough {
+pub(crate) struct HeldThrough {
     /// The kind's collection: locks, semaphores, elections.
     pub kind: Kind,
     pub name: String,
@@ -153,7 +153,7 @@ impl Sessions {
 
 /// Why a streamed session ended, as its `lost` event says.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum SessionLost {
+pub(crate) enum SessionLost {
     /// A renew found the session gone from a majority of masters: it expired or was ended.
     NotFound,
     /// No renew reached a majority before the session's validity ran out.
@@ -163,7 +163,7 @@ pub enum SessionLost {
 }
 
 impl SessionLost {
-    pub fn code(self) -> &'static str {
+    pub(crate) fn code(self) -> &'static str {
         match self {
             SessionLost::NotFound => "session_not_found",
             SessionLost::QuorumLost => "quorum_lost",
@@ -171,7 +171,7 @@ impl SessionLost {
         }
     }
 
-    pub fn message(self) -> &'static str {
+    pub(crate) fn message(self) -> &'static str {
         match self {
             SessionLost::NotFound => {
                 "a renew found the session gone from a majority of masters: it expired or was ended"
@@ -188,7 +188,7 @@ impl SessionLost {
 
 /// What a streamed session tells its client.
 #[derive(Debug)]
-pub enum SessionEvent {
+pub(crate) enum SessionEvent {
     Opened(Session),
     Heartbeat(Session),
     Lost(SessionLost),
@@ -211,7 +211,7 @@ fn not_found(e: EngineError) -> LeaseError {
 impl LeaseService {
     /// Open a session that lives `ttl` unless renewed, for the token named `scope` ("" without
     /// authentication): only that token's requests find it.
-    pub async fn open_session(
+    pub(crate) async fn open_session(
         &self,
         ttl: Ttl,
         owner: Option<Owner>,
@@ -228,7 +228,7 @@ impl LeaseService {
     }
 
     /// Renew session `id`, and every hold made through it, for `ttl` (its own when `None`).
-    pub async fn renew_session(
+    pub(crate) async fn renew_session(
         &self,
         id: &SessionId,
         ttl: Option<Ttl>,
@@ -250,7 +250,7 @@ impl LeaseService {
     }
 
     /// Session `id` and what is held through it.
-    pub async fn session(&self, id: &SessionId) -> Result<Session, LeaseError> {
+    pub(crate) async fn session(&self, id: &SessionId) -> Result<Session, LeaseError> {
         let (lease, holds) = self
             .engine()
             .read_session(&id.key())

@@ -11,15 +11,7 @@ pub struct Unavailability {
     pub masters: Vec<MasterFailure>,
 }
 
-impl Unavailability {
-    /// Unavailable for `reason`, with no master to blame (shutdown, a timeout of our own).
-    pub fn because(reason: impl Into<String>) -> Self {
-        Self {
-            reason: reason.into(),
-            masters: Vec::new(),
-        }
-    }
-}
+impl Unavailability {}
 
 /// One master that failed a step, and how.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -67,7 +67,7 @@ impl EngineConfig {
 
     /// The longest a master that lost its data sits out: until every lease (and its
     /// lock-delay) it may have held is over, whatever lock-delay was in force.
-    pub fn quarantine(&self) -> Duration {
+    pub(crate) fn quarantine(&self) -> Duration {
         self.max_ttl + self.max_lock_delay
     }
 }
@@ -234,13 +234,13 @@ impl Redlock {
 
     /// Each master as `/readyz` shows it: the monitor's view, with what its node reports
     /// of itself (a cluster's shards, its announcements' subscription).
-    pub fn masters(&self) -> Vec<MasterStatus> {
+    pub(crate) fn masters(&self) -> Vec<MasterStatus> {
         self.monitor
             .status()
             .into_iter()
             .zip(&self.nodes)
             .map(|(status, node)| MasterStatus {
-                cluster: node.cluster_status(),
+                cluster: node.report().shards,
                 subscribed: node.subscribed(),
                 ..status
             })
@@ -249,7 +249,7 @@ impl Redlock {
 
     /// How each master's steps have travelled (address, traffic), for the masters that
     /// send them in batches.
-    pub fn traffic(&self) -> impl Iterator<Item = (&str, Traffic)> {
+    pub(crate) fn traffic(&self) -> impl Iterator<Item = (&str, Traffic)> {
         self.nodes
             .iter()
             .filter_map(|node| Some((node.address(), node.traffic()?)))
@@ -261,7 +261,7 @@ impl Redlock {
 
     /// Probe every master once (so that the first requests find the deployment judged),
     /// then keep probing in the background until `shutdown` fires or the engine stops.
-    pub async fn start(&self, shutdown: CancellationToken) {
+    pub(crate) async fn start(&self, shutdown: CancellationToken) {
         self.monitor.probe_round(&self.nodes).await;
         let stop = self.stop.child_token();
         self.monitor.spawn(self.nodes.clone(), stop.clone());
@@ -275,7 +275,7 @@ impl Redlock {
 
     /// Stop the engine's background work (the backlog is abandoned: its keys expire at
     /// their TTL).
-    pub fn stop(&self) {
+    pub(crate) fn stop(&self) {
         self.stop.cancel();
     }
 
@@ -426,7 +426,7 @@ impl Redlock {
     /// Tell the other replicas that a grant of `name` was decided with `token`, through
     /// one master (every replica listens to all of them), without waiting: the master's
     /// backlog sends it, bounded like the rest of its work. The masters take turns.
-    pub fn announce(&self, key: &LockKey, news: News, token: FencingToken) {
+    pub(crate) fn announce(&self, key: &LockKey, news: News, token: FencingToken) {
         let n = self.nodes.len();
         let start = self
             .announcer

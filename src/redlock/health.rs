@@ -35,7 +35,7 @@ use crate::metrics::Metrics;
 use crate::model::MasterStatus;
 use crate::store::clock::Jump;
 use crate::store::clock_floor;
-use crate::store::node::{LockNode, NodeError, NodeResult, Probe};
+use crate::store::node::{FenceSource, LockNode, NodeError, NodeResult, Probe};
 
 /// How often every master is probed when nothing else prompts it.
 pub(crate) const PROBE_INTERVAL: Duration = Duration::from_secs(1);
@@ -265,7 +265,7 @@ impl Monitor {
         let mut probes: Vec<NodeResult<Probe>> =
             futures::future::join_all(nodes.iter().map(|node| async move {
                 let started = Instant::now();
-                let limit = node.upkeep_budget().unwrap_or(limit);
+                let limit = node.report().upkeep_budget.unwrap_or(limit);
                 let reply = tokio::time::timeout(limit, node.probe())
                     .await
                     .unwrap_or(Err(NodeError::Timeout));
@@ -431,7 +431,7 @@ impl Monitor {
                     continue;
                 }
                 probe.marker = None;
-                if !node.fences_from_clock() {
+                if !node.report().judges_own_rollbacks() {
                     self.retire(i, nodes, &identity).await;
                 }
             }
@@ -452,7 +452,7 @@ impl Monitor {
         for j in 0..probes.len() {
             // A cluster judges each shard's rollback itself (store::cluster): its reported
             // counter is one slot's, not a bound on its tokens.
-            if nodes[j].fences_from_clock() {
+            if nodes[j].report().judges_own_rollbacks() {
                 continue;
             }
             let Ok(probe) = &probes[j] else { continue };
@@ -507,7 +507,7 @@ impl Monitor {
         let probes = futures::future::join_all(
             nodes
                 .iter()
-                .filter(|n| !n.fences_from_clock())
+                .filter(|n| !n.report().judges_own_rollbacks())
                 .map(|n| self.bounded(&**n, n.probe())),
         )
         .await;
@@ -526,7 +526,7 @@ impl Monitor {
             .enumerate()
             .filter_map(|(i, p)| {
                 let p = p.as_ref().ok()?;
-                if nodes[i].fences_from_clock() {
+                if nodes[i].report().judges_own_rollbacks() {
                     return None;
                 }
                 let identity = p.marker.clone()?;
@@ -595,7 +595,10 @@ impl Monitor {
         node: &dyn LockNode,
         step: impl Future<Output = NodeResult<T>>,
     ) -> NodeResult<T> {
-        let limit = node.upkeep_budget().unwrap_or(self.config.master_timeout);
+        let limit = node
+            .report()
+            .upkeep_budget
+            .unwrap_or(self.config.master_timeout);
         tokio::time::timeout(limit, step)
             .await
             .unwrap_or(Err(NodeError::Timeout))
@@ -656,7 +659,10 @@ impl Monitor {
             return;
         }
         let mut fence = fences.into_iter().max().unwrap_or(0);
-        if nodes.iter().any(|n| n.fences_from_clock()) {
+        if nodes
+            .iter()
+            .any(|n| n.report().fences == FenceSource::Clock)
+        {
             // A cluster reports one sampled slot's counter, not its largest: with clusters
             // among the masters the restored counter starts from the wall clock, as theirs.
             fence = fence.max(clock_floor());
@@ -712,7 +718,7 @@ impl Monitor {
         // The marker it had before it lost its data is never to be seen on it again.
         let before = self.state(i).identity.clone();
         if let Some(before) = before
-            && !nodes[i].fences_from_clock()
+            && !nodes[i].report().judges_own_rollbacks()
         {
             self.retire(i, nodes, &before).await;
         }
@@ -812,7 +818,7 @@ impl Monitor {
 
     /// Probe every master about once a second (and at once when a script reports a master
     /// without its marker, at most every `MIN_PROBE_GAP`) until `shutdown` fires.
-    pub fn spawn(
+    pub(crate) fn spawn(
         self: &Arc<Self>,
         nodes: Vec<Arc<dyn LockNode>>,
         shutdown: CancellationToken,

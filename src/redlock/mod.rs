@@ -14,4 +14,3 @@ mod health;
 mod quorum;
 
 pub use engine::{EngineConfig, EngineError, Holder, Leased, Redlock, SessionLease, Sighting};
-pub use health::Monitor;

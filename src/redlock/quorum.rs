@@ -12,19 +12,19 @@ use std::collections::BTreeMap;
 use crate::store::node::{Acquired, Holding, ListPage, NodeResult};
 
 /// How many masters make a majority of `n`.
-pub fn majority(n: usize) -> usize {
+pub(crate) fn majority(n: usize) -> usize {
     n / 2 + 1
 }
 
 /// The clock-drift allowance for a TTL: a share of it plus 2 ms for the rounding of
 /// millisecond expiries on the masters.
-pub fn drift(ttl: Duration, drift_factor: f64) -> Duration {
+pub(crate) fn drift(ttl: Duration, drift_factor: f64) -> Duration {
     ttl.mul_f64(drift_factor) + Duration::from_millis(2)
 }
 
 /// How long a client may rely on a lock that was set with `ttl` by steps that took
 /// `elapsed`: `ttl - elapsed - drift`, or `None` when nothing is left.
-pub fn validity(ttl: Duration, elapsed: Duration, drift_factor: f64) -> Option<Duration> {
+pub(crate) fn validity(ttl: Duration, elapsed: Duration, drift_factor: f64) -> Option<Duration> {
     ttl.checked_sub(elapsed)?
         .checked_sub(drift(ttl, drift_factor))
         .filter(|left| !left.is_zero())

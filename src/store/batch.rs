@@ -38,14 +38,14 @@ use super::node::{NodeError, NodeResult};
 use crate::model::Traffic;
 
 /// One step for the batch: which step script, with its keys and arguments.
-pub struct Step {
+pub(crate) struct Step {
     name: &'static str,
     keys: Cmd,
     args: Cmd,
 }
 
 impl Step {
-    pub fn new(name: &'static str) -> Self {
+    pub(crate) fn new(name: &'static str) -> Self {
         Self {
             name,
             keys: Cmd::new(),
@@ -53,25 +53,25 @@ impl Step {
         }
     }
 
-    pub fn key(&mut self, key: impl redis::ToRedisArgs) -> &mut Self {
+    pub(crate) fn key(&mut self, key: impl redis::ToRedisArgs) -> &mut Self {
         self.keys.arg(key);
         self
     }
 
-    pub fn arg(&mut self, arg: impl redis::ToRedisArgs) -> &mut Self {
+    pub(crate) fn arg(&mut self, arg: impl redis::ToRedisArgs) -> &mut Self {
         self.args.arg(arg);
         self
     }
 
     /// Which step script it runs.
     #[cfg(test)]
-    pub fn name(&self) -> &'static str {
+    pub(crate) fn name(&self) -> &'static str {
         self.name
     }
 
     /// How many keys and arguments it carries.
     #[cfg(test)]
-    pub fn counts(&self) -> (usize, usize) {
+    pub(crate) fn counts(&self) -> (usize, usize) {
         (self.keys.args_iter().count(), self.args.args_iter().count())
     }
 
@@ -156,7 +156,7 @@ impl Batcher {
     /// A queue whose batches run `script` (the step scripts and `batch.lua`) on `conn`,
     /// within `limits`; `classify` names a failed call's error, `clock` judges the master's
     /// `TIME` each answer ends with.
-    pub fn new(
+    pub(crate) fn new(
         conn: ConnectionManager,
         script: &'static Script,
         classify: fn(redis::RedisError) -> NodeError,
@@ -189,7 +189,7 @@ impl Batcher {
 
     /// Queue `step` now (not when the answer is first awaited: that is what keeps the
     /// order) and answer what the master answered for it.
-    pub fn send(&self, step: Step) -> BoxFuture<'static, NodeResult<Value>> {
+    pub(crate) fn send(&self, step: Step) -> BoxFuture<'static, NodeResult<Value>> {
         // A master whose clock jumped is not asked at all until it is quarantined: its
         // answers would not count, and its counter would rise for nothing.
         if let Some(refused) = self.clock.refusal() {
@@ -235,7 +235,7 @@ impl Batcher {
 
 impl Batcher {
     /// The steps sent so far, and the calls that carried them.
-    pub fn traffic(&self) -> Traffic {
+    pub(crate) fn traffic(&self) -> Traffic {
         Traffic {
             steps: self.counts.steps.load(Ordering::Relaxed),
             calls: self.counts.calls.load(Ordering::Relaxed),
@@ -373,7 +373,7 @@ pub(crate) fn pack<'a>(script: &Script, batch: impl IntoIterator<Item = &'a Step
 
 /// The script a batch runs: each step's own script as a function of its keys and
 /// arguments, then `batch.lua`, which deals them out.
-pub fn compose(steps: &[(&str, &str)], dispatch: &str) -> String {
+pub(crate) fn compose(steps: &[(&str, &str)], dispatch: &str) -> String {
     let mut source = String::from("local steps = {}\n");
     for (name, body) in steps {
         source.push_str(&format!(

@@ -137,7 +137,7 @@ pub(crate) struct ClockWatch {
 }
 
 impl ClockWatch {
-    pub fn new(policy: ClockPolicy) -> Self {
+    pub(crate) fn new(policy: ClockPolicy) -> Self {
         Self {
             policy,
             state: Mutex::new(State::default()),
@@ -150,7 +150,7 @@ impl ClockWatch {
     }
 
     /// Judge `reading`: `Err` when the answer it came with must not count.
-    pub fn observe(&self, reading: Reading) -> Result<(), NodeError> {
+    pub(crate) fn observe(&self, reading: Reading) -> Result<(), NodeError> {
         self.observe_vouched(reading, &[])
     }
 
@@ -235,7 +235,7 @@ impl ClockWatch {
     }
 
     /// Whether answers are refused now, and why.
-    pub fn refusal(&self) -> Option<NodeError> {
+    pub(crate) fn refusal(&self) -> Option<NodeError> {
         let state = self.state();
         if let Some(jump) = state.pending {
             return Some(NodeError::Clock(jump.describe()));
@@ -255,7 +255,7 @@ impl ClockWatch {
     /// master before its marker went, and be read only now (the probe and the steps travel
     /// on different connections). Its reading keeps time with the probe's, so nothing in it
     /// shows the jump; it stays refused.
-    pub fn settle(&self) {
+    pub(crate) fn settle(&self) {
         self.settle_at(Instant::now());
     }
 
@@ -269,7 +269,7 @@ impl ClockWatch {
         }
     }
 
-    pub fn status(&self) -> ClockStatus {
+    pub(crate) fn status(&self) -> ClockStatus {
         let state = self.state();
         ClockStatus {
             offset_s: state.offset_us.map(|us| us as f64 / 1e6),

@@ -53,7 +53,7 @@ const VERIFY_AFTER: Duration = Duration::from_millis(300);
 
 /// What a master's clock and a cluster's shards are held to: the engine's quarantine.
 #[derive(Debug, Clone, Copy)]
-pub struct ShardPolicy {
+pub(crate) struct ShardPolicy {
     /// How long a shard that lost its data stays out (the largest TTL plus lock-delay).
     pub quarantine: Duration,
     /// `REDLOCKD_UNSAFE_SKIP_QUARANTINE`: restore at once (tests of data loss only).
@@ -117,7 +117,7 @@ impl ShardHealth {
 }
 
 /// One primary of the cluster.
-pub struct Shard {
+pub(crate) struct Shard {
     /// `host:port`, as the cluster names it.
     pub address: String,
     /// Steps and probes, answered within the master timeout.
@@ -155,7 +155,7 @@ struct Topology {
     problem: Option<String>,
 }
 
-pub struct Cluster {
+pub(crate) struct Cluster {
     /// The seed's URL (credentials included), the pattern of every node's.
     seed: url::Url,
     timeout: Duration,
@@ -209,7 +209,7 @@ fn is(e: &redis::RedisError, kind: redis::ServerErrorKind) -> bool {
 }
 
 impl Cluster {
-    pub fn new(
+    pub(crate) fn new(
         seed: &str,
         keys: Keys,
         timeout: Duration,
@@ -442,13 +442,13 @@ impl Cluster {
     }
 
     /// Why the cluster cannot serve every slot, when it cannot.
-    pub fn problem(&self) -> Option<String> {
+    pub(crate) fn problem(&self) -> Option<String> {
         self.topology().problem.clone()
     }
 
     /// Send `call` (one EVALSHA of `script`, the batch of `steps` steps) to the primary of
     /// `slot`: its answers, once the shard's clock, read with them, shows they may count.
-    pub async fn call(
+    pub(crate) async fn call(
         &self,
         slot: u16,
         call: &Cmd,
@@ -537,7 +537,7 @@ impl Cluster {
     }
 
     /// This process saw `token` granted (or confirmed) in `slot`.
-    pub fn saw(&self, slot: u16, token: u64) {
+    pub(crate) fn saw(&self, slot: u16, token: u64) {
         if let Some(shard) = self.owner_now(slot) {
             let mut health = shard.health();
             let seen = health.seen.entry(slot).or_insert(0);
@@ -546,7 +546,11 @@ impl Cluster {
     }
 
     /// A plain command on the primary of `slot` (a shard channel's publish).
-    pub async fn command<T: redis::FromRedisValue>(&self, slot: u16, cmd: &Cmd) -> NodeResult<T> {
+    pub(crate) async fn command<T: redis::FromRedisValue>(
+        &self,
+        slot: u16,
+        cmd: &Cmd,
+    ) -> NodeResult<T> {
         let shard = self.owner(slot).await?;
         let mut conn = shard.conn.clone();
         cmd.query_async(&mut conn)
@@ -555,7 +559,7 @@ impl Cluster {
     }
 
     /// The primaries, as the last slot map named them, with the slots each serves.
-    pub fn shards(&self) -> Vec<(Arc<Shard>, Vec<u16>)> {
+    pub(crate) fn shards(&self) -> Vec<(Arc<Shard>, Vec<u16>)> {
         let topology = self.topology();
         let mut out: Vec<(Arc<Shard>, Vec<u16>)> = topology
             .shards
@@ -570,7 +574,7 @@ impl Cluster {
         out
     }
 
-    pub fn status(&self) -> ClusterStatus {
+    pub(crate) fn status(&self) -> ClusterStatus {
         let shards = self
             .topology()
             .shards
@@ -651,7 +655,7 @@ impl Cluster {
     /// primary serves thousands of slots, each a `SSUBSCRIBE` (a shard channel command
     /// takes channels of one slot only), and a plain connection sends them all at once and
     /// reads the confirmations back, where the async clients answer each in turn.
-    pub async fn listen(
+    pub(crate) async fn listen(
         &self,
         deliver: impl Fn(&str, &str),
         subscribed: impl FnOnce(),
@@ -806,7 +810,7 @@ fn listen_on(
 
 /// What a probe of the whole cluster tells the engine.
 #[derive(Debug, Default)]
-pub struct ClusterProbe {
+pub(crate) struct ClusterProbe {
     /// A marker's value, when any shard carries its markers.
     pub identity: Option<String>,
     /// The largest of the shards' sampled counters, never falling.

@@ -9,7 +9,7 @@ use super::node::{Ending, Holding, LockNode, NodeResult, Owned, Renewal};
 use crate::model::LockKey;
 
 /// Record `token` on every member.
-pub async fn confirm<N: LockNode + ?Sized>(
+pub(crate) async fn confirm<N: LockNode + ?Sized>(
     node: &N,
     key: &LockKey,
     lease: &str,
@@ -22,7 +22,7 @@ pub async fn confirm<N: LockNode + ?Sized>(
 
 /// Renew every member: renewed only where the lease holds all of them, answered with the
 /// least that is left of any.
-pub async fn renew<N: LockNode + ?Sized>(
+pub(crate) async fn renew<N: LockNode + ?Sized>(
     node: &N,
     renewal: Renewal<'_>,
 ) -> NodeResult<Owned<Holding>> {
@@ -48,7 +48,7 @@ pub async fn renew<N: LockNode + ?Sized>(
 }
 
 /// End the lease's hold on every member: ended where it held any of them.
-pub async fn release<N: LockNode + ?Sized>(
+pub(crate) async fn release<N: LockNode + ?Sized>(
     node: &N,
     key: &LockKey,
     lease: &str,
@@ -65,7 +65,10 @@ pub async fn release<N: LockNode + ?Sized>(
 
 /// Who holds the members: the one lease that holds every one of them (with the least left
 /// of any), or the first member's holder when they are not all one lease's.
-pub async fn read<N: LockNode + ?Sized>(node: &N, key: &LockKey) -> NodeResult<Vec<Holding>> {
+pub(crate) async fn read<N: LockNode + ?Sized>(
+    node: &N,
+    key: &LockKey,
+) -> NodeResult<Vec<Holding>> {
     let members = key.members();
     let read = join_all(members.iter().map(|m| node.read(m))).await;
     let mut holders = Vec::with_capacity(members.len());

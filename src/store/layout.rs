@@ -16,7 +16,7 @@ use std::sync::LazyLock;
 use crate::model::{Kind, LockKey, SessionHold};
 
 /// How many hash slots a Redis Cluster has.
-pub const SLOTS: u16 = 16384;
+pub(crate) const SLOTS: u16 = 16384;
 
 /// The hash slot of `key`, by Redis Cluster's rule: CRC16 of its hash tag (the text between
 /// the first `{` and the next `}`, when not empty) or of the whole key.
@@ -57,7 +57,7 @@ pub fn slot_tag(slot: u16) -> &'static str {
 
 /// The keys redlockd writes, all under the configured prefix.
 #[derive(Debug, Clone)]
-pub struct Keys {
+pub(crate) struct Keys {
     prefix: String,
     /// The cluster layout (see the module's doc).
     cluster: bool,
@@ -74,7 +74,7 @@ pub struct Keys {
 
 impl Keys {
     /// The layout of a single master (`cluster: false`) or of a Redis Cluster.
-    pub fn new(prefix: &str, cluster: bool) -> Self {
+    pub(crate) fn new(prefix: &str, cluster: bool) -> Self {
         Self {
             prefix: prefix.to_owned(),
             cluster,
@@ -116,19 +116,19 @@ impl Keys {
     }
 
     /// The hash slot of `key`'s data (meaningful in the cluster layout).
-    pub fn slot(&self, key: &LockKey) -> u16 {
+    pub(crate) fn slot(&self, key: &LockKey) -> u16 {
         slot_of(&self.lock(key))
     }
 
     /// The key of `key` on the masters: prefix, kind segment, name.
-    pub fn lock(&self, key: &LockKey) -> String {
+    pub(crate) fn lock(&self, key: &LockKey) -> String {
         let owner = self.tag(key);
         self.named(key.kind.segment(), owner, &key.name[owner.len()..])
     }
 
     /// The set of shared holders of the lock that `key` is (or is a shared hold of). Keys
     /// of other kinds never have shared holders; theirs name a set that is never written.
-    pub fn shared(&self, key: &LockKey) -> String {
+    pub(crate) fn shared(&self, key: &LockKey) -> String {
         self.named(
             &format!("shared:{}", lock_kind(key.kind).segment()),
             self.tag(key),
@@ -138,7 +138,7 @@ impl Keys {
 
     /// The claim of a waiting exclusive grant (or a lock-delay) on the lock that `key` is
     /// (or is a shared hold of).
-    pub fn claim(&self, key: &LockKey) -> String {
+    pub(crate) fn claim(&self, key: &LockKey) -> String {
         self.named(
             &format!("claim:{}", lock_kind(key.kind).segment()),
             self.tag(key),
@@ -178,7 +178,7 @@ impl Keys {
     }
 
     /// An Idempotency-Key's record, kept beside the name it was used for.
-    pub fn idem(&self, key: &LockKey, record: &str) -> String {
+    pub(crate) fn idem(&self, key: &LockKey, record: &str) -> String {
         if self.cluster {
             self.named("idem:", self.tag(key), record)
         } else {
@@ -202,12 +202,12 @@ impl Keys {
     }
 
     /// The fencing counter a grant of `key` takes its token from.
-    pub fn fence(&self, key: &LockKey) -> Cow<'_, str> {
+    pub(crate) fn fence(&self, key: &LockKey) -> Cow<'_, str> {
         self.one_per_slot(key, &self.fence, "fence")
     }
 
     /// The marker whose absence says that `key`'s data may be lost.
-    pub fn marker(&self, key: &LockKey) -> Cow<'_, str> {
+    pub(crate) fn marker(&self, key: &LockKey) -> Cow<'_, str> {
         self.one_per_slot(key, &self.marker, "marker")
     }
 
@@ -236,13 +236,13 @@ impl Keys {
     }
 
     /// A single master's records of how far its clock stands from each replica's.
-    pub fn clocks(&self) -> &str {
+    pub(crate) fn clocks(&self) -> &str {
         &self.clocks
     }
 
     /// The index of `kind`'s held names, and the prefix its names' keys are found under;
     /// `None` in the cluster layout, which keeps no index.
-    pub fn index(&self, kind: Kind) -> Option<(&str, &str)> {
+    pub(crate) fn index(&self, kind: Kind) -> Option<(&str, &str)> {
         if self.cluster {
             return None;
         }
@@ -274,12 +274,12 @@ impl Keys {
     }
 
     /// The release channel (a bare name per released lock) that `key`'s release goes to.
-    pub fn channel(&self, key: &LockKey) -> Cow<'_, str> {
+    pub(crate) fn channel(&self, key: &LockKey) -> Cow<'_, str> {
         self.one_per_slot(key, &self.channel, "released")
     }
 
     /// The events channel `key`'s announcements go to.
-    pub fn events(&self, key: &LockKey) -> Cow<'_, str> {
+    pub(crate) fn events(&self, key: &LockKey) -> Cow<'_, str> {
         self.one_per_slot(key, &self.events, "events")
     }
 
@@ -300,7 +300,7 @@ impl Keys {
 
     /// A session's record. In the cluster layout this is its home, in the slot of its id;
     /// each slot its holds live in has a record of its own (`session_in`).
-    pub fn session(&self, id: &str) -> String {
+    pub(crate) fn session(&self, id: &str) -> String {
         self.named("session:", id, "")
     }
 

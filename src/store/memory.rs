@@ -157,7 +157,7 @@ impl MemoryNode {
     /// start, and its fencing counter starts from the wall clock in microseconds, so that
     /// tokens keep rising across restarts of redlockd although nothing is persisted (it
     /// would take more than a million grants a second to catch up with the clock).
-    pub fn embedded() -> Self {
+    pub(crate) fn embedded() -> Self {
         let node = Self::new("embedded");
         {
             let mut data = node.data();

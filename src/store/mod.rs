@@ -5,7 +5,7 @@
 
 mod batch;
 pub mod clock;
-pub mod cluster;
+pub(crate) mod cluster;
 mod group;
 pub mod layout;
 pub mod memory;

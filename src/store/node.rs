@@ -133,7 +133,7 @@ pub struct Probe {
 }
 
 impl Probe {
-    pub fn marked(&self) -> bool {
+    pub(crate) fn marked(&self) -> bool {
         self.marker.is_some()
     }
 }
@@ -176,7 +176,7 @@ impl NodeError {
     ];
 
     /// The `kind` label of `redlockd_master_errors_total`.
-    pub fn kind(&self) -> &'static str {
+    pub(crate) fn kind(&self) -> &'static str {
         match self {
             NodeError::Timeout => "timeout",
             NodeError::Connection(_) => "connection",
@@ -270,7 +270,7 @@ pub struct Listing<'a> {
 }
 
 impl<'a> Renewal<'a> {
-    pub fn new(
+    pub(crate) fn new(
         key: &'a LockKey,
         lease: &'a str,
         ttl_ms: Option<u64>,
@@ -288,6 +288,40 @@ impl<'a> Renewal<'a> {
 /// Called with every announcement a master relays, so that waiting grants and observers
 /// in every redlockd replica learn of releases and grants at once.
 pub(crate) type Listener = Arc<dyn Fn(Announcement<'_>) + Send + Sync>;
+
+/// A master's account of itself (`LockNode::report`).
+#[derive(Debug, Clone, Default)]
+pub struct NodeReport {
+    /// Its parts, for `/readyz`: a Redis Cluster's shards (none for one server).
+    pub shards: Option<crate::model::ClusterStatus>,
+    /// How long its upkeep (probe, restore, unmark) may take, when longer than the master
+    /// timeout: a cluster's restores a shard slot by slot.
+    pub upkeep_budget: Option<std::time::Duration>,
+    /// Where its fencing counters restart from after it lost its data.
+    pub fences: FenceSource,
+}
+
+impl NodeReport {
+    /// A master whose counters restart from the clock judges its own rollbacks: it keeps
+    /// no single counter the monitor could compare with a high-water mark, and no marker
+    /// the monitor retires.
+    pub(crate) fn judges_own_rollbacks(&self) -> bool {
+        self.fences == FenceSource::Clock
+    }
+}
+
+/// Where a master's fencing counters restart from after it lost its data.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum FenceSource {
+    /// One counter per master, restored above what the other masters saw; the monitor
+    /// judges its rollbacks from the high-water marks the masters record.
+    #[default]
+    Counter,
+    /// Counters restored from the wall clock (a cluster's, one per slot): the master judges
+    /// its own rollbacks; every other master's restore must start from the clock too, so
+    /// that no restored counter is below a token this master granted.
+    Clock,
+}
 
 /// One independent master. Each method is a single atomic step on that master; the engine
 /// bounds every call with the master timeout, so implementations need not.
@@ -379,7 +413,7 @@ pub trait LockNode: Send + Sync + 'static {
     }
 
     /// What this master's clock looked like when last read (`store::clock`); `None` for a
-    /// cluster, whose shards are watched one by one and shown in `cluster_status`.
+    /// cluster, whose shards are watched one by one and shown in its `report`.
     fn clock(&self) -> Option<super::clock::ClockStatus> {
         None
     }
@@ -388,22 +422,11 @@ pub trait LockNode: Send + Sync + 'static {
     /// scripts refuse by themselves from here on (see `ClockWatch::settle`).
     fn settle_clock(&self) {}
 
-    /// A Redis Cluster's shards, for `/readyz` (none for a single master).
-    fn cluster_status(&self) -> Option<crate::model::ClusterStatus> {
-        None
-    }
-
-    /// How long this master's upkeep (probe, restore, unmark) may take, when longer than
-    /// the master timeout: a cluster's restores a shard slot by slot.
-    fn upkeep_budget(&self) -> Option<std::time::Duration> {
-        None
-    }
-
-    /// Whether this master's fencing counters are restored from the wall clock (a
-    /// cluster's slots are): then every master's restore must be, so that no restored
-    /// counter is below a token a cluster's slot granted.
-    fn fences_from_clock(&self) -> bool {
-        false
+    /// What this master says of itself beyond its probe: how the monitor must treat it,
+    /// and what `/readyz` shows of it. One method, so that what a master is made of (one
+    /// server, or a Redis Cluster's shards) stays behind this trait.
+    fn report(&self) -> NodeReport {
+        NodeReport::default()
     }
 
     /// How this master's steps have travelled so far, for nodes that send them over a

@@ -25,8 +25,8 @@ use super::cluster::{self, Cluster, ShardPolicy};
 use super::group;
 use super::layout::{self, Keys};
 use super::node::{
-    Acquired, Announcement, Claim, Ending, Holding, ListPage, Listener, Listing, LockNode,
-    NodeError, NodeResult, Owned, Probe, Renewal, SessionState, SessionStep,
+    Acquired, Announcement, Claim, Ending, FenceSource, Holding, ListPage, Listener, Listing,
+    LockNode, NodeError, NodeReport, NodeResult, Owned, Probe, Renewal, SessionState, SessionStep,
 };
 use crate::config::MasterUrl;
 use crate::model::News;
@@ -166,7 +166,7 @@ impl RedisNode {
     }
 
     /// The cluster behind this node, when it is one.
-    pub fn cluster(&self) -> Option<&Cluster> {
+    pub(crate) fn cluster(&self) -> Option<&Cluster> {
         match &self.wire {
             Wire::Cluster(cluster) => Some(cluster),
             Wire::Master(_) => None,
@@ -689,16 +689,15 @@ impl LockNode for RedisNode {
         }
     }
 
-    fn cluster_status(&self) -> Option<crate::model::ClusterStatus> {
-        self.cluster().map(Cluster::status)
-    }
-
-    fn fences_from_clock(&self) -> bool {
-        self.keys.is_cluster()
-    }
-
-    fn upkeep_budget(&self) -> Option<Duration> {
-        self.cluster().map(|_| cluster::UPKEEP_BUDGET)
+    fn report(&self) -> NodeReport {
+        match self.cluster() {
+            Some(cluster) => NodeReport {
+                shards: Some(cluster.status()),
+                upkeep_budget: Some(cluster::UPKEEP_BUDGET),
+                fences: FenceSource::Clock,
+            },
+            None => NodeReport::default(),
+        }
     }
 
     fn traffic(&self) -> Option<Traffic> {

@@ -4,6 +4,8 @@
 //! and hopes.
 #![allow(dead_code)]
 
+pub mod scenarios;
+
 use std::io::Read as _;
 use std::net::TcpListener;
 use std::path::PathBuf;
@@ -440,6 +442,25 @@ impl RedisCluster {
             }
         }
         panic!("no shard serves slot {slot}");
+    }
+}
+
+/// The path of a lease granted on `route` (`/locks/doc`, `/semaphores/pool`): where it is
+/// renewed, checked and revoked.
+pub fn lease_path(route: &str, lease: &Value) -> String {
+    let id = lease["lease_id"].as_str().expect("a lease");
+    format!("{route}/leases/{id}")
+}
+
+/// A request sent and its answer's body read as JSON, whatever the status (a transport
+/// error or a body that is not JSON fails the test).
+pub trait SendJson {
+    fn value(self) -> impl std::future::Future<Output = Value> + Send;
+}
+
+impl SendJson for reqwest::RequestBuilder {
+    async fn value(self) -> Value {
+        self.send().await.unwrap().json().await.unwrap()
     }
 }
 

@@ -9,18 +9,11 @@ use crate::common;
 
 use std::time::Duration;
 
-use common::TestApp;
+use common::{TestApp, scenarios};
 use serde_json::{Value, json};
 
 async fn grant_many(app: &TestApp, body: Value) -> (u16, Value) {
     app.send("POST", "/locks", Some(body)).await
-}
-
-fn lease_path(name: &str, lease: &Value) -> String {
-    format!(
-        "/locks/{name}/leases/{}",
-        lease["lease_id"].as_str().unwrap()
-    )
 }
 
 #[tokio::test]
@@ -40,9 +33,13 @@ async fn several_names_are_granted_all_or_none_under_one_lease_and_token() {
     );
 
     assert_eq!(
-        app.send("DELETE", &lease_path("acct:2", &single), None)
-            .await
-            .0,
+        app.send(
+            "DELETE",
+            &common::lease_path("/locks/acct:2", &single),
+            None
+        )
+        .await
+        .0,
         204
     );
     let (status, both) =
@@ -65,7 +62,7 @@ async fn several_names_are_granted_all_or_none_under_one_lease_and_token() {
     let (status, renewed) = app
         .send(
             "PUT",
-            &lease_path("acct:2", &both),
+            &common::lease_path("/locks/acct:2", &both),
             Some(json!({"ttl_ms": 9000})),
         )
         .await;
@@ -75,13 +72,15 @@ async fn several_names_are_granted_all_or_none_under_one_lease_and_token() {
         "{renewed}"
     );
     assert_eq!(renewed["names"], both["names"]);
-    let (_, checked) = app.send("GET", &lease_path("acct:1", &both), None).await;
+    let (_, checked) = app
+        .send("GET", &common::lease_path("/locks/acct:1", &both), None)
+        .await;
     assert!(
         checked["ttl_remaining_ms"].as_u64().unwrap() > 8000,
         "{checked}"
     );
     assert_eq!(
-        app.send("DELETE", &lease_path("acct:1", &both), None)
+        app.send("DELETE", &common::lease_path("/locks/acct:1", &both), None)
             .await
             .0,
         204
@@ -91,7 +90,9 @@ async fn several_names_are_granted_all_or_none_under_one_lease_and_token() {
     }
     // A lease id that names no lease on that name is not found.
     assert_eq!(
-        app.send("PUT", &lease_path("acct:3", &both), None).await.0,
+        app.send("PUT", &common::lease_path("/locks/acct:3", &both), None)
+            .await
+            .0,
         404
     );
 }
@@ -109,12 +110,16 @@ async fn a_waiting_grant_of_several_names_is_woken_when_the_last_one_is_freed() 
     };
     app.wait_for_contention("w", 1).await;
     assert_eq!(
-        app.send("DELETE", &lease_path("w:a", &a), None).await.0,
+        app.send("DELETE", &common::lease_path("/locks/w:a", &a), None)
+            .await
+            .0,
         204
     );
     assert!(!waiter.is_finished(), "w:b is still held");
     assert_eq!(
-        app.send("DELETE", &lease_path("w:b", &b), None).await.0,
+        app.send("DELETE", &common::lease_path("/locks/w:b", &b), None)
+            .await
+            .0,
         204
     );
     let (status, both) = tokio::time::timeout(Duration::from_secs(2), waiter)
@@ -138,7 +143,9 @@ async fn force_release_of_one_name_removes_the_whole_lease() {
         assert_eq!(app.inspect(name).await.1["held"], false, "{name}");
     }
     assert_eq!(
-        app.send("PUT", &lease_path("f:1", &both), None).await.0,
+        app.send("PUT", &common::lease_path("/locks/f:1", &both), None)
+            .await
+            .0,
         404
     );
 }
@@ -204,54 +211,5 @@ async fn bad_names_are_a_clear_400() {
 #[tokio::test]
 async fn single_grants_queued_first_wait_behind_a_waiting_grant_of_several_names() {
     let app = TestApp::embedded().await;
-    let (_, holder) = app.grant("hot", json!({"ttl_ms": 10_000})).await;
-    // Three single grants of `hot` wait, then a grant of `hot` and `cold`.
-    let mut singles = Vec::new();
-    for i in 0..3 {
-        let single = app.handle();
-        singles.push(tokio::spawn(async move {
-            single
-                .grant("hot", json!({"ttl_ms": 10_000, "wait_ms": 10_000}))
-                .await
-        }));
-        app.wait_for_contention("hot", i + 1).await;
-    }
-    let both = {
-        let app = app.handle();
-        tokio::spawn(async move {
-            grant_many(&app, json!({"names": ["hot", "cold"], "wait_ms": 10_000})).await
-        })
-    };
-    // (A grant of several names counts its contention under its first name's class.)
-    app.wait_for_contention("cold", 1).await;
-    // The holder leaves: the grant of both has claimed `hot`, so the singles ahead of it
-    // in this replica's line find it claimed, and it takes both names.
-    assert_eq!(
-        app.send("DELETE", &lease_path("hot", &holder), None)
-            .await
-            .0,
-        204
-    );
-    let (status, lease) = tokio::time::timeout(Duration::from_secs(2), both)
-        .await
-        .expect("the grant of both names is granted at the holder's release")
-        .unwrap();
-    assert_eq!(status, 201, "{lease}");
-    assert!(
-        singles.iter().all(|s| !s.is_finished()),
-        "the singles wait behind it"
-    );
-    assert_eq!(
-        app.send("DELETE", &lease_path("hot", &lease), None).await.0,
-        204
-    );
-    // Then the singles go on, the first at once.
-    let mut singles = singles.into_iter();
-    let first = singles.next().unwrap();
-    let (status, _) = tokio::time::timeout(Duration::from_secs(2), first)
-        .await
-        .expect("the first single is granted when the grant of both lets go")
-        .unwrap();
-    assert_eq!(status, 201);
-    singles.for_each(|s| s.abort());
+    scenarios::singles_queued_first_wait_behind_a_waiting_grant_of_several_names(&app).await;
 }

@@ -16,13 +16,6 @@ async fn take(app: &TestApp, name: &str, body: Value) -> (u16, Value) {
         .await
 }
 
-fn lease_path(name: &str, permit: &Value) -> String {
-    format!(
-        "/semaphores/{name}/leases/{}",
-        permit["lease_id"].as_str().unwrap()
-    )
-}
-
 #[tokio::test]
 async fn at_most_limit_permits_each_on_its_own_slot_with_a_rising_token() {
     let app = TestApp::embedded().await;
@@ -66,11 +59,23 @@ async fn at_most_limit_permits_each_on_its_own_slot_with_a_rising_token() {
     // Released: its slot is taken again, with a greater token than the slot's last.
     let freed = &permits[1];
     assert_eq!(
-        app.send("DELETE", &lease_path("pool", freed), None).await.0,
+        app.send(
+            "DELETE",
+            &common::lease_path("/semaphores/pool", freed),
+            None
+        )
+        .await
+        .0,
         204
     );
     assert_eq!(
-        app.send("DELETE", &lease_path("pool", freed), None).await.0,
+        app.send(
+            "DELETE",
+            &common::lease_path("/semaphores/pool", freed),
+            None
+        )
+        .await
+        .0,
         404
     );
     let (status, again) = take(&app, "pool", json!({"limit": 3})).await;
@@ -82,7 +87,7 @@ async fn at_most_limit_permits_each_on_its_own_slot_with_a_rising_token() {
     let (status, renewed) = app
         .send(
             "PUT",
-            &lease_path("pool", &again),
+            &common::lease_path("/semaphores/pool", &again),
             Some(json!({"ttl_ms": 9000})),
         )
         .await;
@@ -116,7 +121,13 @@ async fn grants_with_different_limits_share_the_slots() {
     assert_eq!(take(&app, "mixed", json!({"limit": 1})).await.0, 409);
     let zero = if wide["slot"] == 0 { &wide } else { &other };
     assert_eq!(
-        app.send("DELETE", &lease_path("mixed", zero), None).await.0,
+        app.send(
+            "DELETE",
+            &common::lease_path("/semaphores/mixed", zero),
+            None
+        )
+        .await
+        .0,
         204
     );
     let (status, narrow) = take(&app, "mixed", json!({"limit": 1})).await;
@@ -140,7 +151,13 @@ async fn a_waiting_grant_takes_the_first_slot_freed() {
     };
     app.wait_for_contention("one", 1).await;
     assert_eq!(
-        app.send("DELETE", &lease_path("one", &only), None).await.0,
+        app.send(
+            "DELETE",
+            &common::lease_path("/semaphores/one", &only),
+            None
+        )
+        .await
+        .0,
         204
     );
     let (status, next) = tokio::time::timeout(Duration::from_secs(2), waiter)
@@ -169,7 +186,12 @@ async fn a_permits_token_is_current_while_it_holds_its_slot() {
         false,
         "not the lock's"
     );
-    app.send("DELETE", &lease_path("f", &permit), None).await;
+    app.send(
+        "DELETE",
+        &common::lease_path("/semaphores/f", &permit),
+        None,
+    )
+    .await;
     assert_eq!(
         app.send("GET", &fence(token), None).await.1["current"],
         false
@@ -186,8 +208,18 @@ async fn force_release_removes_every_permit() {
     assert_eq!(removed["released"], true);
     let highest = a["fencing_token"].as_u64().max(b["fencing_token"].as_u64());
     assert_eq!(removed["fencing_token"].as_u64(), highest);
-    assert_eq!(app.send("PUT", &lease_path("evict", &a), None).await.0, 404);
-    assert_eq!(app.send("PUT", &lease_path("evict", &b), None).await.0, 404);
+    assert_eq!(
+        app.send("PUT", &common::lease_path("/semaphores/evict", &a), None)
+            .await
+            .0,
+        404
+    );
+    assert_eq!(
+        app.send("PUT", &common::lease_path("/semaphores/evict", &b), None)
+            .await
+            .0,
+        404
+    );
     let (_, seen) = app.send("GET", "/semaphores/evict", None).await;
     assert_eq!(seen["holders"], json!([]));
     let (_, again) = app.send("DELETE", "/semaphores/evict", None).await;
@@ -221,7 +253,8 @@ async fn a_keyed_retry_answers_the_permit_its_first_attempt_won() {
         let other = keyed(json!({"limit": limit, "ttl_ms": 5000})).await;
         assert_eq!(other.status, 422, "limit {limit} is another request");
     }
-    app.send("DELETE", &lease_path("k", &first), None).await;
+    app.send("DELETE", &common::lease_path("/semaphores/k", &first), None)
+        .await;
     let ended = keyed(json!({"limit": 3, "ttl_ms": 5000})).await;
     assert_eq!(ended.status, 404, "{:?}", ended.json());
 }

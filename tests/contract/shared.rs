@@ -11,13 +11,6 @@ use std::time::Duration;
 use common::TestApp;
 use serde_json::{Value, json};
 
-fn lease_path(name: &str, lease: &Value) -> String {
-    format!(
-        "/locks/{name}/leases/{}",
-        lease["lease_id"].as_str().unwrap()
-    )
-}
-
 #[tokio::test]
 async fn shared_holders_hold_a_name_together_and_exclude_an_exclusive_grant() {
     let app = TestApp::embedded().await;
@@ -58,13 +51,17 @@ async fn shared_holders_hold_a_name_together_and_exclude_an_exclusive_grant() {
     assert!(holders.iter().all(|h| h.get("lease_id").is_none()));
 
     // Every lease route works on a shared lease, and a renew keeps its token.
-    let (status, renewed) = app.send("PUT", &lease_path("doc", &r1), None).await;
+    let (status, renewed) = app
+        .send("PUT", &common::lease_path("/locks/doc", &r1), None)
+        .await;
     assert_eq!(
         (status, &renewed["fencing_token"]),
         (200, &r1["fencing_token"])
     );
     assert_eq!(renewed["mode"], "shared");
-    let (status, checked) = app.send("GET", &lease_path("doc", &r1), None).await;
+    let (status, checked) = app
+        .send("GET", &common::lease_path("/locks/doc", &r1), None)
+        .await;
     assert_eq!(
         (status, &checked["mode"]),
         (200, &json!("shared")),
@@ -77,10 +74,17 @@ async fn shared_holders_hold_a_name_together_and_exclude_an_exclusive_grant() {
     assert_eq!(fence["current"], true);
 
     for r in [&r1, &r2] {
-        assert_eq!(app.send("DELETE", &lease_path("doc", r), None).await.0, 204);
+        assert_eq!(
+            app.send("DELETE", &common::lease_path("/locks/doc", r), None)
+                .await
+                .0,
+            204
+        );
     }
     assert_eq!(
-        app.send("DELETE", &lease_path("doc", &r1), None).await.0,
+        app.send("DELETE", &common::lease_path("/locks/doc", &r1), None)
+            .await
+            .0,
         404
     );
     let (status, writer) = app.grant("doc", json!({})).await;
@@ -121,7 +125,7 @@ async fn a_waiting_exclusive_grant_is_not_overtaken_by_shared_grants_after_it() 
     app.wait_for_contention("queue", 3).await;
     // The reader leaves: the writer, first in line, has the lock at once.
     assert_eq!(
-        app.send("DELETE", &lease_path("queue", &reader), None)
+        app.send("DELETE", &common::lease_path("/locks/queue", &reader), None)
             .await
             .0,
         204
@@ -133,7 +137,9 @@ async fn a_waiting_exclusive_grant_is_not_overtaken_by_shared_grants_after_it() 
     assert_eq!((status, &w["mode"]), (201, &json!("exclusive")), "{w}");
     assert!(!late.is_finished(), "the later reader waits for the writer");
     assert_eq!(
-        app.send("DELETE", &lease_path("queue", &w), None).await.0,
+        app.send("DELETE", &common::lease_path("/locks/queue", &w), None)
+            .await
+            .0,
         204
     );
     let (status, r) = tokio::time::timeout(Duration::from_secs(2), late)
@@ -159,8 +165,18 @@ async fn force_release_removes_every_shared_holder() {
         removed["fencing_token"], b["fencing_token"],
         "the highest removed"
     );
-    assert_eq!(app.send("PUT", &lease_path("evict", &a), None).await.0, 404);
-    assert_eq!(app.send("PUT", &lease_path("evict", &b), None).await.0, 404);
+    assert_eq!(
+        app.send("PUT", &common::lease_path("/locks/evict", &a), None)
+            .await
+            .0,
+        404
+    );
+    assert_eq!(
+        app.send("PUT", &common::lease_path("/locks/evict", &b), None)
+            .await
+            .0,
+        404
+    );
     assert_eq!(app.inspect("evict").await.1["held"], false);
 }
 

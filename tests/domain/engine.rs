@@ -73,9 +73,29 @@ impl Bed {
         panic!("the backlogs did not drain within a simulated second");
     }
 
+    /// Let `by` of paused time pass, then probe every master.
+    async fn probe_after(&self, by: Duration) {
+        tokio::time::advance(by).await;
+        self.probe().await;
+    }
+
     async fn probe(&self) {
         let nodes = self.engine.nodes().to_vec();
         self.engine.monitor().probe_round(&nodes).await;
+    }
+
+    /// Whether master `i` sits out a quarantine, as this replica's monitor sees it.
+    fn quarantined(&self, i: usize) -> bool {
+        self.engine.monitor().status()[i]
+            .quarantined_until
+            .is_some()
+    }
+
+    /// Master `i` restarts with no data and a probe sees it: how long its quarantine is.
+    async fn restart_empty(&self, i: usize) -> Duration {
+        self.nodes[i].restart_empty();
+        self.probe().await;
+        quarantine_left(self, i).expect("quarantined")
     }
 
     async fn grant(&self, name: &str, lease: &str) -> Result<FencingToken, EngineError> {
@@ -360,13 +380,11 @@ async fn a_master_that_restarts_empty_is_quarantined_then_restored() {
     assert!(second > first);
 
     // Still quarantined before the largest TTL has passed.
-    tokio::time::advance(max_ttl - Duration::from_secs(1)).await;
-    bed.probe().await;
-    assert!(bed.engine.monitor().status()[2].quarantined_until.is_some());
+    bed.probe_after(max_ttl - Duration::from_secs(1)).await;
+    assert!(bed.quarantined(2));
 
-    tokio::time::advance(Duration::from_secs(2)).await;
-    bed.probe().await;
-    assert!(bed.engine.monitor().status()[2].quarantined_until.is_none());
+    bed.probe_after(Duration::from_secs(2)).await;
+    assert!(!bed.quarantined(2));
     assert!(
         bed.nodes[2].fence() >= second.0,
         "C's counter was raised before it voted again"
@@ -485,8 +503,7 @@ async fn a_new_deployment_with_a_master_missing_waits_for_it_and_calls_nobody_am
         "{problem}"
     );
     bed.nodes[2].set_fault(Fault::None);
-    tokio::time::advance(Duration::from_secs(1)).await;
-    bed.probe().await;
+    bed.probe_after(Duration::from_secs(1)).await;
     assert!(
         monitor.ready(),
         "initialised at the next probe, not an hour later"
@@ -505,8 +522,7 @@ async fn a_replica_that_waited_for_a_new_deployment_votes_once_another_initialis
     probe(&other).await;
     assert!(!other.monitor().ready());
     bed.nodes[2].set_fault(Fault::None);
-    tokio::time::advance(Duration::from_secs(1)).await;
-    bed.probe().await;
+    bed.probe_after(Duration::from_secs(1)).await;
     assert!(bed.engine.monitor().ready());
     probe(&other).await;
     assert!(other.monitor().ready(), "{:?}", other.monitor().status());
@@ -523,7 +539,7 @@ async fn a_new_replica_never_initialises_a_master_it_alone_sees() {
     bed.reverify(&[&bed.engine]).await;
     bed.nodes[2].restart_empty();
     bed.probe().await;
-    assert!(bed.engine.monitor().status()[2].quarantined_until.is_some());
+    assert!(bed.quarantined(2));
 
     // A new replica starts while only the restarted master answers it.
     let newcomer = replica(&bed, Duration::from_secs(60));
@@ -539,7 +555,7 @@ async fn a_new_replica_never_initialises_a_master_it_alone_sees() {
     );
     probe(&newcomer).await;
     bed.probe().await;
-    assert!(bed.engine.monitor().status()[2].quarantined_until.is_some());
+    assert!(bed.quarantined(2));
 
     // A and the empty C would make a majority: a second lease while L1 is valid.
     for engine in [&bed.engine, &newcomer] {
@@ -592,7 +608,7 @@ async fn marked_masters_that_never_granted_prove_a_wiped_one_may_vote_at_once() 
         bed.nodes[2].marked(),
         "A and B never granted: nothing to wait for"
     );
-    assert!(bed.engine.monitor().status()[2].quarantined_until.is_none());
+    assert!(!bed.quarantined(2));
 
     bed.grant("a", "L1").await.expect("granted");
     bed.nodes[2].restart_empty();
@@ -628,7 +644,7 @@ async fn a_master_restarted_from_an_old_snapshot_stops_voting() {
     );
     assert!(newcomer.monitor().status()[2].quarantined_until.is_some());
     bed.probe().await;
-    assert!(bed.engine.monitor().status()[2].quarantined_until.is_some());
+    assert!(bed.quarantined(2));
     for engine in [&bed.engine, &newcomer] {
         let second = engine.acquire(&key("x"), "L2", TTL, None).await;
         assert!(
@@ -638,8 +654,7 @@ async fn a_master_restarted_from_an_old_snapshot_stops_voting() {
     }
 
     // After its quarantine it votes again, its counter above every token granted.
-    tokio::time::advance(max_ttl + Duration::from_secs(1)).await;
-    bed.probe().await;
+    bed.probe_after(max_ttl + Duration::from_secs(1)).await;
     assert!(bed.nodes[2].marked());
     assert!(bed.nodes[2].fence() >= bed.nodes[1].fence());
     probe(&newcomer).await;
@@ -658,8 +673,7 @@ async fn a_majority_that_lost_its_data_fails_safely_and_says_why() {
         bed.grant("b", "L2").await,
         Err(EngineError::Unavailable(_))
     ));
-    tokio::time::advance(max_ttl + Duration::from_secs(1)).await;
-    bed.probe().await;
+    bed.probe_after(max_ttl + Duration::from_secs(1)).await;
     assert!(
         !bed.engine.monitor().ready(),
         "one master cannot restore two"
@@ -1067,38 +1081,31 @@ async fn a_master_that_restarts_empty_sits_out_the_lock_delay_in_force_on_the_ot
         .acquire_keyed(&key("d"), "D1", TTL, None, None, terms)
         .await
         .expect("granted");
-    bed.nodes[2].restart_empty();
-    bed.probe().await;
-    let left = quarantine_left(&bed, 2).expect("quarantined");
+    let left = bed.restart_empty(2).await;
     assert!(
         left > Duration::from_secs(49) && left < Duration::from_secs(52),
         "the delay in force (50 s) and drift, not the largest allowed (70 s): {left:?}"
     );
-    tokio::time::advance(Duration::from_secs(31)).await;
-    bed.probe().await;
+    bed.probe_after(Duration::from_secs(31)).await;
     assert!(
-        bed.engine.monitor().status()[2].quarantined_until.is_some(),
+        bed.quarantined(2),
         "a delay the master forgot is still live on the others"
     );
-    tokio::time::advance(Duration::from_secs(21)).await;
-    bed.probe().await;
-    assert!(bed.engine.monitor().status()[2].quarantined_until.is_none());
+    bed.probe_after(Duration::from_secs(21)).await;
+    assert!(!bed.quarantined(2));
 }
 
 #[tokio::test(start_paused = true)]
 async fn a_master_that_restarts_empty_with_no_lock_delay_in_force_sits_out_the_largest_ttl_only() {
     let bed = bed_with_delays().await;
     bed.grant("q", "L1").await.expect("granted, no lock-delay");
-    bed.nodes[2].restart_empty();
-    bed.probe().await;
-    let left = quarantine_left(&bed, 2).expect("quarantined");
+    let left = bed.restart_empty(2).await;
     assert!(
         left > Duration::from_secs(29) && left <= Duration::from_secs(30),
         "the largest TTL, not the largest TTL and the largest lock-delay (70 s): {left:?}"
     );
-    tokio::time::advance(Duration::from_secs(31)).await;
-    bed.probe().await;
-    assert!(bed.engine.monitor().status()[2].quarantined_until.is_none());
+    bed.probe_after(Duration::from_secs(31)).await;
+    assert!(!bed.quarantined(2));
 }
 
 #[tokio::test(start_paused = true)]
@@ -1106,9 +1113,7 @@ async fn with_too_few_others_answering_the_quarantine_is_the_longest_allowed() {
     let bed = bed_with_delays().await;
     bed.grant("q", "L1").await.expect("granted");
     bed.nodes[1].set_fault(Fault::Down);
-    bed.nodes[2].restart_empty();
-    bed.probe().await;
-    let left = quarantine_left(&bed, 2).expect("quarantined");
+    let left = bed.restart_empty(2).await;
     assert!(left > Duration::from_secs(69), "{left:?}");
 }
 
@@ -1364,8 +1369,7 @@ async fn an_answer_read_after_its_master_was_quarantined_for_a_jump_is_still_ref
             "m1 voted for L2 before the probe"
         );
         // The probe comes a moment after the step left.
-        tokio::time::advance(Duration::from_millis(1)).await;
-        bed.probe().await;
+        bed.probe_after(Duration::from_millis(1)).await;
         assert!(
             !bed.nodes[1].marked(),
             "m1 is quarantined before its answer is read"
@@ -1419,8 +1423,7 @@ async fn a_clock_that_keeps_time_through_paused_masters_and_slow_answers_is_neve
         bed.nodes[(round % 3) as usize].set_fault(Fault::Slow(Duration::from_millis(40)));
         let _ = bed.grant(&format!("k{round}"), &format!("L{round}")).await;
         bed.nodes[(round % 3) as usize].set_fault(Fault::None);
-        tokio::time::advance(Duration::from_millis(700)).await;
-        bed.probe().await;
+        bed.probe_after(Duration::from_millis(700)).await;
     }
     for status in bed.engine.monitor().status() {
         assert_eq!(status.clock_jumps, [0, 0], "{status:?}");
@@ -1459,8 +1462,7 @@ async fn a_master_rolled_back_to_before_its_last_restore_is_caught_by_its_retire
     let old = bed.nodes[2].snapshot();
     bed.nodes[2].restart_empty();
     bed.probe().await;
-    tokio::time::advance(max_ttl + Duration::from_secs(1)).await;
-    bed.probe().await;
+    bed.probe_after(max_ttl + Duration::from_secs(1)).await;
     assert!(bed.nodes[2].marked(), "restored under a new marker");
     // L1 is held on B and C only.
     bed.nodes[0].set_fault(Fault::Down);

@@ -19,7 +19,7 @@ use rand::{Rng as _, SeedableRng as _};
 use serde_json::json;
 
 use super::checker::Kind;
-use super::{Bases, Recorder, live_replicas, worker_client};
+use super::{Bases, Recorder, pick_live, worker_client};
 
 /// The lock every fenced worker takes.
 pub const NAME: &str = "fenced:set";
@@ -128,12 +128,9 @@ pub async fn worker(
     let mut rng = StdRng::seed_from_u64(seed);
     let http = worker_client();
     while !stop.load(std::sync::atomic::Ordering::Acquire) {
-        let live = live_replicas(&bases);
-        if live.is_empty() {
-            tokio::time::sleep(Duration::from_millis(10)).await;
+        let Some((replica, base)) = pick_live(&bases, &mut rng).await else {
             continue;
-        }
-        let (replica, base) = live[rng.random_range(0..live.len())].clone();
+        };
         let ttl = Duration::from_millis(rng.random_range(300..1200));
         let asked = Instant::now();
         let (status, lease) = recorder
@@ -165,17 +162,7 @@ pub async fn worker(
             if rng.random_ratio(1, 3) {
                 let asked = Instant::now();
                 let (status, renewed) = recorder
-                    .call(
-                        &http,
-                        replica,
-                        &base,
-                        Kind::Renew,
-                        NAME,
-                        Some(&id),
-                        json!({}),
-                        ttl,
-                        None,
-                    )
+                    .on_lease(&http, (replica, &base), Kind::Renew, NAME, &id, ttl)
                     .await;
                 match renewed["validity_ms"].as_u64() {
                     Some(v) if status == 200 => deadline = asked + Duration::from_millis(v),
@@ -208,17 +195,7 @@ pub async fn worker(
         }
         if rng.random_ratio(4, 5) {
             recorder
-                .call(
-                    &http,
-                    replica,
-                    &base,
-                    Kind::Revoke,
-                    NAME,
-                    Some(&id),
-                    json!({}),
-                    ttl,
-                    None,
-                )
+                .on_lease(&http, (replica, &base), Kind::Revoke, NAME, &id, ttl)
                 .await;
         }
     }

@@ -4,6 +4,8 @@
 
 use crate::common;
 
+use common::SendJson as _;
+
 use std::time::Duration;
 
 use common::{RedisMaster, Server, TestApp, config, masters, wait_for, write_tokens as write};
@@ -182,12 +184,8 @@ async fn sighup_rereads_the_token_file_and_a_malformed_one_keeps_the_old_tokens(
     let held: Value = http
         .post(format!("{}/locks/kept?ttl_ms=60000", server.base))
         .bearer_auth(&first)
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+        .value()
+        .await;
     let renew = format!(
         "{}/locks/kept/leases/{}",
         server.base,

@@ -6,17 +6,9 @@ use crate::common;
 
 use std::time::{Duration, Instant};
 
+use common::scenarios::{self, revoke};
 use common::{TestApp, masters};
 use serde_json::{Value, json};
-
-async fn revoke(app: &TestApp, name: &str, lease: &Value) {
-    let id = lease["lease_id"].as_str().unwrap();
-    let status = app
-        .send("DELETE", &format!("/locks/{name}/leases/{id}"), None)
-        .await
-        .0;
-    assert_eq!(status, 204);
-}
 
 #[tokio::test]
 async fn opposite_orders_on_two_replicas_never_deadlock_nor_overlap() {
@@ -119,37 +111,7 @@ async fn a_waiting_grant_of_several_names_is_not_starved_by_single_grants_of_one
 async fn single_grants_queued_first_wait_behind_a_waiting_grant_of_several_names() {
     let masters = masters(3);
     let (a, _b) = common::two_replicas(&masters).await;
-    let (_, holder) = a.grant("hot", json!({"ttl_ms": 10_000})).await;
-    let mut singles = Vec::new();
-    for i in 0..3 {
-        let single = a.handle();
-        singles.push(tokio::spawn(async move {
-            single
-                .grant("hot", json!({"ttl_ms": 10_000, "wait_ms": 10_000}))
-                .await
-        }));
-        a.wait_for_contention("hot", i + 1).await;
-    }
-    let both = {
-        let app = a.handle();
-        tokio::spawn(async move {
-            let body = json!({"names": ["hot", "cold"], "ttl_ms": 10_000, "wait_ms": 10_000});
-            app.send("POST", "/locks", Some(body)).await
-        })
-    };
-    a.wait_for_contention("cold", 1).await;
-    revoke(&a, "hot", &holder).await;
-    let (status, lease) = tokio::time::timeout(Duration::from_secs(2), both)
-        .await
-        .expect("the grant of both names is granted at the holder's release")
-        .unwrap();
-    assert_eq!(status, 201, "{lease}");
-    assert!(
-        singles.iter().all(|s| !s.is_finished()),
-        "the singles wait behind it"
-    );
-    revoke(&a, "hot", &lease).await;
-    singles.into_iter().for_each(|s| s.abort());
+    scenarios::singles_queued_first_wait_behind_a_waiting_grant_of_several_names(&a).await;
 }
 
 /// Issue 33's loop: three clients, 60 grants of the same two names each, one listing them

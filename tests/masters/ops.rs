@@ -3,6 +3,8 @@
 
 use crate::common;
 
+use common::SendJson as _;
+
 use std::time::Duration;
 
 use common::{TestApp, config, masters, wait_for};
@@ -202,12 +204,8 @@ async fn a_traced_grant_shows_one_span_per_master_step_under_the_clients_trace()
     let granted: serde_json::Value = reqwest::Client::new()
         .post(format!("{}/locks/traced:1", server.base))
         .header("traceparent", format!("00-{trace_id}-{client_span}-01"))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+        .value()
+        .await;
     let lease_id = granted["lease_id"].as_str().expect("granted").to_owned();
     // Stopping sends what is still batched.
     common::signal(server.child.id(), "-TERM");

@@ -8,6 +8,7 @@ use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use common::masters;
+use common::scenarios::workers_on_two;
 use serde_json::json;
 
 /// One permit as a worker saw it: from the grant's answer to the release being sent.
@@ -23,40 +24,29 @@ async fn at_most_limit_permits_are_held_at_once_by_workers_on_two_replicas() {
     const LIMIT: usize = 3;
     let masters = masters(3);
     let (a, b) = common::two_replicas(&masters).await;
-    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
-    let mut workers = Vec::new();
-    for i in 0..10 {
-        let app = if i % 2 == 0 { a.handle() } else { b.handle() };
-        let tx = tx.clone();
-        workers.push(tokio::spawn(async move {
-            for _ in 0..8 {
-                let body = json!({"limit": LIMIT, "ttl_ms": 5000, "wait_ms": 20_000});
-                let (status, permit) = app.send("POST", "/semaphores/pool", Some(body)).await;
-                assert_eq!(status, 201, "{permit}");
-                let from = Instant::now();
-                // The work the permit guards.
-                tokio::time::sleep(Duration::from_millis(5)).await;
-                let to = Instant::now();
-                let id = permit["lease_id"].as_str().unwrap();
-                let path = format!("/semaphores/pool/leases/{id}");
-                assert_eq!(app.send("DELETE", &path, None).await.0, 204);
-                let _ = tx.send(Held {
-                    slot: permit["slot"].as_u64().unwrap(),
-                    token: permit["fencing_token"].as_u64().unwrap(),
-                    from,
-                    to,
-                });
-            }
-        }));
-    }
-    drop(tx);
-    for worker in workers {
-        worker.await.unwrap();
-    }
-    let mut held = Vec::new();
-    while let Some(h) = rx.recv().await {
-        held.push(h);
-    }
+    let held = workers_on_two(&a, &b, 10, |_, app| async move {
+        let mut held = Vec::new();
+        for _ in 0..8 {
+            let body = json!({"limit": LIMIT, "ttl_ms": 5000, "wait_ms": 20_000});
+            let (status, permit) = app.send("POST", "/semaphores/pool", Some(body)).await;
+            assert_eq!(status, 201, "{permit}");
+            let from = Instant::now();
+            // The work the permit guards.
+            tokio::time::sleep(Duration::from_millis(5)).await;
+            let to = Instant::now();
+            let id = permit["lease_id"].as_str().unwrap();
+            let path = format!("/semaphores/pool/leases/{id}");
+            assert_eq!(app.send("DELETE", &path, None).await.0, 204);
+            held.push(Held {
+                slot: permit["slot"].as_u64().unwrap(),
+                token: permit["fencing_token"].as_u64().unwrap(),
+                from,
+                to,
+            });
+        }
+        held
+    })
+    .await;
     assert_eq!(held.len(), 80);
 
     // Never more than LIMIT at once: sweep the starts and ends in time order.

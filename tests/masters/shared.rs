@@ -7,18 +7,9 @@ use crate::common;
 
 use std::time::{Duration, Instant};
 
-use common::{TestApp, masters};
-use serde_json::{Value, json};
-
-async fn revoke(app: &TestApp, name: &str, lease: &Value) {
-    let id = lease["lease_id"].as_str().unwrap();
-    let status = app
-        .call("DELETE", &format!("/locks/{name}/leases/{id}"))
-        .send()
-        .await
-        .status;
-    assert_eq!(status, 204);
-}
+use common::masters;
+use common::scenarios::{revoke, workers_on_two};
+use serde_json::json;
 
 /// One hold as its client saw it: from the grant's answer to the revoke being sent.
 struct Held {
@@ -33,43 +24,32 @@ struct Held {
 async fn writers_never_overlap_anyone_and_readers_overlap_each_other_on_two_replicas() {
     let masters = masters(3);
     let (a, b) = common::two_replicas(&masters).await;
-    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
-    let mut workers = Vec::new();
-    for i in 0..8 {
-        let app = if i % 2 == 0 { a.handle() } else { b.handle() };
+    let held = workers_on_two(&a, &b, 8, |i, app| async move {
         let shared = i >= 2;
-        let tx = tx.clone();
-        workers.push(tokio::spawn(async move {
-            for _ in 0..6 {
-                let mut body = json!({"ttl_ms": 5000, "wait_ms": 20_000});
-                if shared {
-                    body["mode"] = json!("shared");
-                }
-                let invoked = Instant::now();
-                let (status, lease) = app.grant("file", body).await;
-                assert_eq!(status, 201, "{lease}");
-                let from = Instant::now();
-                tokio::time::sleep(Duration::from_millis(10)).await;
-                let to = Instant::now();
-                revoke(&app, "file", &lease).await;
-                let _ = tx.send(Held {
-                    shared,
-                    token: lease["fencing_token"].as_u64().unwrap(),
-                    invoked,
-                    from,
-                    to,
-                });
+        let mut held = Vec::new();
+        for _ in 0..6 {
+            let mut body = json!({"ttl_ms": 5000, "wait_ms": 20_000});
+            if shared {
+                body["mode"] = json!("shared");
             }
-        }));
-    }
-    drop(tx);
-    for worker in workers {
-        worker.await.unwrap();
-    }
-    let mut held = Vec::new();
-    while let Some(h) = rx.recv().await {
-        held.push(h);
-    }
+            let invoked = Instant::now();
+            let (status, lease) = app.grant("file", body).await;
+            assert_eq!(status, 201, "{lease}");
+            let from = Instant::now();
+            tokio::time::sleep(Duration::from_millis(10)).await;
+            let to = Instant::now();
+            revoke(&app, "file", &lease).await;
+            held.push(Held {
+                shared,
+                token: lease["fencing_token"].as_u64().unwrap(),
+                invoked,
+                from,
+                to,
+            });
+        }
+        held
+    })
+    .await;
     assert_eq!(held.len(), 48);
     let mut readers_overlapped = false;
     for (i, x) in held.iter().enumerate() {

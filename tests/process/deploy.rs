@@ -9,6 +9,8 @@
 
 use crate::common;
 
+use common::SendJson as _;
+
 use std::collections::BTreeSet;
 use std::io::Write as _;
 use std::process::{Command, Stdio};
@@ -95,10 +97,24 @@ impl Bed {
     }
 
     fn post(&self, path: &str) -> reqwest::RequestBuilder {
+        self.request(reqwest::Method::POST, path)
+    }
+
+    fn request(&self, method: reqwest::Method, path: &str) -> reqwest::RequestBuilder {
         self.app
             .http
-            .post(self.app.url(path))
+            .request(method, self.app.url(path))
             .bearer_auth(&self.token)
+    }
+
+    /// The status of a `method` on `path`, sent with the workload's token.
+    async fn status(&self, method: reqwest::Method, path: &str) -> u16 {
+        self.request(method, path)
+            .send()
+            .await
+            .unwrap()
+            .status()
+            .as_u16()
     }
 
     /// What an operator's dashboard should show a moment of: grants, contention, waits
@@ -106,14 +122,7 @@ impl Bed {
     /// observer, renews, revokes, a leader read, a semaphore's permits, sessions. The streams stay open while the caller
     /// keeps what this returns.
     async fn contended_workload(&self) -> Workload {
-        let lease: Value = self
-            .post("/locks/dash:1")
-            .send()
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap();
+        let lease: Value = self.post("/locks/dash:1").value().await;
         let id = lease["lease_id"].as_str().expect("granted").to_owned();
         // One waiter is admitted (the cap is one per name); the next is refused with 429.
         let waiter = self.post("/locks/dash:1?wait_ms=5000").send();
@@ -128,57 +137,25 @@ impl Bed {
         // Renew, then revoke: the waiter is granted.
         let renew = format!("/locks/dash:1/leases/{id}");
         let http = &self.app.http;
-        assert_eq!(
-            http.put(self.app.url(&renew))
-                .bearer_auth(&self.token)
-                .send()
-                .await
-                .unwrap()
-                .status(),
-            200
-        );
-        assert_eq!(
-            http.delete(self.app.url(&renew))
-                .bearer_auth(&self.token)
-                .send()
-                .await
-                .unwrap()
-                .status(),
-            204
-        );
+        assert_eq!(self.status(reqwest::Method::PUT, &renew).await, 200);
+        assert_eq!(self.status(reqwest::Method::DELETE, &renew).await, 204);
         let granted = waiting.await.unwrap().unwrap();
         assert_eq!(granted.status(), 201);
         // A wait that gives up.
         let gave_up = self.post("/locks/dash:1?wait_ms=200").send().await.unwrap();
         assert_eq!(gave_up.status(), 409);
         // A semaphore's permit taken and released, and one refused: all (one) taken.
-        let permit: Value = self
-            .post("/semaphores/dash:pool?limit=1")
-            .send()
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap();
-        let full = self
-            .post("/semaphores/dash:pool?limit=1")
-            .send()
-            .await
-            .unwrap();
-        assert_eq!(full.status(), 409);
+        let permit: Value = self.post("/semaphores/dash:pool?limit=1").value().await;
+        assert_eq!(
+            self.status(reqwest::Method::POST, "/semaphores/dash:pool?limit=1")
+                .await,
+            409
+        );
         let release = format!(
             "/semaphores/dash:pool/leases/{}",
             permit["lease_id"].as_str().expect("a permit")
         );
-        assert_eq!(
-            http.delete(self.app.url(&release))
-                .bearer_auth(&self.token)
-                .send()
-                .await
-                .unwrap()
-                .status(),
-            204
-        );
+        assert_eq!(self.status(reqwest::Method::DELETE, &release).await, 204);
         // A held stream, a campaign and an observer, open while Prometheus scrapes.
         let hold = common::EventStream::open(
             self.post("/locks/dash:stream")
@@ -189,20 +166,17 @@ impl Bed {
                 .header("accept", "text/event-stream"),
         );
         let observe = common::EventStream::open(
-            http.get(self.app.url("/elections/dash:lead/observe"))
-                .bearer_auth(&self.token),
+            self.request(reqwest::Method::GET, "/elections/dash:lead/observe"),
         );
         let (mut hold, mut campaign, mut observe) = (hold.await, campaign.await, observe.await);
         hold.expect("granted").await;
         campaign.expect("elected").await;
         observe.next().await.expect("the observer's first event");
-        let leader = http
-            .get(self.app.url("/elections/dash:lead"))
-            .bearer_auth(&self.token)
-            .send()
-            .await
-            .unwrap();
-        assert_eq!(leader.status(), 200);
+        assert_eq!(
+            self.status(reqwest::Method::GET, "/elections/dash:lead")
+                .await,
+            200
+        );
         // And traffic that goes on while Prometheus scrapes (bounded: a minute at most, or
         // until the test drops it), so that rates and quantiles have something to show.
         let (http, base, token) = (http.clone(), self.app.base.clone(), self.token.clone());

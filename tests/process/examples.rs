@@ -65,6 +65,28 @@ fn kill_group(pid: u32) {
     let _ = killpg(nix::unistd::Pid::from_raw(pid), Signal::SIGKILL);
 }
 
+/// Run `examples/<script>` with a log file of its own, within a minute, and assert that it
+/// succeeded: its log.
+async fn run_example(app: &TestApp, script: &str) -> String {
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("example.log");
+    let limit = std::time::Duration::from_secs(60);
+    let out = tokio::time::timeout(
+        limit,
+        example(app, script, &[log.to_str().unwrap()]).output(),
+    )
+    .await
+    .unwrap_or_else(|_| panic!("{script} did not finish within {limit:?}"))
+    .unwrap();
+    let lines = std::fs::read_to_string(&log).unwrap_or_default();
+    assert!(
+        out.status.success(),
+        "{script}: {lines}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    lines
+}
+
 #[tokio::test]
 async fn the_cron_job_runs_once_on_a_fleet_of_eight() {
     let (_masters, app) = server().await;
@@ -87,18 +109,7 @@ async fn the_cron_job_runs_once_on_a_fleet_of_eight() {
 #[tokio::test]
 async fn the_connection_pool_lets_at_most_three_workers_use_a_connection_at_once() {
     let (_masters, app) = server().await;
-    let dir = tempfile::tempdir().unwrap();
-    let log = dir.path().join("pool.log");
-    let out = example(&app, "db-pool.sh", &[log.to_str().unwrap()])
-        .output()
-        .await
-        .unwrap();
-    let runs = std::fs::read_to_string(&log).unwrap();
-    assert!(
-        out.status.success(),
-        "{runs}\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let runs = run_example(&app, "db-pool.sh").await;
     let used: Vec<&str> = runs
         .lines()
         .filter(|l| l.contains(" used connection "))
@@ -132,18 +143,7 @@ async fn the_connection_pool_lets_at_most_three_workers_use_a_connection_at_once
 #[tokio::test]
 async fn readers_read_together_and_the_writer_waits_for_them_and_writes_once() {
     let (_masters, app) = server().await;
-    let dir = tempfile::tempdir().unwrap();
-    let log = dir.path().join("file.log");
-    let out = example(&app, "readers-writer.sh", &[log.to_str().unwrap()])
-        .output()
-        .await
-        .unwrap();
-    let lines = std::fs::read_to_string(&log).unwrap();
-    assert!(
-        out.status.success(),
-        "{lines}\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let lines = run_example(&app, "readers-writer.sh").await;
     // Nothing refused, nothing read during a write or written during a read.
     assert!(!lines.contains(':'), "{lines}");
     let lines: Vec<&str> = lines.lines().collect();
@@ -160,21 +160,8 @@ async fn readers_read_together_and_the_writer_waits_for_them_and_writes_once() {
 #[tokio::test]
 async fn transfers_naming_two_accounts_in_opposite_orders_never_deadlock_and_add_up() {
     let (_masters, app) = server().await;
-    let dir = tempfile::tempdir().unwrap();
-    let log = dir.path().join("bank.log");
-    let out = tokio::time::timeout(
-        std::time::Duration::from_secs(60),
-        example(&app, "transfer.sh", &[log.to_str().unwrap()]).output(),
-    )
-    .await
-    .expect("every transfer finished: no deadlock")
-    .unwrap();
-    let lines = std::fs::read_to_string(&log).unwrap();
-    assert!(
-        out.status.success(),
-        "{lines}\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    // A deadlock would hold the example past the deadline.
+    let lines = run_example(&app, "transfer.sh").await;
     assert_eq!(lines.matches(" moved ").count(), 8, "{lines}");
     assert!(!lines.contains("refused"), "{lines}");
     // Alice pays 2 + 4 + 6 + 8 and receives 1 + 3 + 5 + 7.

@@ -3,6 +3,8 @@
 
 use crate::common;
 
+use common::SendJson as _;
+
 use std::io::Read as _;
 use std::net::TcpListener;
 use std::process::{Child, Command, Stdio};
@@ -105,14 +107,7 @@ async fn with_no_redis_it_serves_from_the_embedded_store() {
     let http = reqwest::Client::new();
     let resp = server.post("/locks/dev?ttl_ms=5000").await;
     assert_eq!(resp.status(), 201);
-    let ready: serde_json::Value = http
-        .get(format!("{}/readyz", server.base))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let ready: serde_json::Value = http.get(format!("{}/readyz", server.base)).value().await;
     assert_eq!(ready["backend"], "embedded");
     assert!(
         server.logs().contains("embedded in-process store"),
@@ -169,20 +164,22 @@ async fn access_logs_are_structured_and_never_carry_the_lease_id() {
     let lease: serde_json::Value = http
         .post(format!("{}/locks/audit:1", server.base))
         .header("x-request-id", "req-under-test")
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+        .value()
+        .await;
     let id = lease["lease_id"].as_str().unwrap().to_owned();
     let lease_url = format!("{}/locks/audit:1/leases/{id}", server.base);
     assert_eq!(http.put(&lease_url).send().await.unwrap().status(), 200);
     assert_eq!(http.get(&lease_url).send().await.unwrap().status(), 200);
     assert_eq!(http.delete(&lease_url).send().await.unwrap().status(), 204);
     assert_eq!(http.delete(&lease_url).send().await.unwrap().status(), 404);
+    // A name sent percent-encoded is logged as the handler parsed it; a malformed one,
+    // refused before any lock is touched, is logged under no name.
+    let encoded = format!("{}/locks/audit%3A2", server.base);
+    assert_eq!(http.post(&encoded).send().await.unwrap().status(), 201);
+    let malformed = format!("{}/locks/audit%202", server.base);
+    assert_eq!(http.post(&malformed).send().await.unwrap().status(), 400);
 
-    let lines = wait_for("five access lines", Duration::from_secs(5), async || {
+    let lines = wait_for("seven access lines", Duration::from_secs(5), async || {
         let access: Vec<serde_json::Value> = server
             .logs()
             .lines()
@@ -190,7 +187,7 @@ async fn access_logs_are_structured_and_never_carry_the_lease_id() {
             .filter(|l| l["target"] == "redlockd::access")
             .filter(|l| l["route"].as_str().is_some_and(|r| r.starts_with("/locks")))
             .collect();
-        (access.len() >= 5).then_some(access)
+        (access.len() >= 7).then_some(access)
     })
     .await;
     let grant = &lines[0];
@@ -204,6 +201,9 @@ async fn access_logs_are_structured_and_never_carry_the_lease_id() {
     let revoke_again = &lines[4];
     assert_eq!(revoke_again["route"], "/locks/{name}/leases/{lease_id}");
     assert_eq!(revoke_again["outcome"], "lease_not_found");
+    assert_eq!(lines[5]["lock"], "audit:2", "{}", lines[5]);
+    assert_eq!(lines[6]["status"], 400);
+    assert_eq!(lines[6]["lock"], "-", "{}", lines[6]);
     assert!(!server.logs().contains(&id), "the lease id reached the log");
 }
 

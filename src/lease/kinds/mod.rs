@@ -75,7 +75,7 @@ impl From<LockName> for Target {
 
 impl Target {
     /// One of `limit` permits of the semaphore `name`.
-    pub fn permit(name: LockName, limit: PermitLimit) -> Self {
+    pub(crate) fn permit(name: LockName, limit: PermitLimit) -> Self {
         Self {
             hold: Hold::Permit { limit },
             ..Self::from(name)
@@ -253,7 +253,7 @@ impl LeaseService {
 
     /// Who holds `name`, if a majority agree that someone does: a lock's one holder (or
     /// its shared holders), an election's leader, a semaphore's holders by slot.
-    pub async fn inspect(&self, name: &LockName) -> Result<Vec<LockHolder>, LeaseError> {
+    pub(crate) async fn inspect(&self, name: &LockName) -> Result<Vec<LockHolder>, LeaseError> {
         match name.kind() {
             Kind::Semaphore => permit::inspect(self, name).await,
             Kind::Mutex => lock::inspect(self, name).await,

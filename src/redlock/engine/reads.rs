@@ -90,7 +90,11 @@ impl Redlock {
     /// The names of the several-name lease `lease`, read through its hold of the mutex
     /// `key`: from the first master that has them (a lease's names never change), or
     /// `None` when no master that answered does.
-    pub async fn members(&self, key: &LockKey, lease: &str) -> Result<Option<String>, EngineError> {
+    pub(crate) async fn members(
+        &self,
+        key: &LockKey,
+        lease: &str,
+    ) -> Result<Option<String>, EngineError> {
         let lease: Arc<str> = lease.into();
         let Round {
             outcome, failures, ..
@@ -128,7 +132,11 @@ impl Redlock {
 
     /// The slots below `limit` of semaphore `name` that a majority of masters hold, in slot
     /// order, with their holders: one batched step per master.
-    pub async fn slots(&self, name: &str, limit: u16) -> Result<Vec<(u16, Holder)>, EngineError> {
+    pub(crate) async fn slots(
+        &self,
+        name: &str,
+        limit: u16,
+    ) -> Result<Vec<(u16, Holder)>, EngineError> {
         let started = Instant::now();
         let shared: Arc<str> = name.into();
         let Round {

@@ -156,7 +156,7 @@ impl Cluster {
 
     /// Probe every shard and act on what is found (see the module's doc); answer what the
     /// engine's monitor judges the cluster by.
-    pub async fn probe(&self, restore: &Script) -> NodeResult<ClusterProbe> {
+    pub(crate) async fn probe(&self, restore: &Script) -> NodeResult<ClusterProbe> {
         self.refresh().await?;
         let shards = self.shards();
         let probes = futures::future::join_all(shards.iter().map(|(shard, slots)| async move {
