@@ -6,8 +6,8 @@
 //! inspect and list are; a grant is when it carries an Idempotency-Key (sent again, it is
 //! answered with the lease its first attempt won), and only then.
 
-pub mod lock;
-pub mod show;
+pub(crate) mod lock;
+pub(crate) mod show;
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
@@ -22,6 +22,8 @@ use crate::wire::ErrorBody;
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
 /// How long a call other than a waiting grant may take at one replica.
 const CALL_TIMEOUT: Duration = Duration::from_secs(5);
+/// How many times a call goes round the replicas before it gives up, as every client does.
+const ROUNDS: usize = 2;
 
 /// Why a call did not succeed.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -47,7 +49,7 @@ pub(crate) enum Failure {
 }
 
 /// Whether a call may be sent again to another replica: on any failure to get an answer,
-/// or a 503, the next replica is tried.
+/// or a 503, the next replica is tried (clients/cases/failover.json).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Repeat<'a> {
     /// Safe to repeat as it is (it names its lease, or only reads).
@@ -57,7 +59,7 @@ pub(crate) enum Repeat<'a> {
 }
 
 /// A new Idempotency-Key for one grant: 128 random bits.
-pub fn idempotency_key() -> String {
+pub(crate) fn idempotency_key() -> String {
     format!("{:032x}", rand::random::<u128>())
 }
 
@@ -71,7 +73,7 @@ pub(crate) struct Servers {
 
 impl Servers {
     /// The replicas at `urls`, called with `token` as the bearer token when given.
-    pub fn new(urls: &[String], token: Option<&str>) -> Result<Self, Failure> {
+    pub(crate) fn new(urls: &[String], token: Option<&str>) -> Result<Self, Failure> {
         let urls: Vec<String> = urls
             .iter()
             .map(|u| u.trim().trim_end_matches('/').to_owned())
@@ -102,14 +104,16 @@ impl Servers {
     }
 
     /// Read `path`: a GET, safe to ask each replica in turn.
-    pub async fn get<T: DeserializeOwned>(&self, path: &str) -> Result<T, Failure> {
+    pub(crate) async fn get<T: DeserializeOwned>(&self, path: &str) -> Result<T, Failure> {
         self.call::<(), T>(Method::GET, path, None, Duration::ZERO, Repeat::Safe)
             .await
     }
 
     /// Send one call, to each replica in turn as `repeat` allows, and read its answer.
-    /// `wait` is added to the time one replica may take (a waiting grant).
-    pub async fn call<B: Serialize, T: DeserializeOwned>(
+    /// `wait` is added to the time one replica may take (a waiting grant). A replica that
+    /// gives no answer, or has no majority (503), is passed over, twice round at most; any
+    /// other answer is final, and its replica is asked first next time.
+    pub(crate) async fn call<B: Serialize, T: DeserializeOwned>(
         &self,
         method: Method,
         path: &str,
@@ -119,7 +123,8 @@ impl Servers {
     ) -> Result<T, Failure> {
         let first = self.preferred.load(Ordering::Relaxed);
         let mut last = Failure::Unavailable("no server was asked".into());
-        for i in 0..self.urls.len() {
+        let tries = self.urls.len() * ROUNDS;
+        for i in 0..tries {
             let at = (first + i) % self.urls.len();
             let base = &self.urls[at];
             let mut request = self
@@ -157,13 +162,12 @@ impl Servers {
                     .map_err(|e| Failure::Unavailable(format!("{base}: unexpected answer ({e})")));
             }
             let failure = failure(status, &bytes, base);
-            match failure {
-                Failure::Unavailable(_) => last = failure,
-                failure => {
-                    self.preferred.store(at, Ordering::Relaxed);
-                    return Err(failure);
-                }
+            if status == StatusCode::SERVICE_UNAVAILABLE {
+                last = failure;
+                continue;
             }
+            self.preferred.store(at, Ordering::Relaxed);
+            return Err(failure);
         }
         Err(last)
     }
@@ -285,6 +289,74 @@ mod tests {
                 _ => false,
             };
             assert!(expected, "{case}: {got:?}");
+        }
+    }
+
+    /// One replica of a case of clients/cases/failover.json: it answers each connection
+    /// with its next answer (its last repeats), or closes it unanswered (`refused`: no
+    /// answer, as a replica that cannot be reached gives none), and records the attempt.
+    async fn replica(
+        i: usize,
+        mut answers: Vec<serde_json::Value>,
+        ok_body: serde_json::Value,
+        tried: std::sync::Arc<std::sync::Mutex<Vec<usize>>>,
+    ) -> String {
+        use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}", listener.local_addr().unwrap());
+        tokio::spawn(async move {
+            while let Ok((mut conn, _)) = listener.accept().await {
+                let mut request = [0u8; 4096];
+                let _ = conn.read(&mut request).await;
+                tried.lock().unwrap().push(i);
+                let answer = if answers.len() > 1 {
+                    answers.remove(0)
+                } else {
+                    answers[0].clone()
+                };
+                let (status, body) = match &answer {
+                    serde_json::Value::String(word) if word == "refused" => continue,
+                    serde_json::Value::String(_) => (200, ok_body.clone()),
+                    given => (given["status"].as_u64().unwrap(), given["body"].clone()),
+                };
+                let body = body.to_string();
+                let reply = format!(
+                    "HTTP/1.1 {status} X\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+                    body.len()
+                );
+                let _ = conn.write_all(reply.as_bytes()).await;
+            }
+        });
+        url
+    }
+
+    /// The table every client runs (clients/cases/failover.json): the replicas asked, in
+    /// order, and what the caller gets. (The command line's failures carry no code.)
+    #[tokio::test]
+    async fn each_call_goes_round_the_replicas_as_the_shared_table_says() {
+        let table: serde_json::Value =
+            serde_json::from_str(include_str!("../../clients/cases/failover.json")).unwrap();
+        for case in table["cases"].as_array().unwrap() {
+            let tried = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+            let mut urls = Vec::new();
+            for (i, answers) in case["replicas"].as_array().unwrap().iter().enumerate() {
+                let answers = answers.as_array().unwrap().clone();
+                urls.push(replica(i, answers, table["ok_body"].clone(), tried.clone()).await);
+            }
+            let servers = Servers::new(&urls, None).unwrap();
+            for call in case["calls"].as_array().unwrap() {
+                tried.lock().unwrap().clear();
+                let got = servers.get::<serde_json::Value>("/locks/job").await;
+                let expected = match (call["result"].as_str().unwrap(), &got) {
+                    ("ok", Ok(body)) => body["fencing_token"] == 7,
+                    ("unavailable", Err(Failure::Unavailable(_))) => true,
+                    ("forbidden", Err(Failure::Denied(_))) => true,
+                    _ => false,
+                };
+                assert!(expected, "{}: {call}: {got:?}", case["name"]);
+                let want: Vec<usize> = serde_json::from_value(call["tried"].clone()).unwrap();
+                assert_eq!(*tried.lock().unwrap(), want, "{}", case["name"]);
+            }
         }
     }
 
