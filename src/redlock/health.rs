@@ -435,6 +435,7 @@ impl Monitor {
                     self.retire(i, nodes, &identity).await;
                 }
             }
+            self.lost_again(i);
             self.state(i).jumped = Some(jump);
             node.settle_clock();
         }
@@ -487,10 +488,21 @@ impl Monitor {
                 tracing::warn!(master = %self.addresses[j], error = %e, "could not remove the marker of a master that went back in time");
             }
             self.retire(j, nodes, &identity).await;
+            self.lost_again(j);
             if let Ok(probe) = &mut probes[j] {
                 probe.marker = None;
             }
         }
+    }
+
+    /// Master `i` lost locks just now (its clock jumped, it went back in time, it
+    /// restarted): any quarantine this replica still keeps for it is for an earlier loss,
+    /// and must not be spent on this one. That quarantine may have run out while another
+    /// replica restored the master unseen by this one (its probes of it did not answer),
+    /// and the master granted since; restoring it at once would let it vote for a second
+    /// holder of what it just lost. The next step quarantines it anew, from now.
+    fn lost_again(&self, i: usize) {
+        self.state(i).quarantine = None;
     }
 
     /// What is known about every master's counter before this round reads it: the
@@ -609,6 +621,8 @@ impl Monitor {
         if state.run_id.as_deref().is_some_and(|old| old != run_id) {
             tracing::warn!(master = %self.addresses[i], "master restarted (its run_id changed)");
             state.unverified_since.get_or_insert_with(Instant::now);
+            // What it held before may be gone: see `lost_again`.
+            state.quarantine = None;
         }
         state.run_id = Some(run_id.to_owned());
     }

@@ -1489,3 +1489,71 @@ async fn a_master_rolled_back_to_before_its_last_restore_is_caught_by_its_retire
         );
     }
 }
+
+/// Two replicas: `bed.engine` and `other`, the second with master 2 quarantined from a loss
+/// it never saw end. Master 2 restarted empty and both replicas quarantined it; the first
+/// replica restored it when its quarantine ran out, while the other was not probing it
+/// (paused, partitioned away: its probes of master 2 did not answer). Then L1 is granted
+/// on masters 0 and 2 only.
+async fn bed_with_a_stale_quarantine() -> (Bed, Redlock) {
+    let bed = bed_with(3, Duration::from_secs(30)).await;
+    let other = replica(&bed, Duration::from_secs(30));
+    probe(&other).await;
+    bed.grant("warm", "L0")
+        .await
+        .expect("a grant: the masters were used");
+    bed.nodes[2].restart_empty();
+    bed.probe().await;
+    probe(&other).await;
+    assert!(bed.quarantined(2) && other.monitor().status()[2].quarantined_until.is_some());
+    tokio::time::advance(Duration::from_secs(31)).await;
+    bed.probe().await;
+    bed.reverify(&[&bed.engine]).await;
+    assert!(bed.nodes[2].marked(), "the first replica restored master 2");
+    bed.nodes[1].set_fault(Fault::Down);
+    bed.grant("s", "L1")
+        .await
+        .expect("granted on masters 0 and 2");
+    bed.nodes[1].set_fault(Fault::None);
+    bed.reverify(&[&bed.engine]).await;
+    (bed, other)
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_quarantine_that_outlived_a_restore_is_not_spent_on_a_later_clock_jump() {
+    // What the fenced-set workload caught (seed 2, in CI's load): a replica removed the
+    // marker of a master whose clock had jumped, and at once restored it, its quarantine
+    // for an earlier loss long over; the master voted a second holder in.
+    let (bed, other) = bed_with_a_stale_quarantine().await;
+    bed.nodes[2].jump_clock(Duration::from_secs(20));
+    probe(&other).await;
+    let status = &other.monitor().status()[2];
+    assert!(
+        !bed.nodes[2].marked() && status.quarantined_until.is_some(),
+        "a jump is a new loss: a new quarantine, not the end of the old one: {status:?}"
+    );
+    let second = bed.grant("s", "L2").await;
+    assert!(
+        second.is_err(),
+        "a second holder while L1's validity runs: {second:?}"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_quarantine_that_outlived_a_restore_is_not_spent_on_a_later_restart() {
+    // The same with data lost by a restart: the replica that did not see the restore must
+    // not take the master's second loss for the end of its first.
+    let (bed, other) = bed_with_a_stale_quarantine().await;
+    bed.nodes[2].restart_empty();
+    probe(&other).await;
+    let status = &other.monitor().status()[2];
+    assert!(
+        !bed.nodes[2].marked() && status.quarantined_until.is_some(),
+        "a restart is a new loss: a new quarantine, not the end of the old one: {status:?}"
+    );
+    let second = bed.grant("s", "L2").await;
+    assert!(
+        second.is_err(),
+        "a second holder while L1's validity runs: {second:?}"
+    );
+}
