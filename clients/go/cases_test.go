@@ -12,6 +12,17 @@ import (
 	"time"
 )
 
+// errorKinds names each class of the shared tables (clients/cases/) by its error kind.
+var errorKinds = map[string]error{
+	"held":              ErrLockHeld,
+	"lease_lost":        ErrLeaseLost,
+	"bad_request":       ErrBadRequest,
+	"unauthorized":      ErrUnauthorized,
+	"forbidden":         ErrForbidden,
+	"too_many_requests": ErrTooManyRequests,
+	"unavailable":       ErrUnavailable,
+}
+
 // The shared table of answers (clients/cases/errors.json): every client classifies each
 // the same way.
 func TestEachAnswerIsClassifiedAsTheSharedTableSays(t *testing.T) {
@@ -31,22 +42,13 @@ func TestEachAnswerIsClassifiedAsTheSharedTableSays(t *testing.T) {
 	if err := json.Unmarshal(raw, &table); err != nil {
 		t.Fatal(err)
 	}
-	kinds := map[string]error{
-		"held":              ErrLockHeld,
-		"lease_lost":        ErrLeaseLost,
-		"bad_request":       ErrBadRequest,
-		"unauthorized":      ErrUnauthorized,
-		"forbidden":         ErrForbidden,
-		"too_many_requests": ErrTooManyRequests,
-		"unavailable":       ErrUnavailable,
-	}
 	for _, c := range table.Cases {
 		t.Run(fmt.Sprintf("%d-%s", c.Status, c.Class), func(t *testing.T) {
 			var body errorBody
 			_ = json.Unmarshal(c.Body, &body)
 			got := errorFrom(c.Status, body, c.RetryAfterHeader)
-			if got.Kind != kinds[c.Class] {
-				t.Fatalf("%d %s: kind %v, want %v", c.Status, c.Body, got.Kind, kinds[c.Class])
+			if got.Kind != errorKinds[c.Class] {
+				t.Fatalf("%d %s: kind %v, want %v", c.Status, c.Body, got.Kind, errorKinds[c.Class])
 			}
 			if c.Class == "forbidden" && !errors.Is(got, ErrUnauthorized) {
 				t.Fatal("a 403 is an ErrUnauthorized too")

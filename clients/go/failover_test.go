@@ -85,15 +85,6 @@ func TestTheClientGoesRoundTheReplicasAsTheSharedTableSays(t *testing.T) {
 	if err := json.Unmarshal(raw, &table); err != nil {
 		t.Fatal(err)
 	}
-	kinds := map[string]error{
-		"held":              ErrLockHeld,
-		"lease_lost":        ErrLeaseLost,
-		"bad_request":       ErrBadRequest,
-		"unauthorized":      ErrUnauthorized,
-		"forbidden":         ErrForbidden,
-		"too_many_requests": ErrTooManyRequests,
-		"unavailable":       ErrUnavailable,
-	}
 	for _, c := range table.Cases {
 		t.Run(strings.ReplaceAll(c.Name, " ", "_"), func(t *testing.T) {
 			net := &replicas{answers: c.Replicas, okBody: table.OKBody}
@@ -114,7 +105,7 @@ func TestTheClientGoesRoundTheReplicasAsTheSharedTableSays(t *testing.T) {
 					}
 				} else {
 					var e *Error
-					if !errors.As(err, &e) || e.Kind != kinds[call.Result] || e.Code != call.Code {
+					if !errors.As(err, &e) || e.Kind != errorKinds[call.Result] || e.Code != call.Code {
 						t.Fatalf("call %d: %v, want %s with code %s", n, err, call.Result, call.Code)
 					}
 				}

@@ -1519,18 +1519,17 @@ async fn bed_with_a_stale_quarantine() -> (Bed, Redlock) {
     (bed, other)
 }
 
-#[tokio::test(start_paused = true)]
-async fn a_quarantine_that_outlived_a_restore_is_not_spent_on_a_later_clock_jump() {
-    // What the fenced-set workload caught (seed 2, in CI's load): a replica removed the
-    // marker of a master whose clock had jumped, and at once restored it, its quarantine
-    // for an earlier loss long over; the master voted a second holder in.
+/// After `bed_with_a_stale_quarantine`, master 2 loses L1's copy by `loss`, and the other
+/// replica's next probe sees it: a new quarantine, not the end of the old one, and no
+/// second holder while L1's validity runs.
+async fn a_new_loss_is_quarantined_anew(loss: impl FnOnce(&MemoryNode)) {
     let (bed, other) = bed_with_a_stale_quarantine().await;
-    bed.nodes[2].jump_clock(Duration::from_secs(20));
+    loss(&bed.nodes[2]);
     probe(&other).await;
     let status = &other.monitor().status()[2];
     assert!(
         !bed.nodes[2].marked() && status.quarantined_until.is_some(),
-        "a jump is a new loss: a new quarantine, not the end of the old one: {status:?}"
+        "a new loss ends in a new quarantine: {status:?}"
     );
     let second = bed.grant("s", "L2").await;
     assert!(
@@ -1540,20 +1539,15 @@ async fn a_quarantine_that_outlived_a_restore_is_not_spent_on_a_later_clock_jump
 }
 
 #[tokio::test(start_paused = true)]
+async fn a_quarantine_that_outlived_a_restore_is_not_spent_on_a_later_clock_jump() {
+    // What the fenced-set workload caught (seed 2, in CI's load): a replica removed the
+    // marker of a master whose clock had jumped, and at once restored it, its quarantine
+    // for an earlier loss long over; the master voted a second holder in.
+    a_new_loss_is_quarantined_anew(|m| m.jump_clock(Duration::from_secs(20))).await;
+}
+
+#[tokio::test(start_paused = true)]
 async fn a_quarantine_that_outlived_a_restore_is_not_spent_on_a_later_restart() {
-    // The same with data lost by a restart: the replica that did not see the restore must
-    // not take the master's second loss for the end of its first.
-    let (bed, other) = bed_with_a_stale_quarantine().await;
-    bed.nodes[2].restart_empty();
-    probe(&other).await;
-    let status = &other.monitor().status()[2];
-    assert!(
-        !bed.nodes[2].marked() && status.quarantined_until.is_some(),
-        "a restart is a new loss: a new quarantine, not the end of the old one: {status:?}"
-    );
-    let second = bed.grant("s", "L2").await;
-    assert!(
-        second.is_err(),
-        "a second holder while L1's validity runs: {second:?}"
-    );
+    // The same with data lost by a restart.
+    a_new_loss_is_quarantined_anew(MemoryNode::restart_empty).await;
 }

@@ -10,19 +10,12 @@ import pytest
 
 import redlockd
 
+from test_cases import CLASSES
+
 TABLE = json.loads(
     (pathlib.Path(__file__).resolve().parents[2] / "cases" / "failover.json").read_text()
 )
 
-CLASSES = {
-    "held": redlockd.LockHeld,
-    "lease_lost": redlockd.LeaseLost,
-    "bad_request": redlockd.BadRequest,
-    "unauthorized": redlockd.Unauthorized,
-    "forbidden": redlockd.Forbidden,
-    "too_many_requests": redlockd.TooManyRequests,
-    "unavailable": redlockd.Unavailable,
-}
 
 
 def replicas(case, tried):

@@ -5,30 +5,13 @@ import assert from "node:assert/strict";
 import { readFileSync } from "node:fs";
 import { test } from "node:test";
 
-import {
-  BadRequest,
-  Forbidden,
-  LeaseLost,
-  LockHeld,
-  TooManyRequests,
-  Unauthorized,
-  Unavailable,
-  errorFrom,
-} from "../src/index.js";
+import { LockHeld, TooManyRequests, Unauthorized, errorFrom } from "../src/index.js";
+
+import { classes } from "./classes.js";
 
 const table = JSON.parse(
   readFileSync(new URL("../../../../../cases/errors.json", import.meta.url), "utf8"),
 ) as { cases: Array<Record<string, any>> };
-
-const classes: Record<string, Function> = {
-  held: LockHeld,
-  lease_lost: LeaseLost,
-  bad_request: BadRequest,
-  unauthorized: Unauthorized,
-  forbidden: Forbidden,
-  too_many_requests: TooManyRequests,
-  unavailable: Unavailable,
-};
 
 for (const c of table.cases) {
   test(`${c.status} is ${c.class}`, () => {

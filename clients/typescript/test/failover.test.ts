@@ -5,17 +5,9 @@ import assert from "node:assert/strict";
 import { readFileSync } from "node:fs";
 import { test } from "node:test";
 
-import {
-  BadRequest,
-  Client,
-  Forbidden,
-  LeaseLost,
-  LockHeld,
-  RedlockdError,
-  TooManyRequests,
-  Unauthorized,
-  Unavailable,
-} from "../src/index.js";
+import { Client, RedlockdError } from "../src/index.js";
+
+import { classes } from "./classes.js";
 
 type Answer = "refused" | "ok" | { status: number; body: Record<string, unknown> };
 
@@ -28,16 +20,6 @@ const table = JSON.parse(
     replicas: Answer[][];
     calls: Array<{ tried: number[]; result: string; code?: string }>;
   }>;
-};
-
-const classes: Record<string, Function> = {
-  held: LockHeld,
-  lease_lost: LeaseLost,
-  bad_request: BadRequest,
-  unauthorized: Unauthorized,
-  forbidden: Forbidden,
-  too_many_requests: TooManyRequests,
-  unavailable: Unavailable,
 };
 
 for (const c of table.cases) {
