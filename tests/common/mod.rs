@@ -445,6 +445,11 @@ impl RedisCluster {
     }
 }
 
+/// Assert that an answer is the contract's error `code`, with `status`.
+pub fn assert_error(got: u16, body: &Value, status: u16, code: &str) {
+    assert_eq!((got, &body["error"]), (status, &json!(code)), "{body}");
+}
+
 /// The path of a lease granted on `route` (`/locks/doc`, `/semaphores/pool`): where it is
 /// renewed, checked and revoked.
 pub fn lease_path(route: &str, lease: &Value) -> String {
@@ -802,6 +807,12 @@ impl TestApp {
     }
 
     /// A grant that must succeed; returns (lease_id, fencing_token).
+    /// The status of `method` on the lease `lease` granted on `route` (`/locks/doc`):
+    /// a renew (`PUT`), a check (`GET`) or a revoke (`DELETE`) with no body.
+    pub async fn lease_status(&self, method: &str, route: &str, lease: &Value) -> u16 {
+        self.send(method, &lease_path(route, lease), None).await.0
+    }
+
     pub async fn must_grant(&self, name: &str, body: Value) -> (String, u64) {
         let (status, lease) = self.grant(name, body).await;
         assert_eq!(status, 201, "grant of {name} failed: {lease}");

@@ -33,13 +33,7 @@ async fn several_names_are_granted_all_or_none_under_one_lease_and_token() {
     );
 
     assert_eq!(
-        app.send(
-            "DELETE",
-            &common::lease_path("/locks/acct:2", &single),
-            None
-        )
-        .await
-        .0,
+        app.lease_status("DELETE", "/locks/acct:2", &single).await,
         204
     );
     let (status, both) =
@@ -80,21 +74,14 @@ async fn several_names_are_granted_all_or_none_under_one_lease_and_token() {
         "{checked}"
     );
     assert_eq!(
-        app.send("DELETE", &common::lease_path("/locks/acct:1", &both), None)
-            .await
-            .0,
+        app.lease_status("DELETE", "/locks/acct:1", &both).await,
         204
     );
     for name in ["acct:1", "acct:2"] {
         assert_eq!(app.inspect(name).await.1["held"], false);
     }
     // A lease id that names no lease on that name is not found.
-    assert_eq!(
-        app.send("PUT", &common::lease_path("/locks/acct:3", &both), None)
-            .await
-            .0,
-        404
-    );
+    assert_eq!(app.lease_status("PUT", "/locks/acct:3", &both).await, 404);
 }
 
 #[tokio::test]
@@ -109,19 +96,9 @@ async fn a_waiting_grant_of_several_names_is_woken_when_the_last_one_is_freed() 
         })
     };
     app.wait_for_contention("w", 1).await;
-    assert_eq!(
-        app.send("DELETE", &common::lease_path("/locks/w:a", &a), None)
-            .await
-            .0,
-        204
-    );
+    assert_eq!(app.lease_status("DELETE", "/locks/w:a", &a).await, 204);
     assert!(!waiter.is_finished(), "w:b is still held");
-    assert_eq!(
-        app.send("DELETE", &common::lease_path("/locks/w:b", &b), None)
-            .await
-            .0,
-        204
-    );
+    assert_eq!(app.lease_status("DELETE", "/locks/w:b", &b).await, 204);
     let (status, both) = tokio::time::timeout(Duration::from_secs(2), waiter)
         .await
         .expect("granted once both are free, not at the end of its wait")
@@ -142,12 +119,7 @@ async fn force_release_of_one_name_removes_the_whole_lease() {
     for name in ["f:1", "f:2"] {
         assert_eq!(app.inspect(name).await.1["held"], false, "{name}");
     }
-    assert_eq!(
-        app.send("PUT", &common::lease_path("/locks/f:1", &both), None)
-            .await
-            .0,
-        404
-    );
+    assert_eq!(app.lease_status("PUT", "/locks/f:1", &both).await, 404);
 }
 
 #[tokio::test]

@@ -119,11 +119,7 @@ async fn a_renew_moves_the_delay_with_the_ttl() {
     let (status, _) = app.renew("job", &lease, json!({"ttl_ms": 900})).await;
     assert_eq!(status, 200);
     let (status, body, _) = first_answer_after_the_lease(&app, "job").await;
-    assert_eq!(
-        (status, &body["error"]),
-        (409, &json!("lock_delay")),
-        "{body}"
-    );
+    common::assert_error(status, &body, 409, "lock_delay");
 }
 
 #[tokio::test]
@@ -133,19 +129,11 @@ async fn shared_and_several_name_grants_are_refused_during_a_delay() {
         .await;
     app.send("DELETE", "/locks/doc", None).await;
     let (status, body) = app.grant("doc", json!({"mode": "shared"})).await;
-    assert_eq!(
-        (status, &body["error"]),
-        (409, &json!("lock_delay")),
-        "{body}"
-    );
+    common::assert_error(status, &body, 409, "lock_delay");
     let (status, body) = app
         .send("POST", "/locks", Some(json!({"names": ["doc", "other"]})))
         .await;
-    assert_eq!(
-        (status, &body["error"]),
-        (409, &json!("lock_delay")),
-        "{body}"
-    );
+    common::assert_error(status, &body, 409, "lock_delay");
     // The other name was not taken by the refused grant.
     assert_eq!(app.grant("other", json!({})).await.0, 201);
 }
@@ -165,11 +153,7 @@ async fn an_elections_term_may_carry_a_lock_delay() {
     let (status, body) = app
         .send("POST", "/elections/primary", Some(json!({"value": "b"})))
         .await;
-    assert_eq!(
-        (status, &body["error"]),
-        (409, &json!("lock_delay")),
-        "{body}"
-    );
+    common::assert_error(status, &body, 409, "lock_delay");
 }
 
 #[tokio::test]
@@ -214,11 +198,7 @@ async fn a_session_that_expires_leaves_its_holds_delays_and_one_ended_leaves_non
         .await;
     assert_eq!(status, 201);
     let (status, body, _) = first_answer_after_the_lease(&app, "sd:1").await;
-    assert_eq!(
-        (status, &body["error"]),
-        (409, &json!("lock_delay")),
-        "{body}"
-    );
+    common::assert_error(status, &body, 409, "lock_delay");
 
     let ended = open(30000).await;
     app.grant("sd:2", json!({"session": ended, "lock_delay_ms": 60000}))

@@ -59,23 +59,11 @@ async fn at_most_limit_permits_each_on_its_own_slot_with_a_rising_token() {
     // Released: its slot is taken again, with a greater token than the slot's last.
     let freed = &permits[1];
     assert_eq!(
-        app.send(
-            "DELETE",
-            &common::lease_path("/semaphores/pool", freed),
-            None
-        )
-        .await
-        .0,
+        app.lease_status("DELETE", "/semaphores/pool", freed).await,
         204
     );
     assert_eq!(
-        app.send(
-            "DELETE",
-            &common::lease_path("/semaphores/pool", freed),
-            None
-        )
-        .await
-        .0,
+        app.lease_status("DELETE", "/semaphores/pool", freed).await,
         404
     );
     let (status, again) = take(&app, "pool", json!({"limit": 3})).await;
@@ -121,13 +109,7 @@ async fn grants_with_different_limits_share_the_slots() {
     assert_eq!(take(&app, "mixed", json!({"limit": 1})).await.0, 409);
     let zero = if wide["slot"] == 0 { &wide } else { &other };
     assert_eq!(
-        app.send(
-            "DELETE",
-            &common::lease_path("/semaphores/mixed", zero),
-            None
-        )
-        .await
-        .0,
+        app.lease_status("DELETE", "/semaphores/mixed", zero).await,
         204
     );
     let (status, narrow) = take(&app, "mixed", json!({"limit": 1})).await;
@@ -151,13 +133,7 @@ async fn a_waiting_grant_takes_the_first_slot_freed() {
     };
     app.wait_for_contention("one", 1).await;
     assert_eq!(
-        app.send(
-            "DELETE",
-            &common::lease_path("/semaphores/one", &only),
-            None
-        )
-        .await
-        .0,
+        app.lease_status("DELETE", "/semaphores/one", &only).await,
         204
     );
     let (status, next) = tokio::time::timeout(Duration::from_secs(2), waiter)
@@ -208,18 +184,8 @@ async fn force_release_removes_every_permit() {
     assert_eq!(removed["released"], true);
     let highest = a["fencing_token"].as_u64().max(b["fencing_token"].as_u64());
     assert_eq!(removed["fencing_token"].as_u64(), highest);
-    assert_eq!(
-        app.send("PUT", &common::lease_path("/semaphores/evict", &a), None)
-            .await
-            .0,
-        404
-    );
-    assert_eq!(
-        app.send("PUT", &common::lease_path("/semaphores/evict", &b), None)
-            .await
-            .0,
-        404
-    );
+    assert_eq!(app.lease_status("PUT", "/semaphores/evict", &a).await, 404);
+    assert_eq!(app.lease_status("PUT", "/semaphores/evict", &b).await, 404);
     let (_, seen) = app.send("GET", "/semaphores/evict", None).await;
     assert_eq!(seen["holders"], json!([]));
     let (_, again) = app.send("DELETE", "/semaphores/evict", None).await;

@@ -74,19 +74,9 @@ async fn shared_holders_hold_a_name_together_and_exclude_an_exclusive_grant() {
     assert_eq!(fence["current"], true);
 
     for r in [&r1, &r2] {
-        assert_eq!(
-            app.send("DELETE", &common::lease_path("/locks/doc", r), None)
-                .await
-                .0,
-            204
-        );
+        assert_eq!(app.lease_status("DELETE", "/locks/doc", r).await, 204);
     }
-    assert_eq!(
-        app.send("DELETE", &common::lease_path("/locks/doc", &r1), None)
-            .await
-            .0,
-        404
-    );
+    assert_eq!(app.lease_status("DELETE", "/locks/doc", &r1).await, 404);
     let (status, writer) = app.grant("doc", json!({})).await;
     assert_eq!(
         (status, &writer["mode"]),
@@ -125,9 +115,7 @@ async fn a_waiting_exclusive_grant_is_not_overtaken_by_shared_grants_after_it() 
     app.wait_for_contention("queue", 3).await;
     // The reader leaves: the writer, first in line, has the lock at once.
     assert_eq!(
-        app.send("DELETE", &common::lease_path("/locks/queue", &reader), None)
-            .await
-            .0,
+        app.lease_status("DELETE", "/locks/queue", &reader).await,
         204
     );
     let (status, w) = tokio::time::timeout(Duration::from_secs(2), writer)
@@ -136,12 +124,7 @@ async fn a_waiting_exclusive_grant_is_not_overtaken_by_shared_grants_after_it() 
         .unwrap();
     assert_eq!((status, &w["mode"]), (201, &json!("exclusive")), "{w}");
     assert!(!late.is_finished(), "the later reader waits for the writer");
-    assert_eq!(
-        app.send("DELETE", &common::lease_path("/locks/queue", &w), None)
-            .await
-            .0,
-        204
-    );
+    assert_eq!(app.lease_status("DELETE", "/locks/queue", &w).await, 204);
     let (status, r) = tokio::time::timeout(Duration::from_secs(2), late)
         .await
         .expect("the later reader is granted when the writer leaves")
@@ -165,18 +148,8 @@ async fn force_release_removes_every_shared_holder() {
         removed["fencing_token"], b["fencing_token"],
         "the highest removed"
     );
-    assert_eq!(
-        app.send("PUT", &common::lease_path("/locks/evict", &a), None)
-            .await
-            .0,
-        404
-    );
-    assert_eq!(
-        app.send("PUT", &common::lease_path("/locks/evict", &b), None)
-            .await
-            .0,
-        404
-    );
+    assert_eq!(app.lease_status("PUT", "/locks/evict", &a).await, 404);
+    assert_eq!(app.lease_status("PUT", "/locks/evict", &b).await, 404);
     assert_eq!(app.inspect("evict").await.1["held"], false);
 }
 
