@@ -265,7 +265,7 @@ impl Monitor {
         let mut probes: Vec<NodeResult<Probe>> =
             futures::future::join_all(nodes.iter().map(|node| async move {
                 let started = Instant::now();
-                let limit = node.report().upkeep_budget.unwrap_or(limit);
+                let limit = node.rules().upkeep_budget.unwrap_or(limit);
                 let reply = tokio::time::timeout(limit, node.probe())
                     .await
                     .unwrap_or(Err(NodeError::Timeout));
@@ -431,7 +431,7 @@ impl Monitor {
                     continue;
                 }
                 probe.marker = None;
-                if !node.report().judges_own_rollbacks() {
+                if !node.rules().judges_own_rollbacks() {
                     self.retire(i, nodes, &identity).await;
                 }
             }
@@ -453,7 +453,7 @@ impl Monitor {
         for j in 0..probes.len() {
             // A cluster judges each shard's rollback itself (store::cluster): its reported
             // counter is one slot's, not a bound on its tokens.
-            if nodes[j].report().judges_own_rollbacks() {
+            if nodes[j].rules().judges_own_rollbacks() {
                 continue;
             }
             let Ok(probe) = &probes[j] else { continue };
@@ -519,7 +519,7 @@ impl Monitor {
         let probes = futures::future::join_all(
             nodes
                 .iter()
-                .filter(|n| !n.report().judges_own_rollbacks())
+                .filter(|n| !n.rules().judges_own_rollbacks())
                 .map(|n| self.bounded(&**n, n.probe())),
         )
         .await;
@@ -538,7 +538,7 @@ impl Monitor {
             .enumerate()
             .filter_map(|(i, p)| {
                 let p = p.as_ref().ok()?;
-                if nodes[i].report().judges_own_rollbacks() {
+                if nodes[i].rules().judges_own_rollbacks() {
                     return None;
                 }
                 let identity = p.marker.clone()?;
@@ -608,7 +608,7 @@ impl Monitor {
         step: impl Future<Output = NodeResult<T>>,
     ) -> NodeResult<T> {
         let limit = node
-            .report()
+            .rules()
             .upkeep_budget
             .unwrap_or(self.config.master_timeout);
         tokio::time::timeout(limit, step)
@@ -673,10 +673,7 @@ impl Monitor {
             return;
         }
         let mut fence = fences.into_iter().max().unwrap_or(0);
-        if nodes
-            .iter()
-            .any(|n| n.report().fences == FenceSource::Clock)
-        {
+        if nodes.iter().any(|n| n.rules().fences == FenceSource::Clock) {
             // A cluster reports one sampled slot's counter, not its largest: with clusters
             // among the masters the restored counter starts from the wall clock, as theirs.
             fence = fence.max(clock_floor());
@@ -732,7 +729,7 @@ impl Monitor {
         // The marker it had before it lost its data is never to be seen on it again.
         let before = self.state(i).identity.clone();
         if let Some(before) = before
-            && !nodes[i].report().judges_own_rollbacks()
+            && !nodes[i].rules().judges_own_rollbacks()
         {
             self.retire(i, nodes, &before).await;
         }

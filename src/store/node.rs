@@ -289,11 +289,18 @@ impl<'a> Renewal<'a> {
 /// in every redlockd replica learn of releases and grants at once.
 pub(crate) type Listener = Arc<dyn Fn(Announcement<'_>) + Send + Sync>;
 
-/// A master's account of itself (`LockNode::report`).
+/// What a master shows of itself to `/readyz` (`LockNode::report`): its live status beyond
+/// its probe.
 #[derive(Debug, Clone, Default)]
 pub struct NodeReport {
-    /// Its parts, for `/readyz`: a Redis Cluster's shards (none for one server).
+    /// Its parts: a Redis Cluster's shards (none for one server).
     pub shards: Option<crate::model::ClusterStatus>,
+}
+
+/// How the monitor must treat a master (`LockNode::rules`): facts fixed when the master's
+/// node is built, so that the upkeep loops read them for nothing.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct NodeRules {
     /// How long its upkeep (probe, restore, unmark) may take, when longer than the master
     /// timeout: a cluster's restores a shard slot by slot.
     pub upkeep_budget: Option<std::time::Duration>,
@@ -301,7 +308,7 @@ pub struct NodeReport {
     pub fences: FenceSource,
 }
 
-impl NodeReport {
+impl NodeRules {
     /// A master whose counters restart from the clock judges its own rollbacks: it keeps
     /// no single counter the monitor could compare with a high-water mark, and no marker
     /// the monitor retires.
@@ -422,9 +429,15 @@ pub trait LockNode: Send + Sync + 'static {
     /// scripts refuse by themselves from here on (see `ClockWatch::settle`).
     fn settle_clock(&self) {}
 
-    /// What this master says of itself beyond its probe: how the monitor must treat it,
-    /// and what `/readyz` shows of it. One method, so that what a master is made of (one
-    /// server, or a Redis Cluster's shards) stays behind this trait.
+    /// How the monitor must treat this master. Fixed for the node's life; one method, so
+    /// that what a master is made of (one server, or a Redis Cluster's shards) stays
+    /// behind this trait.
+    fn rules(&self) -> NodeRules {
+        NodeRules::default()
+    }
+
+    /// What `/readyz` shows of this master beyond its probe (built on each call: for the
+    /// readiness report, not for upkeep loops).
     fn report(&self) -> NodeReport {
         NodeReport::default()
     }

@@ -26,7 +26,8 @@ use super::group;
 use super::layout::{self, Keys};
 use super::node::{
     Acquired, Announcement, Claim, Ending, FenceSource, Holding, ListPage, Listener, Listing,
-    LockNode, NodeError, NodeReport, NodeResult, Owned, Probe, Renewal, SessionState, SessionStep,
+    LockNode, NodeError, NodeReport, NodeResult, NodeRules, Owned, Probe, Renewal, SessionState,
+    SessionStep,
 };
 use crate::config::MasterUrl;
 use crate::model::News;
@@ -689,14 +690,19 @@ impl LockNode for RedisNode {
         }
     }
 
-    fn report(&self) -> NodeReport {
+    fn rules(&self) -> NodeRules {
         match self.cluster() {
-            Some(cluster) => NodeReport {
-                shards: Some(cluster.status()),
+            Some(_) => NodeRules {
                 upkeep_budget: Some(cluster::UPKEEP_BUDGET),
                 fences: FenceSource::Clock,
             },
-            None => NodeReport::default(),
+            None => NodeRules::default(),
+        }
+    }
+
+    fn report(&self) -> NodeReport {
+        NodeReport {
+            shards: self.cluster().map(|cluster| cluster.status()),
         }
     }
 
