@@ -336,7 +336,33 @@ impl fmt::Debug for LeaseId {
     Debug, Clone, Copy, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize,
 )]
 #[serde(transparent)]
-pub struct FencingToken(pub u64);
+pub struct FencingToken(u64);
+
+impl FencingToken {
+    /// The token a master's counter gave (or a body wrote): tokens are only ever read, so
+    /// there is no arithmetic on them beyond comparing two.
+    pub(crate) const fn new(counter: u64) -> Self {
+        Self(counter)
+    }
+
+    /// The counter's value, as the masters' scripts and the contract's bodies count it.
+    pub fn get(self) -> u64 {
+        self.0
+    }
+}
+
+/// A token read from a body or a master compares with the counter it was.
+impl PartialEq<u64> for FencingToken {
+    fn eq(&self, other: &u64) -> bool {
+        self.0 == *other
+    }
+}
+
+impl PartialOrd<u64> for FencingToken {
+    fn partial_cmp(&self, other: &u64) -> Option<std::cmp::Ordering> {
+        self.0.partial_cmp(other)
+    }
+}
 
 impl fmt::Display for FencingToken {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {

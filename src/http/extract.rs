@@ -85,7 +85,7 @@ async fn name_and_token<S: Send + Sync>(
                 "fencing_token must be a whole number from 1, got {token:?}"
             ))
         })?;
-    Ok((name, FencingToken(token)))
+    Ok((name, FencingToken::new(token)))
 }
 
 /// Each kind's path extractors, `{name}`, and `{name}` with `{lease_id}` or with

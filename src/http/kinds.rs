@@ -367,7 +367,7 @@ pub(super) async fn force_release(
 ) -> Result<Json<ForceReleased>, ApiError> {
     let removed = state.service.force_release(&name).await?;
     let by = caller.map_or("anonymous (no REDLOCKD_AUTH_FILE)", |c| &*c.name);
-    let tokens: Vec<u64> = removed.iter().map(|t| t.0).collect();
+    let tokens: Vec<u64> = removed.iter().map(|t| t.get()).collect();
     tracing::warn!(
         target: "redlockd::audit",
         administrator = by,

@@ -446,13 +446,13 @@ mod tests {
         let waiter = events.join("a");
         let (acquired, released, lost) = (
             |t| LockEvent::Acquired {
-                token: FencingToken(t),
+                token: FencingToken::new(t),
             },
             |t| LockEvent::Released {
-                token: FencingToken(t),
+                token: FencingToken::new(t),
             },
             |t| LockEvent::Lost {
-                token: FencingToken(t),
+                token: FencingToken::new(t),
             },
         );
         let told = [
@@ -493,7 +493,7 @@ mod tests {
             events.publish(
                 "a",
                 LockEvent::Acquired {
-                    token: FencingToken(token),
+                    token: FencingToken::new(token),
                 },
             );
         }
@@ -501,7 +501,7 @@ mod tests {
         assert_eq!(
             watch.next().await,
             Some(Observed::Event(LockEvent::Acquired {
-                token: FencingToken(11)
+                token: FencingToken::new(11)
             }))
         );
     }

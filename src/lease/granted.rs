@@ -130,7 +130,7 @@ mod tests {
             mode: Mode::Exclusive,
             names: Vec::new(),
             id: LeaseId::generate(),
-            token: FencingToken(1),
+            token: FencingToken::new(1),
             ttl: Duration::from_secs(10),
             validity: Duration::from_millis(9_898),
             remaining: Duration::from_secs(10),

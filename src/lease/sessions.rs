@@ -84,7 +84,7 @@ impl HeldThrough {
     fn of(hold: &SessionHold) -> Option<Self> {
         let key = &hold.key;
         let lease = LeaseId::parse(&hold.lease).ok()?;
-        let token = FencingToken(hold.token);
+        let token = FencingToken::new(hold.token);
         let view = |kind, name: &str| Self {
             kind,
             name: name.to_owned(),
@@ -285,7 +285,7 @@ impl LeaseService {
                 self.events().publish(
                     &member.topic(),
                     LockEvent::Released {
-                        token: FencingToken(hold.token),
+                        token: FencingToken::new(hold.token),
                     },
                 );
             }
@@ -304,7 +304,7 @@ impl LeaseService {
         let hold = SessionHold {
             key: key.clone(),
             lease: lease.id.as_str().to_owned(),
-            token: lease.token.0,
+            token: lease.token.get(),
         };
         match self.engine().attach(&id.key(), hold).await {
             Ok(session) => {

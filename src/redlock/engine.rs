@@ -138,7 +138,7 @@ impl Holder {
     fn of(key: &LockKey, agreed: quorum::Agreed, elapsed: Duration) -> Self {
         Self {
             name: key.name.to_string(),
-            token: FencingToken(agreed.token),
+            token: FencingToken::new(agreed.token),
             lease: agreed.lease,
             remaining: Duration::from_millis(agreed.pttl_ms).saturating_sub(elapsed),
             owner: agreed.owner,
@@ -442,7 +442,7 @@ impl Redlock {
         self.backlog.push(
             i,
             Job::Finish(Box::pin(async move {
-                let _ = tokio::time::timeout(limit, node.announce(&key, news, token.0)).await;
+                let _ = tokio::time::timeout(limit, node.announce(&key, news, token.get())).await;
             })),
         );
     }
@@ -596,7 +596,7 @@ impl Redlock {
             ));
         };
         Ok(Leased {
-            token: FencingToken(token),
+            token: FencingToken::new(token),
             ttl,
             validity,
             remaining: ttl.saturating_sub(elapsed),
@@ -774,7 +774,7 @@ impl Redlock {
         let validity = quorum::validity(kept, elapsed, self.config.drift_factor)
             .ok_or_else(|| unavailable("renewal took longer than the TTL", failures))?;
         Ok(Leased {
-            token: FencingToken(agreed.token),
+            token: FencingToken::new(agreed.token),
             ttl,
             validity,
             remaining: kept.saturating_sub(elapsed),
@@ -815,7 +815,7 @@ impl Redlock {
             return Ok(None);
         };
         match self.end(key, &held.lease, Ending::Evict).await {
-            Ok(()) => Ok(Some(FencingToken(held.token))),
+            Ok(()) => Ok(Some(FencingToken::new(held.token))),
             Err(EngineError::NotFound) => Ok(None),
             Err(e) => Err(e),
         }

@@ -28,7 +28,7 @@ fn every_body_reads_back_what_it_writes() {
     round_trip(LeaseBody {
         name: "a".into(),
         lease_id: "q3JtZ0kPq6Nw2b1xVf8u4A".into(),
-        fencing_token: FencingToken(42),
+        fencing_token: FencingToken::new(42),
         ttl_ms: 30000,
         validity_ms: 29697,
         expires_at: "2026-11-22T03:00:30.000Z".into(),
@@ -40,7 +40,7 @@ fn every_body_reads_back_what_it_writes() {
     round_trip(LockList {
         locks: vec![LockEntry {
             name: "a".into(),
-            fencing_token: FencingToken(7),
+            fencing_token: FencingToken::new(7),
             ttl_remaining_ms: 2900,
             owner: Some("w".into()),
         }],

@@ -110,7 +110,7 @@ async fn waiters_are_served_first_come_first_served_on_each_revoke() {
             .expect("revoked");
         let (result, _) = waiter.await.unwrap();
         holder = result.expect("the next in line got it");
-        tokens.push(holder.token.0);
+        tokens.push(holder.token.get());
     }
     assert!(tokens.windows(2).all(|w| w[0] < w[1]), "{tokens:?}");
 }
@@ -146,7 +146,7 @@ async fn a_waiter_is_woken_when_the_holder_expires() {
         (Duration::from_millis(990)..Duration::from_millis(1_100)).contains(&took),
         "woken after {took:?}"
     );
-    assert!(lease.token.0 > 1);
+    assert!(lease.token > 1);
 }
 
 #[tokio::test(start_paused = true)]

@@ -216,7 +216,8 @@ async fn observers_in_another_replica_see_an_observed_holds_grants_releases_and_
         assert_eq!(answer.status, 201, "{}", answer.text);
         let lease = answer.json();
         let id = lease["lease_id"].as_str().unwrap().to_owned();
-        (id, FencingToken(lease["term"].as_u64().unwrap()))
+        let term: FencingToken = serde_json::from_value(lease["term"].clone()).unwrap();
+        (id, term)
     };
 
     let (id, token) = campaign(&a, 30000).await;

@@ -104,7 +104,7 @@ const SUBSCRIPTION_PING: Duration = Duration::from_secs(1);
 fn parse_event(payload: &str) -> Option<Announcement<'_>> {
     let mut parts = payload.splitn(3, ' ');
     let (kind, token, name) = (parts.next()?, parts.next()?.parse().ok()?, parts.next()?);
-    let token = FencingToken(token);
+    let token = FencingToken::new(token);
     match kind {
         "acquired" => Some(Announcement::Acquired(name, token)),
         "released" => Some(Announcement::Released(name, token)),
