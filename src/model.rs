@@ -339,9 +339,9 @@ impl fmt::Debug for LeaseId {
 pub struct FencingToken(u64);
 
 impl FencingToken {
-    /// The token a master's counter gave (or a body wrote): tokens are only ever read, so
-    /// there is no arithmetic on them beyond comparing two.
-    pub(crate) const fn new(counter: u64) -> Self {
+    /// The token a master's counter gave (or a body wrote). Made only where a counter is
+    /// read; there is no arithmetic on tokens beyond comparing two.
+    pub const fn new(counter: u64) -> Self {
         Self(counter)
     }
 
@@ -764,7 +764,7 @@ impl Listeners {
 pub struct SessionHold {
     pub key: LockKey,
     pub lease: String,
-    pub token: u64,
+    pub token: FencingToken,
 }
 
 /// How a grant's hold behaves beyond its TTL: who hears of its end, and how long the name

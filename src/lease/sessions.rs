@@ -84,7 +84,7 @@ impl HeldThrough {
     fn of(hold: &SessionHold) -> Option<Self> {
         let key = &hold.key;
         let lease = LeaseId::parse(&hold.lease).ok()?;
-        let token = FencingToken::new(hold.token);
+        let token = hold.token;
         let view = |kind, name: &str| Self {
             kind,
             name: name.to_owned(),
@@ -282,12 +282,8 @@ impl LeaseService {
                 self.forget(&lease);
             }
             for member in hold.key.members() {
-                self.events().publish(
-                    &member.topic(),
-                    LockEvent::Released {
-                        token: FencingToken::new(hold.token),
-                    },
-                );
+                self.events()
+                    .publish(&member.topic(), LockEvent::Released { token: hold.token });
             }
         }
     }
@@ -304,7 +300,7 @@ impl LeaseService {
         let hold = SessionHold {
             key: key.clone(),
             lease: lease.id.as_str().to_owned(),
-            token: lease.token.get(),
+            token: lease.token,
         };
         match self.engine().attach(&id.key(), hold).await {
             Ok(session) => {

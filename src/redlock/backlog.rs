@@ -24,7 +24,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use crate::metrics::Metrics;
-use crate::model::LockKey;
+use crate::model::{FencingToken, LockKey};
 use crate::store::node::{Acquired, Ending, LockNode, NodeError, NodeResult};
 
 /// How much work one master's backlog may hold; past it new work is refused (counted in
@@ -42,7 +42,7 @@ pub(super) enum Job {
         reply: BoxFuture<'static, (usize, NodeResult<Acquired>)>,
         key: LockKey,
         lease: Arc<str>,
-        token: u64,
+        token: FencingToken,
     },
     /// A step whose outcome was decided without this master's answer (a renew, a confirm):
     /// it is finished rather than dropped, since a call may take more than one round trip

@@ -138,7 +138,7 @@ impl Holder {
     fn of(key: &LockKey, agreed: quorum::Agreed, elapsed: Duration) -> Self {
         Self {
             name: key.name.to_string(),
-            token: FencingToken::new(agreed.token),
+            token: agreed.token,
             lease: agreed.lease,
             remaining: Duration::from_millis(agreed.pttl_ms).saturating_sub(elapsed),
             owner: agreed.owner,
@@ -442,7 +442,7 @@ impl Redlock {
         self.backlog.push(
             i,
             Job::Finish(Box::pin(async move {
-                let _ = tokio::time::timeout(limit, node.announce(&key, news, token.get())).await;
+                let _ = tokio::time::timeout(limit, node.announce(&key, news, token)).await;
             })),
         );
     }
@@ -511,7 +511,7 @@ impl Redlock {
                         };
                         let reply = node.acquire(claim).await;
                         if let Ok(Acquired::Granted { token }) = &reply {
-                            monitor.saw_fence(i, *token);
+                            monitor.saw_fence(i, token.get());
                         }
                         reply
                     })
@@ -596,7 +596,7 @@ impl Redlock {
             ));
         };
         Ok(Leased {
-            token: FencingToken::new(token),
+            token,
             ttl,
             validity,
             remaining: ttl.saturating_sub(elapsed),
@@ -611,7 +611,7 @@ impl Redlock {
         &self,
         key: &LockKey,
         lease: &Arc<str>,
-        token: u64,
+        token: FencingToken,
     ) -> Result<(), Vec<MasterFailure>> {
         let round = self
             .fan_out(
@@ -774,7 +774,7 @@ impl Redlock {
         let validity = quorum::validity(kept, elapsed, self.config.drift_factor)
             .ok_or_else(|| unavailable("renewal took longer than the TTL", failures))?;
         Ok(Leased {
-            token: FencingToken::new(agreed.token),
+            token: agreed.token,
             ttl,
             validity,
             remaining: kept.saturating_sub(elapsed),
@@ -815,7 +815,7 @@ impl Redlock {
             return Ok(None);
         };
         match self.end(key, &held.lease, Ending::Evict).await {
-            Ok(()) => Ok(Some(FencingToken::new(held.token))),
+            Ok(()) => Ok(Some(held.token)),
             Err(EngineError::NotFound) => Ok(None),
             Err(e) => Err(e),
         }

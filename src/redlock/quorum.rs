@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use std::collections::BTreeMap;
 
+use crate::model::FencingToken;
 use crate::store::node::{Acquired, Holding, ListPage, NodeResult};
 
 /// How many masters make a majority of `n`.
@@ -35,7 +36,10 @@ pub(crate) fn validity(ttl: Duration, elapsed: Duration, drift_factor: f64) -> O
 pub(crate) enum GrantOutcome {
     /// A majority set the key. `token` is the largest counter value among them and
     /// `confirmed` how many of them already hold exactly that value.
-    Won { token: u64, confirmed: usize },
+    Won {
+        token: FencingToken,
+        confirmed: usize,
+    },
     /// Another lease holds the key on a majority (or may, counting the masters that did not
     /// answer); `retry_after` is when enough of its keys expire for a majority to be free.
     Held { retry_after: Duration },
@@ -493,7 +497,7 @@ pub(crate) fn agree(holdings: &[Holding], n: usize) -> Option<Agreed> {
 /// The token that a majority of all masters report for a lease, if there is one. A grant
 /// is only answered once a majority hold its token, so a majority read finds it unless a
 /// master that missed the confirmation answers in place of one that had it.
-fn agree_on_token(holders: &[&Holding], q: usize) -> Option<u64> {
+fn agree_on_token(holders: &[&Holding], q: usize) -> Option<FencingToken> {
     holders
         .iter()
         .map(|h| h.token)

@@ -6,14 +6,14 @@
 use futures::future::join_all;
 
 use super::node::{Ending, Holding, LockNode, NodeResult, Owned, Renewal};
-use crate::model::LockKey;
+use crate::model::{FencingToken, LockKey};
 
 /// Record `token` on every member.
 pub(crate) async fn confirm<N: LockNode + ?Sized>(
     node: &N,
     key: &LockKey,
     lease: &str,
-    token: u64,
+    token: FencingToken,
 ) -> NodeResult<()> {
     let members = key.members();
     let done = join_all(members.iter().map(|m| node.confirm(m, lease, token))).await;

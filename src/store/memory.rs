@@ -23,7 +23,7 @@ use super::node::{
     Acquired, Announcement, Claim, Ending, Holding, ListPage, Listener, Listing, LockNode,
     NodeError, NodeResult, Owned, Probe, Renewal, SessionState, SessionStep,
 };
-use crate::model::{Idem, Kind, LockKey, SessionHold, claimant_of};
+use crate::model::{FencingToken, Idem, Kind, LockKey, SessionHold, claimant_of};
 
 mod data;
 mod several;
@@ -402,7 +402,9 @@ impl LockNode for MemoryNode {
                     entry.seen = Some(idem.attempt.clone());
                     let token = entry.token;
                     data.refresh(key, idem, ttl_ms, now);
-                    return Ok(Acquired::Granted { token });
+                    return Ok(Acquired::Granted {
+                        token: FencingToken::new(token),
+                    });
                 }
                 entry.waited |= listeners.waiting;
                 entry.single |= listeners.waiting;
@@ -465,20 +467,22 @@ impl LockNode for MemoryNode {
             if lock_delay_ms > 0 {
                 data.delay_after(key, lease, lock_delay_ms, expires);
             }
-            Ok(Acquired::Granted { token })
+            Ok(Acquired::Granted {
+                token: FencingToken::new(token),
+            })
         })
         .await
     }
 
-    async fn confirm(&self, key: &LockKey, lease: &str, token: u64) -> NodeResult<()> {
+    async fn confirm(&self, key: &LockKey, lease: &str, token: FencingToken) -> NodeResult<()> {
         if key.kind == Kind::Group {
             return group::confirm(self, key, lease, token).await;
         }
         self.step(|data, now| {
             data.check_marker()?;
-            data.fence = data.fence.max(token);
+            data.fence = data.fence.max(token.get());
             if let Some(entry) = data.live(key, now).filter(|e| e.lease == lease) {
-                entry.token = token;
+                entry.token = token.get();
             }
             Ok(())
         })
@@ -519,7 +523,7 @@ impl LockNode for MemoryNode {
             // The node's own clock says the full TTL is left.
             let holding = Holding {
                 lease: entry.lease.clone(),
-                token: entry.token,
+                token: FencingToken::new(entry.token),
                 ttl_ms,
                 pttl_ms: ttl_ms,
                 owner: entry.owner.clone(),

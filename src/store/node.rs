@@ -15,7 +15,7 @@ use crate::model::{FencingToken, Idem, Kind, Listeners, LockKey, News, SessionHo
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Holding {
     pub lease: String,
-    pub token: u64,
+    pub token: FencingToken,
     /// The TTL the lease was granted or last renewed with; a renew without `ttl_ms` reuses it.
     pub ttl_ms: u64,
     /// What is left of it on this master, by this master's clock.
@@ -27,7 +27,7 @@ pub struct Holding {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Acquired {
     /// The key was set; `token` is this master's counter after its increment.
-    Granted { token: u64 },
+    Granted { token: FencingToken },
     /// Another lease holds the lock here for `pttl_ms` more. Naming the lease is what lets
     /// the engine tell a real holder (one lease on a majority) from a split vote (several
     /// contenders, each on a minority, whose keys are about to be released).
@@ -346,7 +346,7 @@ pub trait LockNode: Send + Sync + 'static {
 
     /// Raise this master's counter to at least `token` and, if `lease` holds `key` here,
     /// record `token` as its fencing token. Makes a chosen token known to a majority.
-    async fn confirm(&self, key: &LockKey, lease: &str, token: u64) -> NodeResult<()>;
+    async fn confirm(&self, key: &LockKey, lease: &str, token: FencingToken) -> NodeResult<()>;
 
     /// Extend the renewal's hold, if its lease holds its key (see `Renewal`).
     async fn renew(&self, renewal: Renewal<'_>) -> NodeResult<Owned<Holding>>;
@@ -391,7 +391,7 @@ pub trait LockNode: Send + Sync + 'static {
     /// with `token` (a grant decided, a value proclaimed). Best effort: a lost announcement
     /// costs an observer elsewhere the news, never a lock. Nodes that share the process
     /// with the engine need not.
-    async fn announce(&self, _key: &LockKey, _news: News, _token: u64) -> NodeResult<()> {
+    async fn announce(&self, _key: &LockKey, _news: News, _token: FencingToken) -> NodeResult<()> {
         Ok(())
     }
 

@@ -186,7 +186,7 @@ fn parse_hold(text: &str) -> Option<SessionHold> {
     let lease = lines.next()?.to_owned();
     let mut what = lines.next()?.splitn(3, ' ');
     let kind = Kind::from_word(what.next()?)?;
-    let token = what.next()?.parse().ok()?;
+    let token = FencingToken::new(what.next()?.parse().ok()?);
     let name = what.next()?;
     Some(SessionHold {
         key: LockKey {
@@ -242,7 +242,7 @@ impl RedisNode {
         if by_slot.len() == 1 {
             return self.acquire_group(claim, &by_slot[0].1).await;
         }
-        let mut token = 0;
+        let mut token = FencingToken::default();
         let mut done: Vec<&[LockKey]> = Vec::new();
         let mut tokens = Vec::new();
         for (_, names) in &by_slot {
@@ -293,7 +293,7 @@ impl RedisNode {
         let reply = self.step(step).await?;
         let acquired = acquired(&reply)?;
         if let (Acquired::Granted { token }, Some(cluster)) = (&acquired, self.cluster()) {
-            cluster.saw(self.keys.slot(first), *token);
+            cluster.saw(self.keys.slot(first), token.get());
         }
         Ok(acquired)
     }
@@ -372,12 +372,12 @@ impl LockNode for RedisNode {
         let step = steps::acquire(&self.keys, &claim);
         let acquired = acquired(&self.step(step).await?)?;
         if let (Acquired::Granted { token }, Some(cluster)) = (&acquired, self.cluster()) {
-            cluster.saw(self.keys.slot(key), *token);
+            cluster.saw(self.keys.slot(key), token.get());
         }
         Ok(acquired)
     }
 
-    async fn confirm(&self, key: &LockKey, lease: &str, token: u64) -> NodeResult<()> {
+    async fn confirm(&self, key: &LockKey, lease: &str, token: FencingToken) -> NodeResult<()> {
         if key.kind == Kind::Group {
             return group::confirm(self, key, lease, token).await;
         }
@@ -386,7 +386,7 @@ impl LockNode for RedisNode {
             .await?;
         reply.status()?;
         if let Some(cluster) = self.cluster() {
-            cluster.saw(self.keys.slot(key), token);
+            cluster.saw(self.keys.slot(key), token.get());
         }
         Ok(())
     }
@@ -403,7 +403,7 @@ impl LockNode for RedisNode {
         }
         Ok(Owned::Yes(Holding {
             lease: lease.to_owned(),
-            token: reply.uint(1)?,
+            token: FencingToken::new(reply.uint(1)?),
             ttl_ms: reply.uint(2)?,
             pttl_ms: reply.uint(3)?,
             owner: reply.owner(4)?,
@@ -601,7 +601,7 @@ impl LockNode for RedisNode {
         self.run(&invocation).await.map(drop)
     }
 
-    async fn announce(&self, key: &LockKey, news: News, token: u64) -> NodeResult<()> {
+    async fn announce(&self, key: &LockKey, news: News, token: FencingToken) -> NodeResult<()> {
         let message = format!("{} {token} {}", news.verb(), key.topic());
         match &self.wire {
             Wire::Master(master) => {

@@ -261,7 +261,7 @@ async fn a_straggler_that_granted_late_gets_the_chosen_token() {
     let bed = bed(3).await;
     // C's counter is ahead; it answers after the timeout, so the grant is decided without it.
     bed.nodes[2]
-        .confirm(&key("none"), "none", 40)
+        .confirm(&key("none"), "none", FencingToken::new(40))
         .await
         .expect("raised");
     bed.nodes[2].set_fault(Fault::Slow(Duration::from_millis(30)));
@@ -978,7 +978,9 @@ async fn a_failed_keyed_attempt_forgets_its_key_and_a_stale_minority_record_does
         bed.nodes[0]
             .acquire(Claim::new(&key("s"), "S1", 10_000).with_idem(&idem("r", "f")))
             .await,
-        Ok(Acquired::Granted { token: 2 }),
+        Ok(Acquired::Granted {
+            token: FencingToken::new(2)
+        }),
         "master 0 forgot the failed attempt's key (else: Ended)"
     );
     tokio::time::advance(Duration::from_millis(600)).await;
@@ -1285,7 +1287,7 @@ async fn session_with_a_hold_on_a_and_b() -> Bed {
     let hold = SessionHold {
         key: key("h"),
         lease: "H1".into(),
-        token: token.get(),
+        token,
     };
     bed.engine
         .attach("S", hold)

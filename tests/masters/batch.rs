@@ -65,7 +65,7 @@ async fn concurrent_steps_on_one_master_travel_as_one_script_call() {
     let mut tokens: Vec<u64> = acquired
         .into_iter()
         .map(|a| match a.expect("answered") {
-            Acquired::Granted { token } => token,
+            Acquired::Granted { token } => token.get(),
             other => panic!("expected a grant, got {other:?}"),
         })
         .collect();

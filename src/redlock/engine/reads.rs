@@ -58,7 +58,7 @@ impl Redlock {
             return Err(EngineError::NotFound);
         }
         Ok(Leased {
-            token: FencingToken::new(agreed.token),
+            token: agreed.token,
             ttl,
             validity,
             remaining,
@@ -180,7 +180,7 @@ impl Redlock {
                     Holder {
                         name: format!("{name}/{slot}"),
                         lease: a.lease,
-                        token: FencingToken::new(a.token),
+                        token: a.token,
                         remaining: Duration::from_millis(a.pttl_ms).saturating_sub(elapsed),
                         owner: a.owner,
                     },
@@ -233,7 +233,7 @@ impl Redlock {
             .map(|(name, a)| Holder {
                 name,
                 lease: a.lease,
-                token: FencingToken::new(a.token),
+                token: a.token,
                 remaining: Duration::from_millis(a.pttl_ms).saturating_sub(elapsed),
                 owner: a.owner,
             })

@@ -20,7 +20,9 @@ fn validity_subtracts_elapsed_and_drift() {
 }
 
 fn granted(t: u64) -> Option<NodeResult<Acquired>> {
-    Some(Ok(Acquired::Granted { token: t }))
+    Some(Ok(Acquired::Granted {
+        token: FencingToken::new(t),
+    }))
 }
 fn held(p: u64) -> Option<NodeResult<Acquired>> {
     held_by("L", p)
@@ -40,7 +42,7 @@ fn grant_decides_as_soon_as_a_majority_answers() {
     assert_eq!(
         decide_grant(&[granted(5), granted(5), None]),
         Some(GrantOutcome::Won {
-            token: 5,
+            token: FencingToken::new(5),
             confirmed: 2
         })
     );
@@ -48,7 +50,7 @@ fn grant_decides_as_soon_as_a_majority_answers() {
     assert_eq!(
         decide_grant(&[granted(7), granted(5), None]),
         Some(GrantOutcome::Won {
-            token: 7,
+            token: FencingToken::new(7),
             confirmed: 1
         })
     );
@@ -138,7 +140,7 @@ fn a_renew_whose_first_answers_disagree_on_the_token_waits_for_the_rest() {
     let renewed = |token: u64| {
         Some(Ok(Owned::Yes(Holding {
             lease: "a".into(),
-            token,
+            token: FencingToken::new(token),
             ttl_ms: 1000,
             pttl_ms: 1000,
             owner: None,
@@ -148,7 +150,7 @@ fn a_renew_whose_first_answers_disagree_on_the_token_waits_for_the_rest() {
     assert_eq!(decide_renew(&[renewed(9), renewed(7), None]), None);
     match decide_renew(&[renewed(9), renewed(7), renewed(9)]) {
         Some(OwnedOutcome::Done(holdings)) => {
-            assert_eq!(agree(&holdings, 3).map(|a| a.token), Some(9));
+            assert_eq!(agree(&holdings, 3).map(|a| a.token.get()), Some(9));
         }
         other => panic!("unexpected {other:?}"),
     }
@@ -214,7 +216,7 @@ fn release_outcomes() {
 fn holding(lease: &str, token: u64, pttl: u64) -> Option<NodeResult<Option<Holding>>> {
     Some(Ok(Some(Holding {
         lease: lease.into(),
-        token,
+        token: FencingToken::new(token),
         ttl_ms: 1000,
         pttl_ms: pttl,
         owner: None,
@@ -226,7 +228,7 @@ fn read_finds_the_majority_holder_and_its_token() {
     let outcome = decide_read(&[holding("a", 4, 900), holding("a", 4, 800), None], None);
     match outcome {
         Some(ReadOutcome::Held(agreed)) => {
-            assert_eq!((agreed.lease.as_str(), agreed.token), ("a", 4));
+            assert_eq!((agreed.lease.as_str(), agreed.token.get()), ("a", 4));
             assert_eq!(agreed.pttl_ms, 800);
         }
         other => panic!("unexpected {other:?}"),

@@ -417,7 +417,7 @@ impl Data {
     pub(super) fn holding(&self, entry: &Entry, now: Instant) -> Holding {
         Holding {
             lease: entry.lease.clone(),
-            token: entry.token,
+            token: FencingToken::new(entry.token),
             ttl_ms: entry.ttl_ms,
             pttl_ms: self.pttl(entry, now),
             owner: entry.owner.clone(),

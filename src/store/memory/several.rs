@@ -34,7 +34,9 @@ impl MemoryNode {
                         }
                     }
                 }
-                return Ok(Acquired::Granted { token });
+                return Ok(Acquired::Granted {
+                    token: FencingToken::new(token),
+                });
             }
             for member in &members {
                 if let Some(claimed) =
@@ -100,7 +102,9 @@ impl MemoryNode {
                     },
                 );
             }
-            Ok(Acquired::Granted { token })
+            Ok(Acquired::Granted {
+                token: FencingToken::new(token),
+            })
         })
         .await
     }

@@ -52,7 +52,7 @@ impl Reply {
     pub(super) fn holding(&self, at: usize) -> NodeResult<Holding> {
         Ok(Holding {
             lease: self.string(at)?,
-            token: self.uint(at + 1)?,
+            token: FencingToken::new(self.uint(at + 1)?),
             ttl_ms: self.uint(at + 2)?,
             pttl_ms: self.uint(at + 3)?,
             owner: self.owner(at + 4)?,
@@ -72,7 +72,7 @@ impl Reply {
 pub(super) fn acquired(reply: &Reply) -> NodeResult<Acquired> {
     match reply.status()? {
         1 => Ok(Acquired::Granted {
-            token: reply.uint(1)?,
+            token: FencingToken::new(reply.uint(1)?),
         }),
         -2 => Ok(Acquired::Mismatch),
         -3 => Ok(Acquired::Ended),

@@ -72,7 +72,7 @@ impl RedisNode {
         let hold = SessionHold {
             key: LockKey::mutex(""),
             lease: lease.to_owned(),
-            token: 0,
+            token: FencingToken::default(),
         };
         Ok(self
             .session_answer(call, SessionStep::Attach { hold: &hold }, true)

@@ -48,13 +48,13 @@ pub(super) fn acquire(keys: &Keys, claim: &Claim<'_>) -> Step {
 }
 
 /// confirm.lua: a grant decided on a majority, confirmed where it was won.
-pub(super) fn confirm(keys: &Keys, key: &LockKey, lease: &str, token: u64) -> Step {
+pub(super) fn confirm(keys: &Keys, key: &LockKey, lease: &str, token: FencingToken) -> Step {
     let mut step = Step::new("confirm");
     step.key(keys.lock(key))
         .key(&*keys.fence(key))
         .key(&*keys.marker(key))
         .arg(lease)
-        .arg(token);
+        .arg(token.get());
     step
 }
 
@@ -278,7 +278,7 @@ mod tests {
                 holds_to_its_script(&acquire(&keys, &claim), &case);
                 claim.idem = Some(&idem);
                 holds_to_its_script(&acquire(&keys, &claim), &format!("{case}, keyed"));
-                holds_to_its_script(&confirm(&keys, key, "L", 7), &case);
+                holds_to_its_script(&confirm(&keys, key, "L", FencingToken::new(7)), &case);
                 for (ttl_ms, owner) in [(None, None), (Some(500), Some("o"))] {
                     let renewal = Renewal {
                         key,
