@@ -40,6 +40,25 @@ pub async fn wait_for<T>(
     }
 }
 
+/// What `future` gives, or a panic naming `what` after `deadline`.
+pub async fn within<F: std::future::Future>(
+    deadline: Duration,
+    future: F,
+    what: &str,
+) -> F::Output {
+    tokio::time::timeout(deadline, future)
+        .await
+        .unwrap_or_else(|_| panic!("not within {deadline:?}: {what}"))
+}
+
+/// What a spawned waiter gives: at once (within 2 s), not at the end of a wait it was
+/// meant to be woken from; a panic naming `what` otherwise.
+pub async fn joined<T>(waiter: tokio::task::JoinHandle<T>, what: &str) -> T {
+    within(Duration::from_secs(2), waiter, what)
+        .await
+        .expect("the waiter did not panic")
+}
+
 fn free_port() -> u16 {
     let listener = TcpListener::bind("127.0.0.1:0").expect("bind a free port");
     listener.local_addr().expect("local addr").port()
@@ -806,13 +825,22 @@ impl TestApp {
             .await
     }
 
-    /// A grant that must succeed; returns (lease_id, fencing_token).
+    /// A grant at `route` under Idempotency-Key `key`: what a client's retries send.
+    pub async fn keyed(&self, route: &str, key: &str, body: Value) -> Answer {
+        self.call("POST", route)
+            .header("idempotency-key", key)
+            .json(&body)
+            .send()
+            .await
+    }
+
     /// The status of `method` on the lease `lease` granted on `route` (`/locks/doc`):
     /// a renew (`PUT`), a check (`GET`) or a revoke (`DELETE`) with no body.
     pub async fn lease_status(&self, method: &str, route: &str, lease: &Value) -> u16 {
         self.send(method, &lease_path(route, lease), None).await.0
     }
 
+    /// A grant that must succeed; returns (lease_id, fencing_token).
     pub async fn must_grant(&self, name: &str, body: Value) -> (String, u64) {
         let (status, lease) = self.grant(name, body).await;
         assert_eq!(status, 201, "grant of {name} failed: {lease}");

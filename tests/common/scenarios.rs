@@ -1,8 +1,6 @@
 //! Behaviours written once and run on every bed that serves them: the in-process app on
 //! the embedded store (`tests/contract`) and replicas on real masters (`tests/masters`).
 
-use std::time::Duration;
-
 use serde_json::{Value, json};
 
 use super::TestApp;
@@ -41,10 +39,11 @@ pub async fn singles_queued_first_wait_behind_a_waiting_grant_of_several_names(a
     // (A grant of several names counts its contention under its first name's class.)
     app.wait_for_contention("cold", 1).await;
     revoke(app, "hot", &holder).await;
-    let (status, lease) = tokio::time::timeout(Duration::from_secs(2), both)
-        .await
-        .expect("the grant of both names is granted at the holder's release")
-        .unwrap();
+    let (status, lease) = super::joined(
+        both,
+        "the grant of both names is granted at the holder's release",
+    )
+    .await;
     assert_eq!(status, 201, "{lease}");
     assert!(
         singles.iter().all(|s| !s.is_finished()),
@@ -53,10 +52,11 @@ pub async fn singles_queued_first_wait_behind_a_waiting_grant_of_several_names(a
     revoke(app, "hot", &lease).await;
     let mut singles = singles.into_iter();
     let first = singles.next().unwrap();
-    let (status, _) = tokio::time::timeout(Duration::from_secs(2), first)
-        .await
-        .expect("the first single is granted when the grant of both lets go")
-        .unwrap();
+    let (status, _) = super::joined(
+        first,
+        "the first single is granted when the grant of both lets go",
+    )
+    .await;
     assert_eq!(status, 201);
     singles.for_each(|s| s.abort());
 }

@@ -154,10 +154,7 @@ async fn an_administrator_deposes_a_stuck_leader_and_the_next_candidate_leads() 
         deposed,
         json!({"name": "jobs:lead", "released": true, "fencing_token": term})
     );
-    let (status, next) = tokio::time::timeout(Duration::from_secs(2), candidate)
-        .await
-        .expect("the next candidate is elected at once")
-        .unwrap();
+    let (status, next) = common::joined(candidate, "the next candidate is elected at once").await;
     assert_eq!(status, 201, "{next}");
     assert!(next["term"].as_u64().unwrap() > term);
     assert_eq!(next["value"], "next");

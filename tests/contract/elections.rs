@@ -4,8 +4,6 @@
 
 use crate::common;
 
-use std::time::Duration;
-
 use common::TestApp;
 use serde_json::{Value, json};
 
@@ -74,10 +72,8 @@ async fn a_waiting_candidate_is_elected_the_moment_the_leader_resigns() {
     let id = leader["lease_id"].as_str().unwrap();
     let path = format!("/elections/w/leases/{id}");
     assert_eq!(app.send("DELETE", &path, None).await.0, 204);
-    let (status, next) = tokio::time::timeout(Duration::from_secs(2), candidate)
-        .await
-        .expect("elected at once, not at the end of its wait")
-        .unwrap();
+    let (status, next) =
+        common::joined(candidate, "elected at once, not at the end of its wait").await;
     assert_eq!(status, 201, "{next}");
     assert_eq!(next["value"], "b");
     assert!(next["term"].as_u64() > leader["term"].as_u64());

@@ -7,8 +7,6 @@
 
 use crate::common;
 
-use std::time::Duration;
-
 use common::{TestApp, scenarios};
 use serde_json::{Value, json};
 
@@ -99,10 +97,11 @@ async fn a_waiting_grant_of_several_names_is_woken_when_the_last_one_is_freed() 
     assert_eq!(app.lease_status("DELETE", "/locks/w:a", &a).await, 204);
     assert!(!waiter.is_finished(), "w:b is still held");
     assert_eq!(app.lease_status("DELETE", "/locks/w:b", &b).await, 204);
-    let (status, both) = tokio::time::timeout(Duration::from_secs(2), waiter)
-        .await
-        .expect("granted once both are free, not at the end of its wait")
-        .unwrap();
+    let (status, both) = common::joined(
+        waiter,
+        "granted once both are free, not at the end of its wait",
+    )
+    .await;
     assert_eq!(status, 201, "{both}");
 }
 
@@ -125,12 +124,7 @@ async fn force_release_of_one_name_removes_the_whole_lease() {
 #[tokio::test]
 async fn a_keyed_retry_answers_the_same_lease_and_other_names_are_another_request() {
     let app = TestApp::embedded().await;
-    let keyed = |body: Value| {
-        app.call("POST", "/locks")
-            .header("idempotency-key", "5d1f-group")
-            .json(&body)
-            .send()
-    };
+    let keyed = |body: Value| app.keyed("/locks", "5d1f-group", body);
     let first = keyed(json!({"names": ["k:1", "k:2"], "ttl_ms": 5000})).await;
     assert_eq!(first.status, 201);
     let first = first.json();

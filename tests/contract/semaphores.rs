@@ -136,10 +136,8 @@ async fn a_waiting_grant_takes_the_first_slot_freed() {
         app.lease_status("DELETE", "/semaphores/one", &only).await,
         204
     );
-    let (status, next) = tokio::time::timeout(Duration::from_secs(2), waiter)
-        .await
-        .expect("granted at once, not at the end of its wait")
-        .unwrap();
+    let (status, next) =
+        common::joined(waiter, "granted at once, not at the end of its wait").await;
     assert_eq!((status, next["slot"].as_u64()), (201, Some(0)), "{next}");
 }
 
@@ -195,12 +193,7 @@ async fn force_release_removes_every_permit() {
 #[tokio::test]
 async fn a_keyed_retry_answers_the_permit_its_first_attempt_won() {
     let app = TestApp::embedded().await;
-    let keyed = |body: Value| {
-        app.call("POST", "/semaphores/k")
-            .header("idempotency-key", "7d1c0f6e-permit")
-            .json(&body)
-            .send()
-    };
+    let keyed = |body: Value| app.keyed("/semaphores/k", "7d1c0f6e-permit", body);
     let first = keyed(json!({"limit": 3, "ttl_ms": 5000})).await;
     assert_eq!(first.status, 201);
     let first = first.json();

@@ -118,17 +118,13 @@ async fn a_waiting_exclusive_grant_is_not_overtaken_by_shared_grants_after_it() 
         app.lease_status("DELETE", "/locks/queue", &reader).await,
         204
     );
-    let (status, w) = tokio::time::timeout(Duration::from_secs(2), writer)
-        .await
-        .expect("the writer is granted when the last reader leaves")
-        .unwrap();
+    let (status, w) =
+        common::joined(writer, "the writer is granted when the last reader leaves").await;
     assert_eq!((status, &w["mode"]), (201, &json!("exclusive")), "{w}");
     assert!(!late.is_finished(), "the later reader waits for the writer");
     assert_eq!(app.lease_status("DELETE", "/locks/queue", &w).await, 204);
-    let (status, r) = tokio::time::timeout(Duration::from_secs(2), late)
-        .await
-        .expect("the later reader is granted when the writer leaves")
-        .unwrap();
+    let (status, r) =
+        common::joined(late, "the later reader is granted when the writer leaves").await;
     assert_eq!((status, &r["mode"]), (201, &json!("shared")), "{r}");
     assert!(r["fencing_token"].as_u64() > w["fencing_token"].as_u64());
 }
@@ -156,12 +152,7 @@ async fn force_release_removes_every_shared_holder() {
 #[tokio::test]
 async fn a_keyed_shared_retry_answers_the_same_lease_and_the_mode_is_part_of_the_request() {
     let app = TestApp::embedded().await;
-    let keyed = |body: Value| {
-        app.call("POST", "/locks/k")
-            .header("idempotency-key", "4b8e-shared")
-            .json(&body)
-            .send()
-    };
+    let keyed = |body: Value| app.keyed("/locks/k", "4b8e-shared", body);
     let first = keyed(json!({"mode": "shared", "ttl_ms": 5000})).await;
     assert_eq!(first.status, 201);
     let first = first.json();

@@ -202,9 +202,8 @@ async fn observers_in_another_replica_see_an_observed_holds_grants_releases_and_
     let mut on_b = b.events.subscribe(topic);
     let mut on_a = a.events.subscribe(topic);
     let next = async |sub: &mut redlockd::lease::events::Subscription| {
-        tokio::time::timeout(Duration::from_secs(5), sub.next())
+        common::within(Duration::from_secs(5), sub.next(), "an event within 5 s")
             .await
-            .expect("an event within 5 s")
             .expect("the bus is open")
     };
     let campaign = async |app: &TestApp, ttl_ms: u64| {

@@ -67,10 +67,8 @@ async fn force_release_removes_the_holder_and_the_next_grant_gets_a_greater_toke
     )
     .await;
     assert_eq!(status, 404, "the removed holder's renew");
-    let (status, next) = tokio::time::timeout(Duration::from_secs(2), waiter)
-        .await
-        .expect("the waiter is woken, not left to its wait_ms")
-        .unwrap();
+    let (status, next) =
+        common::joined(waiter, "the waiter is woken, not left to its wait_ms").await;
     assert_eq!(status, 201, "{next}");
     assert!(next["fencing_token"].as_u64().unwrap() > token);
 

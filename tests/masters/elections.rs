@@ -58,10 +58,10 @@ async fn four_candidates_on_two_replicas_hand_over_with_rising_terms_and_observe
     let mut takeovers = Vec::new();
     let mut gone_at = None;
     while terms.len() < 4 {
-        let (i, (event, data), at) = tokio::time::timeout(Duration::from_secs(10), rx.recv())
-            .await
-            .expect("a candidate's event")
-            .unwrap();
+        let (i, (event, data), at) =
+            common::within(Duration::from_secs(10), rx.recv(), "a candidate's event")
+                .await
+                .unwrap();
         match event.as_str() {
             "queued" | "heartbeat" => continue,
             "elected" => {}

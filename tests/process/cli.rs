@@ -66,10 +66,13 @@ impl Bed {
     }
 
     async fn run(&self, args: &[&str]) -> Output {
-        tokio::time::timeout(Duration::from_secs(30), self.cli(args).output())
-            .await
-            .expect("redlockd exits")
-            .expect("run redlockd")
+        common::within(
+            Duration::from_secs(30),
+            self.cli(args).output(),
+            "redlockd exits",
+        )
+        .await
+        .expect("run redlockd")
     }
 
     fn path(&self, file: &str) -> std::path::PathBuf {
@@ -237,9 +240,8 @@ async fn a_held_lock_exits_held_or_waits_and_signals_reach_the_command() {
         "the waiter ran while the first held the lock"
     );
     common::signal(first.id().expect("running"), "-TERM");
-    let status = tokio::time::timeout(Duration::from_secs(10), first.wait())
+    let status = common::within(Duration::from_secs(10), first.wait(), "first exits")
         .await
-        .expect("first exits")
         .unwrap();
     assert_eq!(
         status.code(),
@@ -247,10 +249,13 @@ async fn a_held_lock_exits_held_or_waits_and_signals_reach_the_command() {
         "the command's own status after its trap"
     );
     assert!(bed.path("got-term").exists(), "SIGTERM was forwarded");
-    let out = tokio::time::timeout(Duration::from_secs(10), waiter.wait_with_output())
-        .await
-        .expect("the waiter exits")
-        .unwrap();
+    let out = common::within(
+        Duration::from_secs(10),
+        waiter.wait_with_output(),
+        "the waiter exits",
+    )
+    .await
+    .unwrap();
     assert_eq!(code(&out), 0, "{}", stderr(&out));
     assert!(bed.path("ran").exists());
     assert!(!bed.held("jobs:b").await, "no lease left after any exit");
@@ -425,10 +430,13 @@ async fn renews_fail_over_to_the_other_replica_when_one_stops() {
     // release at the end, move to the second with the same lease id.
     let first = bed.replicas.remove(0);
     first.stop().await;
-    let out = tokio::time::timeout(Duration::from_secs(10), child.wait_with_output())
-        .await
-        .expect("redlockd lock exits")
-        .unwrap();
+    let out = common::within(
+        Duration::from_secs(10),
+        child.wait_with_output(),
+        "redlockd lock exits",
+    )
+    .await
+    .unwrap();
     assert_eq!(
         code(&out),
         0,
@@ -558,9 +566,8 @@ async fn with_limit_at_most_n_commands_run_at_once_each_on_its_own_slot() {
     assert_eq!(slots, ["0", "1"]);
     std::fs::write(bed.path("done"), "").unwrap();
     for mut child in running {
-        let status = tokio::time::timeout(Duration::from_secs(10), child.wait())
+        let status = common::within(Duration::from_secs(10), child.wait(), "exits")
             .await
-            .expect("exits")
             .unwrap();
         assert!(status.success());
     }
@@ -613,15 +620,13 @@ async fn with_shared_commands_run_together_and_an_exclusive_run_waits_for_them()
     let waiting = tokio::spawn(waiting);
     std::fs::write(bed.path("done"), "").unwrap();
     for mut reader in readers {
-        let status = tokio::time::timeout(Duration::from_secs(10), reader.wait())
+        let status = common::within(Duration::from_secs(10), reader.wait(), "exits")
             .await
-            .expect("exits")
             .unwrap();
         assert!(status.success());
     }
-    let out = tokio::time::timeout(Duration::from_secs(10), waiting)
+    let out = common::within(Duration::from_secs(10), waiting, "the writer runs")
         .await
-        .expect("the writer runs")
         .unwrap()
         .unwrap();
     assert_eq!(code(&out), 0, "{}", stderr(&out));

@@ -258,10 +258,13 @@ async fn the_standby_takes_over_when_the_primary_dies_and_clients_follow() {
 async fn next_line(reader: &mut tokio::io::BufReader<tokio::process::ChildStdout>) -> String {
     use tokio::io::AsyncBufReadExt as _;
     let mut line = String::new();
-    tokio::time::timeout(Duration::from_secs(10), reader.read_line(&mut line))
-        .await
-        .expect("a line within 10 s")
-        .expect("read");
+    common::within(
+        Duration::from_secs(10),
+        reader.read_line(&mut line),
+        "a line within 10 s",
+    )
+    .await
+    .expect("read");
     line
 }
 

@@ -38,6 +38,33 @@ pub struct SessionLease {
     pub released: Vec<SessionHold>,
 }
 
+impl SessionLease {
+    /// The session a step's answers describe, with nothing yet of its holds' fates (a
+    /// renew fills those in).
+    fn of(
+        states: &[SessionState],
+        ttl: Duration,
+        validity: Duration,
+        remaining: Duration,
+        at: Instant,
+    ) -> Self {
+        Self {
+            ttl,
+            validity,
+            remaining,
+            owner: states
+                .iter()
+                .find_map(|s| s.owner.as_deref().map(Arc::from)),
+            at,
+            holds: 0,
+            kept: Vec::new(),
+            unconfirmed: Vec::new(),
+            lost: Vec::new(),
+            released: Vec::new(),
+        }
+    }
+}
+
 /// Which of a session's steps, as the engine asks for it (the node's step borrows).
 #[derive(Clone)]
 enum Op {
@@ -244,20 +271,13 @@ impl Redlock {
         let elapsed = at - started;
         let validity = quorum::validity(ttl, elapsed, self.config.drift_factor)
             .ok_or_else(|| unavailable("the session's step took longer than its TTL", vec![]))?;
-        Ok(SessionLease {
+        Ok(SessionLease::of(
+            states,
             ttl,
             validity,
-            remaining: ttl.saturating_sub(elapsed),
-            owner: states
-                .iter()
-                .find_map(|s| s.owner.as_deref().map(Arc::from)),
+            ttl.saturating_sub(elapsed),
             at,
-            holds: 0,
-            kept: Vec::new(),
-            unconfirmed: Vec::new(),
-            lost: Vec::new(),
-            released: Vec::new(),
-        })
+        ))
     }
 
     /// The session as a step that read it finds it: what is left of it on a majority.
@@ -278,19 +298,12 @@ impl Redlock {
             .checked_sub(elapsed + drift)
             .filter(|v| !v.is_zero())
             .ok_or(EngineError::NotFound)?;
-        Ok(SessionLease {
+        Ok(SessionLease::of(
+            states,
             ttl,
             validity,
-            remaining: pttl.saturating_sub(elapsed),
-            owner: states
-                .iter()
-                .find_map(|s| s.owner.as_deref().map(Arc::from)),
+            pttl.saturating_sub(elapsed),
             at,
-            holds: 0,
-            kept: Vec::new(),
-            unconfirmed: Vec::new(),
-            lost: Vec::new(),
-            released: Vec::new(),
-        })
+        ))
     }
 }
