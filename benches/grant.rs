@@ -53,8 +53,8 @@ use common::RedisMaster;
 use futures::future::join_all;
 use redlockd::lease::{Events, LeasePolicy, LeaseService};
 use redlockd::metrics::Metrics;
-use redlockd::model::LockKey;
 use redlockd::model::LockName;
+use redlockd::model::{LeaseId, LockKey};
 use redlockd::redlock::{EngineConfig, Redlock};
 use redlockd::store::node::{Acquired, Claim, Ending, LockNode, Owned, Renewal};
 use redlockd::store::redis::RedisNode;
@@ -361,7 +361,9 @@ impl Plain {
     async fn cycle(&self, c: usize) -> Tally {
         static N: AtomicUsize = AtomicUsize::new(0);
         let key = format!("plain:{c}");
-        let lease = lease_id(c, N.fetch_add(1, Ordering::Relaxed));
+        let lease = lease_id(c, N.fetch_add(1, Ordering::Relaxed))
+            .as_str()
+            .to_owned();
         let t = Instant::now();
         let set = join_all(self.masters.iter().map(|conn| {
             let mut conn = conn.clone();
@@ -461,7 +463,7 @@ impl Limit {
         self.nodes.len() / 2 + 1
     }
 
-    async fn acquire(&self, key: &LockKey, lease: &str, ttl_ms: u64) -> bool {
+    async fn acquire(&self, key: &LockKey, lease: &LeaseId, ttl_ms: u64) -> bool {
         let replies = join_all(
             self.nodes
                 .iter()
@@ -475,7 +477,7 @@ impl Limit {
         won >= self.majority()
     }
 
-    async fn renew(&self, key: &LockKey, lease: &str) -> bool {
+    async fn renew(&self, key: &LockKey, lease: &LeaseId) -> bool {
         let replies = join_all(self.nodes.iter().map(|n| {
             n.renew(Renewal {
                 key,
@@ -492,7 +494,7 @@ impl Limit {
             >= self.majority()
     }
 
-    async fn release(&self, key: &LockKey, lease: &str) {
+    async fn release(&self, key: &LockKey, lease: &LeaseId) {
         join_all(
             self.nodes
                 .iter()
@@ -705,8 +707,8 @@ async fn expect_status(
     false
 }
 
-fn lease_id(c: usize, i: usize) -> String {
-    format!("bench-lease-{c}-{i}")
+fn lease_id(c: usize, i: usize) -> LeaseId {
+    LeaseId::parse(&format!("bench-lease-{c}-{i}")).expect("a well-formed lease id")
 }
 
 // ---------------------------------------------------------------------------------------

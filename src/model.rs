@@ -176,13 +176,13 @@ pub struct SessionId {
 impl SessionId {
     /// A new session id for the token named `scope` ("" without authentication).
     pub(crate) fn generate(scope: &str) -> Self {
-        Self::scoped(LeaseId::generate().0, scope)
+        Self::scoped(LeaseId::generate().0.to_string(), scope)
     }
 
     /// The session id `raw`, as the token named `scope` asks for it.
     pub(crate) fn parse(raw: &str, scope: &str) -> Result<Self, InvalidInput> {
         LeaseId::parse(raw)
-            .map(|id| Self::scoped(id.0, scope))
+            .map(|id| Self::scoped(id.0.to_string(), scope))
             .map_err(|_| InvalidInput("malformed session id".into()))
     }
 
@@ -223,7 +223,7 @@ impl fmt::Debug for SessionId {
 /// Knowing it is what authorises renew and revoke, so it is never logged or shown by
 /// inspect; `Debug` prints a short prefix only.
 #[derive(Clone, PartialEq, Eq, Hash)]
-pub struct LeaseId(String);
+pub struct LeaseId(Arc<str>);
 
 const LEASE_ID_BYTES: usize = 16;
 /// Ids we mint are 22 characters; parsing accepts up to 64 so that the format can grow.
@@ -234,40 +234,51 @@ impl LeaseId {
         let mut bytes = [0u8; LEASE_ID_BYTES];
         // ThreadRng is a CSPRNG (ChaCha12) seeded and periodically reseeded from the OS.
         rand::rng().fill_bytes(&mut bytes);
-        Self(base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(bytes))
+        Self(
+            base64::engine::general_purpose::URL_SAFE_NO_PAD
+                .encode(bytes)
+                .into(),
+        )
     }
 
-    pub(crate) fn parse(raw: &str) -> Result<Self, InvalidInput> {
+    /// A lease id a caller sent: checked for its form, never for being one we minted.
+    pub fn parse(raw: &str) -> Result<Self, InvalidInput> {
         let ok = !raw.is_empty()
             && raw.len() <= MAX_LEASE_ID_LEN
             && raw
                 .bytes()
                 .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_');
         if ok {
-            Ok(Self(raw.to_owned()))
+            Ok(Self(raw.into()))
         } else {
             Err(InvalidInput("malformed lease id".into()))
         }
     }
 
-    pub(crate) fn as_str(&self) -> &str {
+    pub fn as_str(&self) -> &str {
         &self.0
+    }
+
+    /// A lease id as a master stored it: one this service wrote there, so not checked
+    /// again.
+    pub(crate) fn stored(raw: impl Into<Arc<str>>) -> Self {
+        Self(raw.into())
     }
 
     /// The lease id of permit `slot` of a semaphore, made from a minted (or derived) id.
     pub(crate) fn permit(&self, slot: Slot) -> Self {
-        Self(format!("{}_{}_{}", self.base(), slot.index, slot.limit))
+        Self(format!("{}_{}_{}", self.base(), slot.index, slot.limit).into())
     }
 
     /// The lease id of a shared hold, made from a minted (or derived) id: renew, check and
     /// revoke find its key by it.
     pub(crate) fn shared(&self) -> Self {
-        Self(format!("{}{SHARED_TAIL}", self.base()))
+        Self(format!("{}{SHARED_TAIL}", self.base()).into())
     }
 
     /// The lease id of a several-name lease, made from a minted (or derived) id.
     pub(crate) fn group(&self) -> Self {
-        Self(format!("{}{GROUP_TAIL}", self.base()))
+        Self(format!("{}{GROUP_TAIL}", self.base()).into())
     }
 
     /// Whether the id is a several-name lease's.
@@ -282,7 +293,7 @@ impl LeaseId {
         let fresh = Self::generate();
         // A minted id is MINTED_LEN ASCII characters: the second half is there to take.
         let rest = fresh.0.get(MINTED_LEN / 2..).unwrap_or(&fresh.0);
-        Self(format!("{}{rest}", claimant_of(claimant.as_str())))
+        Self(format!("{}{rest}", claimant_of(claimant.as_str())).into())
     }
 
     /// Whether the id is a shared hold's.
@@ -489,7 +500,7 @@ impl GrantKey {
         let key = self.key.0.as_bytes();
         let record = b64(&hash(&[b"record", scope, key])[..18]);
         let lease = hash(&[b"lease", scope, key, fingerprint.as_bytes()]);
-        let lease = LeaseId(b64(&lease[..LEASE_ID_BYTES]));
+        let lease = LeaseId(b64(&lease[..LEASE_ID_BYTES]).into());
         (
             lease,
             Idem {
@@ -763,7 +774,7 @@ impl Listeners {
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct SessionHold {
     pub key: LockKey,
-    pub lease: String,
+    pub lease: LeaseId,
     pub token: FencingToken,
 }
 

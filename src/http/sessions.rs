@@ -21,7 +21,7 @@ use super::stream;
 use super::types::rfc3339;
 use crate::auth::Caller;
 use crate::lease::{HeldThrough, LeasePolicy, Session, SessionEvent};
-use crate::model::{Kind, Owner, SessionId};
+use crate::model::{Kind, LeaseId, Owner, SessionId};
 use crate::wire::{
     ErrorBody, LockMode, LostEvent, NoFields, RenewRequest, SessionBody, SessionHoldBody,
     SessionRequest, whole,
@@ -54,11 +54,16 @@ impl From<&Session> for SessionBody {
             ),
             owner: session.owner.as_deref().map(str::to_owned),
             holds: None,
-            kept: session.kept.clone(),
-            unconfirmed: (!session.unconfirmed.is_empty()).then(|| session.unconfirmed.clone()),
-            lost: (!session.lost.is_empty()).then(|| session.lost.clone()),
+            kept: session.kept.as_deref().map(ids),
+            unconfirmed: (!session.unconfirmed.is_empty()).then(|| ids(&session.unconfirmed)),
+            lost: (!session.lost.is_empty()).then(|| ids(&session.lost)),
         }
     }
+}
+
+/// Lease ids as the session's holder is shown them.
+fn ids(leases: &[LeaseId]) -> Vec<String> {
+    leases.iter().map(|l| l.as_str().to_owned()).collect()
 }
 
 impl From<&HeldThrough> for SessionHoldBody {

@@ -405,12 +405,7 @@ impl LeaseService {
         let key = self.hold_key(&name, &id).await?;
         let leased = match self
             .engine
-            .renew_with(
-                &key,
-                id.as_str(),
-                ttl.map(Ttl::get),
-                owner.map(|o| o.shared()),
-            )
+            .renew_with(&key, &id, ttl.map(Ttl::get), owner.map(|o| o.shared()))
             .await
         {
             Ok(leased) => leased,
@@ -433,7 +428,7 @@ impl LeaseService {
         let key = self.hold_key(&name, &id).await?;
         let result = self
             .engine
-            .release(&key, id.as_str())
+            .release(&key, &id)
             .await
             .map_err(LeaseError::from);
         if result.is_ok() {
@@ -457,7 +452,7 @@ impl LeaseService {
 
     pub(crate) async fn check(&self, name: LockName, id: LeaseId) -> Result<Lease, LeaseError> {
         let key = self.hold_key(&name, &id).await?;
-        let leased = self.engine.check(&key, id.as_str()).await?;
+        let leased = self.engine.check(&key, &id).await?;
         Ok(kinds::with_names(Lease::new(name, id, leased), &key))
     }
 

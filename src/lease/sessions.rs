@@ -35,13 +35,13 @@ pub(crate) struct Session {
     pub holds: Vec<HeldThrough>,
     /// Renew only: the holds it kept, valid as long as the session now. A hold through the
     /// session that is not listed here was not extended.
-    pub kept: Option<Vec<String>>,
+    pub kept: Option<Vec<LeaseId>>,
     /// Renew only: holds it could neither confirm nor deny (a master that carries one did not
     /// answer): still held, their validity not extended.
-    pub unconfirmed: Vec<String>,
+    pub unconfirmed: Vec<LeaseId>,
     /// Renew only: holds a majority of masters deny carrying (revoked, force-released,
     /// expired, or granted on only some of them): they ended, and were released.
-    pub lost: Vec<String>,
+    pub lost: Vec<LeaseId>,
 }
 
 impl Session {
@@ -83,7 +83,7 @@ pub(crate) struct HeldThrough {
 impl HeldThrough {
     fn of(hold: &SessionHold) -> Option<Self> {
         let key = &hold.key;
-        let lease = LeaseId::parse(&hold.lease).ok()?;
+        let lease = hold.lease.clone();
         let token = hold.token;
         let view = |kind, name: &str| Self {
             kind,
@@ -278,9 +278,7 @@ impl LeaseService {
     /// waiters here are told at once.
     fn released(&self, holds: &[SessionHold]) {
         for hold in holds {
-            if let Ok(lease) = LeaseId::parse(&hold.lease) {
-                self.forget(&lease);
-            }
+            self.forget(&hold.lease);
             for member in hold.key.members() {
                 self.events()
                     .publish(&member.topic(), LockEvent::Released { token: hold.token });
@@ -299,7 +297,7 @@ impl LeaseService {
     ) -> Result<Lease, LeaseError> {
         let hold = SessionHold {
             key: key.clone(),
-            lease: lease.id.as_str().to_owned(),
+            lease: lease.id.clone(),
             token: lease.token,
         };
         match self.engine().attach(&id.key(), hold).await {
@@ -312,7 +310,7 @@ impl LeaseService {
                 Ok(lease)
             }
             Err(e) => {
-                let _ = self.engine().release(&key, lease.id.as_str()).await;
+                let _ = self.engine().release(&key, &lease.id).await;
                 for member in key.members() {
                     self.events().wake(&member.topic());
                 }

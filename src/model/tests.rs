@@ -43,7 +43,7 @@ fn a_permits_id_carries_its_slot_after_the_random_bits() {
     assert_eq!(permit.base(), base.as_str());
     assert_eq!(base.slot(), None);
     for tail in ["_3_3", "_1_1001", "_x_3", "_1", "_1_3_4", "__3", "_-1_3"] {
-        let forged = LeaseId(format!("{}{tail}", base.as_str()));
+        let forged = LeaseId(format!("{}{tail}", base.as_str()).into());
         assert_eq!(forged.slot(), None, "{tail}");
     }
 }

@@ -24,7 +24,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use crate::metrics::Metrics;
-use crate::model::{FencingToken, LockKey};
+use crate::model::{FencingToken, LeaseId, LockKey};
 use crate::store::node::{Acquired, Ending, LockNode, NodeError, NodeResult};
 
 /// How much work one master's backlog may hold; past it new work is refused (counted in
@@ -41,7 +41,7 @@ pub(super) enum Job {
     Settle {
         reply: BoxFuture<'static, (usize, NodeResult<Acquired>)>,
         key: LockKey,
-        lease: Arc<str>,
+        lease: LeaseId,
         token: FencingToken,
     },
     /// A step whose outcome was decided without this master's answer (a renew, a confirm):
@@ -53,7 +53,7 @@ pub(super) enum Job {
     /// the key has expired by itself anyway.
     Release {
         key: LockKey,
-        lease: Arc<str>,
+        lease: LeaseId,
         ending: Ending,
         give_up: Instant,
         /// The request's own release call, if it was still in flight when the request was

@@ -21,8 +21,8 @@ use super::health::Monitor;
 use super::quorum::{self, GrantOutcome, OwnedOutcome, ReadOutcome, ReleaseOutcome};
 use crate::model::News;
 use crate::model::{
-    FencingToken, GrantTerms, Idem, Kind, Listeners, LockKey, MasterFailure, MasterStatus, Traffic,
-    Unavailability, millis,
+    FencingToken, GrantTerms, Idem, Kind, LeaseId, Listeners, LockKey, MasterFailure, MasterStatus,
+    Traffic, Unavailability, millis,
 };
 use crate::store::node::{
     Acquired, Claim, Ending, Holding, ListPage, Listing, LockNode, NodeError, NodeResult, Renewal,
@@ -127,7 +127,7 @@ pub struct Holder {
     pub name: String,
     /// The holder's lease id: for the lease service only (a keyed retry finds its permit
     /// by it), never shown.
-    pub lease: String,
+    pub lease: LeaseId,
     pub token: FencingToken,
     pub remaining: Duration,
     pub owner: Option<String>,
@@ -452,7 +452,7 @@ impl Redlock {
     pub async fn acquire(
         &self,
         key: &LockKey,
-        lease: &str,
+        lease: &LeaseId,
         ttl: Duration,
         owner: Option<Arc<str>>,
     ) -> Result<Leased, EngineError> {
@@ -469,7 +469,7 @@ impl Redlock {
     pub async fn acquire_keyed(
         &self,
         key: &LockKey,
-        lease: &str,
+        lease: &LeaseId,
         ttl: Duration,
         owner: Option<Arc<str>>,
         idem: Option<Idem>,
@@ -481,7 +481,7 @@ impl Redlock {
         } = terms.into();
         let started = Instant::now();
         let ttl_ms = millis(ttl);
-        let (key, lease): (LockKey, Arc<str>) = (key.clone(), lease.into());
+        let (key, lease) = (key.clone(), lease.clone());
         let idem = idem.map(|mut idem| {
             idem.attempt = format!("{:016x}", rand::random::<u64>());
             Arc::new(idem)
@@ -610,7 +610,7 @@ impl Redlock {
     async fn confirm(
         &self,
         key: &LockKey,
-        lease: &Arc<str>,
+        lease: &LeaseId,
         token: FencingToken,
     ) -> Result<(), Vec<MasterFailure>> {
         let round = self
@@ -636,13 +636,7 @@ impl Redlock {
     /// waiter is woken), and keep releasing on the masters that did not answer.
     /// A keyed grant's attempt undoes only what it made and no other attempt of its key
     /// has answered for since (see `Ending::Undo`).
-    async fn abandon(
-        &self,
-        key: &LockKey,
-        lease: &Arc<str>,
-        ttl: Duration,
-        attempt: Option<&Idem>,
-    ) {
+    async fn abandon(&self, key: &LockKey, lease: &LeaseId, ttl: Duration, attempt: Option<&Idem>) {
         let attempt = attempt.map(|i| Arc::from(i.attempt.as_str()));
         self.release_everywhere(key, lease, Ending::Undo { attempt }, ttl)
             .await;
@@ -655,7 +649,7 @@ impl Redlock {
     async fn release_everywhere(
         &self,
         key: &LockKey,
-        lease: &Arc<str>,
+        lease: &LeaseId,
         ending: Ending,
         ttl: Duration,
     ) -> (Option<ReleaseOutcome>, Vec<MasterFailure>) {
@@ -704,7 +698,7 @@ impl Redlock {
     pub async fn renew(
         &self,
         key: &LockKey,
-        lease: &str,
+        lease: &LeaseId,
         ttl: Option<Duration>,
     ) -> Result<Leased, EngineError> {
         self.renew_with(key, lease, ttl, None).await
@@ -715,13 +709,13 @@ impl Redlock {
     pub(crate) async fn renew_with(
         &self,
         key: &LockKey,
-        lease: &str,
+        lease: &LeaseId,
         ttl: Option<Duration>,
         owner: Option<Arc<str>>,
     ) -> Result<Leased, EngineError> {
         let started = Instant::now();
         let ttl_ms = ttl.map(millis);
-        let (key, lease): (LockKey, Arc<str>) = (key.clone(), lease.into());
+        let (key, lease) = (key.clone(), lease.clone());
         let Round {
             outcome,
             pending,
@@ -787,14 +781,14 @@ impl Redlock {
     /// left): waiting grants are woken. Masters that do not answer get the release repeated
     /// from their backlog, so a key set by an acquire they had not yet answered is removed
     /// too.
-    pub async fn release(&self, key: &LockKey, lease: &str) -> Result<(), EngineError> {
+    pub async fn release(&self, key: &LockKey, lease: &LeaseId) -> Result<(), EngineError> {
         self.end(key, lease, Ending::Revoke).await
     }
 
     /// Release `lease` everywhere, announced as `ending` says (a revoke or an eviction).
-    async fn end(&self, key: &LockKey, lease: &str, ending: Ending) -> Result<(), EngineError> {
+    async fn end(&self, key: &LockKey, lease: &LeaseId, ending: Ending) -> Result<(), EngineError> {
         let (outcome, failures) = self
-            .release_everywhere(key, &lease.into(), ending, self.config.max_ttl)
+            .release_everywhere(key, lease, ending, self.config.max_ttl)
             .await;
         match outcome {
             Some(ReleaseOutcome::Released) => Ok(()),

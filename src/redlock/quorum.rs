@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use std::collections::BTreeMap;
 
-use crate::model::FencingToken;
+use crate::model::{FencingToken, LeaseId};
 use crate::store::node::{Acquired, Holding, ListPage, NodeResult};
 
 /// How many masters make a majority of `n`.
@@ -74,7 +74,7 @@ pub(crate) fn decide_grant(replies: &[Option<NodeResult<Acquired>>]) -> Option<G
         match reply {
             None => pending += 1,
             Some(Ok(Acquired::Granted { token })) => tokens.push(*token),
-            Some(Ok(Acquired::Held { pttl_ms, lease })) => held.push((lease, *pttl_ms)),
+            Some(Ok(Acquired::Held { pttl_ms, lease })) => held.push((lease.as_str(), *pttl_ms)),
             Some(Ok(Acquired::Delayed { pttl_ms })) => held.push((DELAY, *pttl_ms)),
             // The key's record is the client's own request, on any master: no vote changes it.
             Some(Ok(Acquired::Mismatch)) => return Some(GrantOutcome::Mismatch),
@@ -215,13 +215,13 @@ pub(crate) fn decide_renew(
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub(crate) struct SessionVerdicts {
     /// Carried (and extended) by a majority of all masters: valid as long as the session.
-    pub kept: Vec<String>,
+    pub kept: Vec<LeaseId>,
     /// Carried by fewer than a majority, and denied by fewer than a majority: its validity
     /// is not extended (what the last answer that kept it promised still holds).
-    pub unconfirmed: Vec<String>,
+    pub unconfirmed: Vec<LeaseId>,
     /// Denied by a majority of all masters (they have the session and not the hold): it has
     /// ended, as a lease whose renew a majority denied has.
-    pub lost: Vec<String>,
+    pub lost: Vec<LeaseId>,
 }
 
 /// Judge every hold that any answer names (carried, or found gone) by `states`, the
@@ -233,12 +233,12 @@ pub(crate) fn judge_session_holds(
 ) -> SessionVerdicts {
     let q = majority(n);
     let mut verdicts = SessionVerdicts::default();
-    let mut seen: Vec<&str> = Vec::new();
+    let mut seen: Vec<&LeaseId> = Vec::new();
     for lease in states
         .iter()
         .flat_map(|s| s.carried.iter().chain(&s.dropped))
     {
-        if seen.contains(&lease.as_str()) {
+        if seen.contains(&lease) {
             continue;
         }
         seen.push(lease);
@@ -337,7 +337,7 @@ pub(crate) enum ReadOutcome {
 /// value a majority report. `only` restricts the question to one lease (a lease check).
 pub(crate) fn decide_read(
     replies: &[Option<NodeResult<Option<Holding>>>],
-    only: Option<&str>,
+    only: Option<&LeaseId>,
 ) -> Option<ReadOutcome> {
     let n = replies.len();
     let q = majority(n);
@@ -345,28 +345,30 @@ pub(crate) fn decide_read(
     let answered: Vec<Option<&Holding>> = replies
         .iter()
         .filter_map(|r| match r {
-            Some(Ok(h)) => Some(h.as_ref().filter(|h| only.is_none_or(|l| h.lease == l))),
+            Some(Ok(h)) => Some(h.as_ref().filter(|h| only.is_none_or(|l| h.lease == *l))),
             _ => None,
         })
         .collect();
-    let holders = |lease: &str| -> Vec<&Holding> {
+    let holders = |lease: &LeaseId| -> Vec<&Holding> {
         answered
             .iter()
             .flatten()
-            .filter(|h| h.lease == lease)
+            .filter(|h| h.lease == *lease)
             .copied()
             .collect()
     };
     // The candidate is the lease reported most often; only it can reach a majority.
-    let mut candidate: Option<(&str, usize)> = None;
+    let mut candidate: Option<(&LeaseId, usize)> = None;
     for h in answered.iter().flatten() {
         let count = holders(&h.lease).len();
         if candidate.is_none_or(|(_, c)| count > c) {
             candidate = Some((&h.lease, count));
         }
     }
-    let (lease, count) = candidate.unwrap_or(("", 0));
-    if count >= q {
+    let count = candidate.map_or(0, |(_, count)| count);
+    if let Some((lease, count)) = candidate
+        && count >= q
+    {
         let mut hs = holders(lease);
         return Some(match agree_on_token(&hs, q) {
             Some(token) => {
@@ -374,7 +376,7 @@ pub(crate) fn decide_read(
                 let agreed = hs.iter().find(|h| h.token == token).copied();
                 let first = agreed.unwrap_or(hs[0]);
                 ReadOutcome::Held(Agreed {
-                    lease: lease.to_owned(),
+                    lease: lease.clone(),
                     token,
                     ttl_ms: first.ttl_ms,
                     pttl_ms: hs[q - 1].pttl_ms,

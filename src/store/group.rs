@@ -6,13 +6,13 @@
 use futures::future::join_all;
 
 use super::node::{Ending, Holding, LockNode, NodeResult, Owned, Renewal};
-use crate::model::{FencingToken, LockKey};
+use crate::model::{FencingToken, LeaseId, LockKey};
 
 /// Record `token` on every member.
 pub(crate) async fn confirm<N: LockNode + ?Sized>(
     node: &N,
     key: &LockKey,
-    lease: &str,
+    lease: &LeaseId,
     token: FencingToken,
 ) -> NodeResult<()> {
     let members = key.members();
@@ -51,7 +51,7 @@ pub(crate) async fn renew<N: LockNode + ?Sized>(
 pub(crate) async fn release<N: LockNode + ?Sized>(
     node: &N,
     key: &LockKey,
-    lease: &str,
+    lease: &LeaseId,
     ending: &Ending,
 ) -> NodeResult<Owned<()>> {
     let members = key.members();

@@ -23,7 +23,7 @@ use super::node::{
     Acquired, Announcement, Claim, Ending, Holding, ListPage, Listener, Listing, LockNode,
     NodeError, NodeResult, Owned, Probe, Renewal, SessionState, SessionStep,
 };
-use crate::model::{FencingToken, Idem, Kind, LockKey, SessionHold, claimant_of};
+use crate::model::{FencingToken, Idem, Kind, LeaseId, LockKey, SessionHold, claimant_of};
 
 mod data;
 mod several;
@@ -246,7 +246,7 @@ impl MemoryNode {
         let mut data = self.data();
         let now = Instant::now() + data.clock_offset;
         data.live(&LockKey::mutex(name), now)
-            .is_some_and(|e| e.lease == lease)
+            .is_some_and(|e| e.lease.as_str() == lease)
     }
 
     /// Apply a lock's `step` under the fault plan, as one atomic step: refused, as a Redis
@@ -397,7 +397,7 @@ impl LockNode for MemoryNode {
                 && let Some(entry) = data.locks.get_mut(key)
             {
                 if let Some(idem) = idem
-                    && entry.lease == lease
+                    && entry.lease == *lease
                 {
                     entry.seen = Some(idem.attempt.clone());
                     let token = entry.token;
@@ -434,7 +434,7 @@ impl LockNode for MemoryNode {
             ) {
                 return Ok(Acquired::Held {
                     pttl_ms,
-                    lease: "shared".to_owned(),
+                    lease: LeaseId::stored("shared"),
                 });
             }
             if record.is_some() {
@@ -465,7 +465,7 @@ impl LockNode for MemoryNode {
                 },
             );
             if lock_delay_ms > 0 {
-                data.delay_after(key, lease, lock_delay_ms, expires);
+                data.delay_after(key, lease.as_str(), lock_delay_ms, expires);
             }
             Ok(Acquired::Granted {
                 token: FencingToken::new(token),
@@ -474,14 +474,14 @@ impl LockNode for MemoryNode {
         .await
     }
 
-    async fn confirm(&self, key: &LockKey, lease: &str, token: FencingToken) -> NodeResult<()> {
+    async fn confirm(&self, key: &LockKey, lease: &LeaseId, token: FencingToken) -> NodeResult<()> {
         if key.kind == Kind::Group {
             return group::confirm(self, key, lease, token).await;
         }
         self.step(|data, now| {
             data.check_marker()?;
             data.fence = data.fence.max(token.get());
-            if let Some(entry) = data.live(key, now).filter(|e| e.lease == lease) {
+            if let Some(entry) = data.live(key, now).filter(|e| e.lease == *lease) {
                 entry.token = token.get();
             }
             Ok(())
@@ -498,7 +498,7 @@ impl LockNode for MemoryNode {
         self.step(|data, now| {
             data.check_marker()?;
             let rate = data.clock_rate;
-            let Some(entry) = data.live(key, now).filter(|e| e.lease == lease) else {
+            let Some(entry) = data.live(key, now).filter(|e| e.lease == *lease) else {
                 return Ok(Owned::NotOwner);
             };
             if entry.session.is_some() {
@@ -530,14 +530,19 @@ impl LockNode for MemoryNode {
             };
             let (delay_ms, expires) = (entry.delay_ms, entry.expires);
             if delay_ms > 0 {
-                data.delay_after(key, lease, delay_ms, expires);
+                data.delay_after(key, lease.as_str(), delay_ms, expires);
             }
             Ok(Owned::Yes(holding))
         })
         .await
     }
 
-    async fn release(&self, key: &LockKey, lease: &str, ending: &Ending) -> NodeResult<Owned<()>> {
+    async fn release(
+        &self,
+        key: &LockKey,
+        lease: &LeaseId,
+        ending: &Ending,
+    ) -> NodeResult<Owned<()>> {
         if key.kind == Kind::Group {
             return group::release(self, key, lease, ending).await;
         }
@@ -555,7 +560,7 @@ impl LockNode for MemoryNode {
                 };
                 if data
                     .live(key, now)
-                    .is_some_and(|e| e.lease == lease && ours(e))
+                    .is_some_and(|e| e.lease == *lease && ours(e))
                 {
                     let entry = data.locks.remove(key);
                     let delay_ms = entry.as_ref().map_or(0, |e| e.delay_ms);
@@ -580,8 +585,12 @@ impl LockNode for MemoryNode {
                     }
                     if delay_ms > 0 {
                         if *ending == Ending::Evict {
-                            data.delay_after(key, lease, delay_ms, now);
-                        } else if data.delays.get(key).is_some_and(|(l, _)| l == lease) {
+                            data.delay_after(key, lease.as_str(), delay_ms, now);
+                        } else if data
+                            .delays
+                            .get(key)
+                            .is_some_and(|(l, _)| l == lease.as_str())
+                        {
                             data.delays.remove(key);
                         }
                     }
@@ -692,12 +701,12 @@ impl LockNode for MemoryNode {
         .await
     }
 
-    async fn members(&self, key: &LockKey, lease: &str) -> NodeResult<Option<String>> {
+    async fn members(&self, key: &LockKey, lease: &LeaseId) -> NodeResult<Option<String>> {
         self.step(|data, now| {
             data.check_marker()?;
             Ok(data
                 .live(key, now)
-                .filter(|e| e.lease == lease)
+                .filter(|e| e.lease == *lease)
                 .and_then(|e| e.group.clone()))
         })
         .await
@@ -803,7 +812,11 @@ mod tests {
     #[tokio::test]
     async fn the_embedded_store_keeps_tokens_rising_across_restarts_of_redlockd() {
         let grant = async |node: &MemoryNode| match node
-            .acquire(Claim::new(&LockKey::mutex("a"), "L", 1000))
+            .acquire(Claim::new(
+                &LockKey::mutex("a"),
+                &LeaseId::stored("L"),
+                1000,
+            ))
             .await
         {
             Ok(Acquired::Granted { token }) => token,

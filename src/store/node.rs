@@ -9,12 +9,14 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 
-use crate::model::{FencingToken, Idem, Kind, Listeners, LockKey, News, SessionHold, Traffic};
+use crate::model::{
+    FencingToken, Idem, Kind, LeaseId, Listeners, LockKey, News, SessionHold, Traffic,
+};
 
 /// What one master holds for one lock, for one of its holders.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Holding {
-    pub lease: String,
+    pub lease: LeaseId,
     pub token: FencingToken,
     /// The TTL the lease was granted or last renewed with; a renew without `ttl_ms` reuses it.
     pub ttl_ms: u64,
@@ -31,7 +33,7 @@ pub enum Acquired {
     /// Another lease holds the lock here for `pttl_ms` more. Naming the lease is what lets
     /// the engine tell a real holder (one lease on a majority) from a split vote (several
     /// contenders, each on a minority, whose keys are about to be released).
-    Held { pttl_ms: u64, lease: String },
+    Held { pttl_ms: u64, lease: LeaseId },
     /// The grant's Idempotency-Key was used here, within its TTL, for another request
     /// (another name, TTL or owner). Nothing was written.
     Mismatch,
@@ -89,10 +91,10 @@ pub struct SessionState {
     /// Its holds (read and end only).
     pub holds: Vec<SessionHold>,
     /// The lease ids of the holds a renew carried along.
-    pub carried: Vec<String>,
+    pub carried: Vec<LeaseId>,
     /// The lease ids of holds a renew found attached and gone here (revoked, force-released,
     /// expired): taken off the session here, and a denial of the hold.
-    pub dropped: Vec<String>,
+    pub dropped: Vec<LeaseId>,
     /// An attach: whether the hold was here to attach (its grant may have reached only a
     /// majority of masters).
     pub attached: bool,
@@ -216,7 +218,7 @@ pub enum Announcement<'a> {
 #[derive(Debug, Clone, Copy)]
 pub struct Claim<'a> {
     pub key: &'a LockKey,
-    pub lease: &'a str,
+    pub lease: &'a LeaseId,
     pub ttl_ms: u64,
     pub owner: Option<&'a str>,
     pub idem: Option<&'a Idem>,
@@ -228,7 +230,7 @@ pub struct Claim<'a> {
 
 impl<'a> Claim<'a> {
     /// A claim with no owner text, no Idempotency-Key and no lock-delay.
-    pub fn new(key: &'a LockKey, lease: &'a str, ttl_ms: u64) -> Self {
+    pub fn new(key: &'a LockKey, lease: &'a LeaseId, ttl_ms: u64) -> Self {
         Self {
             key,
             lease,
@@ -254,7 +256,7 @@ impl<'a> Claim<'a> {
 #[derive(Debug, Clone, Copy)]
 pub struct Renewal<'a> {
     pub key: &'a LockKey,
-    pub lease: &'a str,
+    pub lease: &'a LeaseId,
     pub ttl_ms: Option<u64>,
     pub owner: Option<&'a str>,
 }
@@ -272,7 +274,7 @@ pub struct Listing<'a> {
 impl<'a> Renewal<'a> {
     pub(crate) fn new(
         key: &'a LockKey,
-        lease: &'a str,
+        lease: &'a LeaseId,
         ttl_ms: Option<u64>,
         owner: Option<&'a str>,
     ) -> Self {
@@ -346,20 +348,25 @@ pub trait LockNode: Send + Sync + 'static {
 
     /// Raise this master's counter to at least `token` and, if `lease` holds `key` here,
     /// record `token` as its fencing token. Makes a chosen token known to a majority.
-    async fn confirm(&self, key: &LockKey, lease: &str, token: FencingToken) -> NodeResult<()>;
+    async fn confirm(&self, key: &LockKey, lease: &LeaseId, token: FencingToken) -> NodeResult<()>;
 
     /// Extend the renewal's hold, if its lease holds its key (see `Renewal`).
     async fn renew(&self, renewal: Renewal<'_>) -> NodeResult<Owned<Holding>>;
 
     /// End `lease`'s hold on `key`, if it holds it, as `ending` says (see `Ending`).
-    async fn release(&self, key: &LockKey, lease: &str, ending: &Ending) -> NodeResult<Owned<()>>;
+    async fn release(
+        &self,
+        key: &LockKey,
+        lease: &LeaseId,
+        ending: &Ending,
+    ) -> NodeResult<Owned<()>>;
 
     /// Every holder of `key` here (for a mutex, none or one).
     async fn read(&self, key: &LockKey) -> NodeResult<Vec<Holding>>;
 
     /// The names the several-name lease `lease` holds, read through its hold of the mutex
     /// `key` here (`None` when it does not hold it here).
-    async fn members(&self, key: &LockKey, lease: &str) -> NodeResult<Option<String>>;
+    async fn members(&self, key: &LockKey, lease: &LeaseId) -> NodeResult<Option<String>>;
 
     /// The held slots below `limit` of semaphore `name` here, in slot order, with their
     /// holders: what a permit's grant reads before it takes a free slot.

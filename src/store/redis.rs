@@ -31,7 +31,7 @@ use super::node::{
 };
 use crate::config::MasterUrl;
 use crate::model::News;
-use crate::model::{FencingToken, Kind, LockKey, SessionHold, Traffic, claimant_of};
+use crate::model::{FencingToken, Kind, LeaseId, LockKey, SessionHold, Traffic, claimant_of};
 
 mod announce;
 mod reply;
@@ -183,7 +183,7 @@ fn classify(e: redis::RedisError) -> NodeError {
 /// A session's hold as session.lua answers it: '<lease>\n<kind> <token> <key name>\n...'.
 fn parse_hold(text: &str) -> Option<SessionHold> {
     let mut lines = text.lines();
-    let lease = lines.next()?.to_owned();
+    let lease = LeaseId::stored(lines.next()?);
     let mut what = lines.next()?.splitn(3, ' ');
     let kind = Kind::from_word(what.next()?)?;
     let token = FencingToken::new(what.next()?.parse().ok()?);
@@ -377,7 +377,7 @@ impl LockNode for RedisNode {
         Ok(acquired)
     }
 
-    async fn confirm(&self, key: &LockKey, lease: &str, token: FencingToken) -> NodeResult<()> {
+    async fn confirm(&self, key: &LockKey, lease: &LeaseId, token: FencingToken) -> NodeResult<()> {
         if key.kind == Kind::Group {
             return group::confirm(self, key, lease, token).await;
         }
@@ -410,7 +410,12 @@ impl LockNode for RedisNode {
         }))
     }
 
-    async fn release(&self, key: &LockKey, lease: &str, ending: &Ending) -> NodeResult<Owned<()>> {
+    async fn release(
+        &self,
+        key: &LockKey,
+        lease: &LeaseId,
+        ending: &Ending,
+    ) -> NodeResult<Owned<()>> {
         if key.kind == Kind::Group {
             return group::release(self, key, lease, ending).await;
         }
@@ -467,7 +472,7 @@ impl LockNode for RedisNode {
         Ok(ListPage { locks, more, last })
     }
 
-    async fn members(&self, key: &LockKey, lease: &str) -> NodeResult<Option<String>> {
+    async fn members(&self, key: &LockKey, lease: &LeaseId) -> NodeResult<Option<String>> {
         let reply = self.step(steps::members(&self.keys, key, lease)).await?;
         if reply.status()? == 0 {
             return Ok(None);

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use redlockd::metrics::Metrics;
-use redlockd::model::{FencingToken, GrantTerms, Idem, Kind, Listeners, LockKey};
+use redlockd::model::{FencingToken, GrantTerms, Idem, Kind, LeaseId, Listeners, LockKey};
 use redlockd::redlock::{EngineConfig, EngineError, Redlock};
 use redlockd::store::clock::ClockPolicy;
 use redlockd::store::memory::{Fault, MemoryNode};
@@ -24,13 +24,18 @@ const NO_ONE: Listeners = Listeners {
 const TIMEOUT: Duration = Duration::from_millis(50);
 
 /// The mutex `name`: what the contract's `/locks/{name}` holds.
+/// A lease id as a caller names one.
+fn id(lease: &str) -> LeaseId {
+    LeaseId::parse(lease).expect("a well-formed lease id")
+}
+
 fn key(name: &str) -> LockKey {
     LockKey::mutex(name)
 }
 
 /// Set `name` for `lease` on one master directly, as a grant elsewhere would have.
 async fn hold(node: &(impl LockNode + ?Sized), name: &str, lease: &str, ttl_ms: u64) {
-    node.acquire(Claim::new(&key(name), lease, ttl_ms))
+    node.acquire(Claim::new(&key(name), &id(lease), ttl_ms))
         .await
         .expect("set");
 }
@@ -100,7 +105,7 @@ impl Bed {
 
     async fn grant(&self, name: &str, lease: &str) -> Result<FencingToken, EngineError> {
         self.engine
-            .acquire(&key(name), lease, TTL, None)
+            .acquire(&key(name), &id(lease), TTL, None)
             .await
             .map(|l| l.token)
     }
@@ -113,7 +118,7 @@ async fn a_healthy_majority_never_waits_for_a_hung_master() {
     let started = Instant::now();
     let leased = bed
         .engine
-        .acquire(&key("a"), "L1", TTL, Some("me".into()))
+        .acquire(&key("a"), &id("L1"), TTL, Some("me".into()))
         .await
         .expect("granted");
     assert_eq!(
@@ -200,18 +205,21 @@ async fn a_grant_without_validity_left_fails_and_is_released() {
     let engine = &bed.engine;
     // 100 ms TTL: 40 ms elapsed + 3 ms drift leaves 57 ms.
     let ok = engine
-        .acquire(&key("a"), "L1", Duration::from_millis(100), None)
+        .acquire(&key("a"), &id("L1"), Duration::from_millis(100), None)
         .await
         .expect("granted");
     assert_eq!(ok.validity, Duration::from_millis(57));
-    engine.release(&key("a"), "L1").await.expect("released");
+    engine
+        .release(&key("a"), &id("L1"))
+        .await
+        .expect("released");
 
     // 45 ms elapsed on a 47 ms TTL leaves nothing after the drift allowance.
     for node in &bed.nodes {
         node.set_fault(Fault::Slow(Duration::from_millis(45)));
     }
     let err = engine
-        .acquire(&key("b"), "L2", Duration::from_millis(47), None)
+        .acquire(&key("b"), &id("L2"), Duration::from_millis(47), None)
         .await
         .unwrap_err();
     assert!(matches!(err, EngineError::Unavailable(_)), "{err:?}");
@@ -235,7 +243,7 @@ async fn tokens_rise_when_the_counters_diverge() {
         assert!(token > last);
         last = token;
         bed.engine
-            .release(&key("x"), &lease)
+            .release(&key("x"), &id(&lease))
             .await
             .expect("released");
     }
@@ -247,7 +255,10 @@ async fn tokens_rise_when_the_counters_diverge() {
     let token = bed.grant("x", "ac").await.expect("granted on A, C");
     assert_eq!(token, 11);
     assert_eq!(c.fence(), 11, "the chosen token was written back to C");
-    bed.engine.release(&key("x"), "ac").await.expect("released");
+    bed.engine
+        .release(&key("x"), &id("ac"))
+        .await
+        .expect("released");
 
     b.set_fault(Fault::None);
     bed.reverify(&[&bed.engine]).await;
@@ -261,7 +272,7 @@ async fn a_straggler_that_granted_late_gets_the_chosen_token() {
     let bed = bed(3).await;
     // C's counter is ahead; it answers after the timeout, so the grant is decided without it.
     bed.nodes[2]
-        .confirm(&key("none"), "none", FencingToken::new(40))
+        .confirm(&key("none"), &id("none"), FencingToken::new(40))
         .await
         .expect("raised");
     bed.nodes[2].set_fault(Fault::Slow(Duration::from_millis(30)));
@@ -289,7 +300,7 @@ async fn a_straggler_that_granted_late_gets_the_chosen_token() {
     );
     let checked = bed
         .engine
-        .check(&key("s"), "L1")
+        .check(&key("s"), &id("L1"))
         .await
         .expect("check agrees");
     assert_eq!(checked.token, 1);
@@ -300,17 +311,17 @@ async fn only_the_holder_renews_or_releases_and_renewing_keeps_the_token() {
     let bed = bed(3).await;
     let token = bed.grant("r", "L1").await.expect("granted");
     assert_eq!(
-        bed.engine.renew(&key("r"), "other", None).await,
+        bed.engine.renew(&key("r"), &id("other"), None).await,
         Err(EngineError::NotFound)
     );
     assert_eq!(
-        bed.engine.release(&key("r"), "other").await,
+        bed.engine.release(&key("r"), &id("other")).await,
         Err(EngineError::NotFound)
     );
     tokio::time::advance(Duration::from_secs(8)).await;
     let renewed = bed
         .engine
-        .renew(&key("r"), "L1", Some(Duration::from_secs(20)))
+        .renew(&key("r"), &id("L1"), Some(Duration::from_secs(20)))
         .await
         .expect("renewed");
     assert_eq!(renewed.token, token);
@@ -318,19 +329,23 @@ async fn only_the_holder_renews_or_releases_and_renewing_keeps_the_token() {
     // Past the original TTL, the renewed lease still holds.
     tokio::time::advance(Duration::from_secs(5)).await;
     assert_eq!(
-        bed.engine.check(&key("r"), "L1").await.expect("held").token,
+        bed.engine
+            .check(&key("r"), &id("L1"))
+            .await
+            .expect("held")
+            .token,
         token
     );
     // A renew without a TTL reuses the lease's own (20 s).
     let again = bed
         .engine
-        .renew(&key("r"), "L1", None)
+        .renew(&key("r"), &id("L1"), None)
         .await
         .expect("renewed");
     assert_eq!(again.ttl, Duration::from_secs(20));
     tokio::time::advance(Duration::from_secs(21)).await;
     assert_eq!(
-        bed.engine.renew(&key("r"), "L1", None).await,
+        bed.engine.renew(&key("r"), &id("L1"), None).await,
         Err(EngineError::NotFound)
     );
     assert!(bed.grant("r", "L2").await.expect("free after expiry") > token);
@@ -366,7 +381,7 @@ async fn a_master_that_restarts_empty_is_quarantined_then_restored() {
 
     // While quarantined, C does not vote: one more failure and grants stop.
     bed.engine
-        .release(&key("q"), "L1")
+        .release(&key("q"), &id("L1"))
         .await
         .expect("released on A, B");
     bed.nodes[1].set_fault(Fault::Down);
@@ -422,13 +437,13 @@ async fn reads_need_a_majority() {
 async fn list_merges_what_a_majority_hold() {
     let bed = bed(3).await;
     for name in ["inv:2", "inv:1", "mail:1"] {
-        bed.grant(name, &format!("L-{name}"))
+        bed.grant(name, &format!("L-{}", name.replace(':', "-")))
             .await
             .expect("granted");
     }
     // Held on one master only: not a lock.
     bed.nodes[0]
-        .acquire(Claim::new(&key("inv:3"), "stray", 10_000))
+        .acquire(Claim::new(&key("inv:3"), &id("stray"), 10_000))
         .await
         .expect("set");
     let names: Vec<String> = bed
@@ -559,7 +574,7 @@ async fn a_new_replica_never_initialises_a_master_it_alone_sees() {
 
     // A and the empty C would make a majority: a second lease while L1 is valid.
     for engine in [&bed.engine, &newcomer] {
-        let second = engine.acquire(&key("x"), "L2", TTL, None).await;
+        let second = engine.acquire(&key("x"), &id("L2"), TTL, None).await;
         assert!(
             matches!(second, Err(EngineError::Held { .. })),
             "granted a second lease: {second:?}"
@@ -646,7 +661,7 @@ async fn a_master_restarted_from_an_old_snapshot_stops_voting() {
     bed.probe().await;
     assert!(bed.quarantined(2));
     for engine in [&bed.engine, &newcomer] {
-        let second = engine.acquire(&key("x"), "L2", TTL, None).await;
+        let second = engine.acquire(&key("x"), &id("L2"), TTL, None).await;
         assert!(
             matches!(second, Err(EngineError::Held { .. })),
             "granted a second lease: {second:?}"
@@ -687,12 +702,12 @@ async fn a_revoke_of_a_lease_a_majority_no_longer_hold_is_not_found_and_removes_
     let bed = bed(3).await;
     bed.grant("r", "L1").await.expect("granted");
     for node in &bed.nodes[1..] {
-        node.release(&key("r"), "L1", &Ending::Undo { attempt: None })
+        node.release(&key("r"), &id("L1"), &Ending::Undo { attempt: None })
             .await
             .expect("removed");
     }
     assert_eq!(
-        bed.engine.release(&key("r"), "L1").await,
+        bed.engine.release(&key("r"), &id("L1")).await,
         Err(EngineError::NotFound)
     );
     assert!(!bed.nodes[0].holds("r", "L1"), "the leftover was removed");
@@ -704,7 +719,10 @@ async fn a_revoke_reaches_a_master_that_answers_late() {
     bed.nodes[2].set_fault(Fault::Hang);
     bed.grant("r", "L1").await.expect("granted on A, B");
     let started = Instant::now();
-    bed.engine.release(&key("r"), "L1").await.expect("revoked");
+    bed.engine
+        .release(&key("r"), &id("L1"))
+        .await
+        .expect("revoked");
     assert_eq!(
         started.elapsed(),
         Duration::ZERO,
@@ -714,7 +732,7 @@ async fn a_revoke_reaches_a_master_that_answers_late() {
     // C comes back holding the key (its acquire ran late).
     bed.nodes[2].set_fault(Fault::None);
     bed.nodes[2]
-        .acquire(Claim::new(&key("r"), "L1", 10_000))
+        .acquire(Claim::new(&key("r"), &id("L1"), 10_000))
         .await
         .expect("late acquire");
     for _ in 0..50 {
@@ -740,7 +758,12 @@ async fn the_backlog_of_a_dead_master_is_bounded() {
     for i in 0..cap + 10 {
         assert!(matches!(
             bed.engine
-                .acquire(&key("h"), &format!("L{i}"), Duration::from_secs(60), None)
+                .acquire(
+                    &key("h"),
+                    &id(&format!("L{i}")),
+                    Duration::from_secs(60),
+                    None
+                )
                 .await,
             Err(EngineError::Held { .. })
         ));
@@ -754,7 +777,7 @@ async fn simultaneous_minorities_are_a_split_not_a_holder() {
     hold(&*bed.nodes[1], "s", "B", 30_000).await;
     hold(&*bed.nodes[2], "s", "C", 30_000).await;
     assert_eq!(
-        bed.engine.acquire(&key("s"), "A", TTL, None).await,
+        bed.engine.acquire(&key("s"), &id("A"), TTL, None).await,
         Err(EngineError::Split)
     );
     assert!(!bed.nodes[0].holds("s", "A"), "the minority was released");
@@ -790,7 +813,7 @@ async fn a_split_is_retried_and_never_answered_with_a_contenders_ttl() {
     let node = nodes[2].clone();
     let contender = tokio::spawn(async move {
         tokio::time::sleep(Duration::from_millis(1)).await;
-        node.release(&key("s"), "C", &Ending::Undo { attempt: None })
+        node.release(&key("s"), &id("C"), &Ending::Undo { attempt: None })
             .await
     });
     let lease = service
@@ -849,7 +872,7 @@ async fn a_master_that_comes_back_from_a_snapshot_moments_old_never_votes_for_a_
     bed.nodes[0].restart_from(snapshot);
     bed.nodes[0].set_fault(Fault::None);
     assert!(bed.nodes[0].marked());
-    let second = bed.engine.acquire(&key("x"), "L2", TTL, None).await;
+    let second = bed.engine.acquire(&key("x"), &id("L2"), TTL, None).await;
     assert!(
         matches!(second, Err(EngineError::Held { .. })),
         "A voted for a second lease before it was verified: {second:?}"
@@ -875,13 +898,27 @@ async fn a_keyed_grant_sent_again_answers_the_same_lease_and_token() {
     let bed = bed(3).await;
     let first = bed
         .engine
-        .acquire_keyed(&key("k"), "K1", TTL, None, Some(idem("r1", "f1")), NO_ONE)
+        .acquire_keyed(
+            &key("k"),
+            &id("K1"),
+            TTL,
+            None,
+            Some(idem("r1", "f1")),
+            NO_ONE,
+        )
         .await
         .expect("granted");
     let fences: Vec<u64> = bed.nodes.iter().map(|n| n.fence()).collect();
     let again = bed
         .engine
-        .acquire_keyed(&key("k"), "K1", TTL, None, Some(idem("r1", "f1")), NO_ONE)
+        .acquire_keyed(
+            &key("k"),
+            &id("K1"),
+            TTL,
+            None,
+            Some(idem("r1", "f1")),
+            NO_ONE,
+        )
         .await
         .expect("the same lease, answered again");
     assert_eq!(again.token, first.token);
@@ -889,7 +926,7 @@ async fn a_keyed_grant_sent_again_answers_the_same_lease_and_token() {
     assert_eq!(after, fences, "no master's counter moved for the retry");
     // Without a key, the same lease id is just another contender.
     assert!(matches!(
-        bed.engine.acquire(&key("k"), "K2", TTL, None).await,
+        bed.engine.acquire(&key("k"), &id("K2"), TTL, None).await,
         Err(EngineError::Held { .. })
     ));
 }
@@ -901,19 +938,33 @@ async fn a_keyed_grant_sent_again_answers_the_same_lease_and_token() {
 async fn a_late_keyed_retry_makes_its_hold_last_the_validity_it_answers() {
     let bed = bed(3).await;
     bed.engine
-        .acquire_keyed(&key("r"), "R1", TTL, None, Some(idem("r", "f")), NO_ONE)
+        .acquire_keyed(
+            &key("r"),
+            &id("R1"),
+            TTL,
+            None,
+            Some(idem("r", "f")),
+            NO_ONE,
+        )
         .await
         .expect("granted");
     tokio::time::advance(TTL / 2).await;
     let again = bed
         .engine
-        .acquire_keyed(&key("r"), "R1", TTL, None, Some(idem("r", "f")), NO_ONE)
+        .acquire_keyed(
+            &key("r"),
+            &id("R1"),
+            TTL,
+            None,
+            Some(idem("r", "f")),
+            NO_ONE,
+        )
         .await
         .expect("answered again");
     tokio::time::advance(again.validity - Duration::from_millis(10)).await;
     assert!(
         matches!(
-            bed.engine.acquire(&key("r"), "R2", TTL, None).await,
+            bed.engine.acquire(&key("r"), &id("R2"), TTL, None).await,
             Err(EngineError::Held { .. })
         ),
         "another grant inside the retry's validity"
@@ -924,13 +975,27 @@ async fn a_late_keyed_retry_makes_its_hold_last_the_validity_it_answers() {
 async fn a_key_used_for_another_request_is_refused_and_leaves_the_first_lease_alone() {
     let bed = bed(3).await;
     bed.engine
-        .acquire_keyed(&key("m"), "M1", TTL, None, Some(idem("r", "f1")), NO_ONE)
+        .acquire_keyed(
+            &key("m"),
+            &id("M1"),
+            TTL,
+            None,
+            Some(idem("r", "f1")),
+            NO_ONE,
+        )
         .await
         .expect("granted");
     // The same key for another name (another fingerprint, so another lease id).
     assert_eq!(
         bed.engine
-            .acquire_keyed(&key("m2"), "M2", TTL, None, Some(idem("r", "f2")), NO_ONE)
+            .acquire_keyed(
+                &key("m2"),
+                &id("M2"),
+                TTL,
+                None,
+                Some(idem("r", "f2")),
+                NO_ONE
+            )
             .await,
         Err(EngineError::IdempotencyMismatch)
     );
@@ -942,13 +1007,30 @@ async fn a_key_used_for_another_request_is_refused_and_leaves_the_first_lease_al
 async fn a_key_whose_lease_was_revoked_does_not_lock_again() {
     let bed = bed(3).await;
     bed.engine
-        .acquire_keyed(&key("e"), "E1", TTL, None, Some(idem("r", "f")), NO_ONE)
+        .acquire_keyed(
+            &key("e"),
+            &id("E1"),
+            TTL,
+            None,
+            Some(idem("r", "f")),
+            NO_ONE,
+        )
         .await
         .expect("granted");
-    bed.engine.release(&key("e"), "E1").await.expect("revoked");
+    bed.engine
+        .release(&key("e"), &id("E1"))
+        .await
+        .expect("revoked");
     assert_eq!(
         bed.engine
-            .acquire_keyed(&key("e"), "E1", TTL, None, Some(idem("r", "f")), NO_ONE)
+            .acquire_keyed(
+                &key("e"),
+                &id("E1"),
+                TTL,
+                None,
+                Some(idem("r", "f")),
+                NO_ONE
+            )
             .await,
         Err(EngineError::Ended)
     );
@@ -956,7 +1038,14 @@ async fn a_key_whose_lease_was_revoked_does_not_lock_again() {
     // Once the grant's TTL has passed, the key is forgotten.
     tokio::time::advance(TTL).await;
     bed.engine
-        .acquire_keyed(&key("e"), "E1", TTL, None, Some(idem("r", "f")), NO_ONE)
+        .acquire_keyed(
+            &key("e"),
+            &id("E1"),
+            TTL,
+            None,
+            Some(idem("r", "f")),
+            NO_ONE,
+        )
         .await
         .expect("a key past its TTL is a new grant");
 }
@@ -970,13 +1059,20 @@ async fn a_failed_keyed_attempt_forgets_its_key_and_a_stale_minority_record_does
     hold(&*bed.nodes[2], "s", "other", 500).await;
     assert!(matches!(
         bed.engine
-            .acquire_keyed(&key("s"), "S1", TTL, None, Some(idem("r", "f")), NO_ONE)
+            .acquire_keyed(
+                &key("s"),
+                &id("S1"),
+                TTL,
+                None,
+                Some(idem("r", "f")),
+                NO_ONE
+            )
             .await,
         Err(EngineError::Held { .. })
     ));
     assert_eq!(
         bed.nodes[0]
-            .acquire(Claim::new(&key("s"), "S1", 10_000).with_idem(&idem("r", "f")))
+            .acquire(Claim::new(&key("s"), &id("S1"), 10_000).with_idem(&idem("r", "f")))
             .await,
         Ok(Acquired::Granted {
             token: FencingToken::new(2)
@@ -985,22 +1081,29 @@ async fn a_failed_keyed_attempt_forgets_its_key_and_a_stale_minority_record_does
     );
     tokio::time::advance(Duration::from_millis(600)).await;
     bed.engine
-        .acquire_keyed(&key("s"), "S1", TTL, None, Some(idem("r", "f")), NO_ONE)
+        .acquire_keyed(
+            &key("s"),
+            &id("S1"),
+            TTL,
+            None,
+            Some(idem("r", "f")),
+            NO_ONE,
+        )
         .await
         .expect("the retry after the holder lapsed is granted");
 
     // A record left on one master (its lease revoked there alone) is a minority's word.
     let record = idem("r2", "f");
     bed.nodes[0]
-        .acquire(Claim::new(&key("t"), "T1", 10_000).with_idem(&record))
+        .acquire(Claim::new(&key("t"), &id("T1"), 10_000).with_idem(&record))
         .await
         .expect("set");
     bed.nodes[0]
-        .release(&key("t"), "T1", &Ending::Revoke)
+        .release(&key("t"), &id("T1"), &Ending::Revoke)
         .await
         .expect("released");
     bed.engine
-        .acquire_keyed(&key("t"), "T1", TTL, None, Some(record), NO_ONE)
+        .acquire_keyed(&key("t"), &id("T1"), TTL, None, Some(record), NO_ONE)
         .await
         .expect("granted on masters 1 and 2");
 }
@@ -1015,12 +1118,19 @@ async fn a_failed_attempt_never_undoes_a_hold_a_concurrent_retry_counts_on() {
     // Attempt 1 made holds on masters 0 and 1 (its answer lost); attempt 2, a retry of the
     // same key, answers for them and wins.
     for node in &bed.nodes[..2] {
-        node.acquire(Claim::new(&key("c"), "C1", 10_000).with_idem(&record("one")))
+        node.acquire(Claim::new(&key("c"), &id("C1"), 10_000).with_idem(&record("one")))
             .await
             .expect("set");
     }
     bed.engine
-        .acquire_keyed(&key("c"), "C1", TTL, None, Some(idem("r", "f")), NO_ONE)
+        .acquire_keyed(
+            &key("c"),
+            &id("C1"),
+            TTL,
+            None,
+            Some(idem("r", "f")),
+            NO_ONE,
+        )
         .await
         .expect("the retry wins with the holds attempt 1 made");
     // Attempt 1 fails late and undoes what it made: nothing, since attempt 2 answered for it.
@@ -1029,13 +1139,16 @@ async fn a_failed_attempt_never_undoes_a_hold_a_concurrent_retry_counts_on() {
             attempt: Some("one".into()),
         };
         assert_eq!(
-            node.release(&key("c"), "C1", &undo).await,
+            node.release(&key("c"), &id("C1"), &undo).await,
             Ok(Owned::NotOwner)
         );
     }
     assert!(bed.nodes.iter().all(|n| n.holds("c", "C1")));
     // The holder's own revoke ends it everywhere.
-    bed.engine.release(&key("c"), "C1").await.expect("revoked");
+    bed.engine
+        .release(&key("c"), &id("C1"))
+        .await
+        .expect("revoked");
     assert!(bed.nodes.iter().all(|n| !n.holds("c", "C1")));
 }
 
@@ -1080,7 +1193,7 @@ async fn a_master_that_restarts_empty_sits_out_the_lock_delay_in_force_on_the_ot
     };
     // TTL 10 s and a 40 s delay: its claim runs 50 s, longer than the largest TTL.
     bed.engine
-        .acquire_keyed(&key("d"), "D1", TTL, None, None, terms)
+        .acquire_keyed(&key("d"), &id("D1"), TTL, None, None, terms)
         .await
         .expect("granted");
     let left = bed.restart_empty(2).await;
@@ -1127,13 +1240,13 @@ async fn a_delay_on_a_majority_is_delayed_and_on_a_minority_is_granted() {
         lock_delay_ms: 5_000,
     };
     bed.engine
-        .acquire_keyed(&key("m"), "M1", TTL, None, None, terms)
+        .acquire_keyed(&key("m"), &id("M1"), TTL, None, None, terms)
         .await
         .expect("granted");
     // The lease ends on A alone, evicted there: A is delayed, B and C still hold it: the
     // lock is held, not delayed.
     bed.nodes[0]
-        .release(&key("m"), "M1", &Ending::Evict)
+        .release(&key("m"), &id("M1"), &Ending::Evict)
         .await
         .expect("evicted on A");
     assert!(matches!(
@@ -1166,7 +1279,7 @@ async fn a_session_renew_that_cannot_reach_a_carrier_leaves_the_hold_unconfirmed
             .renew_session("S", None)
             .await
             .expect("the session is renewed on A, C");
-        assert_eq!(renewed.unconfirmed, vec!["H1".to_owned()], "{fault:?}");
+        assert_eq!(renewed.unconfirmed, vec![id("H1")], "{fault:?}");
         assert!(renewed.lost.is_empty(), "{fault:?}: {:?}", renewed.lost);
         assert!(renewed.kept.is_empty(), "{fault:?}");
         assert!(renewed.released.is_empty(), "{fault:?}");
@@ -1181,7 +1294,7 @@ async fn a_session_renew_that_cannot_reach_a_carrier_leaves_the_hold_unconfirmed
             "{fault:?}: the name went to another: {other:?}"
         );
         let renewed = bed.engine.renew_session("S", None).await.expect("renewed");
-        assert_eq!(renewed.kept, vec!["H1".to_owned()], "{fault:?}");
+        assert_eq!(renewed.kept, vec![id("H1")], "{fault:?}");
         assert!(renewed.unconfirmed.is_empty() && renewed.lost.is_empty());
     }
 }
@@ -1196,7 +1309,7 @@ async fn a_session_renew_that_skips_an_unverified_carrier_leaves_the_hold_unconf
     let _ = bed.engine.read_session("S").await;
     bed.nodes[1].set_fault(Fault::None);
     let renewed = bed.engine.renew_session("S", None).await.expect("renewed");
-    assert_eq!(renewed.unconfirmed, vec!["H1".to_owned()], "{renewed:?}");
+    assert_eq!(renewed.unconfirmed, vec![id("H1")], "{renewed:?}");
     assert!(renewed.lost.is_empty() && renewed.released.is_empty());
     assert!(bed.nodes[0].holds("h", "H1") && bed.nodes[1].holds("h", "H1"));
     assert!(
@@ -1212,19 +1325,19 @@ async fn a_session_renew_that_skips_an_unverified_carrier_leaves_the_hold_unconf
 async fn a_session_renew_releases_a_hold_only_when_a_majority_deny_it() {
     let bed = session_with_a_hold_on_a_and_b().await;
     bed.nodes[0]
-        .release(&key("h"), "H1", &Ending::Evict)
+        .release(&key("h"), &id("H1"), &Ending::Evict)
         .await
         .expect("removed from A");
     bed.nodes[1].set_fault(Fault::Down);
     let renewed = bed.engine.renew_session("S", None).await.expect("renewed");
-    assert_eq!(renewed.lost, vec!["H1".to_owned()]);
+    assert_eq!(renewed.lost, vec![id("H1")]);
     assert!(renewed.unconfirmed.is_empty() && renewed.kept.is_empty());
     bed.nodes[1].set_fault(Fault::None);
     bed.reverify(&[&bed.engine]).await;
     // B's copy is still attached there: the next renew that reaches B finds it denied by
     // A and C again, and releases it.
     let renewed = bed.engine.renew_session("S", None).await.expect("renewed");
-    assert_eq!(renewed.lost, vec!["H1".to_owned()]);
+    assert_eq!(renewed.lost, vec![id("H1")]);
     bed.drain_backlogs().await;
     assert!(
         !bed.nodes[1].holds("h", "H1"),
@@ -1241,10 +1354,10 @@ async fn a_session_renew_names_a_hold_force_released_everywhere_as_lost() {
     let bed = session_with_a_hold_on_a_and_b().await;
     bed.engine.evict(&key("h")).await.expect("force-released");
     let renewed = bed.engine.renew_session("S", None).await.expect("renewed");
-    assert_eq!(renewed.lost, vec!["H1".to_owned()]);
+    assert_eq!(renewed.lost, vec![id("H1")]);
     assert!(renewed.kept.is_empty());
     let again = bed.engine.renew_session("S", None).await.expect("renewed");
-    assert!(!again.kept.contains(&"H1".to_owned()), "{again:?}");
+    assert!(!again.kept.contains(&id("H1")), "{again:?}");
     let (_, holds) = bed.engine.read_session("S").await.expect("read");
     assert!(holds.is_empty(), "a released hold is not listed: {holds:?}");
 }
@@ -1255,7 +1368,10 @@ async fn a_session_read_lists_only_holds_that_still_exist() {
     let bed = session_with_a_hold_on_a_and_b().await;
     let (_, holds) = bed.engine.read_session("S").await.expect("read");
     assert_eq!(holds.len(), 1);
-    bed.engine.release(&key("h"), "H1").await.expect("revoked");
+    bed.engine
+        .release(&key("h"), &id("H1"))
+        .await
+        .expect("revoked");
     let (_, holds) = bed.engine.read_session("S").await.expect("read");
     assert!(holds.is_empty(), "{holds:?}");
 }
@@ -1269,7 +1385,7 @@ async fn a_session_renew_waits_for_a_slow_master_before_calling_a_hold_lost() {
     assert!(renewed.lost.is_empty(), "{:?}", renewed.lost);
     assert!(renewed.unconfirmed.is_empty(), "{:?}", renewed.unconfirmed);
     assert_eq!(renewed.holds, 1);
-    assert_eq!(renewed.kept, vec!["H1".to_owned()]);
+    assert_eq!(renewed.kept, vec![id("H1")]);
     assert!(bed.nodes[0].holds("h", "H1"));
 }
 
@@ -1286,7 +1402,7 @@ async fn session_with_a_hold_on_a_and_b() -> Bed {
     let token = bed.grant("h", "H1").await.expect("granted on A, B");
     let hold = SessionHold {
         key: key("h"),
-        lease: "H1".into(),
+        lease: id("H1"),
         token,
     };
     bed.engine
@@ -1481,7 +1597,7 @@ async fn a_master_rolled_back_to_before_its_last_restore_is_caught_by_its_retire
     }
     assert!(!bed.nodes[2].marked(), "C's retired marker gave it away");
     for engine in [&bed.engine, &newcomer] {
-        let second = engine.acquire(&key("x"), "L2", TTL, None).await;
+        let second = engine.acquire(&key("x"), &id("L2"), TTL, None).await;
         assert!(
             matches!(
                 second,

@@ -8,7 +8,7 @@ use std::task::Poll;
 use std::time::Duration;
 
 use redlockd::config::MasterUrl;
-use redlockd::model::{LockKey, LockName};
+use redlockd::model::{LeaseId, LockKey, LockName};
 use redlockd::store::node::{Acquired, Claim, Ending, LockNode, Owned};
 use redlockd::store::redis::RedisNode;
 
@@ -17,6 +17,11 @@ use crate::common::RedisMaster;
 fn node(master: &RedisMaster) -> RedisNode {
     let url = MasterUrl::parse(&master.url()).expect("url");
     RedisNode::new(&url, "redlockd:", Duration::from_secs(2), 256).expect("node")
+}
+
+/// A lease id as a caller names one.
+fn id(lease: &str) -> LeaseId {
+    LeaseId::parse(lease).expect("a well-formed lease id")
 }
 
 fn key(name: &str) -> LockKey {
@@ -51,7 +56,7 @@ async fn concurrent_steps_on_one_master_travel_as_one_script_call() {
     master.cmd::<()>(&["CONFIG", "RESETSTAT"]).await.unwrap();
 
     let keys: Vec<LockKey> = (0..64).map(|i| key(&format!("batch-{i}"))).collect();
-    let leases: Vec<String> = (0..64).map(|i| format!("lease-{i}")).collect();
+    let leases: Vec<LeaseId> = (0..64).map(|i| id(&format!("lease-{i}"))).collect();
     // All queued before the worker runs (this runtime has one thread): one batch.
     let mut acquires: Vec<_> = keys
         .iter()
@@ -76,11 +81,11 @@ async fn concurrent_steps_on_one_master_travel_as_one_script_call() {
 
     // Each step is answered as its own: a lock already held is refused with its holder.
     let again = node
-        .acquire(Claim::new(&keys[3], "someone-else", 30_000))
+        .acquire(Claim::new(&keys[3], &id("someone-else"), 30_000))
         .await
         .expect("answered");
     assert!(
-        matches!(&again, Acquired::Held { lease, .. } if lease == "lease-3"),
+        matches!(&again, Acquired::Held { lease, .. } if lease.as_str() == "lease-3"),
         "{again:?}"
     );
     let released = futures::future::join_all(
@@ -110,7 +115,7 @@ async fn a_release_issued_after_its_acquire_never_overtakes_it() {
         })
     };
     for i in 0..300 {
-        let (key, lease) = (key(&format!("order-{i}")), format!("lease-{i}"));
+        let (key, lease) = (key(&format!("order-{i}")), id(&format!("lease-{i}")));
         // The acquire is issued (queued) before the release, neither yet answered: the
         // engine does this when a grant fails while an acquire is still on the wire.
         let mut acquire = pin!(node.acquire(Claim::new(&key, &lease, 30_000)));

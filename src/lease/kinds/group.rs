@@ -7,7 +7,7 @@ use std::sync::Arc;
 use super::Grant;
 use crate::lease::granted::Lease;
 use crate::lease::{LeaseError, LeaseService};
-use crate::model::{Kind, LockKey, LockName};
+use crate::model::{Kind, LeaseId, LockKey, LockName};
 use crate::redlock::EngineError;
 
 /// A waiting grant of several names waits on each of their topics.
@@ -40,7 +40,7 @@ pub(super) async fn attempt(
 pub(super) async fn key_of(
     service: &LeaseService,
     member: &LockKey,
-    lease: &str,
+    lease: &LeaseId,
 ) -> Result<LockKey, LeaseError> {
     let names = service
         .engine()

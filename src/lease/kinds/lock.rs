@@ -67,7 +67,7 @@ pub(super) async fn keys(
     name: &LockName,
 ) -> Result<Vec<LockKey>, LeaseError> {
     let key = match service.engine().inspect(&name.key()).await? {
-        Some(holder) if LeaseId::parse(&holder.lease).is_ok_and(|id| id.is_group()) => {
+        Some(holder) if holder.lease.is_group() => {
             super::group::key_of(service, &name.key(), &holder.lease).await?
         }
         _ => name.key(),

@@ -207,14 +207,7 @@ impl LeaseService {
         });
         let result = self
             .engine()
-            .acquire_keyed(
-                &key,
-                id.as_str(),
-                grant.ttl,
-                grant.owner.clone(),
-                idem,
-                terms,
-            )
+            .acquire_keyed(&key, &id, grant.ttl, grant.owner.clone(), idem, terms)
             .await
             .map(|leased| Lease::new(grant.target.name.clone(), id, leased));
         // Finished: the answer is the request's to give.
@@ -245,7 +238,7 @@ impl LeaseService {
     ) -> Result<LockKey, LeaseError> {
         match name.kind() {
             Kind::Mutex if id.is_shared() => Ok(LockKey::reader(name.as_str(), id)),
-            Kind::Mutex if id.is_group() => group::key_of(self, &name.key(), id.as_str()).await,
+            Kind::Mutex if id.is_group() => group::key_of(self, &name.key(), id).await,
             Kind::Semaphore => permit::key_of(name, id),
             _ => Ok(name.key()),
         }
@@ -312,7 +305,7 @@ impl Drop for Abandoned {
         self.tasks.spawn_on(
             async move {
                 tracing::info!(lock = %key, "client left before its grant completed; releasing it");
-                let _ = engine.release(&key, id.as_str()).await;
+                let _ = engine.release(&key, &id).await;
                 for member in key.members() {
                     events.wake(&member.topic());
                 }

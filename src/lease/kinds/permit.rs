@@ -31,7 +31,7 @@ pub(super) async fn attempt(
     let mut earliest: Option<Duration> = None;
     let mut ours = None;
     for (slot, holder) in &holders {
-        if holder.lease.starts_with(base.as_str()) {
+        if holder.lease.as_str().starts_with(base.as_str()) {
             ours = Some(*slot);
         }
         if let Some(t) = taken.get_mut(usize::from(*slot)) {

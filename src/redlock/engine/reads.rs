@@ -8,7 +8,7 @@ impl Redlock {
     pub(super) async fn read(
         &self,
         key: &LockKey,
-        only: Option<&str>,
+        only: Option<&LeaseId>,
     ) -> Result<(Option<quorum::Agreed>, Duration), EngineError> {
         self.read_as(key, |replies| quorum::decide_read(replies, only))
             .await?
@@ -48,7 +48,7 @@ impl Redlock {
     }
 
     /// The lease as a majority of masters hold it now.
-    pub async fn check(&self, key: &LockKey, lease: &str) -> Result<Leased, EngineError> {
+    pub async fn check(&self, key: &LockKey, lease: &LeaseId) -> Result<Leased, EngineError> {
         let (agreed, elapsed) = self.read(key, Some(lease)).await?;
         let agreed = agreed.ok_or(EngineError::NotFound)?;
         let ttl = Duration::from_millis(agreed.ttl_ms);
@@ -93,9 +93,9 @@ impl Redlock {
     pub(crate) async fn members(
         &self,
         key: &LockKey,
-        lease: &str,
+        lease: &LeaseId,
     ) -> Result<Option<String>, EngineError> {
-        let lease: Arc<str> = lease.into();
+        let lease = lease.clone();
         let Round {
             outcome, failures, ..
         } = self

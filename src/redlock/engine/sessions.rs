@@ -9,7 +9,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use super::{EngineError, Redlock, Round, unavailable};
-use crate::model::SessionHold;
+use crate::model::{LeaseId, SessionHold};
 use crate::redlock::quorum::{self, OwnedOutcome};
 use crate::store::node::{SessionState, SessionStep};
 
@@ -27,13 +27,13 @@ pub struct SessionLease {
     pub holds: usize,
     /// The holds a renew kept (carried by a majority of all masters): valid as long as the
     /// session now. A hold attached to the session and absent here was not extended.
-    pub kept: Vec<String>,
+    pub kept: Vec<LeaseId>,
     /// The holds a renew could neither confirm nor deny (a master that carries one did not
     /// answer): left attached and in place, their validity not extended.
-    pub unconfirmed: Vec<String>,
+    pub unconfirmed: Vec<LeaseId>,
     /// The holds a majority of all masters deny carrying (revoked, force-released, expired,
     /// or their grant reached only a minority): no longer valid, and released.
-    pub lost: Vec<String>,
+    pub lost: Vec<LeaseId>,
     /// Those of them found again (their keys) and released.
     pub released: Vec<SessionHold>,
 }

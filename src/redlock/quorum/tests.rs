@@ -1,6 +1,11 @@
 use super::*;
 use crate::store::node::{NodeError, Owned};
 
+/// A lease id as the masters hold it.
+fn id(lease: &str) -> LeaseId {
+    LeaseId::stored(lease)
+}
+
 fn ms(v: u64) -> Duration {
     Duration::from_millis(v)
 }
@@ -30,7 +35,7 @@ fn held(p: u64) -> Option<NodeResult<Acquired>> {
 fn held_by(lease: &str, p: u64) -> Option<NodeResult<Acquired>> {
     Some(Ok(Acquired::Held {
         pttl_ms: p,
-        lease: lease.into(),
+        lease: id(lease),
     }))
 }
 fn down<T>() -> Option<NodeResult<T>> {
@@ -139,7 +144,7 @@ fn a_split_vote_is_not_a_holder() {
 fn a_renew_whose_first_answers_disagree_on_the_token_waits_for_the_rest() {
     let renewed = |token: u64| {
         Some(Ok(Owned::Yes(Holding {
-            lease: "a".into(),
+            lease: id("a"),
             token: FencingToken::new(token),
             ttl_ms: 1000,
             pttl_ms: 1000,
@@ -215,7 +220,7 @@ fn release_outcomes() {
 
 fn holding(lease: &str, token: u64, pttl: u64) -> Option<NodeResult<Option<Holding>>> {
     Some(Ok(Some(Holding {
-        lease: lease.into(),
+        lease: id(lease),
         token: FencingToken::new(token),
         ttl_ms: 1000,
         pttl_ms: pttl,
@@ -245,7 +250,7 @@ fn read_finds_the_majority_holder_and_its_token() {
     assert_eq!(
         decide_read(
             &[holding("a", 4, 900), holding("a", 4, 900), free],
-            Some("b")
+            Some(&id("b"))
         ),
         Some(ReadOutcome::Free)
     );
@@ -390,15 +395,15 @@ fn an_observers_read_waits_for_every_master_and_for_the_token_to_settle() {
 /// A master's answer to a session renew: the holds it carried and those it found gone.
 fn session(carried: &[&str], dropped: &[&str]) -> crate::store::node::SessionState {
     crate::store::node::SessionState {
-        carried: carried.iter().map(|l| l.to_string()).collect(),
-        dropped: dropped.iter().map(|l| l.to_string()).collect(),
+        carried: carried.iter().copied().map(id).collect(),
+        dropped: dropped.iter().copied().map(id).collect(),
         ..Default::default()
     }
 }
 
 #[test]
 fn a_session_hold_is_lost_only_when_a_majority_deny_it() {
-    let names = |v: &[&str]| v.iter().map(|l| l.to_string()).collect::<Vec<_>>();
+    let ids = |v: &[&str]| v.iter().copied().map(id).collect::<Vec<_>>();
     // (answers of the masters that renewed, out of n) => (kept, unconfirmed, lost)
     type Case<'a> = (
         Vec<crate::store::node::SessionState>,
@@ -447,9 +452,9 @@ fn a_session_hold_is_lost_only_when_a_majority_deny_it() {
     ];
     for (i, (states, n, [kept, unconfirmed, lost])) in cases.into_iter().enumerate() {
         let verdicts = judge_session_holds(&states, n);
-        assert_eq!(verdicts.kept, names(kept), "case {i}");
-        assert_eq!(verdicts.unconfirmed, names(unconfirmed), "case {i}");
-        assert_eq!(verdicts.lost, names(lost), "case {i}");
+        assert_eq!(verdicts.kept, ids(kept), "case {i}");
+        assert_eq!(verdicts.unconfirmed, ids(unconfirmed), "case {i}");
+        assert_eq!(verdicts.lost, ids(lost), "case {i}");
     }
 }
 

@@ -6,7 +6,7 @@ use super::*;
 
 #[derive(Debug, Clone)]
 pub(super) struct Entry {
-    pub(super) lease: String,
+    pub(super) lease: LeaseId,
     pub(super) token: u64,
     pub(super) ttl_ms: u64,
     pub(super) owner: Option<String>,
@@ -43,7 +43,7 @@ impl Entry {
     /// The hold a grant makes: `lease` with `token` until `expires`, noting the
     /// Idempotency-Key's record and attempt when there is one.
     pub(super) fn granted(
-        lease: &str,
+        lease: &LeaseId,
         token: u64,
         ttl_ms: u64,
         owner: Option<&str>,
@@ -51,7 +51,7 @@ impl Entry {
         idem: Option<&Idem>,
     ) -> Self {
         Self {
-            lease: lease.to_owned(),
+            lease: lease.clone(),
             token,
             ttl_ms,
             owner: owner.filter(|o| !o.is_empty()).map(str::to_owned),
@@ -166,7 +166,7 @@ impl Data {
                 Some(Acquired::Held {
                     pttl_ms: u64::try_from(until.duration_since(now).as_millis())
                         .unwrap_or(u64::MAX),
-                    lease: claimant.clone(),
+                    lease: LeaseId::stored(claimant.as_str()),
                 })
             }
             _ => None,
@@ -252,7 +252,7 @@ impl Data {
         let claimed = by.starts_with("g:") && Some(by.as_str()) != claimant;
         let refused = ((claimed || turn) && *until > now).then(|| Acquired::Held {
             pttl_ms: u64::try_from(until.duration_since(now).as_millis()).unwrap_or(u64::MAX),
-            lease: by.clone(),
+            lease: LeaseId::stored(by.as_str()),
         });
         if refused.is_some() && waiting {
             self.meet_claim(&key.name, now);
@@ -268,7 +268,7 @@ impl Data {
     pub(super) fn readers_refuse(
         &mut self,
         key: &LockKey,
-        lease: &str,
+        lease: &LeaseId,
         marks: bool,
         waiting: Option<u64>,
         now: Instant,
@@ -302,7 +302,7 @@ impl Data {
         let longest = longest?;
         if let Some(patience_ms) = waiting {
             let until = now + Duration::from_millis((longest + 1000).min(patience_ms + 100));
-            self.claim(&name, lease, until, now);
+            self.claim(&name, lease.as_str(), until, now);
         }
         Some(longest)
     }
@@ -341,7 +341,7 @@ impl Data {
         entry.expires = expires;
         let (lease, delay_ms) = (entry.lease.clone(), entry.delay_ms);
         if delay_ms > 0 {
-            self.delay_after(key, &lease, delay_ms, expires);
+            self.delay_after(key, lease.as_str(), delay_ms, expires);
         }
         if let Some(record) = self.records.get_mut(&idem.record) {
             record.1 = record.1.max(expires);
@@ -373,7 +373,7 @@ impl Data {
             }
             let delay_ms = entry.delay_ms;
             if delay_ms > 0 {
-                self.delay_after(&key, &hold.lease, delay_ms, expires);
+                self.delay_after(&key, hold.lease.as_str(), delay_ms, expires);
             }
         }
         live

@@ -15,7 +15,7 @@ impl MemoryNode {
             ..
         } = claim;
         let members = key.members();
-        let claimant = format!("g:{}", claimant_of(lease));
+        let claimant = format!("g:{}", claimant_of(lease.as_str()));
         self.step(|data, now| {
             data.check_marker()?;
             let record = match data.record(idem, now) {
@@ -23,13 +23,13 @@ impl MemoryNode {
                 Err(mismatch) => return Ok(mismatch),
             };
             if let Some(idem) = idem
-                && let Some(first) = data.live(&members[0], now).filter(|e| e.lease == lease)
+                && let Some(first) = data.live(&members[0], now).filter(|e| e.lease == *lease)
             {
                 let token = first.token;
                 for member in &members {
                     if let Some(entry) = data.locks.get_mut(member) {
                         entry.seen = Some(idem.attempt.clone());
-                        if entry.lease == lease {
+                        if entry.lease == *lease {
                             data.refresh(member, idem, ttl_ms, now);
                         }
                     }
@@ -54,7 +54,7 @@ impl MemoryNode {
             for member in &members {
                 let held = data
                     .live(member, now)
-                    .filter(|e| e.lease != lease)
+                    .filter(|e| e.lease != *lease)
                     .map(|e| {
                         e.waited |= listeners.waiting;
                         e.clone()
@@ -64,7 +64,7 @@ impl MemoryNode {
                     Some(held) => Some(held),
                     None => data
                         .readers_refuse(member, lease, listeners.waiting, None, now)
-                        .map(|pttl| (pttl, "shared".to_owned())),
+                        .map(|pttl| (pttl, LeaseId::stored("shared"))),
                 };
                 if let Some((pttl_ms, holder)) = held {
                     if listeners.waiting && !data.delays.contains_key(member) {

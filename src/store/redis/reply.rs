@@ -51,7 +51,7 @@ impl Reply {
     /// what is left of it, owner.
     pub(super) fn holding(&self, at: usize) -> NodeResult<Holding> {
         Ok(Holding {
-            lease: self.string(at)?,
+            lease: LeaseId::stored(self.string(at)?),
             token: FencingToken::new(self.uint(at + 1)?),
             ttl_ms: self.uint(at + 2)?,
             pttl_ms: self.uint(at + 3)?,
@@ -81,7 +81,7 @@ pub(super) fn acquired(reply: &Reply) -> NodeResult<Acquired> {
         }),
         _ => Ok(Acquired::Held {
             pttl_ms: reply.uint(1)?,
-            lease: reply.string(2)?,
+            lease: LeaseId::stored(reply.string(2)?),
         }),
     }
 }

@@ -41,7 +41,7 @@ impl RedisNode {
                 for key in keys {
                     call.key(key);
                 }
-                call.arg("attach").arg(&hold.lease).arg(entry);
+                call.arg("attach").arg(hold.lease.as_str()).arg(entry);
             }
         }
         self.session_answer(call, step, note.is_none()).await
@@ -71,7 +71,7 @@ impl RedisNode {
         }
         let hold = SessionHold {
             key: LockKey::mutex(""),
-            lease: lease.to_owned(),
+            lease: LeaseId::stored(lease),
             token: FencingToken::default(),
         };
         Ok(self
@@ -115,8 +115,8 @@ impl RedisNode {
                 );
             } else if matches!(step, SessionStep::Renew { .. }) {
                 match text.strip_prefix('!') {
-                    Some(gone) => state.dropped.push(gone.to_owned()),
-                    None => state.carried.push(text),
+                    Some(gone) => state.dropped.push(LeaseId::stored(gone)),
+                    None => state.carried.push(LeaseId::stored(text)),
                 }
             } else {
                 state.holds.push(parse_hold(&text).ok_or_else(|| {
@@ -185,7 +185,14 @@ impl RedisNode {
                     }
                     let part = slot_entry(&entry, &keys);
                     let answer = self
-                        .session_attach(&key, &marker, &hold.lease, &part, &keys, create.as_ref())
+                        .session_attach(
+                            &key,
+                            &marker,
+                            hold.lease.as_str(),
+                            &part,
+                            &keys,
+                            create.as_ref(),
+                        )
                         .await?;
                     match answer {
                         Owned::NotOwner => return Ok(Owned::NotOwner),

@@ -28,7 +28,7 @@ pub(super) fn acquire(keys: &Keys, claim: &Claim<'_>) -> Step {
             .key(keys.shared(key))
             .key(keys.claim(key));
     }
-    step.arg(claim.lease)
+    step.arg(claim.lease.as_str())
         .arg(claim.ttl_ms)
         .arg(claim.owner.unwrap_or(""))
         .arg(&*key.name)
@@ -48,12 +48,12 @@ pub(super) fn acquire(keys: &Keys, claim: &Claim<'_>) -> Step {
 }
 
 /// confirm.lua: a grant decided on a majority, confirmed where it was won.
-pub(super) fn confirm(keys: &Keys, key: &LockKey, lease: &str, token: FencingToken) -> Step {
+pub(super) fn confirm(keys: &Keys, key: &LockKey, lease: &LeaseId, token: FencingToken) -> Step {
     let mut step = Step::new("confirm");
     step.key(keys.lock(key))
         .key(&*keys.fence(key))
         .key(&*keys.marker(key))
-        .arg(lease)
+        .arg(lease.as_str())
         .arg(token.get());
     step
 }
@@ -67,7 +67,7 @@ pub(super) fn renew(keys: &Keys, renewal: &Renewal<'_>) -> Step {
     if renewal.key.kind == Kind::Reader {
         step.key(keys.shared(renewal.key));
     }
-    step.arg(renewal.lease);
+    step.arg(renewal.lease.as_str());
     match renewal.ttl_ms {
         Some(ttl) => step.arg(ttl),
         None => step.arg(""),
@@ -79,7 +79,7 @@ pub(super) fn renew(keys: &Keys, renewal: &Renewal<'_>) -> Step {
 }
 
 /// release.lua: a revoke, an eviction or the undo of a failed attempt.
-pub(super) fn release(keys: &Keys, key: &LockKey, lease: &str, ending: &Ending) -> Step {
+pub(super) fn release(keys: &Keys, key: &LockKey, lease: &LeaseId, ending: &Ending) -> Step {
     let (announce, attempt) = match ending {
         Ending::Revoke => ("1", ""),
         Ending::Evict => ("2", ""),
@@ -92,7 +92,7 @@ pub(super) fn release(keys: &Keys, key: &LockKey, lease: &str, ending: &Ending) 
     if key.kind == Kind::Reader {
         step.key(keys.shared(key));
     }
-    step.arg(lease)
+    step.arg(lease.as_str())
         .arg(&*keys.channel(key))
         .arg(announce)
         .arg(&*keys.events(key))
@@ -128,13 +128,13 @@ pub(super) fn acquire_many(
             .key(keys.shared(member))
             .key(keys.claim(member));
     }
-    step.arg(claim.lease)
+    step.arg(claim.lease.as_str())
         .arg(claim.ttl_ms)
         .arg(claim.owner.unwrap_or(""))
         .arg(claim.listeners.flags())
         .arg(pruning)
         .arg(&*claim.key.name)
-        .arg(claimant_of(claim.lease))
+        .arg(claimant_of(claim.lease.as_str()))
         .arg(keys.readers_head())
         .arg(claim.listeners.patience_ms);
     for member in names {
@@ -149,9 +149,11 @@ pub(super) fn acquire_many(
 }
 
 /// members.lua: a several-name lease's names, through one of them.
-pub(super) fn members(keys: &Keys, key: &LockKey, lease: &str) -> Step {
+pub(super) fn members(keys: &Keys, key: &LockKey, lease: &LeaseId) -> Step {
     let mut step = Step::new("members");
-    step.key(keys.lock(key)).key(&*keys.marker(key)).arg(lease);
+    step.key(keys.lock(key))
+        .key(&*keys.marker(key))
+        .arg(lease.as_str());
     step
 }
 
@@ -271,18 +273,19 @@ mod tests {
                 fingerprint: "f".into(),
                 attempt: "n".into(),
             };
+            let lease = LeaseId::stored("L");
             for key in [&lock, &election, &slot, &reader] {
                 let case = format!("{key} (cluster: {cluster})");
-                let mut claim = Claim::new(key, "L", 1000);
+                let mut claim = Claim::new(key, &lease, 1000);
                 claim.listeners = Listeners::default();
                 holds_to_its_script(&acquire(&keys, &claim), &case);
                 claim.idem = Some(&idem);
                 holds_to_its_script(&acquire(&keys, &claim), &format!("{case}, keyed"));
-                holds_to_its_script(&confirm(&keys, key, "L", FencingToken::new(7)), &case);
+                holds_to_its_script(&confirm(&keys, key, &lease, FencingToken::new(7)), &case);
                 for (ttl_ms, owner) in [(None, None), (Some(500), Some("o"))] {
                     let renewal = Renewal {
                         key,
-                        lease: "L",
+                        lease: &lease,
                         ttl_ms,
                         owner,
                     };
@@ -295,10 +298,10 @@ mod tests {
                         attempt: Some("n".into()),
                     },
                 ] {
-                    holds_to_its_script(&release(&keys, key, "L", &ending), &case);
+                    holds_to_its_script(&release(&keys, key, &lease, &ending), &case);
                 }
                 holds_to_its_script(&read(&keys, key), &case);
-                holds_to_its_script(&members(&keys, key, "L_m"), &case);
+                holds_to_its_script(&members(&keys, key, &LeaseId::stored("L_m")), &case);
             }
             holds_to_its_script(&slots(&keys, "s", 3), "slots");
         }
@@ -330,7 +333,8 @@ mod tests {
             let names: Vec<LockKey> = ["a", "b", "c"].into_iter().map(LockKey::mutex).collect();
             let group = LockKey::group(&["a", "b", "c"].map(|n| LockName::parse(n).expect("name")));
             for n in 1..=names.len() {
-                let mut claim = Claim::new(&group, "L_m", 1000);
+                let lease = LeaseId::stored("L_m");
+                let mut claim = Claim::new(&group, &lease, 1000);
                 let step = acquire_many(&keys, &claim, &names[..n], &names[0]);
                 assert_eq!(step.counts(), (3 + 3 * n, 9 + n), "{n} names");
                 claim.idem = Some(&idem);
