@@ -1,14 +1,13 @@
 package redlockd_test
 
-// Real parts for the client's tests: redis-server masters on free loopback ports, each in
-// its own directory, and the project's redlockd binary in front of them; a proxy that can
-// lose answers. Everything started here is stopped here, by PID.
+// Real parts for the client's tests: redis-server masters and the project's redlockd
+// binary in front of them, started and stopped by scripts/client-bed (the launcher the
+// Python and TypeScript suites use too); a proxy that can lose answers.
 
 import (
 	"bufio"
 	"bytes"
 	"encoding/json"
-	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -35,15 +34,6 @@ func waitFor(t *testing.T, what string, timeout time.Duration, check func() bool
 	}
 }
 
-func freePort(t *testing.T) int {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
-}
-
 // projectRoot is the nearest folder above the tests with a Cargo.toml.
 func projectRoot(t *testing.T) string {
 	dir, _ := os.Getwd()
@@ -53,116 +43,72 @@ func projectRoot(t *testing.T) string {
 		}
 		up := filepath.Dir(dir)
 		if up == dir {
-			t.Fatal("no Cargo.toml above the tests: set REDLOCKD_BIN")
+			t.Fatal("no Cargo.toml above the tests: they run from the project's checkout")
 		}
 		dir = up
 	}
 }
 
-func binary(t *testing.T) string {
-	if b := os.Getenv("REDLOCKD_BIN"); b != "" {
-		return b
-	}
-	target := os.Getenv("CARGO_TARGET_DIR")
-	if target == "" {
-		target = filepath.Join(projectRoot(t), "target")
-	}
-	return filepath.Join(target, "debug", "redlockd")
-}
-
-type master struct {
-	port int
-	cmd  *exec.Cmd
-}
-
-func startMaster(t *testing.T) *master {
-	for i := 0; i < 5; i++ {
-		m := &master{port: freePort(t)}
-		m.cmd = exec.Command("redis-server", "--port", strconv.Itoa(m.port), "--bind", "127.0.0.1",
-			"--save", "", "--appendonly", "no", "--dir", t.TempDir(), "--logfile", "redis.log")
-		if err := m.cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		exited := make(chan struct{})
-		go func() { _ = m.cmd.Wait(); close(exited) }()
-		deadline := time.Now().Add(10 * time.Second)
-		for time.Now().Before(deadline) {
-			select {
-			case <-exited:
-				deadline = time.Time{}
-				continue
-			default:
-			}
-			if c, err := net.DialTimeout("tcp", fmt.Sprintf("127.0.0.1:%d", m.port), 500*time.Millisecond); err == nil {
-				_, _ = c.Write([]byte("PING\r\n"))
-				line, _ := bufio.NewReader(c).ReadString('\n')
-				c.Close()
-				if strings.HasPrefix(line, "+PONG") {
-					t.Cleanup(m.stop)
-					return m
-				}
-			}
-			time.Sleep(20 * time.Millisecond)
-		}
-		m.stop()
-	}
-	t.Fatal("could not start redis-server on a free port")
-	return nil
-}
-
-func (m *master) url() string { return fmt.Sprintf("redis://127.0.0.1:%d", m.port) }
-func (m *master) pause()      { _ = m.cmd.Process.Signal(syscall.SIGSTOP) }
-func (m *master) resume()     { _ = m.cmd.Process.Signal(syscall.SIGCONT) }
-func (m *master) stop() {
-	_ = m.cmd.Process.Signal(syscall.SIGCONT)
-	_ = m.cmd.Process.Kill()
-}
-
-type replica struct {
+// started is a process the test bed started for this suite (a master or a replica): a
+// test may pause, resume or stop it, by the PID the bed gave.
+type started struct {
 	url string
-	cmd *exec.Cmd
+	pid int
 }
 
-func startReplica(t *testing.T, masters []*master) *replica {
-	port := freePort(t)
-	urls := make([]string, len(masters))
-	for i, m := range masters {
-		urls[i] = m.url()
-	}
-	r := &replica{url: fmt.Sprintf("http://127.0.0.1:%d", port)}
-	r.cmd = exec.Command(binary(t))
-	r.cmd.Env = []string{
-		"PATH=" + os.Getenv("PATH"),
-		fmt.Sprintf("REDLOCKD_LISTEN=127.0.0.1:%d", port),
-		"REDLOCKD_REDIS_URLS=" + strings.Join(urls, ","),
-		"RUST_LOG=warn",
-	}
-	if err := r.cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	go func() { _ = r.cmd.Wait() }()
-	t.Cleanup(r.stop)
-	waitFor(t, "redlockd to be ready", 10*time.Second, func() bool {
-		var body struct{ Ready bool }
-		return getJSON(r.url+"/readyz", &body) == nil && body.Ready
-	})
-	return r
+func (s *started) signal(sig syscall.Signal) { _ = syscall.Kill(s.pid, sig) }
+func (s *started) pause()                    { s.signal(syscall.SIGSTOP) }
+func (s *started) resume()                   { s.signal(syscall.SIGCONT) }
+func (s *started) stop() {
+	s.signal(syscall.SIGCONT)
+	s.signal(syscall.SIGKILL)
 }
-
-func (r *replica) stop() { _ = r.cmd.Process.Kill() }
 
 type cluster struct {
-	masters  []*master
-	replicas []*replica
+	masters  []*started
+	replicas []*started
 }
 
+// startCluster starts three masters and `replicas` redlockd replicas over them with
+// scripts/client-bed (the launcher every client's suite uses); the bed stops them all when
+// the test ends and its input is closed.
 func startCluster(t *testing.T, replicas int) *cluster {
-	c := &cluster{}
-	for i := 0; i < 3; i++ {
-		c.masters = append(c.masters, startMaster(t))
+	bed := exec.Command("python3", filepath.Join(projectRoot(t), "scripts", "client-bed"),
+		"--masters", "3", "--replicas", strconv.Itoa(replicas))
+	bed.Stderr = os.Stderr
+	in, err := bed.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
 	}
-	for i := 0; i < replicas; i++ {
-		c.replicas = append(c.replicas, startReplica(t, c.masters))
+	out, err := bed.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := bed.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = in.Close()
+		_ = bed.Wait()
+	})
+	line, err := bufio.NewReader(out).ReadString('\n')
+	if err != nil {
+		t.Fatalf("scripts/client-bed could not start the bed (see its stderr): %v", err)
+	}
+	type entry struct {
+		URL string `json:"url"`
+		PID int    `json:"pid"`
+	}
+	var bedOut struct{ Masters, Replicas []entry }
+	if err := json.Unmarshal([]byte(line), &bedOut); err != nil {
+		t.Fatalf("scripts/client-bed said %q: %v", line, err)
+	}
+	c := &cluster{}
+	for _, m := range bedOut.Masters {
+		c.masters = append(c.masters, &started{url: m.URL, pid: m.PID})
+	}
+	for _, r := range bedOut.Replicas {
+		c.replicas = append(c.replicas, &started{url: r.URL, pid: r.PID})
 	}
 	return c
 }

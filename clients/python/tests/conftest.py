@@ -1,21 +1,20 @@
-"""Real parts for the client's tests: redis-server masters on free loopback ports, each in
-its own directory, and the project's `redlockd` binary in front of them; a proxy that can
-lose answers. Everything started here is stopped here, by PID."""
+"""Real parts for the client's tests: redis-server masters and the project's `redlockd`
+binary in front of them, started and stopped by scripts/client-bed (the launcher the
+TypeScript and Go suites use too); a proxy that can lose answers."""
 
 from __future__ import annotations
 
+import json
 import os
-import shutil
 import signal
 import socket
 import subprocess
-import tempfile
+import sys
 import threading
 import time
 from pathlib import Path
 from typing import Callable, List, Optional, TypeVar
 
-import httpx
 import pytest
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -37,111 +36,67 @@ def wait_for(what: str, check: Callable[[], Optional[T]], timeout: float = 10.0)
         time.sleep(0.02)
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+BED = ROOT / "scripts" / "client-bed"
 
 
-def binary() -> str:
-    path = os.environ.get("REDLOCKD_BIN")
-    if path:
-        return path
-    target = Path(os.environ.get("CARGO_TARGET_DIR", ROOT / "target"))
-    return str(target / "debug" / "redlockd")
+class Started:
+    """A process the test bed started for this suite (a master or a replica): a test may
+    pause, resume or stop it, by the PID the bed gave."""
 
-
-class Master:
-    def __init__(self) -> None:
-        self.dir = tempfile.mkdtemp(prefix="redlockd-py-master-")
-        self.port = 0
-        self.proc: Optional[subprocess.Popen] = None
-        for _ in range(5):
-            self.port = free_port()
-            if self._spawn():
-                return
-        raise RuntimeError("could not start redis-server on a free port")
-
-    def _spawn(self) -> bool:
-        self.proc = subprocess.Popen(
-            [shutil.which("redis-server") or "/usr/bin/redis-server", "--port", str(self.port),
-             "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--dir", self.dir,
-             "--logfile", "redis.log"],
-            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        deadline = time.monotonic() + 10
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                return False
-            try:
-                with socket.create_connection(("127.0.0.1", self.port), timeout=0.5) as s:
-                    s.sendall(b"PING\r\n")
-                    if s.recv(16).startswith(b"+PONG"):
-                        return True
-            except OSError:
-                pass
-            time.sleep(0.02)
-        self.stop()
-        return False
-
-    @property
-    def url(self) -> str:
-        return f"redis://127.0.0.1:{self.port}"
+    def __init__(self, entry: dict) -> None:
+        self.url: str = entry["url"]
+        self.pid: int = entry["pid"]
 
     def pause(self) -> None:
-        assert self.proc is not None
-        os.kill(self.proc.pid, signal.SIGSTOP)
+        os.kill(self.pid, signal.SIGSTOP)
 
     def resume(self) -> None:
-        assert self.proc is not None
-        os.kill(self.proc.pid, signal.SIGCONT)
+        os.kill(self.pid, signal.SIGCONT)
 
     def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            os.kill(self.proc.pid, signal.SIGCONT)
-            self.proc.kill()
-            self.proc.wait()
-        shutil.rmtree(self.dir, ignore_errors=True)
+        """Kill it, and wait until its port refuses connections."""
+        os.kill(self.pid, signal.SIGCONT)
+        os.kill(self.pid, signal.SIGKILL)
+        host, port = self.url.split("//")[1].split(":")
 
+        def refused() -> Optional[bool]:
+            try:
+                socket.create_connection((host, int(port)), timeout=0.5).close()
+                return None
+            except OSError:
+                return True
 
-class Replica:
-    """A `redlockd` process over the given masters."""
-
-    def __init__(self, masters: List[Master], extra_env: Optional[dict] = None) -> None:
-        self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        env = {
-            "PATH": os.environ.get("PATH", ""),
-            "REDLOCKD_LISTEN": f"127.0.0.1:{self.port}",
-            "REDLOCKD_REDIS_URLS": ",".join(m.url for m in masters),
-            "RUST_LOG": "warn",
-        }
-        env.update(extra_env or {})
-        self.log = tempfile.TemporaryFile()
-        self.proc = subprocess.Popen([binary()], env=env, stdin=subprocess.DEVNULL,
-                                     stdout=subprocess.DEVNULL, stderr=self.log)
-        wait_for(f"redlockd on {self.url} to be ready",
-                 lambda: httpx.get(self.url + "/readyz", timeout=1).json().get("ready"))
-
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.kill()
-            self.proc.wait()
+        wait_for(f"{self.url} to stop", refused)
 
 
 class Cluster:
-    def __init__(self, masters: int = 3, replicas: int = 1) -> None:
-        self.masters = [Master() for _ in range(masters)]
-        self.replicas = [Replica(self.masters) for _ in range(replicas)]
+    """Masters and `redlockd` replicas over them, from scripts/client-bed (the launcher
+    every client's suite uses); `env` is set for every replica."""
+
+    def __init__(self, masters: int = 3, replicas: int = 1,
+                 env: Optional[dict] = None) -> None:
+        args = [sys.executable, str(BED), "--masters", str(masters), "--replicas", str(replicas)]
+        for key, value in (env or {}).items():
+            args += ["--env", f"{key}={value}"]
+        self.bed = subprocess.Popen(args, stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+        assert self.bed.stdout is not None
+        line = self.bed.stdout.readline()
+        if not line:
+            self.bed.wait()
+            raise RuntimeError("scripts/client-bed could not start the bed (see its stderr)")
+        started = json.loads(line)
+        self.masters = [Started(m) for m in started["masters"]]
+        self.replicas = [Started(r) for r in started["replicas"]]
 
     @property
     def urls(self) -> List[str]:
         return [r.url for r in self.replicas]
 
     def stop(self) -> None:
-        for r in self.replicas:
-            r.stop()
-        for m in self.masters:
-            m.stop()
+        """Close the bed's input: it stops everything it started."""
+        assert self.bed.stdin is not None
+        self.bed.stdin.close()
+        self.bed.wait()
 
 
 class LosingProxy:

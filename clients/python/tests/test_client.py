@@ -180,7 +180,7 @@ def test_a_bearer_token_is_sent_and_scopes_the_lock(tmp_path):
     import hashlib
     import json
 
-    from conftest import Master, Replica
+    from conftest import Cluster
     from redlockd import Unauthorized
 
     secret = "s3cret-token-for-jobs"
@@ -188,8 +188,8 @@ def test_a_bearer_token_is_sent_and_scopes_the_lock(tmp_path):
     tokens.write_text(json.dumps({"tokens": [{
         "name": "jobs", "sha256": hashlib.sha256(secret.encode()).hexdigest(),
         "role": "client", "prefixes": ["jobs:"]}]}))
-    masters = [Master() for _ in range(3)]
-    replica = Replica(masters, {"REDLOCKD_AUTH_FILE": str(tokens)})
+    bed = Cluster(masters=3, replicas=1, env={"REDLOCKD_AUTH_FILE": str(tokens)})
+    replica = bed.replicas[0]
     try:
         with Client(replica.url, token=secret).lock("jobs:nightly", ttl=5) as lease:
             assert lease.fencing_token > 0
@@ -200,9 +200,7 @@ def test_a_bearer_token_is_sent_and_scopes_the_lock(tmp_path):
             Client(replica.url).lock("jobs:nightly", ttl=5)
         assert e.value.status == 401
     finally:
-        replica.stop()
-        for m in masters:
-            m.stop()
+        bed.stop()
 
 
 def test_a_server_url_without_a_scheme_is_a_configuration_error():

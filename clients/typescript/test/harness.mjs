@@ -1,12 +1,11 @@
-// Real parts for the client's tests: redis-server masters on free loopback ports, each in
-// its own directory, and the project's `redlockd` binary in front of them; a proxy that can
-// lose answers. Everything started here is stopped here, by PID.
+// Real parts for the client's tests: redis-server masters and the project's `redlockd`
+// binary in front of them, started and stopped by scripts/client-bed (the launcher the
+// Python and Go suites use too); a proxy that can lose answers.
 
 import { spawn } from "node:child_process";
-import { existsSync, mkdtempSync, rmSync } from "node:fs";
+import { existsSync } from "node:fs";
 import http from "node:http";
 import net from "node:net";
-import { tmpdir } from "node:os";
 import { join, resolve, dirname } from "node:path";
 import { fileURLToPath } from "node:url";
 
@@ -16,7 +15,7 @@ function projectRoot() {
   let dir = dirname(fileURLToPath(import.meta.url));
   while (!existsSync(join(dir, "Cargo.toml"))) {
     const up = resolve(dir, "..");
-    if (up === dir) throw new Error("no Cargo.toml above the tests: set REDLOCKD_BIN");
+    if (up === dir) throw new Error("no Cargo.toml above the tests: they run from the project's checkout");
     dir = up;
   }
   return dir;
@@ -42,115 +41,59 @@ export async function waitFor(what, check, timeoutMs = 10_000) {
   }
 }
 
-export function freePort() {
-  return new Promise((resolvePort, reject) => {
-    const server = net.createServer();
-    server.once("error", reject);
-    server.listen(0, "127.0.0.1", () => {
-      const { port } = server.address();
-      server.close(() => resolvePort(port));
-    });
-  });
-}
+const BED = join(ROOT, "scripts", "client-bed");
 
-function binary() {
-  if (process.env.REDLOCKD_BIN) return process.env.REDLOCKD_BIN;
-  return join(process.env.CARGO_TARGET_DIR ?? join(ROOT, "target"), "debug", "redlockd");
-}
-
-function ping(port) {
-  return new Promise((ok) => {
-    const s = net.connect(port, "127.0.0.1");
-    s.setTimeout(500, () => (s.destroy(), ok(false)));
-    s.on("error", () => ok(false));
-    s.on("connect", () => s.write("PING\r\n"));
-    s.on("data", (d) => (s.destroy(), ok(d.toString().startsWith("+PONG"))));
-  });
-}
-
-export class Master {
-  static async start() {
-    for (let i = 0; i < 5; i++) {
-      const m = new Master(await freePort());
-      if (await m.spawn()) return m;
-    }
-    throw new Error("could not start redis-server on a free port");
-  }
-
-  constructor(port) {
-    this.port = port;
-    this.dir = mkdtempSync(join(tmpdir(), "redlockd-ts-master-"));
-  }
-
-  async spawn() {
-    this.proc = spawn("redis-server", ["--port", String(this.port), "--bind", "127.0.0.1", "--save", "",
-      "--appendonly", "no", "--dir", this.dir, "--logfile", "redis.log"], { stdio: "ignore" });
-    let exited = false;
-    this.proc.once("exit", () => (exited = true));
-    const deadline = Date.now() + 10_000;
-    while (Date.now() < deadline && !exited) {
-      if (await ping(this.port)) return true;
-      await sleep(20);
-    }
-    this.stop();
-    return false;
-  }
-
-  get url() {
-    return `redis://127.0.0.1:${this.port}`;
+/** A process the test bed started for this suite (a master or a replica): a test may
+ * pause, resume or stop it, by the PID the bed gave. */
+class Started {
+  constructor({ url, pid }) {
+    this.url = url;
+    this.pid = pid;
   }
 
   pause() {
-    process.kill(this.proc.pid, "SIGSTOP");
+    process.kill(this.pid, "SIGSTOP");
   }
 
   resume() {
-    process.kill(this.proc.pid, "SIGCONT");
+    process.kill(this.pid, "SIGCONT");
   }
 
   stop() {
-    if (this.proc.exitCode === null && this.proc.signalCode === null) {
-      process.kill(this.proc.pid, "SIGCONT");
-      this.proc.kill("SIGKILL");
-    }
-    rmSync(this.dir, { recursive: true, force: true });
+    process.kill(this.pid, "SIGCONT");
+    process.kill(this.pid, "SIGKILL");
   }
 }
 
-export class Replica {
-  static async start(masters) {
-    const r = new Replica(await freePort(), masters);
-    await waitFor(`redlockd on ${r.url} to be ready`, async () => {
-      const resp = await fetch(`${r.url}/readyz`, { signal: AbortSignal.timeout(1000) });
-      return (await resp.json()).ready;
-    });
-    return r;
-  }
-
-  constructor(port, masters) {
-    this.url = `http://127.0.0.1:${port}`;
-    this.proc = spawn(binary(), [], {
-      stdio: "ignore",
-      env: {
-        PATH: process.env.PATH,
-        REDLOCKD_LISTEN: `127.0.0.1:${port}`,
-        REDLOCKD_REDIS_URLS: masters.map((m) => m.url).join(","),
-        RUST_LOG: "warn",
-      },
-    });
-  }
-
-  stop() {
-    if (this.proc.exitCode === null && this.proc.signalCode === null) this.proc.kill("SIGKILL");
-  }
+/** The first line `stream` gives, or a rejection when it ends without one. */
+function firstLine(stream) {
+  return new Promise((ok, fail) => {
+    let text = "";
+    const onData = (chunk) => {
+      text += chunk;
+      const end = text.indexOf("\n");
+      if (end >= 0) {
+        stream.off("data", onData);
+        ok(text.slice(0, end));
+      }
+    };
+    stream.setEncoding("utf8");
+    stream.on("data", onData);
+    stream.once("end", () => fail(new Error("scripts/client-bed could not start the bed (see its stderr)")));
+  });
 }
 
+/** Masters and `redlockd` replicas over them, from scripts/client-bed (the launcher every
+ * client's suite uses). */
 export class Cluster {
   static async start({ masters = 3, replicas = 1 } = {}) {
+    const args = [BED, "--masters", String(masters), "--replicas", String(replicas)];
+    const bed = spawn("python3", args, { stdio: ["pipe", "pipe", "inherit"] });
+    const started = JSON.parse(await firstLine(bed.stdout));
     const c = new Cluster();
-    c.masters = await Promise.all(Array.from({ length: masters }, () => Master.start()));
-    c.replicas = [];
-    for (let i = 0; i < replicas; i++) c.replicas.push(await Replica.start(c.masters));
+    c.bed = bed;
+    c.masters = started.masters.map((m) => new Started(m));
+    c.replicas = started.replicas.map((r) => new Started(r));
     return c;
   }
 
@@ -158,9 +101,9 @@ export class Cluster {
     return this.replicas.map((r) => r.url);
   }
 
+  /** Close the bed's input: it stops everything it started. */
   stop() {
-    for (const r of this.replicas) r.stop();
-    for (const m of this.masters) m.stop();
+    this.bed.stdin.end();
   }
 }
 
