@@ -64,7 +64,6 @@ impl Step {
     }
 
     /// Which step script it runs.
-    #[cfg(test)]
     pub(crate) fn name(&self) -> &'static str {
         self.name
     }
@@ -73,6 +72,35 @@ impl Step {
     #[cfg(test)]
     pub(crate) fn counts(&self) -> (usize, usize) {
         (self.keys.args_iter().count(), self.args.args_iter().count())
+    }
+
+    /// The step as a call of `script` of its own, outside the batches: how the upkeep
+    /// scripts (restore, unmark, list, watermark, clocks) run.
+    pub(crate) fn invocation<'a>(&self, script: &'a Script) -> redis::ScriptInvocation<'a> {
+        let mut invocation = script.prepare_invoke();
+        for key in self.keys.args_iter() {
+            if let redis::Arg::Simple(bytes) = key {
+                invocation.key(bytes);
+            }
+        }
+        for arg in self.args.args_iter() {
+            if let redis::Arg::Simple(bytes) = arg {
+                invocation.arg(bytes);
+            }
+        }
+        invocation
+    }
+
+    /// The step as one `EVALSHA` of `script` in `pipe`, its answer ignored.
+    pub(crate) fn pipe_to(&self, pipe: &mut redis::Pipeline, script: &Script) {
+        let keys = self.keys.args_iter().count();
+        let cmd = pipe.cmd("EVALSHA").arg(script.get_hash()).arg(keys);
+        for part in self.keys.args_iter().chain(self.args.args_iter()) {
+            if let redis::Arg::Simple(bytes) = part {
+                cmd.arg(bytes);
+            }
+        }
+        cmd.ignore();
     }
 
     /// The step's first key: on a cluster, its slot is the step's.

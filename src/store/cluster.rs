@@ -30,13 +30,14 @@ use redis::aio::ConnectionManager;
 use redis::{Cmd, Script, Value};
 use tokio::time::Instant;
 
-use super::batch::split_time;
+use super::batch::{Step, split_time};
 use super::clock::{self, ClockPolicy, ClockWatch, Reading};
 use super::clock_floor;
 use super::layout::{Keys, SLOTS};
 
 mod health;
 use super::node::{NodeError, NodeResult};
+use super::redis::steps;
 use crate::model::{ClusterStatus, ShardStatus};
 
 /// How long one pipelined chunk of a shard's upkeep (a restore of 512 slots) may take: a

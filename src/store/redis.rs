@@ -36,7 +36,7 @@ use crate::model::{FencingToken, Kind, LeaseId, LockKey, SessionHold, Traffic, c
 mod announce;
 mod reply;
 mod sessions;
-mod steps;
+pub(crate) mod steps;
 
 use reply::{Reply, acquired};
 
@@ -66,6 +66,18 @@ script!(RESTORE, "restore.lua");
 script!(UNMARK, "unmark.lua");
 script!(WATERMARK, "watermark.lua");
 script!(CLOCKS, "clocks.lua");
+
+/// The upkeep script a step of that name runs (`steps::list`, `restore`, ...).
+fn upkeep_script(name: &str) -> Option<&'static Script> {
+    Some(match name {
+        "list" => &LIST,
+        "restore" => &RESTORE,
+        "unmark" => &UNMARK,
+        "watermark" => &WATERMARK,
+        "clocks" => &CLOCKS,
+        _ => return None,
+    })
+}
 
 /// A single master's connections.
 struct Master {
@@ -214,15 +226,21 @@ impl RedisNode {
         }
     }
 
-    /// An upkeep script on a single master.
-    async fn run(&self, invocation: &redis::ScriptInvocation<'_>) -> NodeResult<Reply> {
+    /// An upkeep script's step on a single master, as a call of its own.
+    async fn run(&self, step: &Step) -> NodeResult<Reply> {
         let Wire::Master(master) = &self.wire else {
             return Err(NodeError::Other(
                 "a cluster's upkeep goes shard by shard".into(),
             ));
         };
+        let script = upkeep_script(step.name())
+            .ok_or_else(|| NodeError::Other(format!("no upkeep script {}", step.name())))?;
         let mut conn = master.conn.clone();
-        let value: Value = invocation.invoke_async(&mut conn).await.map_err(classify)?;
+        let value: Value = step
+            .invocation(script)
+            .invoke_async(&mut conn)
+            .await
+            .map_err(classify)?;
         Reply::of(value)
     }
 
@@ -451,15 +469,7 @@ impl LockNode for RedisNode {
             return self.list_by_scan(listing).await;
         };
         let reply = self
-            .run(
-                LIST.key(index)
-                    .key(self.keys.master_marker())
-                    .arg(segment)
-                    .arg(after)
-                    .arg(listing.prefix)
-                    .arg(limit)
-                    .arg(budget),
-            )
+            .run(&steps::list(&self.keys, index, segment, &listing, budget))
             .await?;
         let more = reply.status()? == 1;
         let last = Some(reply.string(1)?).filter(|l| !l.is_empty() && l != after);
@@ -573,22 +583,17 @@ impl LockNode for RedisNode {
         if let Some(cluster) = self.cluster() {
             return cluster.restore_all(fence, identity, &RESTORE).await;
         }
-        self.run(
-            RESTORE
-                .key(self.keys.master_fence())
-                .key(self.keys.master_marker())
-                .arg(fence)
-                .arg(identity),
-        )
-        .await
-        .map(drop)
+        let (fence_key, marker_key) = (self.keys.master_fence(), self.keys.master_marker());
+        self.run(&steps::restore(fence_key, marker_key, fence, identity))
+            .await
+            .map(drop)
     }
 
     async fn unmark(&self, identity: &str) -> NodeResult<()> {
         if let Some(cluster) = self.cluster() {
             return cluster.unmark_all(identity, &UNMARK).await;
         }
-        self.run(UNMARK.key(self.keys.master_marker()).arg(identity))
+        self.run(&steps::unmark(self.keys.master_marker(), identity))
             .await
             .map(drop)
     }
@@ -599,11 +604,9 @@ impl LockNode for RedisNode {
         if seen.is_empty() || self.keys.is_cluster() {
             return Ok(());
         }
-        let mut invocation = WATERMARK.key(self.keys.watermarks());
-        for (identity, fence) in seen {
-            invocation.arg(identity).arg(*fence);
-        }
-        self.run(&invocation).await.map(drop)
+        self.run(&steps::watermarks(&self.keys, seen))
+            .await
+            .map(drop)
     }
 
     async fn announce(&self, key: &LockKey, news: News, token: FencingToken) -> NodeResult<()> {
@@ -634,7 +637,7 @@ impl LockNode for RedisNode {
         if self.keys.is_cluster() {
             return Ok(());
         }
-        self.run(CLOCKS.key(self.keys.clocks()).arg(id).arg(offset_us))
+        self.run(&steps::clock(&self.keys, id, offset_us))
             .await
             .map(drop)
     }

@@ -22,14 +22,14 @@ impl Cluster {
         }
     }
 
-    /// Run `script` once per slot of `slots` on `shard`, pipelined, with `args(slot)` as its
-    /// keys and arguments.
+    /// Run `script` once per slot of `slots` on `shard`, pipelined, as `step(slot)` (its
+    /// builder in `store::redis::steps`) says.
     pub(super) async fn per_slot(
         &self,
         shard: &Shard,
         slots: &[u16],
         script: &Script,
-        args: impl Fn(u16) -> (Vec<String>, Vec<String>),
+        step: impl Fn(u16) -> Step,
     ) -> NodeResult<()> {
         let mut conn = shard.upkeep.clone();
         script
@@ -40,13 +40,7 @@ impl Cluster {
         for chunk in slots.chunks(512) {
             let mut pipe = redis::pipe();
             for &slot in chunk {
-                let (keys, argv) = args(slot);
-                pipe.cmd("EVALSHA")
-                    .arg(script.get_hash())
-                    .arg(keys.len())
-                    .arg(keys)
-                    .arg(argv)
-                    .ignore();
+                step(slot).pipe_to(&mut pipe, script);
             }
             tokio::time::timeout(
                 UPKEEP_TIMEOUT.max(self.timeout * 4),
@@ -70,9 +64,11 @@ impl Cluster {
         restore: &Script,
     ) -> NodeResult<()> {
         self.per_slot(shard, slots, restore, |slot| {
-            (
-                vec![self.keys.fence_at(slot), self.keys.marker_at(slot)],
-                vec![fence.to_string(), identity.to_owned()],
+            steps::restore(
+                &self.keys.fence_at(slot),
+                &self.keys.marker_at(slot),
+                fence,
+                identity,
             )
         })
         .await
@@ -98,7 +94,7 @@ impl Cluster {
     pub(crate) async fn unmark_all(&self, identity: &str, unmark: &Script) -> NodeResult<()> {
         for (shard, slots) in self.shards() {
             self.per_slot(&shard, &slots, unmark, |slot| {
-                (vec![self.keys.marker_at(slot)], vec![identity.to_owned()])
+                steps::unmark(&self.keys.marker_at(slot), identity)
             })
             .await?;
             self.quarantine(&shard, UNMARKED);

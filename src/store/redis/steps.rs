@@ -169,6 +169,58 @@ pub(super) fn slots(keys: &Keys, name: &str, limit: u16) -> Step {
     step
 }
 
+/// list.lua: one page of the names of `listing`'s kind from `index`, whose lock keys start
+/// with `segment`; at most `budget` names looked at.
+pub(super) fn list(
+    keys: &Keys,
+    index: &str,
+    segment: &str,
+    listing: &Listing<'_>,
+    budget: usize,
+) -> Step {
+    let mut step = Step::new("list");
+    step.key(index)
+        .key(keys.master_marker())
+        .arg(segment)
+        .arg(listing.after)
+        .arg(listing.prefix)
+        .arg(listing.limit)
+        .arg(budget);
+    step
+}
+
+/// restore.lua: raise the counter at `fence_key` to `fence` and mark the master (or a
+/// cluster's slot) at `marker_key` with `identity`.
+pub(crate) fn restore(fence_key: &str, marker_key: &str, fence: u64, identity: &str) -> Step {
+    let mut step = Step::new("restore");
+    step.key(fence_key).key(marker_key).arg(fence).arg(identity);
+    step
+}
+
+/// unmark.lua: remove the marker at `marker_key` if it still carries `identity`.
+pub(crate) fn unmark(marker_key: &str, identity: &str) -> Step {
+    let mut step = Step::new("unmark");
+    step.key(marker_key).arg(identity);
+    step
+}
+
+/// watermark.lua: record the highest counter seen on each other master, by identity.
+pub(super) fn watermarks(keys: &Keys, seen: &[(String, u64)]) -> Step {
+    let mut step = Step::new("watermark");
+    step.key(keys.watermarks());
+    for (identity, fence) in seen {
+        step.arg(identity).arg(*fence);
+    }
+    step
+}
+
+/// clocks.lua: record how far this master's clock stands from replica `id`'s.
+pub(super) fn clock(keys: &Keys, id: &str, offset_us: i64) -> Step {
+    let mut step = Step::new("clocks");
+    step.key(keys.clocks()).arg(id).arg(offset_us);
+    step
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -187,16 +239,24 @@ mod tests {
             "members" => include_str!("../scripts/members.lua"),
             "slots" => include_str!("../scripts/slots.lua"),
             "acquire_many" => include_str!("../scripts/acquire_many.lua"),
+            "list" => include_str!("../scripts/list.lua"),
+            "restore" => include_str!("../scripts/restore.lua"),
+            "unmark" => include_str!("../scripts/unmark.lua"),
+            "watermark" => include_str!("../scripts/watermark.lua"),
+            "clocks" => include_str!("../scripts/clocks.lua"),
             other => panic!("no script {other}"),
         }
     }
 
     /// The `KEYS[n]` and `ARGV[n]` positions the header (the comments before the code)
-    /// describes.
+    /// describes; an `ARGV    pairs of ...` line describes every argument position.
     fn header(text: &str) -> (BTreeSet<usize>, BTreeSet<usize>) {
         let mut keys = BTreeSet::new();
         let mut args = BTreeSet::new();
         for line in text.lines().take_while(|l| l.starts_with("--")) {
+            if line.starts_with("-- ARGV    pairs") {
+                args.extend(1..=64);
+            }
             for (set, tag) in [(&mut keys, "KEYS["), (&mut args, "ARGV[")] {
                 for (at, _) in line.match_indices(tag) {
                     let digits: String = line[at + tag.len()..]
@@ -250,7 +310,11 @@ mod tests {
                 step.name()
             );
         }
-        let (accepted_keys, accepted_args) = (guard(text, "#KEYS"), guard(text, "#ARGV"));
+        let (accepted_keys, mut accepted_args) = (guard(text, "#KEYS"), guard(text, "#ARGV"));
+        // `#ARGV % 2 ~= 0` refuses an odd count: pairs.
+        if text.contains("#ARGV % 2 ~= 0") && args % 2 == 0 {
+            accepted_args.insert(args);
+        }
         assert!(
             accepted_keys.contains(&keys) && accepted_args.contains(&args),
             "{case}: {} keys and {args} arguments; {}.lua accepts {accepted_keys:?} and {accepted_args:?}",
@@ -305,6 +369,34 @@ mod tests {
             }
             holds_to_its_script(&slots(&keys, "s", 3), "slots");
         }
+    }
+
+    #[test]
+    fn every_upkeep_builder_sends_what_its_script_describes_and_accepts() {
+        let keys = Keys::new("redlockd:", false);
+        let (index, segment) = keys.index(Kind::Mutex).expect("a single master's index");
+        let listing = Listing {
+            kind: Kind::Mutex,
+            prefix: "inv",
+            after: "inv:41",
+            limit: 100,
+        };
+        holds_to_its_script(&list(&keys, index, segment, &listing, 400), "list");
+        let (fence, marker) = (keys.master_fence(), keys.master_marker());
+        holds_to_its_script(&restore(fence, marker, 1042, "k2V9c0xq"), "restore");
+        holds_to_its_script(&unmark(marker, "k2V9c0xq"), "unmark");
+        let cluster = Keys::new("redlockd:", true);
+        let (fence, marker) = (cluster.fence_at(7), cluster.marker_at(7));
+        holds_to_its_script(
+            &restore(&fence, &marker, 1042, "k2V9c0xq"),
+            "restore a slot",
+        );
+        holds_to_its_script(&unmark(&marker, "k2V9c0xq"), "unmark a slot");
+        for seen in [1, 3] {
+            let seen: Vec<(String, u64)> = (0..seen).map(|i| (format!("m{i}"), 977)).collect();
+            holds_to_its_script(&watermarks(&keys, &seen), "watermark");
+        }
+        holds_to_its_script(&clock(&keys, "5f3a9c", -1520), "clocks");
     }
 
     #[test]
