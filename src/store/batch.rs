@@ -74,6 +74,15 @@ impl Step {
         (self.keys.args_iter().count(), self.args.args_iter().count())
     }
 
+    /// Its argument at `index` (from 0) as text.
+    #[cfg(test)]
+    pub(crate) fn arg_text(&self, index: usize) -> Option<String> {
+        match self.args.args_iter().nth(index)? {
+            redis::Arg::Simple(bytes) => String::from_utf8(bytes.to_vec()).ok(),
+            _ => None,
+        }
+    }
+
     /// The step as a call of `script` of its own, outside the batches: how the upkeep
     /// scripts (restore, unmark, list, watermark, clocks) run.
     pub(crate) fn invocation<'a>(&self, script: &'a Script) -> redis::ScriptInvocation<'a> {

@@ -1,6 +1,7 @@
 //! Sessions on a Redis master or cluster (session.lua): a session's record, the holds it
 //! carries, and on a cluster the record of each slot its holds are in.
 
+use super::steps::SessionOp;
 use super::*;
 
 impl RedisNode {
@@ -14,36 +15,24 @@ impl RedisNode {
         step: SessionStep<'_>,
         note: Option<Note>,
     ) -> NodeResult<(Owned<SessionState>, Vec<u16>)> {
-        let mut call = Step::new("session");
-        call.key(record).key(marker);
-        match (step, note) {
-            (_, Some(Note(slot))) => {
-                call.arg("note").arg(slot);
-            }
-            (SessionStep::Open { ttl_ms, owner }, None) => {
-                call.arg("open").arg(ttl_ms).arg(owner.unwrap_or(""));
-            }
-            (SessionStep::Renew { ttl_ms }, None) => {
-                call.arg("renew");
-                match ttl_ms {
-                    Some(ttl) => call.arg(ttl),
-                    None => call.arg(""),
-                };
-            }
-            (SessionStep::Read, None) => {
-                call.arg("read");
-            }
-            (SessionStep::End, None) => {
-                call.arg("end");
-            }
+        let attached;
+        let op = match (step, note) {
+            (_, Some(Note(slot))) => SessionOp::Note(slot),
+            (SessionStep::Open { ttl_ms, owner }, None) => SessionOp::Open { ttl_ms, owner },
+            (SessionStep::Renew { ttl_ms }, None) => SessionOp::Renew { ttl_ms },
+            (SessionStep::Read, None) => SessionOp::Read,
+            (SessionStep::End, None) => SessionOp::End,
             (SessionStep::Attach { hold }, None) => {
-                let (entry, keys) = self.keys.session_entry(hold);
-                for key in keys {
-                    call.key(key);
+                attached = self.keys.session_entry(hold);
+                SessionOp::Attach {
+                    lease: hold.lease.as_str(),
+                    entry: &attached.0,
+                    keys: &attached.1,
+                    create: None,
                 }
-                call.arg("attach").arg(hold.lease.as_str()).arg(entry);
             }
-        }
+        };
+        let call = steps::session(record, marker, op);
         self.session_answer(call, step, note.is_none()).await
     }
 
@@ -58,17 +47,13 @@ impl RedisNode {
         keys: &[String],
         create: Option<&SessionState>,
     ) -> NodeResult<Owned<SessionState>> {
-        let mut call = Step::new("session");
-        call.key(record).key(marker);
-        for key in keys {
-            call.key(key);
-        }
-        call.arg("attach").arg(lease).arg(entry);
-        if let Some(home) = create {
-            call.arg(home.pttl_ms)
-                .arg(home.ttl_ms)
-                .arg(home.owner.as_deref().unwrap_or(""));
-        }
+        let op = SessionOp::Attach {
+            lease,
+            entry,
+            keys,
+            create,
+        };
+        let call = steps::session(record, marker, op);
         let hold = SessionHold {
             key: LockKey::mutex(""),
             lease: LeaseId::stored(lease),

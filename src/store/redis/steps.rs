@@ -221,6 +221,76 @@ pub(super) fn clock(keys: &Keys, id: &str, offset_us: i64) -> Step {
     step
 }
 
+/// One operation of session.lua, as its header lists them.
+#[derive(Debug, Clone, Copy)]
+pub(super) enum SessionOp<'a> {
+    Open {
+        ttl_ms: u64,
+        owner: Option<&'a str>,
+    },
+    /// `None`: the session's own TTL.
+    Renew {
+        ttl_ms: Option<u64>,
+    },
+    Read,
+    End,
+    /// The hold `lease`, described by `entry`, whose keys here are `keys`; on a cluster's
+    /// slot record, made first from `create` (the home's state) when missing.
+    Attach {
+        lease: &'a str,
+        entry: &'a str,
+        keys: &'a [String],
+        create: Option<&'a SessionState>,
+    },
+    /// A cluster's home record lists a slot its holds live in.
+    Note(u16),
+}
+
+/// session.lua: one operation on the session record `record` (a single master's, or one
+/// of a cluster's), whose master or slot is marked at `marker`.
+pub(super) fn session(record: &str, marker: &str, op: SessionOp<'_>) -> Step {
+    let mut step = Step::new("session");
+    step.key(record).key(marker);
+    match op {
+        SessionOp::Open { ttl_ms, owner } => {
+            step.arg("open").arg(ttl_ms).arg(owner.unwrap_or(""));
+        }
+        SessionOp::Renew { ttl_ms } => {
+            step.arg("renew");
+            match ttl_ms {
+                Some(ttl) => step.arg(ttl),
+                None => step.arg(""),
+            };
+        }
+        SessionOp::Read => {
+            step.arg("read");
+        }
+        SessionOp::End => {
+            step.arg("end");
+        }
+        SessionOp::Attach {
+            lease,
+            entry,
+            keys,
+            create,
+        } => {
+            for key in keys {
+                step.key(key);
+            }
+            step.arg("attach").arg(lease).arg(entry);
+            if let Some(home) = create {
+                step.arg(home.pttl_ms)
+                    .arg(home.ttl_ms)
+                    .arg(home.owner.as_deref().unwrap_or(""));
+            }
+        }
+        SessionOp::Note(slot) => {
+            step.arg("note").arg(slot);
+        }
+    }
+    step
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -368,6 +438,97 @@ mod tests {
                 holds_to_its_script(&members(&keys, key, &LeaseId::stored("L_m")), &case);
             }
             holds_to_its_script(&slots(&keys, "s", 3), "slots");
+        }
+    }
+
+    /// The argument counts session.lua's header lists for each operation (the lines after
+    /// `ARGV[1] the operation:`), by its word: `--   'open' ttl owner      make the
+    /// session` is 3 for `open`.
+    fn session_operations(text: &str) -> std::collections::BTreeMap<String, BTreeSet<usize>> {
+        let mut operations = std::collections::BTreeMap::<String, BTreeSet<usize>>::new();
+        let listed = text
+            .lines()
+            .take_while(|l| l.starts_with("--"))
+            .skip_while(|l| !l.contains("ARGV[1] the operation"))
+            .take_while(|l| l.trim() != "--");
+        for line in listed {
+            let Some(rest) = line.trim_start_matches('-').trim_start().strip_prefix('\'') else {
+                continue;
+            };
+            let Some((word, rest)) = rest.split_once('\'') else {
+                continue;
+            };
+            let listed = rest.split("  ").next().unwrap_or_default();
+            let count = 1 + listed.split_whitespace().count();
+            operations.entry(word.to_owned()).or_default().insert(count);
+        }
+        operations
+    }
+
+    #[test]
+    fn every_session_operation_sends_what_its_script_lists() {
+        let operations = session_operations(include_str!("../scripts/session.lua"));
+        assert_eq!(
+            operations.keys().map(String::as_str).collect::<Vec<_>>(),
+            ["attach", "end", "note", "open", "read", "renew"],
+            "the header lists the operations"
+        );
+        let home = SessionState {
+            ttl_ms: 30_000,
+            pttl_ms: 29_000,
+            ..SessionState::default()
+        };
+        let keys = [
+            "redlockd:lock:{a}".to_owned(),
+            "redlockd:claim:{a}".to_owned(),
+        ];
+        let cases = [
+            SessionOp::Open {
+                ttl_ms: 30_000,
+                owner: Some("w"),
+            },
+            SessionOp::Open {
+                ttl_ms: 30_000,
+                owner: None,
+            },
+            SessionOp::Renew { ttl_ms: None },
+            SessionOp::Renew { ttl_ms: Some(5000) },
+            SessionOp::Read,
+            SessionOp::End,
+            SessionOp::Note(7),
+            SessionOp::Attach {
+                lease: "L",
+                entry: "lock 3 a\nk redlockd:lock:{a}",
+                keys: &keys,
+                create: None,
+            },
+            SessionOp::Attach {
+                lease: "L",
+                entry: "lock 3 a\nk redlockd:lock:{a}",
+                keys: &keys,
+                create: Some(&home),
+            },
+        ];
+        for op in cases {
+            let step = session("redlockd:session:Zm9v", "redlockd:marker", op);
+            let (key_count, arg_count) = step.counts();
+            let word = step.arg_text(0).expect("the operation's word");
+            let listed = operations
+                .get(&word)
+                .expect("an operation the header lists");
+            assert!(
+                listed.contains(&arg_count),
+                "{op:?}: {arg_count} arguments; the header lists {listed:?} for '{word}'"
+            );
+            let attached = match op {
+                SessionOp::Attach { keys, .. } => keys.len(),
+                _ => 0,
+            };
+            assert_eq!(
+                key_count,
+                2 + attached,
+                "{op:?}: the record, the marker, its keys"
+            );
         }
     }
 
