@@ -391,7 +391,8 @@ pub struct Owner(Arc<str>);
 pub(crate) const MAX_OWNER_BYTES: usize = 256;
 
 impl Owner {
-    pub(crate) fn parse(raw: &str) -> Result<Self, InvalidInput> {
+    /// Owner text a caller sent: checked for its length and characters.
+    pub fn parse(raw: &str) -> Result<Self, InvalidInput> {
         if raw.len() > MAX_OWNER_BYTES {
             return Err(InvalidInput(format!(
                 "owner must be at most {MAX_OWNER_BYTES} bytes"
@@ -405,9 +406,22 @@ impl Owner {
         Ok(Self(raw.into()))
     }
 
-    /// The text, shared.
-    pub(crate) fn shared(&self) -> Arc<str> {
-        self.0.clone()
+    /// Owner text as a master stored it: text this service checked when it wrote it.
+    pub(crate) fn stored(raw: impl Into<Arc<str>>) -> Self {
+        Self(raw.into())
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+/// Owner text reads as the text it is (in bodies, logs and comparisons).
+impl std::ops::Deref for Owner {
+    type Target = str;
+
+    fn deref(&self) -> &str {
+        &self.0
     }
 }
 

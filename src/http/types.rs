@@ -70,7 +70,7 @@ impl Leader {
                 name: name.to_owned(),
                 vacant: false,
                 term: Some(h.token),
-                value: h.owner,
+                value: h.owner.as_deref().map(str::to_owned),
                 ttl_remaining_ms: Some(ms_of(h.remaining)),
             },
             None => Self {
@@ -106,7 +106,7 @@ impl LockStatus {
                 mode: Some(LockMode::Exclusive),
                 fencing_token: Some(h.token),
                 ttl_remaining_ms: Some(ms_of(h.remaining)),
-                owner: h.owner,
+                owner: h.owner.as_deref().map(str::to_owned),
                 ..free
             };
         }
@@ -121,7 +121,7 @@ impl LockStatus {
                     .map(|h| SharedHolder {
                         fencing_token: h.token,
                         ttl_remaining_ms: ms_of(h.remaining),
-                        owner: h.owner,
+                        owner: h.owner.as_deref().map(str::to_owned),
                     })
                     .collect(),
             ),
@@ -157,7 +157,7 @@ impl SemaphoreStatus {
                     slot: h.slot.unwrap_or_default(),
                     fencing_token: h.token,
                     ttl_remaining_ms: ms_of(h.remaining),
-                    owner: h.owner,
+                    owner: h.owner.as_deref().map(str::to_owned),
                 })
                 .collect(),
         }
@@ -170,7 +170,7 @@ impl From<LockHolder> for LockEntry {
             name: h.name,
             fencing_token: h.token,
             ttl_remaining_ms: ms_of(h.remaining),
-            owner: h.owner,
+            owner: h.owner.as_deref().map(str::to_owned),
         }
     }
 }

@@ -73,7 +73,8 @@ impl LeaseService {
                 Ok(None) => Some(Instant::now() + SETTLE_PAUSE),
                 Ok(Some(leader)) => {
                     let remaining = leader.as_ref().map(|l| l.remaining);
-                    let change = known.update(leader.map(|l| (l.token, l.owner)));
+                    let change = known
+                        .update(leader.map(|l| (l.token, l.owner.as_deref().map(str::to_owned))));
                     if let Some(change) = change
                         && tx.try_send(change).is_err()
                     {

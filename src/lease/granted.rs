@@ -4,7 +4,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::model::{FencingToken, Kind, LeaseId, LockKey, LockName, Mode, SessionId, Slot};
+use crate::model::{FencingToken, Kind, LeaseId, LockKey, LockName, Mode, Owner, SessionId, Slot};
 use crate::redlock::{Holder, Leased};
 
 /// A lease as the service hands it to the HTTP layer.
@@ -22,7 +22,7 @@ pub struct Lease {
     pub ttl: Duration,
     pub validity: Duration,
     pub remaining: Duration,
-    pub owner: Option<Arc<str>>,
+    pub owner: Option<Owner>,
     /// When the masters' answers were in: `validity` and `remaining` count from here.
     pub at: tokio::time::Instant,
     /// The session it is held through, if any: it lives as long as the session.
@@ -102,7 +102,7 @@ pub struct LockHolder {
     pub token: FencingToken,
     /// How long until its keys expire on a majority, unless renewed.
     pub remaining: Duration,
-    pub owner: Option<String>,
+    pub owner: Option<Owner>,
 }
 
 impl From<Holder> for LockHolder {

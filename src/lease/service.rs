@@ -205,7 +205,6 @@ impl LeaseService {
             patience_ms: 0,
         };
         let ttl = ttl.get();
-        let owner: Option<Arc<str>> = owner.map(|o| o.shared());
         let fingerprint = target.fingerprint();
         let keyed = key.map(|k| k.derive(name, &fingerprint, ttl, owner.as_deref()));
         let lock_delay_ms = millis(target.lock_delay);
@@ -405,7 +404,7 @@ impl LeaseService {
         let key = self.hold_key(&name, &id).await?;
         let leased = match self
             .engine
-            .renew_with(&key, &id, ttl.map(Ttl::get), owner.map(|o| o.shared()))
+            .renew_with(&key, &id, ttl.map(Ttl::get), owner)
             .await
         {
             Ok(leased) => leased,

@@ -29,7 +29,7 @@ pub(crate) struct Session {
     pub ttl: Duration,
     pub validity: Duration,
     pub remaining: Duration,
-    pub owner: Option<Arc<str>>,
+    pub owner: Option<Owner>,
     pub at: Instant,
     /// What is held through it (read only).
     pub holds: Vec<HeldThrough>,
@@ -220,7 +220,7 @@ impl LeaseService {
         let id = SessionId::generate(scope);
         let lease = self
             .engine()
-            .open_session(&id.key(), ttl.get(), owner.map(|o| o.shared()))
+            .open_session(&id.key(), ttl.get(), owner)
             .await?;
         let session = Session::new(id, lease);
         self.sessions.track(&session);

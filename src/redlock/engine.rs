@@ -22,7 +22,7 @@ use super::quorum::{self, GrantOutcome, OwnedOutcome, ReadOutcome, ReleaseOutcom
 use crate::model::News;
 use crate::model::{
     FencingToken, GrantTerms, Idem, Kind, LeaseId, Listeners, LockKey, MasterFailure, MasterStatus,
-    Traffic, Unavailability, millis,
+    Owner, Traffic, Unavailability, millis,
 };
 use crate::store::node::{
     Acquired, Claim, Ending, Holding, ListPage, Listing, LockNode, NodeError, NodeResult, Renewal,
@@ -115,7 +115,7 @@ pub struct Leased {
     pub validity: Duration,
     /// How long from `at` until the lease's keys expire on a majority, unless renewed.
     pub remaining: Duration,
-    pub owner: Option<Arc<str>>,
+    pub owner: Option<Owner>,
     /// When the step was decided: `validity` and `remaining` count from here, so that what
     /// the client is told can be reduced by the time spent until the answer is written.
     pub at: Instant,
@@ -130,7 +130,7 @@ pub struct Holder {
     pub lease: LeaseId,
     pub token: FencingToken,
     pub remaining: Duration,
-    pub owner: Option<String>,
+    pub owner: Option<Owner>,
 }
 
 impl Holder {
@@ -454,7 +454,7 @@ impl Redlock {
         key: &LockKey,
         lease: &LeaseId,
         ttl: Duration,
-        owner: Option<Arc<str>>,
+        owner: Option<Owner>,
     ) -> Result<Leased, EngineError> {
         self.acquire_keyed(key, lease, ttl, owner, None, Listeners::default())
             .await
@@ -471,7 +471,7 @@ impl Redlock {
         key: &LockKey,
         lease: &LeaseId,
         ttl: Duration,
-        owner: Option<Arc<str>>,
+        owner: Option<Owner>,
         idem: Option<Idem>,
         terms: impl Into<GrantTerms>,
     ) -> Result<Leased, EngineError> {
@@ -504,7 +504,7 @@ impl Redlock {
                             key: &key,
                             lease: &lease,
                             ttl_ms,
-                            owner: owner.as_deref(),
+                            owner: owner.as_ref(),
                             idem: idem.as_deref(),
                             listeners,
                             lock_delay_ms,
@@ -711,7 +711,7 @@ impl Redlock {
         key: &LockKey,
         lease: &LeaseId,
         ttl: Option<Duration>,
-        owner: Option<Arc<str>>,
+        owner: Option<Owner>,
     ) -> Result<Leased, EngineError> {
         let started = Instant::now();
         let ttl_ms = ttl.map(millis);
@@ -728,7 +728,7 @@ impl Redlock {
                 |_, node| {
                     let (key, lease, owner) = (key.clone(), lease.clone(), owner.clone());
                     Box::pin(async move {
-                        let owner = owner.as_deref();
+                        let owner = owner.as_ref();
                         node.renew(Renewal::new(&key, &lease, ttl_ms, owner)).await
                     })
                 },
@@ -772,7 +772,7 @@ impl Redlock {
             ttl,
             validity,
             remaining: kept.saturating_sub(elapsed),
-            owner: agreed.owner.map(Into::into),
+            owner: agreed.owner,
             at,
         })
     }

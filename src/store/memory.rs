@@ -23,7 +23,7 @@ use super::node::{
     Acquired, Announcement, Claim, Ending, Holding, ListPage, Listener, Listing, LockNode,
     NodeError, NodeResult, Owned, Probe, Renewal, SessionState, SessionStep,
 };
-use crate::model::{FencingToken, Idem, Kind, LeaseId, LockKey, SessionHold, claimant_of};
+use crate::model::{FencingToken, Idem, Kind, LeaseId, LockKey, Owner, SessionHold, claimant_of};
 
 mod data;
 mod several;
@@ -505,7 +505,7 @@ impl LockNode for MemoryNode {
                 // Held through a session: it lives as long as the session (see renew.lua),
                 // and what is left of it is its TTL as far as the caller is concerned.
                 if let Some(owner) = owner {
-                    entry.owner = Some(owner.to_owned());
+                    entry.owner = Some(owner.clone());
                 }
                 let entry = entry.clone();
                 let holding = data.holding(&entry, now);
@@ -518,7 +518,7 @@ impl LockNode for MemoryNode {
             entry.ttl_ms = ttl_ms;
             entry.expires = now + Duration::from_millis(ttl_ms).div_f64(rate);
             if let Some(owner) = owner {
-                entry.owner = Some(owner.to_owned());
+                entry.owner = Some(owner.clone());
             }
             // The node's own clock says the full TTL is left.
             let holding = Holding {
@@ -636,7 +636,7 @@ impl LockNode for MemoryNode {
             if let SessionStep::Open { ttl_ms, owner } = step {
                 let session = Session {
                     ttl_ms,
-                    owner: owner.filter(|o| !o.is_empty()).map(str::to_owned),
+                    owner: owner.filter(|o| !o.is_empty()).cloned(),
                     expires: data.expiry(now, ttl_ms),
                     holds: Vec::new(),
                 };

@@ -10,7 +10,7 @@ use std::sync::Arc;
 use async_trait::async_trait;
 
 use crate::model::{
-    FencingToken, Idem, Kind, LeaseId, Listeners, LockKey, News, SessionHold, Traffic,
+    FencingToken, Idem, Kind, LeaseId, Listeners, LockKey, News, Owner, SessionHold, Traffic,
 };
 
 /// What one master holds for one lock, for one of its holders.
@@ -22,7 +22,7 @@ pub struct Holding {
     pub ttl_ms: u64,
     /// What is left of it on this master, by this master's clock.
     pub pttl_ms: u64,
-    pub owner: Option<String>,
+    pub owner: Option<Owner>,
 }
 
 /// One master's answer to an acquire.
@@ -87,7 +87,7 @@ pub struct SessionState {
     pub ttl_ms: u64,
     /// What is left of it on this master, by this master's clock.
     pub pttl_ms: u64,
-    pub owner: Option<String>,
+    pub owner: Option<Owner>,
     /// Its holds (read and end only).
     pub holds: Vec<SessionHold>,
     /// The lease ids of the holds a renew carried along.
@@ -104,7 +104,10 @@ pub struct SessionState {
 #[derive(Debug, Clone, Copy)]
 pub enum SessionStep<'a> {
     /// Make the session, with its TTL and owner text.
-    Open { ttl_ms: u64, owner: Option<&'a str> },
+    Open {
+        ttl_ms: u64,
+        owner: Option<&'a Owner>,
+    },
     /// Extend it, and every hold made through it, to `ttl_ms` (its own when `None`).
     Renew { ttl_ms: Option<u64> },
     /// What it is and holds.
@@ -220,7 +223,7 @@ pub struct Claim<'a> {
     pub key: &'a LockKey,
     pub lease: &'a LeaseId,
     pub ttl_ms: u64,
-    pub owner: Option<&'a str>,
+    pub owner: Option<&'a Owner>,
     pub idem: Option<&'a Idem>,
     pub listeners: Listeners,
     /// How long after the lease ends other than by its holder's revoke the name stays
@@ -258,7 +261,7 @@ pub struct Renewal<'a> {
     pub key: &'a LockKey,
     pub lease: &'a LeaseId,
     pub ttl_ms: Option<u64>,
-    pub owner: Option<&'a str>,
+    pub owner: Option<&'a Owner>,
 }
 
 /// One page of a list on one master: up to `limit` held locks of `kind` whose names start
@@ -276,7 +279,7 @@ impl<'a> Renewal<'a> {
         key: &'a LockKey,
         lease: &'a LeaseId,
         ttl_ms: Option<u64>,
-        owner: Option<&'a str>,
+        owner: Option<&'a Owner>,
     ) -> Self {
         Self {
             key,

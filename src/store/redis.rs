@@ -31,7 +31,9 @@ use super::node::{
 };
 use crate::config::MasterUrl;
 use crate::model::News;
-use crate::model::{FencingToken, Kind, LeaseId, LockKey, SessionHold, Traffic, claimant_of};
+use crate::model::{
+    FencingToken, Kind, LeaseId, LockKey, Owner, SessionHold, Traffic, claimant_of,
+};
 
 mod announce;
 mod reply;

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use redlockd::metrics::Metrics;
-use redlockd::model::{FencingToken, GrantTerms, Idem, Kind, LeaseId, Listeners, LockKey};
+use redlockd::model::{FencingToken, GrantTerms, Idem, Kind, LeaseId, Listeners, LockKey, Owner};
 use redlockd::redlock::{EngineConfig, EngineError, Redlock};
 use redlockd::store::clock::ClockPolicy;
 use redlockd::store::memory::{Fault, MemoryNode};
@@ -118,7 +118,7 @@ async fn a_healthy_majority_never_waits_for_a_hung_master() {
     let started = Instant::now();
     let leased = bed
         .engine
-        .acquire(&key("a"), &id("L1"), TTL, Some("me".into()))
+        .acquire(&key("a"), &id("L1"), TTL, Owner::parse("me").ok())
         .await
         .expect("granted");
     assert_eq!(

@@ -24,7 +24,7 @@ use super::events::Events;
 use super::granted::{Lease, LockHolder};
 use super::{LeaseError, LeaseService};
 use crate::model::{
-    GrantTerms, Idem, Kind, LeaseId, LockKey, LockName, PermitLimit, SessionId, millis,
+    GrantTerms, Idem, Kind, LeaseId, LockKey, LockName, Owner, PermitLimit, SessionId, millis,
 };
 use crate::redlock::{EngineError, Holder, Redlock};
 
@@ -159,7 +159,7 @@ impl Target {
 pub(super) struct Grant<'a> {
     pub target: &'a Target,
     pub ttl: Duration,
-    pub owner: Option<Arc<str>>,
+    pub owner: Option<Owner>,
     /// The Idempotency-Key's lease id and record, for a keyed grant.
     pub keyed: Option<&'a (LeaseId, Idem)>,
     /// What the masters know a waiting grant's claims by, from one attempt to the next.

@@ -62,7 +62,7 @@ impl Redlock {
             ttl,
             validity,
             remaining,
-            owner: agreed.owner.map(Into::into),
+            owner: agreed.owner,
             at: Instant::now(),
         })
     }

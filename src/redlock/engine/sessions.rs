@@ -9,7 +9,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use super::{EngineError, Redlock, Round, unavailable};
-use crate::model::{LeaseId, SessionHold};
+use crate::model::{LeaseId, Owner, SessionHold};
 use crate::redlock::quorum::{self, OwnedOutcome};
 use crate::store::node::{SessionState, SessionStep};
 
@@ -21,7 +21,7 @@ pub struct SessionLease {
     pub validity: Duration,
     /// How long until its keys expire on a majority, from `at`.
     pub remaining: Duration,
-    pub owner: Option<Arc<str>>,
+    pub owner: Option<Owner>,
     pub at: Instant,
     /// How many holds a renew carried along on a majority.
     pub holds: usize,
@@ -52,9 +52,7 @@ impl SessionLease {
             ttl,
             validity,
             remaining,
-            owner: states
-                .iter()
-                .find_map(|s| s.owner.as_deref().map(Arc::from)),
+            owner: states.iter().find_map(|s| s.owner.clone()),
             at,
             holds: 0,
             kept: Vec::new(),
@@ -68,18 +66,11 @@ impl SessionLease {
 /// Which of a session's steps, as the engine asks for it (the node's step borrows).
 #[derive(Clone)]
 enum Op {
-    Open {
-        ttl_ms: u64,
-        owner: Option<Arc<str>>,
-    },
-    Renew {
-        ttl_ms: Option<u64>,
-    },
+    Open { ttl_ms: u64, owner: Option<Owner> },
+    Renew { ttl_ms: Option<u64> },
     Read,
     End,
-    Attach {
-        hold: Arc<SessionHold>,
-    },
+    Attach { hold: Arc<SessionHold> },
 }
 
 impl Op {
@@ -100,7 +91,7 @@ impl Redlock {
         &self,
         id: &str,
         ttl: Duration,
-        owner: Option<Arc<str>>,
+        owner: Option<Owner>,
     ) -> Result<SessionLease, EngineError> {
         let ttl_ms = crate::model::millis(ttl);
         match self.session_step(id, Op::Open { ttl_ms, owner }).await {
@@ -229,7 +220,7 @@ impl Redlock {
                         let step = match &op {
                             Op::Open { ttl_ms, owner } => SessionStep::Open {
                                 ttl_ms: *ttl_ms,
-                                owner: owner.as_deref(),
+                                owner: owner.as_ref(),
                             },
                             Op::Renew { ttl_ms } => SessionStep::Renew { ttl_ms: *ttl_ms },
                             Op::Read => SessionStep::Read,

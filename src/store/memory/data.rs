@@ -9,7 +9,7 @@ pub(super) struct Entry {
     pub(super) lease: LeaseId,
     pub(super) token: u64,
     pub(super) ttl_ms: u64,
-    pub(super) owner: Option<String>,
+    pub(super) owner: Option<Owner>,
     pub(super) expires: Instant,
     /// The Idempotency-Key record this lease was granted with, if any, the attempt that
     /// made the hold and the one that last answered for it.
@@ -34,7 +34,7 @@ pub(super) struct Entry {
 #[derive(Debug, Clone)]
 pub(super) struct Session {
     pub(super) ttl_ms: u64,
-    pub(super) owner: Option<String>,
+    pub(super) owner: Option<Owner>,
     pub(super) expires: Instant,
     pub(super) holds: Vec<SessionHold>,
 }
@@ -46,7 +46,7 @@ impl Entry {
         lease: &LeaseId,
         token: u64,
         ttl_ms: u64,
-        owner: Option<&str>,
+        owner: Option<&Owner>,
         expires: Instant,
         idem: Option<&Idem>,
     ) -> Self {
@@ -54,7 +54,7 @@ impl Entry {
             lease: lease.clone(),
             token,
             ttl_ms,
-            owner: owner.filter(|o| !o.is_empty()).map(str::to_owned),
+            owner: owner.filter(|o| !o.is_empty()).cloned(),
             expires,
             record: idem.map(|i| i.record.clone()),
             made: idem.map(|i| i.attempt.clone()),

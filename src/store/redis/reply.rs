@@ -43,8 +43,10 @@ impl Reply {
         }
     }
 
-    pub(super) fn owner(&self, i: usize) -> NodeResult<Option<String>> {
-        Ok(Some(self.string(i)?).filter(|o| !o.is_empty()))
+    pub(super) fn owner(&self, i: usize) -> NodeResult<Option<Owner>> {
+        Ok(Some(self.string(i)?)
+            .filter(|o| !o.is_empty())
+            .map(Owner::stored))
     }
 
     /// A holding as read.lua, list.lua and slots.lua write it from `at`: lease, token, TTL,

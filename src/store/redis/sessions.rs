@@ -18,7 +18,10 @@ impl RedisNode {
         let attached;
         let op = match (step, note) {
             (_, Some(Note(slot))) => SessionOp::Note(slot),
-            (SessionStep::Open { ttl_ms, owner }, None) => SessionOp::Open { ttl_ms, owner },
+            (SessionStep::Open { ttl_ms, owner }, None) => SessionOp::Open {
+                ttl_ms,
+                owner: owner.map(Owner::as_str),
+            },
             (SessionStep::Renew { ttl_ms }, None) => SessionOp::Renew { ttl_ms },
             (SessionStep::Read, None) => SessionOp::Read,
             (SessionStep::End, None) => SessionOp::End,

@@ -30,7 +30,7 @@ pub(super) fn acquire(keys: &Keys, claim: &Claim<'_>) -> Step {
     }
     step.arg(claim.lease.as_str())
         .arg(claim.ttl_ms)
-        .arg(claim.owner.unwrap_or(""))
+        .arg(claim.owner.map_or("", Owner::as_str))
         .arg(&*key.name)
         .arg(pruning)
         .arg(claim.listeners.flags())
@@ -73,7 +73,7 @@ pub(super) fn renew(keys: &Keys, renewal: &Renewal<'_>) -> Step {
         None => step.arg(""),
     };
     if let Some(owner) = renewal.owner {
-        step.arg(owner);
+        step.arg(owner.as_str());
     }
     step
 }
@@ -130,7 +130,7 @@ pub(super) fn acquire_many(
     }
     step.arg(claim.lease.as_str())
         .arg(claim.ttl_ms)
-        .arg(claim.owner.unwrap_or(""))
+        .arg(claim.owner.map_or("", Owner::as_str))
         .arg(claim.listeners.flags())
         .arg(pruning)
         .arg(&*claim.key.name)
@@ -416,7 +416,8 @@ mod tests {
                 claim.idem = Some(&idem);
                 holds_to_its_script(&acquire(&keys, &claim), &format!("{case}, keyed"));
                 holds_to_its_script(&confirm(&keys, key, &lease, FencingToken::new(7)), &case);
-                for (ttl_ms, owner) in [(None, None), (Some(500), Some("o"))] {
+                let o = Owner::stored("o");
+                for (ttl_ms, owner) in [(None, None), (Some(500), Some(&o))] {
                     let renewal = Renewal {
                         key,
                         lease: &lease,
