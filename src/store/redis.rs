@@ -40,7 +40,9 @@ mod reply;
 mod sessions;
 pub(crate) mod steps;
 
-use reply::{Reply, acquired};
+use reply::{
+    Reply, acquired, confirmed, held_slots, holders, member_names, page, released, renewed,
+};
 
 macro_rules! script {
     ($name:ident, $file:literal) => {
@@ -366,11 +368,7 @@ impl RedisNode {
 
     /// `read` of one key (a several-name lease's member keys are listed one by one).
     async fn read_one(&self, key: LockKey) -> NodeResult<Vec<Holding>> {
-        let reply = self.step(steps::read(&self.keys, &key)).await?;
-        if reply.status()? == 0 {
-            return Ok(Vec::new());
-        }
-        Ok(vec![reply.holding(1)?])
+        holders(&self.step(steps::read(&self.keys, &key)).await?)
     }
 }
 
@@ -401,10 +399,11 @@ impl LockNode for RedisNode {
         if key.kind == Kind::Group {
             return group::confirm(self, key, lease, token).await;
         }
-        let reply = self
-            .step(steps::confirm(&self.keys, key, lease, token))
-            .await?;
-        reply.status()?;
+        confirmed(
+            &self
+                .step(steps::confirm(&self.keys, key, lease, token))
+                .await?,
+        )?;
         if let Some(cluster) = self.cluster() {
             cluster.saw(self.keys.slot(key), token.get());
         }
@@ -416,18 +415,7 @@ impl LockNode for RedisNode {
             return group::renew(self, renewal).await;
         }
         let step = steps::renew(&self.keys, &renewal);
-        let lease = renewal.lease;
-        let reply = self.step(step).await?;
-        if reply.status()? == 0 {
-            return Ok(Owned::NotOwner);
-        }
-        Ok(Owned::Yes(Holding {
-            lease: lease.to_owned(),
-            token: FencingToken::new(reply.uint(1)?),
-            ttl_ms: reply.uint(2)?,
-            pttl_ms: reply.uint(3)?,
-            owner: reply.owner(4)?,
-        }))
+        renewed(&self.step(step).await?, renewal.lease)
     }
 
     async fn release(
@@ -440,22 +428,14 @@ impl LockNode for RedisNode {
             return group::release(self, key, lease, ending).await;
         }
         let step = steps::release(&self.keys, key, lease, ending);
-        let reply = self.step(step).await?;
-        Ok(match reply.status()? {
-            1 => Owned::Yes(()),
-            _ => Owned::NotOwner,
-        })
+        released(&self.step(step).await?)
     }
 
     async fn read(&self, key: &LockKey) -> NodeResult<Vec<Holding>> {
         if key.kind == Kind::Group {
             return group::read(self, key).await;
         }
-        let reply = self.step(steps::read(&self.keys, key)).await?;
-        if reply.status()? == 0 {
-            return Ok(Vec::new());
-        }
-        Ok(vec![reply.holding(1)?])
+        holders(&self.step(steps::read(&self.keys, key)).await?)
     }
 
     async fn session(&self, id: &str, step: SessionStep<'_>) -> NodeResult<Owned<SessionState>> {
@@ -470,40 +450,16 @@ impl LockNode for RedisNode {
         let Some((index, segment)) = self.keys.index(kind) else {
             return self.list_by_scan(listing).await;
         };
-        let reply = self
-            .run(&steps::list(&self.keys, index, segment, &listing, budget))
-            .await?;
-        let more = reply.status()? == 1;
-        let last = Some(reply.string(1)?).filter(|l| !l.is_empty() && l != after);
-        let mut locks = Vec::new();
-        let mut at = 2;
-        while at < reply.0.len() {
-            locks.push((reply.string(at)?, reply.holding(at + 1)?));
-            at += 6;
-        }
-        Ok(ListPage { locks, more, last })
+        let step = steps::list(&self.keys, index, segment, &listing, budget);
+        page(&self.run(&step).await?, after)
     }
 
     async fn members(&self, key: &LockKey, lease: &LeaseId) -> NodeResult<Option<String>> {
-        let reply = self.step(steps::members(&self.keys, key, lease)).await?;
-        if reply.status()? == 0 {
-            return Ok(None);
-        }
-        Ok(Some(reply.string(1)?))
+        member_names(&self.step(steps::members(&self.keys, key, lease)).await?)
     }
 
     async fn slots(&self, name: &str, limit: u16) -> NodeResult<Vec<(u16, Holding)>> {
-        let reply = self.step(steps::slots(&self.keys, name, limit)).await?;
-        reply.status()?;
-        let mut held = Vec::new();
-        let mut at = 1;
-        while at < reply.0.len() {
-            let slot = u16::try_from(reply.uint(at)?)
-                .map_err(|_| NodeError::Script(format!("slot out of range at {at}")))?;
-            held.push((slot, reply.holding(at + 1)?));
-            at += 6;
-        }
-        Ok(held)
+        held_slots(&self.step(steps::slots(&self.keys, name, limit)).await?)
     }
 
     async fn probe(&self) -> NodeResult<Probe> {
