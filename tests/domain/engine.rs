@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use redlockd::metrics::Metrics;
 use redlockd::model::{FencingToken, GrantTerms, Idem, Kind, LeaseId, Listeners, LockKey, Owner};
-use redlockd::redlock::{EngineConfig, EngineError, Redlock};
+use redlockd::redlock::{EngineConfig, EngineError, Leased, Redlock};
 use redlockd::store::clock::ClockPolicy;
 use redlockd::store::memory::{Fault, MemoryNode};
 use redlockd::store::node::{Acquired, Claim, Ending, LockNode, Owned};
@@ -101,6 +101,26 @@ impl Bed {
         self.nodes[i].restart_empty();
         self.probe().await;
         quarantine_left(self, i).expect("quarantined")
+    }
+
+    /// A grant of `name` for `lease` under the Idempotency-Key record `(record,
+    /// fingerprint)`: what a client's retry sends again.
+    async fn keyed(
+        &self,
+        name: &str,
+        lease: &str,
+        (record, fingerprint): (&str, &str),
+    ) -> Result<Leased, EngineError> {
+        self.engine
+            .acquire_keyed(
+                &key(name),
+                &id(lease),
+                TTL,
+                None,
+                Some(idem(record, fingerprint)),
+                NO_ONE,
+            )
+            .await
     }
 
     async fn grant(&self, name: &str, lease: &str) -> Result<FencingToken, EngineError> {
@@ -896,29 +916,10 @@ fn idem(record: &str, fingerprint: &str) -> Idem {
 #[tokio::test(start_paused = true)]
 async fn a_keyed_grant_sent_again_answers_the_same_lease_and_token() {
     let bed = bed(3).await;
-    let first = bed
-        .engine
-        .acquire_keyed(
-            &key("k"),
-            &id("K1"),
-            TTL,
-            None,
-            Some(idem("r1", "f1")),
-            NO_ONE,
-        )
-        .await
-        .expect("granted");
+    let first = bed.keyed("k", "K1", ("r1", "f1")).await.expect("granted");
     let fences: Vec<u64> = bed.nodes.iter().map(|n| n.fence()).collect();
     let again = bed
-        .engine
-        .acquire_keyed(
-            &key("k"),
-            &id("K1"),
-            TTL,
-            None,
-            Some(idem("r1", "f1")),
-            NO_ONE,
-        )
+        .keyed("k", "K1", ("r1", "f1"))
         .await
         .expect("the same lease, answered again");
     assert_eq!(again.token, first.token);
@@ -937,28 +938,10 @@ async fn a_keyed_grant_sent_again_answers_the_same_lease_and_token() {
 #[tokio::test(start_paused = true)]
 async fn a_late_keyed_retry_makes_its_hold_last_the_validity_it_answers() {
     let bed = bed(3).await;
-    bed.engine
-        .acquire_keyed(
-            &key("r"),
-            &id("R1"),
-            TTL,
-            None,
-            Some(idem("r", "f")),
-            NO_ONE,
-        )
-        .await
-        .expect("granted");
+    bed.keyed("r", "R1", ("r", "f")).await.expect("granted");
     tokio::time::advance(TTL / 2).await;
     let again = bed
-        .engine
-        .acquire_keyed(
-            &key("r"),
-            &id("R1"),
-            TTL,
-            None,
-            Some(idem("r", "f")),
-            NO_ONE,
-        )
+        .keyed("r", "R1", ("r", "f"))
         .await
         .expect("answered again");
     tokio::time::advance(again.validity - Duration::from_millis(10)).await;
@@ -974,29 +957,10 @@ async fn a_late_keyed_retry_makes_its_hold_last_the_validity_it_answers() {
 #[tokio::test(start_paused = true)]
 async fn a_key_used_for_another_request_is_refused_and_leaves_the_first_lease_alone() {
     let bed = bed(3).await;
-    bed.engine
-        .acquire_keyed(
-            &key("m"),
-            &id("M1"),
-            TTL,
-            None,
-            Some(idem("r", "f1")),
-            NO_ONE,
-        )
-        .await
-        .expect("granted");
+    bed.keyed("m", "M1", ("r", "f1")).await.expect("granted");
     // The same key for another name (another fingerprint, so another lease id).
     assert_eq!(
-        bed.engine
-            .acquire_keyed(
-                &key("m2"),
-                &id("M2"),
-                TTL,
-                None,
-                Some(idem("r", "f2")),
-                NO_ONE
-            )
-            .await,
+        bed.keyed("m2", "M2", ("r", "f2")).await,
         Err(EngineError::IdempotencyMismatch)
     );
     assert!(bed.nodes.iter().all(|n| n.holds("m", "M1")));
@@ -1006,46 +970,19 @@ async fn a_key_used_for_another_request_is_refused_and_leaves_the_first_lease_al
 #[tokio::test(start_paused = true)]
 async fn a_key_whose_lease_was_revoked_does_not_lock_again() {
     let bed = bed(3).await;
-    bed.engine
-        .acquire_keyed(
-            &key("e"),
-            &id("E1"),
-            TTL,
-            None,
-            Some(idem("r", "f")),
-            NO_ONE,
-        )
-        .await
-        .expect("granted");
+    bed.keyed("e", "E1", ("r", "f")).await.expect("granted");
     bed.engine
         .release(&key("e"), &id("E1"))
         .await
         .expect("revoked");
     assert_eq!(
-        bed.engine
-            .acquire_keyed(
-                &key("e"),
-                &id("E1"),
-                TTL,
-                None,
-                Some(idem("r", "f")),
-                NO_ONE
-            )
-            .await,
+        bed.keyed("e", "E1", ("r", "f")).await,
         Err(EngineError::Ended)
     );
     assert!(bed.nodes.iter().all(|n| !n.holds("e", "E1")));
     // Once the grant's TTL has passed, the key is forgotten.
     tokio::time::advance(TTL).await;
-    bed.engine
-        .acquire_keyed(
-            &key("e"),
-            &id("E1"),
-            TTL,
-            None,
-            Some(idem("r", "f")),
-            NO_ONE,
-        )
+    bed.keyed("e", "E1", ("r", "f"))
         .await
         .expect("a key past its TTL is a new grant");
 }
@@ -1058,16 +995,7 @@ async fn a_failed_keyed_attempt_forgets_its_key_and_a_stale_minority_record_does
     hold(&*bed.nodes[1], "s", "other", 500).await;
     hold(&*bed.nodes[2], "s", "other", 500).await;
     assert!(matches!(
-        bed.engine
-            .acquire_keyed(
-                &key("s"),
-                &id("S1"),
-                TTL,
-                None,
-                Some(idem("r", "f")),
-                NO_ONE
-            )
-            .await,
+        bed.keyed("s", "S1", ("r", "f")).await,
         Err(EngineError::Held { .. })
     ));
     assert_eq!(
@@ -1080,15 +1008,7 @@ async fn a_failed_keyed_attempt_forgets_its_key_and_a_stale_minority_record_does
         "master 0 forgot the failed attempt's key (else: Ended)"
     );
     tokio::time::advance(Duration::from_millis(600)).await;
-    bed.engine
-        .acquire_keyed(
-            &key("s"),
-            &id("S1"),
-            TTL,
-            None,
-            Some(idem("r", "f")),
-            NO_ONE,
-        )
+    bed.keyed("s", "S1", ("r", "f"))
         .await
         .expect("the retry after the holder lapsed is granted");
 
@@ -1122,15 +1042,7 @@ async fn a_failed_attempt_never_undoes_a_hold_a_concurrent_retry_counts_on() {
             .await
             .expect("set");
     }
-    bed.engine
-        .acquire_keyed(
-            &key("c"),
-            &id("C1"),
-            TTL,
-            None,
-            Some(idem("r", "f")),
-            NO_ONE,
-        )
+    bed.keyed("c", "C1", ("r", "f"))
         .await
         .expect("the retry wins with the holds attempt 1 made");
     // Attempt 1 fails late and undoes what it made: nothing, since attempt 2 answered for it.
