@@ -1,5 +1,5 @@
-//! A lock's own operations (check a lease, list held locks, grant several at once) and the
-//! operations routes;
+//! A lock's own operations (check a lease, list held locks, grant several at once), a
+//! permit's check, and the operations routes;
 //! the operations every kind shares are `kinds`. Each handler takes its input parsed (see
 //! `extract`), calls the lease service, and answers. The request's op, outcome and latency are recorded once, by the middleware.
 
@@ -11,14 +11,14 @@ use axum::response::{IntoResponse, Response};
 
 use super::AppState;
 use super::error::ApiError;
-use super::extract::{Fields, LeasePath};
+use super::extract::{Fields, LeasePath, PermitPath};
 use super::schema::{ListLimit, NameList, NoQuorum, Refusals, SessionIdParam, TtlMs, WaitMs};
 use crate::auth::Caller;
 use crate::model::{DEFAULT_LIST_LIMIT, LeaseId, LockName, MAX_LIST_LIMIT, NamePrefix};
 use crate::model::{IdempotencyKey, MAX_GROUP_NAMES, Owner};
 use crate::wire::{
     ErrorBody, GroupRequest, Health, LeaseBody, ListQuery, LockEntry, LockList, NoFields,
-    Readiness, whole,
+    PermitBody, Readiness, whole,
 };
 use axum::http::HeaderMap;
 
@@ -39,6 +39,25 @@ pub(crate) async fn check(
 ) -> Result<Json<LeaseBody>, ApiError> {
     let lease = state.service.check(name, id).await?;
     Ok(Json(LeaseBody::new(&lease, true)))
+}
+
+/// Check a permit: is it still held, and for how long. Its lease id names its slot.
+#[utoipa::path(
+    get, path = "/semaphores/{name}/leases/{lease_id}", tag = "semaphores", operation_id = "check_permit",
+    params(("name" = inline(LockName), Path), ("lease_id" = inline(LeaseId), Path)),
+    responses(
+        Refusals, NoQuorum,
+        (status = 200, description = "Held: the permit body, with its `validity_ms` from now", body = PermitBody),
+        (status = 404, description = "`lease_not_found`: released, expired, force-released, or not a permit of this semaphore", body = ErrorBody),
+    )
+)]
+pub(crate) async fn check_permit(
+    State(state): State<AppState>,
+    PermitPath(name, id): PermitPath,
+    Fields(NoFields {}): Fields<NoFields>,
+) -> Result<Json<PermitBody>, ApiError> {
+    let permit = state.service.check(name, id).await?;
+    Ok(Json(PermitBody::from(&permit)))
 }
 
 /// Grant several locks under one lease, all of them or none.

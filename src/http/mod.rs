@@ -148,6 +148,11 @@ fn registry() -> Registry {
     .fold(Registry::new(), |registry, kind| kind(registry));
     registry
         .add(routes!(handlers::check), (Op::Check, "lock"), Token(Hold))
+        .add(
+            routes!(handlers::check_permit),
+            (Op::Check, "semaphore"),
+            Token(Hold),
+        )
         .add(routes!(handlers::list), (Op::List, "lock"), Token(Read))
         .add(
             routes!(handlers::grant_many),

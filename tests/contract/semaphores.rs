@@ -282,3 +282,50 @@ async fn bad_semaphore_input_is_a_clear_400() {
     assert_eq!(app.send("PUT", &forged, None).await.0, 404);
     assert_eq!(app.send("DELETE", &forged, None).await.0, 404);
 }
+
+#[tokio::test]
+async fn a_permit_is_checked_straight_through_its_lease_id() {
+    let app = TestApp::embedded().await;
+    take(&app, "pool", json!({"limit": 3})).await;
+    let (status, permit) = take(&app, "pool", json!({"limit": 3, "owner": "w1"})).await;
+    assert_eq!(status, 201, "{permit}");
+    let path = common::lease_path("/semaphores/pool", &permit);
+    let (status, checked) = app.get(&path).await;
+    assert_eq!(status, 200, "{checked}");
+    for field in [
+        "name",
+        "lease_id",
+        "fencing_token",
+        "slot",
+        "limit",
+        "owner",
+    ] {
+        assert_eq!(checked[field], permit[field], "{field}");
+    }
+    assert!(
+        checked["validity_ms"].as_u64().is_some_and(|v| v > 0),
+        "{checked}"
+    );
+
+    // Not a permit of this semaphore: another semaphore's name, a lock's lease id.
+    let (status, body) = app
+        .get(&common::lease_path("/semaphores/other", &permit))
+        .await;
+    common::assert_error(status, &body, 404, "lease_not_found");
+    let (_, lock) = app.grant("pool", json!({})).await;
+    let (status, body) = app
+        .get(&common::lease_path("/semaphores/pool", &lock))
+        .await;
+    common::assert_error(status, &body, 404, "lease_not_found");
+    let (status, body) = app.get("/semaphores/pool/leases/not%20an%20id").await;
+    common::assert_error(status, &body, 400, "invalid_request");
+
+    // Released: gone.
+    assert_eq!(
+        app.lease_status("DELETE", "/semaphores/pool", &permit)
+            .await,
+        204
+    );
+    let (status, body) = app.get(&path).await;
+    common::assert_error(status, &body, 404, "lease_not_found");
+}
