@@ -207,6 +207,13 @@ pub(crate) struct InspectArgs {
     /// Print the server's JSON instead of a table.
     #[arg(long)]
     pub json: bool,
+    /// Inspect the semaphore NAME (its permits, by slot) rather than the lock: a
+    /// semaphore and a lock of one name are apart.
+    #[arg(long, conflicts_with = "election")]
+    pub semaphore: bool,
+    /// Inspect the election NAME (its leader) rather than the lock.
+    #[arg(long)]
+    pub election: bool,
     pub name: String,
 }
 

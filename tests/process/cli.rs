@@ -407,6 +407,55 @@ async fn inspect_and_list_print_a_table_or_json() {
     let out = bed.run(&["list"]).await;
     let text = String::from_utf8(out.stdout).unwrap();
     assert_eq!(text.lines().count(), 3, "{text}");
+
+    // Each kind as it is held: a shared lock's every holder, a semaphore's permits by
+    // slot (a semaphore is apart from the lock of its name), an election's leader.
+    for reader in ["reader-1", "reader-2"] {
+        bed.replicas[0]
+            .must_grant("queue", json!({"mode": "shared", "owner": reader}))
+            .await;
+    }
+    let text = String::from_utf8(bed.run(&["inspect", "queue"]).await.stdout).unwrap();
+    let shared: Vec<&str> = text.lines().filter(|l| l.contains(" shared ")).collect();
+    assert_eq!(shared.len(), 2, "{text}");
+    assert!(
+        text.contains("reader-1") && text.contains("reader-2"),
+        "{text}"
+    );
+    let (status, _) = bed.replicas[0]
+        .send(
+            "POST",
+            "/semaphores/db-pool",
+            Some(json!({"limit": 2, "owner": "w-1"})),
+        )
+        .await;
+    assert_eq!(status, 201);
+    let text = String::from_utf8(bed.run(&["inspect", "db-pool"]).await.stdout).unwrap();
+    assert_eq!(text, "db-pool is free\n", "the lock of that name");
+    let text =
+        String::from_utf8(bed.run(&["inspect", "--semaphore", "db-pool"]).await.stdout).unwrap();
+    assert!(
+        text.starts_with("NAME") && text.contains("SLOT") && text.contains("w-1"),
+        "{text}"
+    );
+    let (status, _) = bed.replicas[0]
+        .send(
+            "POST",
+            "/elections/primary",
+            Some(json!({"value": "10.0.0.7:9000"})),
+        )
+        .await;
+    assert_eq!(status, 201);
+    let text =
+        String::from_utf8(bed.run(&["inspect", "--election", "primary"]).await.stdout).unwrap();
+    assert!(
+        text.contains("TERM") && text.contains("10.0.0.7:9000"),
+        "{text}"
+    );
+    let out = bed
+        .run(&["inspect", "--semaphore", "--election", "x"])
+        .await;
+    assert_eq!(code(&out), 64, "one kind at a time: {}", stderr(&out));
 }
 
 #[tokio::test]
