@@ -101,3 +101,14 @@ def test_async_session_holds_locks_and_ends_them_together(cluster):
             assert status.held is False
             assert (await client.semaphore("as:pool")).holders == ()
     asyncio.run(main())
+
+
+def test_async_session_is_a_context_manager_without_await_as_a_lock_is(cluster):
+    async def main():
+        async with AsyncClient(cluster.urls) as client:
+            async with client.session(ttl=5.0) as session:
+                lock = await session.lock("as:direct")
+                assert (await client.inspect("as:direct")).held is True
+            assert lock.released
+            assert (await client.inspect("as:direct")).held is False
+    asyncio.run(main())

@@ -8,7 +8,7 @@ safe retries, over one or more redlockd replicas.
         send_report(fence=lease.fencing_token)
 """
 
-from ._async import AsyncClient, AsyncLease, AsyncSession, PendingLease
+from ._async import AsyncClient, AsyncLease, AsyncSession, Pending, PendingLease
 from ._errors import (
     BadRequest,
     Forbidden,
@@ -43,6 +43,7 @@ __all__ = [
     "LeaseLost",
     "LockHeld",
     "LockStatus",
+    "Pending",
     "PendingLease",
     "PermitHolder",
     "RedlockdError",

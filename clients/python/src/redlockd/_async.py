@@ -6,8 +6,8 @@ import asyncio
 import inspect
 import logging
 import time
-from typing import (Any, AsyncIterator, Awaitable, Callable, Dict, Generator, Optional, Sequence,
-                    Union)
+from typing import (Any, AsyncIterator, Awaitable, Callable, Dict, Generator, Generic, Optional,
+                    Sequence, TypeVar, Union)
 
 import httpx
 
@@ -122,29 +122,37 @@ class AsyncLease(_core.LeaseState, _RenewsItself):
         return self.released
 
 
-class PendingLease(Awaitable[AsyncLease]):
-    """A grant not yet made: `await` it for the `AsyncLease`, or use it directly in
-    `async with` (granted on entering the block, released on leaving it). Nothing is sent
-    until one of the two happens."""
+_Held = TypeVar("_Held", "AsyncLease", "AsyncSession")
 
-    def __init__(self, grant: Callable[[], Awaitable[AsyncLease]]):
-        self._grant = grant
-        self._lease: Optional[AsyncLease] = None
 
-    async def _get(self) -> AsyncLease:
-        if self._lease is None:
-            self._lease = await self._grant()
-        return self._lease
+class Pending(Awaitable[_Held], Generic[_Held]):
+    """A grant (or a session) not yet made: `await` it for the `AsyncLease` (or
+    `AsyncSession`), or use it directly in `async with` (made on entering the block, ended
+    on leaving it). Nothing is sent until one of the two happens."""
 
-    def __await__(self) -> Generator[Any, None, AsyncLease]:
+    def __init__(self, make: Callable[[], Awaitable[_Held]]):
+        self._make = make
+        self._held: Optional[_Held] = None
+
+    async def _get(self) -> _Held:
+        if self._held is None:
+            self._held = await self._make()
+        return self._held
+
+    def __await__(self) -> Generator[Any, None, _Held]:
         return self._get().__await__()
 
-    async def __aenter__(self) -> AsyncLease:
-        return await (await self._get()).__aenter__()
+    async def __aenter__(self) -> _Held:
+        held = await self._get()
+        await held.__aenter__()
+        return held
 
     async def __aexit__(self, *exc: Any) -> None:
-        if self._lease is not None:
-            await self._lease.__aexit__(*exc)
+        if self._held is not None:
+            await self._held.__aexit__(*exc)
+
+
+PendingLease = Pending[AsyncLease]
 
 
 class AsyncSession(_core.SessionState, _RenewsItself):
@@ -293,14 +301,19 @@ class AsyncClient:
             return AsyncLease(self, made, on_lost, auto_renew)
         return PendingLease(grant)
 
-    async def session(self, ttl: float = 30.0, *, owner: Optional[str] = None,
-                      on_lost: Optional[Callable[[AsyncSession], Any]] = None) -> AsyncSession:
-        """`Client.session`: `async with await client.session(15) as session:`."""
+    def session(self, ttl: float = 30.0, *, owner: Optional[str] = None,
+                on_lost: Optional[Callable[[AsyncSession], Any]] = None) -> "Pending[AsyncSession]":
+        """`Client.session`: `async with client.session(15) as session:` (or
+        `session = await client.session(15)`)."""
         body: Dict[str, Any] = {"ttl_ms": max(1, int(ttl * 1000))}
         if owner is not None:
             body["owner"] = owner
-        sent = time.monotonic()
-        return AsyncSession(self, await self._call("POST", "/sessions", body=body), sent, on_lost)
+
+        async def open_session() -> AsyncSession:
+            sent = time.monotonic()
+            answer = await self._call("POST", "/sessions", body=body)
+            return AsyncSession(self, answer, sent, on_lost)
+        return Pending(open_session)
 
     def lock_many(self, names: Sequence[str], ttl: float = 30.0, *, wait: float = 0.0,
                   owner: Optional[str] = None, on_lost: Optional[OnLost] = None,
