@@ -231,8 +231,16 @@ pub(crate) struct ListArgs {
 }
 
 /// Clap names the flag in a parse error; the contract promises the variable is named too.
+/// Only for a bad value: a flag the command does not take (a server flag after `lock`,
+/// say) is clap's own error, with no variable to blame.
 pub(crate) fn explain_parse_error(err: &clap::Error) -> Option<String> {
-    use clap::error::ContextKind;
+    use clap::error::{ContextKind, ErrorKind};
+    if !matches!(
+        err.kind(),
+        ErrorKind::InvalidValue | ErrorKind::ValueValidation
+    ) {
+        return None;
+    }
     let arg = err.get(ContextKind::InvalidArg)?.to_string();
     let cmd = Cli::command();
     let env = cmd
@@ -278,19 +286,20 @@ mod tests {
 
     #[test]
     fn client_verbs_take_only_their_own_options() {
-        // A server flag after a client verb is refused, not ignored.
-        assert!(
-            Cli::try_parse_args([
-                "redlockd",
-                "lock",
-                "--listen",
-                "127.0.0.1:1",
-                "a",
-                "--",
-                "true"
-            ])
-            .is_err()
-        );
+        // A server flag after a client verb is refused, not ignored, and not called a bad
+        // value of the server's variable.
+        let Err(err) = Cli::try_parse_args([
+            "redlockd",
+            "lock",
+            "--listen",
+            "127.0.0.1:1",
+            "a",
+            "--",
+            "true",
+        ]) else {
+            panic!("a server flag after lock was taken");
+        };
+        assert_eq!(explain_parse_error(&err), None, "{err}");
         assert!(Cli::try_parse_args(["redlockd", "list", "--max-ttl-ms", "5"]).is_err());
         // ... nor before it: the server's flags make the line `serve`, which has no verbs.
         assert!(Cli::try_parse_args(["redlockd", "--listen", "127.0.0.1:1", "list"]).is_err());
