@@ -101,9 +101,9 @@ pub(crate) enum ApiError {
     /// 404 `not_found`: no such route.
     #[error("no such route")]
     NoRoute,
-    /// 405 `method_not_allowed`.
-    #[error("method not allowed on this route")]
-    MethodNotAllowed,
+    /// 405 `method_not_allowed`, with a hint where a likely mistake has one.
+    #[error("method not allowed on this route{}", .0.map(|hint| format!(": {hint}")).unwrap_or_default())]
+    MethodNotAllowed(Option<&'static str>),
     /// 500 `internal`: a bug; the details are in the log.
     #[error("internal error")]
     Internal,
@@ -127,7 +127,7 @@ impl ApiError {
             ApiError::Unavailable { .. } | ApiError::ShuttingDown => {
                 StatusCode::SERVICE_UNAVAILABLE
             }
-            ApiError::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
+            ApiError::MethodNotAllowed(_) => StatusCode::METHOD_NOT_ALLOWED,
             ApiError::Unauthorized(_) => StatusCode::UNAUTHORIZED,
             ApiError::TooMany { .. } => StatusCode::TOO_MANY_REQUESTS,
             ApiError::Forbidden(_) => StatusCode::FORBIDDEN,
@@ -148,7 +148,7 @@ impl ApiError {
             ApiError::Unavailable { .. } => "quorum_unavailable",
             ApiError::ShuttingDown => "shutting_down",
             ApiError::NoRoute => "not_found",
-            ApiError::MethodNotAllowed => "method_not_allowed",
+            ApiError::MethodNotAllowed(_) => "method_not_allowed",
             ApiError::Unauthorized(_) => "unauthorized",
             ApiError::TooMany { .. } => "too_many_requests",
             ApiError::Forbidden(_) => "forbidden",

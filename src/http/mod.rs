@@ -200,8 +200,18 @@ async fn no_route() -> Response {
     ApiError::NoRoute.into_response()
 }
 
-async fn wrong_method() -> Response {
-    ApiError::MethodNotAllowed.into_response()
+async fn wrong_method(method: axum::http::Method, uri: axum::http::Uri) -> Response {
+    ApiError::MethodNotAllowed(method_hint(&method, uri.path())).into_response()
+}
+
+/// What a request answered 405 most likely meant, where the mistake is a common one: a
+/// session is held as other holds are by their `/hold` routes, but a session has none (a
+/// held session is a `POST /sessions` with `Accept: text/event-stream`).
+fn method_hint(method: &axum::http::Method, path: &str) -> Option<&'static str> {
+    let session = path.strip_prefix("/sessions/")?;
+    (method == axum::http::Method::POST && !session.contains('/')).then_some(
+        "a session is opened with POST /sessions, and held while connected with `Accept: text/event-stream` on that call",
+    )
 }
 
 /// Responses smaller than this are sent as they are: compressing a lease body costs more

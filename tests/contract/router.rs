@@ -42,6 +42,19 @@ async fn rejections_are_the_contracts_errors_and_are_counted() {
         (status, body["error"].as_str()),
         (405, Some("method_not_allowed"))
     );
+    assert_eq!(
+        body["message"], "method not allowed on this route",
+        "{body}"
+    );
+    // Sessions have no `/hold` route as the kinds do: the answer says what to send.
+    let (status, body) = call(&app, "POST", "/sessions/hold", "").await;
+    common::assert_error(status, &body, 405, "method_not_allowed");
+    assert!(
+        body["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("POST /sessions") && m.contains("text/event-stream")),
+        "{body}"
+    );
     let text = app.text("/metrics").await;
     assert!(
         text.contains(
