@@ -168,17 +168,23 @@ pub(crate) async fn run(args: LockArgs) -> u8 {
         }) => {
             // A skip the user declared a success is silent: cron mails any output.
             if !args.quiet && args.held_exit_code != 0 {
+                let ms = millis(retry_after);
+                // A lock-delay cannot be renewed: it ends when it says.
                 let held = match args.limit {
-                    Some(limit) => format!("every one of the {limit} permits of {name} is taken"),
-                    None if message.contains("lock-delay") => format!(
-                        "{name} is in its lock-delay: its last lease ended without a revoke"
+                    Some(limit) => format!(
+                        "every one of the {limit} permits of {name} is taken (one is free in \
+                         about {ms} ms at the latest, unless renewed)"
                     ),
-                    None => format!("{name} is held by another lease"),
+                    None if message.contains("lock-delay") => format!(
+                        "{name} is in its lock-delay: its last lease ended without a revoke \
+                         (free in about {ms} ms)"
+                    ),
+                    None => format!(
+                        "{name} is held by another lease (free in about {ms} ms at the \
+                         latest, unless renewed)"
+                    ),
                 };
-                say(format_args!(
-                    "{held} (free in about {} ms at the latest, unless renewed)",
-                    millis(retry_after)
-                ));
+                say(held);
             }
             return args.held_exit_code;
         }

@@ -184,6 +184,32 @@ async fn the_command_runs_with_the_lease_in_its_environment_and_its_exit_release
 }
 
 #[tokio::test]
+async fn a_lock_delay_is_reported_as_one_that_ends_when_it_says() {
+    let bed = Bed::start().await;
+    bed.replicas[0]
+        .must_grant("jobs:d", json!({"ttl_ms": 200, "lock_delay_ms": 30000}))
+        .await;
+    // The lease lapses (no renew): its lock-delay starts, and no renew can shorten or
+    // lengthen it.
+    let out = common::wait_for(
+        "the lease to lapse into its lock-delay",
+        Duration::from_secs(10),
+        async || {
+            let out = bed.run(&["lock", "jobs:d", "--", "true"]).await;
+            stderr(&out).contains("lock-delay").then_some(out)
+        },
+    )
+    .await;
+    assert_eq!(code(&out), HELD, "{}", stderr(&out));
+    let said = stderr(&out);
+    assert!(said.contains("free in about"), "{said}");
+    assert!(
+        !said.contains("unless renewed"),
+        "a lock-delay cannot be renewed: {said}"
+    );
+}
+
+#[tokio::test]
 async fn a_held_lock_exits_held_or_waits_and_signals_reach_the_command() {
     let bed = Bed::start().await;
     // The first holder leaves on SIGTERM, which reaches it through redlockd lock.
