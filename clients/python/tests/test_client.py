@@ -404,6 +404,17 @@ def test_a_session_renew_marks_a_force_released_hold_lost(cluster):
         assert session.holds == [kept]
 
 
+def test_a_lock_through_a_session_takes_a_lock_delay_too(cluster):
+    client = Client(cluster.urls)
+    with client.session(ttl=5.0) as session:
+        session.lock("s:sdelay", lock_delay=1.0)
+        # Force-released: ended other than by its holder, so its lock-delay applies.
+        assert httpx.delete(f"{cluster.urls[0]}/locks/s:sdelay").status_code == 200
+        with pytest.raises(LockHeld) as refused:
+            client.lock("s:sdelay", ttl=1.0)
+        assert refused.value.code == "lock_delay"
+
+
 def test_a_lock_delay_refuses_the_name_after_a_lease_that_lapsed(cluster):
     client = Client(cluster.urls)
     client.lock("s:delay", ttl=0.3, lock_delay=1.0, auto_renew=False)

@@ -168,11 +168,12 @@ class AsyncSession(_core.SessionState, _RenewsItself):
         self._task = asyncio.get_running_loop().create_task(self._renew_loop())
 
     async def lock(self, name: str, *, wait: float = 0.0, owner: Optional[str] = None,
-                   mode: str = "exclusive", idempotency_key: Optional[str] = None) -> AsyncLease:
-        """Lock `name` through this session."""
+                   mode: str = "exclusive", idempotency_key: Optional[str] = None,
+                   lock_delay: Optional[float] = None) -> AsyncLease:
+        """Lock `name` through this session (`SessionState.lock`'s arguments)."""
         return self._hold(await self._client._grant(
             "locks", name, self.ttl, wait, owner, idempotency_key, mode=mode,
-            session=self.session_id))
+            session=self.session_id, lock_delay=lock_delay))
 
     async def permit(self, name: str, limit: int, *, wait: float = 0.0,
                      owner: Optional[str] = None,

@@ -149,11 +149,13 @@ class Session(_core.SessionState, _RenewsItself):
         self._thread.start()
 
     def lock(self, name: str, *, wait: float = 0.0, owner: Optional[str] = None,
-             mode: str = "exclusive", idempotency_key: Optional[str] = None) -> Lease:
-        """Lock `name` through this session (see `Client.lock`)."""
+             mode: str = "exclusive", idempotency_key: Optional[str] = None,
+             lock_delay: Optional[float] = None) -> Lease:
+        """Lock `name` through this session (see `Client.lock`, `lock_delay` included: it
+        applies when the session ends other than by its end, and so the hold)."""
         return self._hold(self._client._grant("locks", name, self.ttl, wait, owner,
                                               idempotency_key, mode=mode,
-                                              session=self.session_id))
+                                              session=self.session_id, lock_delay=lock_delay))
 
     def permit(self, name: str, limit: int, *, wait: float = 0.0, owner: Optional[str] = None,
                idempotency_key: Optional[str] = None) -> Lease:
