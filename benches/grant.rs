@@ -605,7 +605,7 @@ impl Server {
         let server = Self {
             child,
             base: format!("http://127.0.0.1:{port}"),
-            http: reqwest::Client::builder()
+            http: common::http_builder()
                 .pool_max_idle_per_host(1024)
                 .timeout(Duration::from_secs(60))
                 .default_headers(bench_headers())

@@ -109,9 +109,8 @@ impl App {
 
     /// The app of `settings` over `nodes`: what `new` and `with_nodes` share.
     async fn from_parts(settings: Settings, nodes: Vec<Arc<dyn LockNode>>) -> anyhow::Result<Self> {
-        // For rediss:// masters. Installing twice (several apps in one test process) is
-        // refused harmlessly: the provider is the same.
-        let _ = rustls::crypto::ring::default_provider().install_default();
+        // For rediss:// masters.
+        crate::trust::use_ring();
         if settings.backend == Backend::Embedded {
             tracing::warn!(
                 "no REDLOCKD_REDIS_URLS: serving from the embedded in-process store (one process, not distributed; for development and tests)"
@@ -349,7 +348,7 @@ pub(crate) async fn recover(
     fence_floor: Option<u64>,
     force: bool,
 ) -> anyhow::Result<Vec<String>> {
-    let _ = rustls::crypto::ring::default_provider().install_default();
+    crate::trust::use_ring();
     let settings = config.settings()?;
     anyhow::ensure!(
         settings.backend != Backend::Embedded,
@@ -388,6 +387,7 @@ pub(crate) async fn healthcheck(listen: &str, tls: bool) -> anyhow::Result<()> {
     if tls {
         // Its own process, on this host: the certificate names the service's public name,
         // not this address, so it is not verified here.
+        crate::trust::use_ring();
         let http = reqwest::Client::builder()
             .danger_accept_invalid_certs(true)
             .timeout(std::time::Duration::from_secs(3))

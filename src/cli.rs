@@ -144,6 +144,10 @@ pub(crate) struct ServerArgs {
     /// The bearer token to send, when the servers require one (REDLOCKD_AUTH_FILE).
     #[arg(long, env = "REDLOCKD_TOKEN", hide_env_values = true)]
     pub token: Option<String>,
+    /// A PEM file of CA certificates to trust for https:// servers, beside the operating
+    /// system's store (which SSL_CERT_FILE and SSL_CERT_DIR also set).
+    #[arg(long, env = "REDLOCKD_CA_FILE", value_name = "PEM")]
+    pub ca_file: Option<std::path::PathBuf>,
 }
 
 /// `redlockd lock`.
@@ -334,14 +338,18 @@ mod tests {
     #[test]
     fn a_bad_server_variable_does_not_stop_a_client_verb() {
         // The parse reads REDLOCKD_* from the environment; a client verb has none of the
-        // server's, so their values cannot matter. (Set only within this process's test.)
+        // server's, so their values cannot matter. (REDLOCKD_CA_FILE means the same to
+        // both: the CA to trust when calling out over https.)
         let argv = ["redlockd", "list", "--server", "http://127.0.0.1:1"];
         let mut cmd = Cli::command();
         let list = cmd.find_subcommand_mut("list").expect("list");
         assert!(
-            list.get_arguments().all(|a| a
-                .get_env()
-                .is_none_or(|e| e == "REDLOCKD_SERVER" || e == "REDLOCKD_TOKEN")),
+            list.get_arguments().all(|a| a.get_env().is_none_or(|e| [
+                "REDLOCKD_SERVER",
+                "REDLOCKD_TOKEN",
+                "REDLOCKD_CA_FILE"
+            ]
+            .contains(&e.to_str().unwrap_or_default()))),
             "list reads a server variable"
         );
         assert!(Cli::try_parse_args(argv).is_ok());

@@ -146,10 +146,17 @@ pub struct Config {
     #[arg(long, env = "REDLOCKD_AUTH_BURST")]
     pub auth_burst: Option<u32>,
 
-    /// An OTLP/HTTP collector (`http://otel-collector:4318`): send traces there, a span per
-    /// request with one per master step (JSON to `/v1/traces`). Unset: no traces, no cost.
+    /// An OTLP/HTTP collector (`http://otel-collector:4318`, or https://): send traces
+    /// there, a span per request with one per master step (JSON to `/v1/traces`). Unset:
+    /// the standard OTEL_EXPORTER_OTLP_ENDPOINT (and the other OTEL_EXPORTER_OTLP_*
+    /// variables) are read instead; neither set: no traces, no cost.
     #[arg(long, env = "REDLOCKD_OTLP_ENDPOINT")]
     pub otlp_endpoint: Option<String>,
+
+    /// A PEM file of CA certificates to trust for an https:// trace collector, beside the
+    /// operating system's store (which SSL_CERT_FILE and SSL_CERT_DIR also set).
+    #[arg(long, env = "REDLOCKD_CA_FILE", value_name = "PEM")]
+    pub ca_file: Option<std::path::PathBuf>,
 
     /// With REDLOCKD_AUTH_FILE: `/metrics`, `/openapi.json` and `/docs` need a reader token
     /// too (they are open by default; `/healthz` and `/readyz` always are).
@@ -258,12 +265,12 @@ impl Config {
             ));
         }
         if let Some(endpoint) = self.otlp_endpoint.as_deref().filter(|e| !e.is_empty())
-            && !endpoint.starts_with("http://")
+            && !(endpoint.starts_with("http://") || endpoint.starts_with("https://"))
         {
             return Err(bad(
                 "REDLOCKD_OTLP_ENDPOINT",
                 format!(
-                    "{endpoint:?}: must be an http:// URL of an OTLP/HTTP collector (http://otel-collector:4318)"
+                    "{endpoint:?}: must be an http:// or https:// URL of an OTLP/HTTP collector (http://otel-collector:4318)"
                 ),
             ));
         }

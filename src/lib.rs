@@ -18,7 +18,7 @@
 //! Each layer names only the ones below it (`tests/domain/layers.rs` holds them to it). `wire`
 //! holds the contract's bodies, shared by the server and Rust clients; `config` is the one
 //! typed configuration of the server and `cli` the command line's grammar; `client` is the client side of the contract (the
-//! binary's `lock`, `inspect` and `list` verbs), which knows only `wire` and `config`; `metrics` owns the Prometheus registry; `logging` writes the JSON
+//! binary's `lock`, `inspect` and `list` verbs), which knows only `wire`, `config` and `trust` (which servers redlockd's own HTTP clients trust); `metrics` owns the Prometheus registry; `logging` writes the JSON
 //! log line; `telemetry` sends traces over OTLP when asked to; `app` builds and runs it all,
 //! and holds the binary's body (`app::main`).
 //!
@@ -39,4 +39,5 @@ pub mod model;
 pub mod redlock;
 pub mod store;
 pub(crate) mod telemetry;
+pub(crate) mod trust;
 pub(crate) mod wire;

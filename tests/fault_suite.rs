@@ -188,7 +188,7 @@ impl Replica {
             base: format!("http://127.0.0.1:{port}"),
             log,
         };
-        let http = reqwest::Client::new();
+        let http = common::http();
         wait_for(
             "the replica to serve",
             Duration::from_secs(10),
@@ -416,7 +416,7 @@ impl Recorder {
 /// The HTTP client a worker sends with: a request that gets no answer in 4 s is recorded
 /// as unanswered.
 fn worker_client() -> reqwest::Client {
-    reqwest::Client::builder()
+    common::http_builder()
         .timeout(Duration::from_secs(4))
         .build()
         .unwrap()
@@ -789,7 +789,9 @@ impl Cluster {
     /// The readiness of the first live replica.
     async fn readyz(&self) -> Option<Value> {
         let base = self.replicas.iter().flatten().next()?.base.clone();
-        reqwest::get(format!("{base}/readyz"))
+        common::http()
+            .get(format!("{base}/readyz"))
+            .send()
             .await
             .ok()?
             .json()
@@ -924,7 +926,7 @@ async fn every_name_is_granted_again_on_names(cluster: &Cluster, names: &[&str])
 
 /// `every_name_is_granted_again`, through the replica at `base`, for `names`.
 async fn every_name_is_granted_again_on(base: &str, names: &[&str]) -> Vec<String> {
-    let http = reqwest::Client::new();
+    let http = common::http();
     let deadline = Duration::from_millis(1500) + MAX_TTL + MAX_LOCK_DELAY + Duration::from_secs(1);
     let mut blocked = Vec::new();
     for &name in names {
@@ -1716,7 +1718,7 @@ seeded!(fenced_set for Duration::from_secs(30) =>
 /// The steps the live replicas sent to the masters and the calls that carried them, from
 /// their metrics (a replica restarted by a fault counts from its restart).
 async fn master_traffic(cluster: &Cluster) -> (u64, u64) {
-    let http = reqwest::Client::new();
+    let http = common::http();
     let bases: Vec<String> = cluster
         .bases
         .read()
@@ -1768,7 +1770,7 @@ async fn restart_empty_under_a_live_lease(unsafe_switch: bool) -> Vec<String> {
         retried: Default::default(),
         sessions: Default::default(),
     };
-    let http = reqwest::Client::new();
+    let http = common::http();
     let bases: Vec<String> = (0..2)
         .map(|r| cluster.replicas[r].as_ref().unwrap().base.clone())
         .collect();
@@ -1873,7 +1875,9 @@ fn a_new_deployment_whose_masters_boot_apart_is_ready_within_seconds() {
         let a = Replica::start(0, &masters, logs.path(), &[]).await;
         let b = Replica::start(1, &masters, logs.path(), &[]).await;
         let ready = async |r: &Replica| -> Value {
-            reqwest::get(format!("{}/readyz", r.base))
+            common::http()
+                .get(format!("{}/readyz", r.base))
+                .send()
                 .await
                 .unwrap()
                 .json()
@@ -1944,7 +1948,7 @@ fn a_new_deployment_whose_masters_boot_apart_is_ready_within_seconds() {
                 .all(|m| m["quarantined_until"].is_null()),
             "no master of a new deployment is quarantined: {after}"
         );
-        let resp = reqwest::Client::new()
+        let resp = common::http()
             .post(format!("{}/locks/first", b.base))
             .send()
             .await
@@ -1985,7 +1989,7 @@ async fn shard_faults(seed: u64) {
         bases.write().unwrap()[r] = Some(replica.base.clone());
         replicas.push(replica);
     }
-    let http = reqwest::Client::new();
+    let http = common::http();
     let every_shard_votes = async || {
         let ready: Value = http
             .get(format!("{}/readyz", replicas[0].base))

@@ -22,7 +22,10 @@ struct Logging {
 /// access line per request was a system call per request on the request's thread), and
 /// an idle process's lines still appear at once. A full queue makes the logging thread
 /// wait rather than drop lines (the access and audit logs are records).
-fn init_logging(format: Option<LogFormat>, otlp: Option<&str>) -> anyhow::Result<Logging> {
+fn init_logging(
+    format: Option<LogFormat>,
+    otlp: Option<crate::telemetry::Export<'_>>,
+) -> anyhow::Result<Logging> {
     use tracing_subscriber::layer::SubscriberExt as _;
     use tracing_subscriber::util::SubscriberInitExt as _;
     use tracing_subscriber::{EnvFilter, Layer as _};
@@ -51,12 +54,9 @@ fn init_logging(format: Option<LogFormat>, otlp: Option<&str>) -> anyhow::Result
             .with_filter(filter)
             .boxed(),
     };
-    let (traces, provider) = match otlp.filter(|e| !e.is_empty()) {
-        Some(endpoint) => {
-            let (layer, provider) = crate::telemetry::otlp_layer(endpoint)?;
-            (Some(layer), Some(provider))
-        }
-        None => (None, None),
+    let (traces, provider) = match otlp.map(crate::telemetry::otlp_layer).transpose()? {
+        Some(Some((layer, provider))) => (Some(layer), Some(provider)),
+        _ => (None, None),
     };
     tracing_subscriber::registry().with(log).with(traces).init();
     Ok(Logging {
@@ -110,14 +110,20 @@ pub fn main() -> std::process::ExitCode {
         }
     };
     let (format, otlp) = match &cli.command {
-        Command::Serve(config) => (config.log_format, config.otlp_endpoint.as_deref()),
+        Command::Serve(config) => (
+            config.log_format,
+            Some(crate::telemetry::Export {
+                endpoint: config.otlp_endpoint.as_deref(),
+                ca_file: config.ca_file.as_deref(),
+            }),
+        ),
         Command::Recover(args) => (args.config.log_format, None),
         _ => (None, None),
     };
     let logging = match init_logging(format, otlp) {
         Ok(logging) => logging,
         Err(e) => {
-            eprintln!("redlockd: REDLOCKD_OTLP_ENDPOINT: {e:#}");
+            eprintln!("redlockd: traces: {e:#}");
             return std::process::ExitCode::from(crate::client::lock::exit::USAGE);
         }
     };

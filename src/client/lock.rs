@@ -79,7 +79,7 @@ fn millis(d: Duration) -> u64 {
 
 /// Run `args.command` under the lock; the process's exit status.
 pub(crate) async fn run(args: LockArgs) -> u8 {
-    let servers = match Servers::new(&args.server.servers, args.server.token.as_deref()) {
+    let servers = match Servers::of(&args.server) {
         Ok(servers) => Arc::new(servers),
         Err(e) => {
             say(e);

@@ -72,8 +72,22 @@ pub(crate) struct Servers {
 }
 
 impl Servers {
+    /// The replicas `args` names, called with its bearer token when given, trusting its CA
+    /// file beside the system's store.
+    pub(crate) fn of(args: &crate::cli::ServerArgs) -> Result<Self, Failure> {
+        Self::new(
+            &args.servers,
+            args.token.as_deref(),
+            args.ca_file.as_deref(),
+        )
+    }
+
     /// The replicas at `urls`, called with `token` as the bearer token when given.
-    pub(crate) fn new(urls: &[String], token: Option<&str>) -> Result<Self, Failure> {
+    pub(crate) fn new(
+        urls: &[String],
+        token: Option<&str>,
+        ca_file: Option<&std::path::Path>,
+    ) -> Result<Self, Failure> {
         let urls: Vec<String> = urls
             .iter()
             .map(|u| u.trim().trim_end_matches('/').to_owned())
@@ -91,7 +105,9 @@ impl Servers {
                 )));
             }
         }
-        let http = reqwest::Client::builder()
+        let roots = crate::trust::extra_roots(ca_file)
+            .map_err(|e| Failure::Invalid(format!("--ca-file {e:#}")))?;
+        let http = crate::trust::client(&roots)
             .connect_timeout(CONNECT_TIMEOUT)
             .build()
             .map_err(|e| Failure::Unavailable(format!("cannot start an HTTP client: {e}")))?;
@@ -343,7 +359,7 @@ mod tests {
                 let answers = answers.as_array().unwrap().clone();
                 urls.push(replica(i, answers, table["ok_body"].clone(), tried.clone()).await);
             }
-            let servers = Servers::new(&urls, None).unwrap();
+            let servers = Servers::new(&urls, None, None).unwrap();
             for call in case["calls"].as_array().unwrap() {
                 tried.lock().unwrap().clear();
                 let got = servers.get::<serde_json::Value>("/locks/job").await;
@@ -362,8 +378,8 @@ mod tests {
 
     #[test]
     fn only_http_servers_are_accepted() {
-        assert!(Servers::new(&["http://127.0.0.1:1/".into()], None).is_ok());
-        assert!(Servers::new(&["redis://127.0.0.1:1".into()], None).is_err());
-        assert!(Servers::new(&[], None).is_err());
+        assert!(Servers::new(&["http://127.0.0.1:1/".into()], None, None).is_ok());
+        assert!(Servers::new(&["redis://127.0.0.1:1".into()], None, None).is_err());
+        assert!(Servers::new(&[], None, None).is_err());
     }
 }

@@ -22,7 +22,7 @@ fn fail(verb: &str, e: &Failure) -> u8 {
 }
 
 pub(crate) async fn inspect(args: InspectArgs) -> u8 {
-    let servers = match Servers::new(&args.server.servers, args.server.token.as_deref()) {
+    let servers = match Servers::of(&args.server) {
         Ok(s) => s,
         Err(e) => return fail("inspect", &e),
     };
@@ -135,7 +135,7 @@ fn leader(leader: &Leader) -> String {
 }
 
 pub(crate) async fn list(args: ListArgs) -> u8 {
-    let servers = match Servers::new(&args.server.servers, args.server.token.as_deref()) {
+    let servers = match Servers::of(&args.server) {
         Ok(s) => s,
         Err(e) => return fail("list", &e),
     };

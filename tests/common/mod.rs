@@ -21,6 +21,18 @@ use tokio::sync::oneshot;
 /// How often a wait polls its condition.
 pub const POLL: Duration = Duration::from_millis(10);
 
+/// An HTTP client builder for the tests. reqwest's TLS runs on rustls' process-wide crypto
+/// provider, which the binary installs (ring) at start and a test process must install too.
+pub fn http_builder() -> reqwest::ClientBuilder {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    reqwest::Client::builder()
+}
+
+/// A plain HTTP client for the tests (see [`http_builder`]).
+pub fn http() -> reqwest::Client {
+    http_builder().build().expect("an HTTP client")
+}
+
 /// Poll `check` until it returns `Some`, or panic with `what` after `deadline`.
 pub async fn wait_for<T>(
     what: &str,
@@ -727,7 +739,7 @@ impl TestApp {
         }));
         Self {
             base: format!("http://{addr}"),
-            http: reqwest::Client::builder()
+            http: http_builder()
                 .timeout(Duration::from_secs(90))
                 .build()
                 .expect("http client"),
@@ -763,7 +775,7 @@ impl TestApp {
         Self {
             // Nothing listens: a request sent over a socket by mistake fails at once.
             base: "http://in-process.invalid".into(),
-            http: reqwest::Client::new(),
+            http: http(),
             events: app.events(),
             router: Some(app.router()),
             app: Some(app),
@@ -1095,7 +1107,7 @@ impl Server {
             base: format!("http://127.0.0.1:{port}"),
             stderr,
         };
-        let http = reqwest::Client::new();
+        let http = http();
         wait_for("redlockd to serve", Duration::from_secs(10), async || {
             http.get(format!("{}/healthz", server.base))
                 .send()
@@ -1120,11 +1132,13 @@ impl Server {
 
     pub async fn post(&self, path: &str) -> reqwest::Response {
         let url = format!("{}{path}", self.base);
-        reqwest::Client::new().post(url).send().await.expect("POST")
+        http().post(url).send().await.expect("POST")
     }
 
     pub async fn text(&self, path: &str) -> String {
-        let resp = reqwest::get(format!("{}{path}", self.base))
+        let resp = http()
+            .get(format!("{}{path}", self.base))
+            .send()
             .await
             .expect("GET");
         resp.text().await.expect("body")

@@ -25,13 +25,14 @@ const ALLOWED: &[(&str, &[&str])] = &[
     ("lease", &["redlock", "config", "metrics", "model"]),
     ("redlock", &["store", "metrics", "telemetry", "model"]),
     ("store", &["config", "model"]),
-    ("client", &["wire", "config", "cli", "model"]),
+    ("client", &["wire", "config", "cli", "trust", "model"]),
     ("cli", &["config"]),
     ("wire", &["model"]),
     ("config", &["model"]),
     ("metrics", &[]),
     ("logging", &[]),
-    ("telemetry", &[]),
+    ("telemetry", &["trust"]),
+    ("trust", &[]),
     ("model", &[]),
 ];
 

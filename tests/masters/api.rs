@@ -303,7 +303,7 @@ async fn a_release_is_announced_only_to_listeners() {
 async fn a_waiter_whose_client_leaves_takes_no_lock() {
     let (_ms, app) = app3().await;
     let (holder, _) = app.must_grant("gone", json!({"ttl_ms": 30000})).await;
-    let impatient = reqwest::Client::builder()
+    let impatient = common::http_builder()
         .timeout(Duration::from_millis(300))
         .build()
         .unwrap();

@@ -132,7 +132,7 @@ async fn sighup_rereads_the_token_file_and_a_malformed_one_keeps_the_old_tokens(
         ("REDLOCKD_LOG_FORMAT", "json"),
     ])
     .await;
-    let http = reqwest::Client::new();
+    let http = common::http();
     let grant = |token: String, name: &'static str| {
         let (http, url) = (http.clone(), format!("{}/locks/{name}", server.base));
         async move {

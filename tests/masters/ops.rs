@@ -201,7 +201,7 @@ async fn a_traced_grant_shows_one_span_per_master_step_under_the_clients_trace()
     // The client's trace: W3C traceparent (version, trace id, parent span id, flags).
     let trace_id = "4bf92f3577b34da6a3ce929d0e0e4736";
     let client_span = "00f067aa0ba902b7";
-    let granted: serde_json::Value = reqwest::Client::new()
+    let granted: serde_json::Value = common::http()
         .post(format!("{}/locks/traced:1", server.base))
         .header("traceparent", format!("00-{trace_id}-{client_span}-01"))
         .value()

@@ -423,7 +423,7 @@ impl Prometheus {
 
     /// The instant query's answer: `Err` with Prometheus's error when it refuses it.
     async fn query(&self, expr: &str) -> Result<Vec<Value>, String> {
-        let answer: Value = reqwest::Client::new()
+        let answer: Value = common::http()
             .get(format!("{}/api/v1/query", self.base))
             .query(&[("query", expr)])
             .send()

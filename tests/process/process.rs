@@ -104,7 +104,7 @@ fn a_bad_configuration_stops_the_process_and_names_the_variable() {
 #[tokio::test]
 async fn with_no_redis_it_serves_from_the_embedded_store() {
     let server = Server::start(&[]).await;
-    let http = reqwest::Client::new();
+    let http = common::http();
     let resp = server.post("/locks/dev?ttl_ms=5000").await;
     assert_eq!(resp.status(), 201);
     let ready: serde_json::Value = http.get(format!("{}/readyz", server.base)).value().await;
@@ -130,7 +130,7 @@ async fn redis_passwords_reach_no_log_line_and_no_readyz() {
     }
     urls[2] = urls[2].replace(password, "wr0ng-Pa55word");
     let server = Server::start(&[("REDLOCKD_REDIS_URLS", &urls.join(","))]).await;
-    let http = reqwest::Client::new();
+    let http = common::http();
     let resp = http
         .post(format!("{}/locks/secret-test", server.base))
         .json(&json!({"owner": "me"}))
@@ -160,7 +160,7 @@ async fn redis_passwords_reach_no_log_line_and_no_readyz() {
 #[tokio::test]
 async fn access_logs_are_structured_and_never_carry_the_lease_id() {
     let server = Server::start(&[("REDLOCKD_LOG_FORMAT", "json")]).await;
-    let http = reqwest::Client::new();
+    let http = common::http();
     let lease: serde_json::Value = http
         .post(format!("{}/locks/audit:1", server.base))
         .header("x-request-id", "req-under-test")
@@ -216,7 +216,7 @@ async fn sigterm_lets_requests_in_flight_finish_and_leaves_leases_held() {
         ("REDLOCKD_SHUTDOWN_GRACE_MS", "5000"),
     ])
     .await;
-    let http = reqwest::Client::new();
+    let http = common::http();
     let held = server.post("/locks/drain").await;
     assert_eq!(held.status(), 201);
     let waiter = tokio::spawn({
