@@ -132,7 +132,7 @@ pub struct Config {
     pub tls_key: Option<String>,
 
     /// A JSON file of bearer tokens (name, SHA-256 of the token, role, name prefixes; see
-    /// README, "Security"). Unset: no authentication (logged at start). Re-read on SIGHUP.
+    /// docs/security.md). Unset: no authentication (logged at start). Re-read on SIGHUP.
     #[arg(long, env = "REDLOCKD_AUTH_FILE")]
     pub auth_file: Option<String>,
 
@@ -152,6 +152,11 @@ pub struct Config {
     /// variables) are read instead; neither set: no traces, no cost.
     #[arg(long, env = "REDLOCKD_OTLP_ENDPOINT")]
     pub otlp_endpoint: Option<String>,
+
+    /// The built docs site (`mdbook build` writes target/book): served at /book/, with a
+    /// runbook page per alert. Unset: /book/ answers 404 saying how to get it.
+    #[arg(long, env = "REDLOCKD_BOOK_DIR", value_name = "DIR")]
+    pub book_dir: Option<std::path::PathBuf>,
 
     /// A PEM file of CA certificates to trust for an https:// trace collector, beside the
     /// operating system's store (which SSL_CERT_FILE and SSL_CERT_DIR also set).
@@ -274,6 +279,18 @@ impl Config {
                 ),
             ));
         }
+        let book_dir = self.book_dir.clone().filter(|d| !d.as_os_str().is_empty());
+        if let Some(dir) = &book_dir
+            && !dir.join("index.html").is_file()
+        {
+            return Err(bad(
+                "REDLOCKD_BOOK_DIR",
+                format!(
+                    "{}: no index.html there; name the folder `mdbook build` wrote (target/book)",
+                    dir.display()
+                ),
+            ));
+        }
         if self.require_odd && masters.len().is_multiple_of(2) {
             return Err(bad(
                 "REDLOCKD_REDIS_URLS",
@@ -325,6 +342,7 @@ impl Config {
                 }
             },
             auth_file: self.auth_file.clone().filter(|f| !f.is_empty()),
+            book_dir,
             auth_protect_operations: self.auth_protect_operations,
             auth_rate: NonZeroU32::new(self.auth_rate).map(|rate| {
                 let burst = self.auth_burst.and_then(NonZeroU32::new).unwrap_or(rate);
@@ -363,6 +381,8 @@ pub(crate) struct Settings {
     pub tls: Option<(String, String)>,
     /// The token file, when authentication is on.
     pub auth_file: Option<String>,
+    /// The built docs site, served at /book/ when given.
+    pub book_dir: Option<std::path::PathBuf>,
     pub auth_protect_operations: bool,
     /// Requests per second per token, and the burst.
     pub auth_rate: Option<(NonZeroU32, NonZeroU32)>,

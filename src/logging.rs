@@ -2,7 +2,7 @@
 //!
 //! tracing-subscriber's JSON formatter builds a map of every event's fields and serialises
 //! it; with one access-log line per request that was about a fifth of redlockd's CPU in
-//! the benchmark (README, "Performance"). This writes the same shape (`timestamp`, `level`,
+//! the benchmark (docs/performance.md). This writes the same shape (`timestamp`, `level`,
 //! the event's fields flattened, `target`) field by field, escaping as it goes. Spans are
 //! not written: redlockd opens none.
 

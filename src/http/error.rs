@@ -101,6 +101,10 @@ pub(crate) enum ApiError {
     /// 404 `not_found`: no such route.
     #[error("no such route")]
     NoRoute,
+    /// 404 `not_found`: a route this replica could serve, but was not given what it serves
+    /// (the reason says what to set).
+    #[error("{0}")]
+    NotServed(&'static str),
     /// 405 `method_not_allowed`, with a hint where a likely mistake has one.
     #[error("method not allowed on this route{}", .0.map(|hint| format!(": {hint}")).unwrap_or_default())]
     MethodNotAllowed(Option<&'static str>),
@@ -122,7 +126,8 @@ impl ApiError {
             ApiError::LeaseNotFound
             | ApiError::KeyEnded
             | ApiError::SessionNotFound
-            | ApiError::NoRoute => StatusCode::NOT_FOUND,
+            | ApiError::NoRoute
+            | ApiError::NotServed(_) => StatusCode::NOT_FOUND,
             ApiError::IdempotencyMismatch => StatusCode::UNPROCESSABLE_ENTITY,
             ApiError::Unavailable { .. } | ApiError::ShuttingDown => {
                 StatusCode::SERVICE_UNAVAILABLE
@@ -147,7 +152,7 @@ impl ApiError {
             ApiError::IdempotencyMismatch => "idempotency_mismatch",
             ApiError::Unavailable { .. } => "quorum_unavailable",
             ApiError::ShuttingDown => "shutting_down",
-            ApiError::NoRoute => "not_found",
+            ApiError::NoRoute | ApiError::NotServed(_) => "not_found",
             ApiError::MethodNotAllowed(_) => "method_not_allowed",
             ApiError::Unauthorized(_) => "unauthorized",
             ApiError::TooMany { .. } => "too_many_requests",

@@ -245,6 +245,53 @@ fn docs() -> Router<AppState> {
         )
 }
 
+/// The documentation site (docs/, built by `mdbook build`) at `/book/`, from the folder
+/// `REDLOCKD_BOOK_DIR` names: tower-http's `ServeDir` serves it (content types, no path
+/// outside the folder, `index.html` for a folder). Without the setting the routes answer
+/// 404 saying how to get the site. `/book` redirects to `/book/`, where the pages' relative
+/// links resolve.
+fn book(dir: Option<std::path::PathBuf>) -> Router<AppState> {
+    use axum::extract::Path;
+    use axum::routing::get;
+    use tower::ServiceExt as _;
+    let serve = move |file: String| {
+        let dir = dir.clone();
+        async move {
+            let Some(dir) = dir else {
+                return ApiError::NotServed(
+                    "this replica serves no docs site: build it with `mdbook build` (into \
+                     target/book) and set REDLOCKD_BOOK_DIR to that folder",
+                )
+                .into_response();
+            };
+            let request = match axum::http::Request::get(format!("/{file}"))
+                .body(axum::body::Body::empty())
+            {
+                Ok(request) => request,
+                Err(_) => return ApiError::NoRoute.into_response(),
+            };
+            match tower_http::services::ServeDir::new(dir)
+                .oneshot(request)
+                .await
+            {
+                Ok(found) if found.status().is_success() => found.into_response(),
+                _ => ApiError::NoRoute.into_response(),
+            }
+        }
+    };
+    let index = serve.clone();
+    Router::new()
+        .route(
+            "/book",
+            get(|| async { axum::response::Redirect::permanent("/book/") }),
+        )
+        .route("/book/", get(move || index(String::new())))
+        .route(
+            "/book/{*file}",
+            get(move |Path(file): Path<String>| serve(file)),
+        )
+}
+
 /// One file of the documentation UI. The page's assets are named relative to `/docs/`; a
 /// `<base>` makes them resolve there when the page is fetched as `/docs`.
 fn docs_file(file: &str, config: Arc<utoipa_swagger_ui::Config<'static>>) -> Response {
@@ -281,7 +328,15 @@ fn docs_file(file: &str, config: Arc<utoipa_swagger_ui::Config<'static>>) -> Res
 pub(crate) fn router(state: AppState) -> Router {
     let (routes, doc, mut table) = registry().finish();
     // Served beside the registered routes: the document and its UI.
-    for path in ["/openapi.json", "/docs", "/docs/", "/docs/{*file}"] {
+    for path in [
+        "/openapi.json",
+        "/docs",
+        "/docs/",
+        "/docs/{*file}",
+        "/book",
+        "/book/",
+        "/book/{*file}",
+    ] {
         table.insert(axum::http::Method::GET, path, None, Access::Operations);
     }
     let table = Arc::new(table);
@@ -301,6 +356,7 @@ pub(crate) fn router(state: AppState) -> Router {
             }),
         )
         .merge(docs())
+        .merge(book(state.settings.book_dir.clone()))
         .fallback(no_route)
         .method_not_allowed_fallback(wrong_method)
         .layer(DefaultBodyLimit::max(BODY_LIMIT_BYTES))

@@ -360,7 +360,7 @@ impl Monitor {
                 "{lost} of {n} masters lost their data (or went back to an old snapshot) and are quarantined; \
                  fewer than a majority can vote, so grants answer 503. Each votes again when its quarantine is over \
                  and {} masters that kept their data can restore its fencing counter; if too few kept their data, \
-                 an operator must run `redlockd recover` (see README, \"Masters that lose their data\")",
+                 an operator must run `redlockd recover` (see docs/guarantees.md, \"Masters that lose their data\")",
                 n - q + 1
             ))
         };
@@ -395,7 +395,7 @@ impl Monitor {
     /// monotonic clock stood still while the masters' ran (the host or VM was suspended),
     /// and quarantining every master for it would stop the whole deployment. Those readings
     /// are set aside and nothing is removed. (A real jump on a majority of masters at once
-    /// is beyond what Redlock can survive either way: README, "What is not promised".)
+    /// is beyond what Redlock can survive either way: docs/guarantees.md, "What is not promised".)
     async fn catch_clock_jumps(
         &self,
         nodes: &[Arc<dyn LockNode>],
@@ -759,7 +759,7 @@ impl Monitor {
     }
 
     /// The operator's recovery after a majority of masters lost their data at once (see
-    /// README, "Masters that lose their data"): every master must answer, every master that
+    /// docs/guarantees.md, "Masters that lose their data"): every master must answer, every master that
     /// lost its data must have been up for the largest TTL (so that every lease it may
     /// have held has expired everywhere) unless `force` says the operator knows better, and
     /// then every master's fencing counter is raised to a floor above any token that can

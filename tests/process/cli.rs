@@ -13,7 +13,7 @@ use tokio::process::Command;
 
 const BIN: &str = env!("CARGO_BIN_EXE_redlockd");
 
-/// Exit statuses of `redlockd lock` (README, "Run a command under a lock").
+/// Exit statuses of `redlockd lock` (docs/cli.md).
 const USAGE: i32 = 64;
 const HELD: i32 = 75;
 const LOST: i32 = 76;

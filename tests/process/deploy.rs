@@ -315,11 +315,10 @@ fn the_alerting_rules_pass_promtool_and_each_alerts_unit_tests() {
     );
     assert!(tested.contains("SUCCESS"), "{tested}");
     // Every alert has a unit test that fires it and one where it stays silent, and a
-    // runbook section in README.md.
+    // runbook page of its own on the docs site, which its runbook_url names.
     let rules_text = std::fs::read_to_string(&rules).unwrap();
     let tests_text =
         std::fs::read_to_string(format!("{ROOT}/tests/alerts/redlockd.rules.test.yml")).unwrap();
-    let readme = std::fs::read_to_string(format!("{ROOT}/README.md")).unwrap();
     let alerts: Vec<&str> = rules_text
         .lines()
         .filter_map(|l| l.trim().strip_prefix("- alert: "))
@@ -330,11 +329,19 @@ fn the_alerting_rules_pass_promtool_and_each_alerts_unit_tests() {
         let silent = format!("alertname: {alert}\n    exp_alerts: []");
         assert!(tests_text.contains(&fired), "no test fires {alert}");
         assert!(tests_text.contains(&silent), "no test keeps {alert} silent");
+        let page = format!("runbooks/{}.md", alert.to_lowercase());
+        let runbook = std::fs::read_to_string(format!("{ROOT}/docs/{page}"))
+            .unwrap_or_else(|e| panic!("no runbook page for {alert}: {e}"));
+        assert!(runbook.starts_with(&format!("# {alert}\n")), "{page}");
+        let summary = std::fs::read_to_string(format!("{ROOT}/docs/SUMMARY.md")).unwrap();
         assert!(
-            readme.contains(&format!("#### {alert}\n")),
-            "README.md has no runbook for {alert}"
+            summary.contains(&format!("]({page})")),
+            "SUMMARY.md lacks {page}"
         );
-        assert!(rules_text.contains(&format!("README.md#{}", alert.to_lowercase())));
+        assert!(rules_text.contains(&format!(
+            "runbook_url: \"http://localhost:8080/book/{}\"",
+            page.replace(".md", ".html")
+        )));
     }
     // compose's Prometheus and the chart load this very file.
     let compose = std::fs::read_to_string(format!("{ROOT}/docker-compose.yml")).unwrap();

@@ -1,7 +1,7 @@
-//! The runnable examples under `examples/` and the ones README.md shows, run as a user
+//! The runnable examples under `examples/` and the ones README.md and the docs site show, run as a user
 //! would, against redlockd on real masters: the cron job runs once on a fleet, the ordered
 //! queue is processed exactly once in order across a leader's death, the standby takes
-//! over from a primary; README's cron line and curl examples are taken from the Markdown
+//! over from a primary; the cron line and the curl examples are taken from the Markdown
 //! and run as written (only the servers' addresses and the lease ids they return put in).
 
 use crate::common;
@@ -268,21 +268,23 @@ async fn next_line(reader: &mut tokio::io::BufReader<tokio::process::ChildStdout
     line
 }
 
-/// The text of README.md's first `sh` block under the heading `heading`.
-fn readme_block(heading: &str) -> String {
-    let readme =
-        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md")).unwrap();
-    let section = readme
+/// The text of the first `sh` block under the heading `heading` of `page` (a path from
+/// the repository's root: `README.md`, or a page of the docs site).
+fn doc_block(page: &str, heading: &str) -> String {
+    let text = std::fs::read_to_string(format!("{}/{page}", env!("CARGO_MANIFEST_DIR")))
+        .unwrap_or_else(|e| panic!("{page}: {e}"));
+    let text = format!("\n{text}");
+    let section = text
         .split_once(&format!("\n{heading}\n"))
-        .unwrap_or_else(|| panic!("README.md has no {heading:?}"))
+        .unwrap_or_else(|| panic!("{page} has no {heading:?}"))
         .1;
     let block = section.split_once("```sh\n").expect("a sh block").1;
     block.split_once("```").expect("closed").0.to_owned()
 }
 
-/// README's cron line: the first command of "Run a command under a lock".
+/// The docs' cron line: the first command of "Run a command under a lock".
 fn readme_cron_line() -> String {
-    let block = readme_block("## Run a command under a lock");
+    let block = doc_block("docs/cli.md", "# Run a command under a lock");
     let line = block
         .lines()
         .find(|l| l.starts_with("redlockd lock"))
@@ -390,7 +392,7 @@ async fn the_readmes_cron_line_is_refused_before_the_job_when_the_server_cannot_
     assert_eq!(held["held"], false, "nothing is held: {held}");
 }
 
-/// One `curl` command of a README block and what the README says it answers.
+/// One `curl` command of a documented block and what the page says it answers.
 struct Documented {
     command: String,
     status: Option<u16>,
@@ -398,7 +400,7 @@ struct Documented {
     keys: Option<Vec<String>>,
 }
 
-/// The commands of a README `sh` block, in order, with the lines that set variables kept
+/// The commands of a documented `sh` block, in order, with the lines that set variables kept
 /// in place, and each curl's documented answer (`# → 201 {...}`, which may go on over the
 /// comment lines that follow).
 fn documented(block: &str) -> (String, Vec<Documented>) {
@@ -441,11 +443,11 @@ fn documented(block: &str) -> (String, Vec<Documented>) {
     (script, steps)
 }
 
-/// Run a README block's commands as one shell session against `replicas` (in place of
+/// Run a documented block's commands as one shell session against `replicas` (in place of
 /// localhost:8080, :8081), the example lease id replaced by the first one a grant
-/// returns, and hold each answer to what the README says of it.
-async fn run_documented(heading: &str, replicas: &[&TestApp]) {
-    let (script, steps) = documented(&readme_block(heading));
+/// returns, and hold each answer to what the page says of it.
+async fn run_documented((page, heading): (&str, &str), replicas: &[&TestApp]) {
+    let (script, steps) = documented(&doc_block(page, heading));
     assert!(steps.len() >= 2, "{heading}: {script}");
     let mut script = script
         .replace("q3JtZ0kPq6Nw2b1xVf8u4A", "$LEASE_ID")
@@ -517,7 +519,7 @@ curl() {
             keys.sort();
             assert_eq!(
                 got, keys,
-                "{}: the body's fields as the README shows them\n→ {body}",
+                "{}: the body's fields as the page shows them\n→ {body}",
                 step.command
             );
         }
@@ -525,16 +527,30 @@ curl() {
 }
 
 #[tokio::test]
-async fn the_readmes_curl_examples_answer_as_documented() {
+async fn the_curl_examples_of_readme_and_the_docs_answer_as_documented() {
     let masters = masters(3);
     let refs: Vec<&RedisMaster> = masters.iter().collect();
     let a = TestApp::spawn(config(&refs)).await;
     let b = TestApp::spawn(config(&refs)).await;
-    run_documented("## Using it with curl", &[&a, &b]).await;
-    run_documented("### Retrying a grant safely", &[&a, &b]).await;
-    run_documented("## Semaphores: at most N holders", &[&a, &b]).await;
-    run_documented("## Shared locks: many readers or one writer", &[&a, &b]).await;
-    run_documented("## Several names at once", &[&a, &b]).await;
-    run_documented("## Sessions: one heartbeat for many locks", &[&a, &b]).await;
-    run_documented("## Lock-delay: a pause after a holder fails", &[&a, &b]).await;
+    for page in [
+        ("README.md", "## A lock with curl"),
+        ("docs/getting-started.md", "## Using it with curl"),
+        ("docs/getting-started.md", "### Retrying a grant safely"),
+        ("docs/semaphores.md", "# Semaphores: at most N holders"),
+        (
+            "docs/shared.md",
+            "# Shared locks: many readers or one writer",
+        ),
+        ("docs/several-names.md", "# Several names at once"),
+        (
+            "docs/sessions.md",
+            "# Sessions: one heartbeat for many locks",
+        ),
+        (
+            "docs/lock-delay.md",
+            "# Lock-delay: a pause after a holder fails",
+        ),
+    ] {
+        run_documented(page, &[&a, &b]).await;
+    }
 }

@@ -1,5 +1,6 @@
 //! The binary as users run it: the `redlockd` process and its verbs, signals, TLS, the
-//! README's examples run as written, and the deployment files (dashboard, alerts, chart).
+//! examples of README and the docs site run as written, the site's links, and the
+//! deployment files (dashboard, alerts, chart).
 
 #[path = "../common/mod.rs"]
 mod common;
@@ -8,4 +9,5 @@ mod cli;
 mod deploy;
 mod examples;
 mod process;
+mod site;
 mod tls;
