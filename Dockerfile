@@ -22,11 +22,22 @@ RUN touch src/main.rs src/lib.rs \
     && cargo build --release --locked --bin redlockd \
     && cp target/release/redlockd /redlockd
 
-# glibc, CA certificates (for rediss:// masters), and a non-root user; no shell.
+# The docs site (docs/, with a runbook page per alert), served by the image at /book/.
+FROM rust:1.95.0-slim-bookworm AS book
+RUN cargo install --locked --no-default-features --version 0.5.4 mdbook
+WORKDIR /src
+COPY book.toml CHANGELOG.md ./
+COPY docs ./docs
+RUN mdbook build --dest-dir /book
+
+# glibc, CA certificates (for rediss:// masters and https:// servers), and a non-root
+# user; no shell.
 FROM gcr.io/distroless/cc-debian12:nonroot
 COPY --from=build /redlockd /usr/local/bin/redlockd
+COPY --from=book /book /usr/share/redlockd/book
 ENV REDLOCKD_LISTEN=0.0.0.0:8080 \
-    REDLOCKD_LOG_FORMAT=json
+    REDLOCKD_LOG_FORMAT=json \
+    REDLOCKD_BOOK_DIR=/usr/share/redlockd/book
 EXPOSE 8080
 USER 65532:65532
 HEALTHCHECK --interval=10s --timeout=3s --start-period=5s --retries=3 \
