@@ -296,3 +296,157 @@ async fn a_replica_serves_the_built_site_at_book() {
         "{body}"
     );
 }
+
+/// One cell of a Markdown table: no line breaks, no bare `|`.
+fn cell(text: &str) -> String {
+    text.split_whitespace()
+        .collect::<Vec<_>>()
+        .join(" ")
+        .replace('|', "\\|")
+}
+
+/// The command line and its variables as the binary defines them (clap), as Markdown:
+/// one section per command, one row per option. Hidden options (test-only switches) are
+/// left out.
+fn reference() -> String {
+    let cli = <redlockd::cli::Cli as clap::CommandFactory>::command();
+    let mut out = String::from(
+        "# Command line and variables (reference)\n\n\
+         Generated from the binary's own definitions (`tests/process/site.rs` fails when this \
+         page and the binary differ; `REDLOCKD_UPDATE_REFERENCE=1 cargo test --test process \
+         reference` rewrites it). Every option of `serve` is also the environment variable \
+         named beside it; [Configuration](configuration.md) explains them.\n",
+    );
+    fn section(out: &mut String, path: &str, cmd: &clap::Command) {
+        if cmd.is_hide_set() || cmd.get_name() == "help" {
+            return;
+        }
+        out.push_str(&format!("\n## `{path}`\n\n"));
+        if let Some(about) = cmd.get_about() {
+            out.push_str(&format!("{}\n", cell(&about.to_string())));
+        }
+        let args: Vec<&clap::Arg> = cmd
+            .get_arguments()
+            .filter(|a| !a.is_hide_set() && !matches!(a.get_id().as_str(), "help" | "version"))
+            .collect();
+        if !args.is_empty() {
+            out.push_str("\n| option | variable | default | meaning |\n|---|---|---|---|\n");
+            for arg in args {
+                let option = match (arg.get_long(), arg.get_short()) {
+                    (Some(long), _) => format!("`--{long}`"),
+                    (None, Some(short)) => format!("`-{short}`"),
+                    (None, None) => format!("`{}`", arg.get_id().as_str().to_uppercase()),
+                };
+                let variable = arg
+                    .get_env()
+                    .map(|e| format!("`{}`", e.to_string_lossy()))
+                    .unwrap_or_default();
+                let default: Vec<String> = arg
+                    .get_default_values()
+                    .iter()
+                    .map(|v| v.to_string_lossy().into_owned())
+                    .collect();
+                let default = if default.is_empty() {
+                    String::new()
+                } else {
+                    format!("`{}`", default.join(","))
+                };
+                let help = arg.get_help().map(|h| h.to_string()).unwrap_or_default();
+                out.push_str(&format!(
+                    "| {option} | {variable} | {default} | {} |\n",
+                    cell(&help)
+                ));
+            }
+        }
+        for sub in cmd.get_subcommands() {
+            section(out, &format!("{path} {}", sub.get_name()), sub);
+        }
+    }
+    for sub in cli.get_subcommands() {
+        section(&mut out, &format!("redlockd {}", sub.get_name()), sub);
+    }
+    out
+}
+
+/// Every variable the binary reads, hidden ones included.
+fn variables() -> BTreeSet<String> {
+    fn walk(cmd: &clap::Command, out: &mut BTreeSet<String>) {
+        for arg in cmd.get_arguments() {
+            if let Some(env) = arg.get_env() {
+                out.insert(env.to_string_lossy().into_owned());
+            }
+        }
+        for sub in cmd.get_subcommands() {
+            walk(sub, out);
+        }
+    }
+    let mut out = BTreeSet::new();
+    walk(
+        &<redlockd::cli::Cli as clap::CommandFactory>::command(),
+        &mut out,
+    );
+    out
+}
+
+#[test]
+fn the_reference_page_is_the_binarys_command_line() {
+    let path = Path::new(ROOT).join("docs/reference.md");
+    let generated = reference();
+    if std::env::var_os("REDLOCKD_UPDATE_REFERENCE").is_some() {
+        std::fs::write(&path, &generated).unwrap();
+    }
+    let committed = std::fs::read_to_string(&path).unwrap_or_default();
+    assert!(
+        committed == generated,
+        "docs/reference.md differs from the binary's command line: run \
+         REDLOCKD_UPDATE_REFERENCE=1 cargo test --test process reference, and commit it"
+    );
+    assert!(generated.contains("`REDLOCKD_CA_FILE`") && generated.contains("## `redlockd lock`"));
+}
+
+#[test]
+fn the_docs_name_no_variable_the_binary_lacks() {
+    // Variables the docs name on purpose that are not the binary's settings: what `lock`
+    // gives its command, and the test and benchmark scripts' own.
+    let theirs = [
+        "REDLOCKD_TEST_NO_INSTALL",
+        "REDLOCKD_UPDATE_REFERENCE",
+        "REDLOCKD_BENCH_ONLY",
+        "REDLOCKD_BENCH_SMOKE",
+        "REDLOCKD_FAULT_SEEDS",
+        "REDLOCKD_BIN",
+        "REDLOCKD_LEASE_ID",
+        "REDLOCKD_FENCING_TOKEN",
+        "REDLOCKD_LOCK_NAME",
+        "REDLOCKD_VALIDITY_MS",
+        "REDLOCKD_TOOLS_DIR",
+        "REDLOCKD_FAULT_SEED",
+        "REDLOCKD_BENCH_AB",
+        "REDLOCKD_BENCH_AB_BIN",
+        "REDLOCKD_BENCH_TOKEN",
+        "REDLOCKD_SLOT",
+    ];
+    let known = variables();
+    let mut docs = Vec::new();
+    pages(&Path::new(ROOT).join("docs"), &mut docs);
+    docs.push(Path::new(ROOT).join("README.md"));
+    let mut wrong = BTreeSet::new();
+    for page in docs {
+        let text = std::fs::read_to_string(&page).unwrap();
+        for (at, _) in text.match_indices("REDLOCKD_") {
+            let name: String = text[at..]
+                .chars()
+                .take_while(|c| c.is_ascii_uppercase() || c.is_ascii_digit() || *c == '_')
+                .collect();
+            let name = name.trim_end_matches('_').to_owned();
+            if !known.contains(&name) && !theirs.contains(&name.as_str()) {
+                wrong.insert(format!("{}: {name}", page.display()));
+            }
+        }
+    }
+    assert!(
+        wrong.is_empty(),
+        "named in the docs, unknown to the binary:\n{}",
+        wrong.iter().cloned().collect::<Vec<_>>().join("\n")
+    );
+}
