@@ -846,6 +846,8 @@ impl News {
     }
 }
 
+mod backoff;
+pub(crate) use backoff::jittered;
 mod reports;
 pub(crate) use reports::{
     ClusterStatus, MasterFailure, MasterStatus, ShardStatus, Traffic, Unavailability,

@@ -234,6 +234,7 @@ func (l *Lease) renewLoop() {
 			if delay < 10*time.Millisecond {
 				delay = 10 * time.Millisecond
 			}
+			delay = jittered(delay)
 		}
 		if !time.Now().Before(l.validUntilNow()) {
 			l.lose("expired")

@@ -215,7 +215,7 @@ func (c *Client) Observe(ctx context.Context, name string, fn func(LeaderEvent))
 				failures = 0
 			}
 		}
-		pause := 50 * time.Millisecond << min(failures, 5)
+		pause := jittered(50 * time.Millisecond << min(failures, 5))
 		select {
 		case <-ctx.Done():
 			return ctx.Err()

@@ -286,6 +286,7 @@ func (s *Session) renewLoop() {
 			if delay < 10*time.Millisecond {
 				delay = 10 * time.Millisecond
 			}
+			delay = jittered(delay)
 		}
 		if !time.Now().Before(s.validUntilNow()) {
 			s.lose("expired")

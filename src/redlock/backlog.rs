@@ -24,7 +24,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use crate::metrics::Metrics;
-use crate::model::{FencingToken, LeaseId, LockKey};
+use crate::model::{FencingToken, LeaseId, LockKey, jittered};
 use crate::store::node::{Acquired, Ending, LockNode, NodeError, NodeResult};
 
 /// How much work one master's backlog may hold; past it new work is refused (counted in
@@ -195,7 +195,7 @@ impl Worker {
                     let mut answered = false;
                     let mut backoff = FIRST_RETRY;
                     while Instant::now() + backoff < give_up {
-                        tokio::time::sleep(backoff).await;
+                        tokio::time::sleep(jittered(backoff)).await;
                         let reply =
                             tokio::time::timeout(limit, node.release(&key, &lease, &ending)).await;
                         if let Ok(Ok(_)) = reply {

@@ -11,8 +11,8 @@ from typing import List
 import httpx
 
 README = Path(__file__).resolve().parents[1] / "README.md"
-#: The project's README shows the same five lines in its "Clients" section.
-PROJECT_README = Path(__file__).resolve().parents[3] / "README.md"
+#: The docs site's clients page shows the same five lines.
+PROJECT_README = Path(__file__).resolve().parents[3] / "docs" / "clients.md"
 SERVERS = '"http://redlockd-0:8080", "http://redlockd-1:8080"'
 
 
@@ -51,7 +51,7 @@ def test_the_five_lines_run_as_written(cluster):
     assert after["held"] is False, "released on leaving the block"
 
 
-def test_the_project_readmes_python_lines_run_as_written(cluster):
+def test_the_docs_sites_python_lines_run_as_written(cluster):
     fences = []
     blocks = python_blocks(PROJECT_README)
     assert len(blocks) == 1, blocks

@@ -199,6 +199,10 @@ function path(kind: Kind, name: string, leaseId?: string): string {
 
 const sleep = (ms: number) => new Promise<void>((resolve) => setTimeout(resolve, ms));
 
+/** A wait of `ms` spread evenly over its second half: clients that failed together (a
+ * replica restarted under all of them) do not all retry in the same instant. */
+export const jittered = (ms: number): number => ms / 2 + (Math.random() * ms) / 2;
+
 /** A redlockd client over one or more replicas, failing over between them. */
 export class Client {
   readonly servers: string[];
@@ -313,7 +317,7 @@ export class Client {
           failures++;
         }
       }
-      await sleep(Math.min(2000, 50 * 2 ** Math.min(failures, 6)));
+      await sleep(jittered(Math.min(2000, 50 * 2 ** Math.min(failures, 6))));
     }
   }
 
@@ -533,7 +537,7 @@ class Renewer {
       await owner.renew();
     } catch (e) {
       if (e instanceof LeaseLost) return;
-      next = Math.max(owner.ttlMs / 10, 10);
+      next = jittered(Math.max(owner.ttlMs / 10, 10));
     }
     if (owner.done()) return;
     if (performance.now() >= owner.validUntil) {

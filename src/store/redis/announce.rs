@@ -88,7 +88,7 @@ impl RedisNode {
                 first = false;
                 tokio::select! {
                     _ = shutdown.cancelled() => return,
-                    _ = tokio::time::sleep(backoff) => {}
+                    _ = tokio::time::sleep(crate::model::jittered(backoff)) => {}
                 }
                 backoff = (backoff * 2).min(Duration::from_secs(1));
             }

@@ -377,7 +377,7 @@ class AsyncClient:
                                 yield LeaderEvent.read(name, *got)
                 except (httpx.TransportError, Unavailable):
                     failures += 1
-            await asyncio.sleep(min(2.0, 0.05 * 2 ** min(failures, 6)))
+            await asyncio.sleep(_core.reconnect_pause(failures))
 
     async def inspect(self, name: str) -> LockStatus:
         """Who holds lock `name`, if anyone (never a lease id)."""

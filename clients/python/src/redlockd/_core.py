@@ -4,6 +4,7 @@ read, and the renew schedule. No I/O here."""
 from __future__ import annotations
 
 import json
+import random
 import threading
 import time
 import uuid
@@ -18,6 +19,18 @@ ROUNDS = 2
 #: A renew that fails is tried again this often (as a share of the TTL) while the lease
 #: is still valid.
 RETRY_SHARE = 0.1
+
+
+def jittered(seconds: float) -> float:
+    """A wait of `seconds` spread evenly over its second half: clients that failed together
+    (a replica restarted under all of them) do not all retry in the same instant."""
+    return seconds / 2 + random.random() * seconds / 2
+
+
+def reconnect_pause(failures: int) -> float:
+    """How long to wait before reconnecting a stream after `failures` failed tries in a
+    row: doubling from 50 ms to 2 s, jittered."""
+    return jittered(min(2.0, 0.05 * 2 ** min(failures, 6)))
 
 
 class Retry(Exception):
@@ -184,7 +197,7 @@ class Renewable:
         return max(self.ttl / 3.0, 0.01)
 
     def retry_every(self) -> float:
-        return max(self.ttl * RETRY_SHARE, 0.01)
+        return jittered(max(self.ttl * RETRY_SHARE, 0.01))
 
 
 class LeaseState(Renewable):

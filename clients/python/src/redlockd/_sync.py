@@ -359,7 +359,7 @@ class Client:
                                 yield LeaderEvent.read(name, *got)
                 except (httpx.TransportError, Unavailable):
                     failures += 1
-            time.sleep(min(2.0, 0.05 * 2 ** min(failures, 6)))
+            time.sleep(_core.reconnect_pause(failures))
 
     def inspect(self, name: str) -> LockStatus:
         """Who holds lock `name`, if anyone (never a lease id)."""
