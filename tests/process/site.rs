@@ -410,6 +410,7 @@ fn the_docs_name_no_variable_the_binary_lacks() {
     // gives its command, and the test and benchmark scripts' own.
     let theirs = [
         "REDLOCKD_TEST_NO_INSTALL",
+        "REDLOCKD_REQUIRE_REDIS",
         "REDLOCKD_UPDATE_REFERENCE",
         "REDLOCKD_BENCH_ONLY",
         "REDLOCKD_BENCH_SMOKE",

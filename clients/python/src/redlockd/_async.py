@@ -61,7 +61,7 @@ class AsyncLease(_core.LeaseState, _RenewsItself):
         self._client = client
         self._on_lost = on_lost
         self.lost = asyncio.Event()
-        self._task: Optional[asyncio.Task] = None
+        self._task: Optional[asyncio.Task[None]] = None
         if auto_renew:
             self._task = asyncio.get_running_loop().create_task(self._renew_loop())
 
@@ -131,7 +131,7 @@ class Pending(Awaitable[_Held], Generic[_Held]):
     on leaving it). Nothing is sent until one of the two happens."""
 
     def __init__(self, make: Callable[[], Awaitable[_Held]]):
-        self._make = make
+        self._make: Callable[[], Awaitable[_Held]] = make
         self._held: Optional[_Held] = None
 
     async def _get(self) -> _Held:

@@ -171,6 +171,8 @@ class Grant:
     @classmethod
     def read(cls, kind: str, body: Dict[str, Any], sent: float) -> "Grant":
         token = body.get("fencing_token", body.get("term"))
+        if token is None:
+            raise ValueError(f"a grant's answer without a fencing token: {body!r}")
         return cls(
             name=body["name"],
             kind=kind,

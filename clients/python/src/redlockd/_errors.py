@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-from typing import Any, Optional
+from typing import Any, Dict, Optional
 
 
 class RedlockdError(Exception):
     """Base of every error this client raises. `code` is the contract's error code (or
     `network` when no server answered) and `status` the HTTP status (0 without one)."""
 
-    def __init__(self, message: str, code: str = "", status: int = 0, body: Optional[dict] = None):
+    def __init__(self, message: str, code: str = "", status: int = 0, body: Optional[Dict[str, Any]] = None):
         super().__init__(message)
         self.code = code
         self.status = status
@@ -54,7 +54,7 @@ class Forbidden(Unauthorized):
 class TooManyRequests(RedlockdError):
     """Past a server cap or the token's rate (429); `retry_after` is in seconds."""
 
-    def __init__(self, message: str, code: str = "", status: int = 0, body: Optional[dict] = None,
+    def __init__(self, message: str, code: str = "", status: int = 0, body: Optional[Dict[str, Any]] = None,
                  retry_after: float = 1.0):
         super().__init__(message, code, status, body)
         self.retry_after = retry_after

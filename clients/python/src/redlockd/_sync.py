@@ -26,7 +26,7 @@ class _RenewsItself:
     valid_until: float
 
     def _renew_loop(self) -> None:
-        delay = self.renew_every()
+        delay = self.renew_every()  # type: ignore[attr-defined]
         while not self._stop.wait(delay):
             try:
                 self.renew()  # type: ignore[attr-defined]
@@ -235,7 +235,9 @@ class Session(_core.SessionState, _RenewsItself):
         self._stop.set()
         self.lost.set()
         for hold in self.holds:
-            hold._lose(reason)
+            # A session of this client holds this client's leases.
+            if isinstance(hold, Lease):
+                hold._lose(reason)
         if self._on_lost is not None:
             try:
                 self._on_lost(self)
