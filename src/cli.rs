@@ -80,7 +80,8 @@ pub(crate) enum Command {
     Lock(LockArgs),
     /// Show who holds a lock (a client verb: asks the server at --server).
     Inspect(InspectArgs),
-    /// List held locks, by name (a client verb: asks the server at --server).
+    /// List locks held exclusively, by name (a client verb: asks the server at --server;
+    /// shared locks, semaphores and elections are shown by `inspect`).
     List(ListArgs),
     /// Bearer tokens for REDLOCKD_AUTH_FILE.
     #[command(subcommand)]
@@ -260,9 +261,56 @@ pub(crate) fn explain_parse_error(err: &clap::Error) -> Option<String> {
     Some(format!("{env} (or {arg}) has a bad value"))
 }
 
+/// A parse error of the client verb `verb` as printed: clap's text, with its usage line
+/// replaced by the verb's own. Clap writes the usage of what it guessed was meant: after an
+/// unknown flag it suggests one and puts that in the usage line (`--listen` made
+/// "Usage: redlockd lock --limit <N> <NAME>…", which reads as if --limit were required).
+pub(crate) fn usage_error_text(err: &clap::Error, verb: &str) -> String {
+    let text = err.render().to_string();
+    let mut cmd = Cli::command();
+    cmd.build();
+    let Some(sub) = cmd.find_subcommand_mut(verb) else {
+        return text;
+    };
+    let usage = sub.render_usage().to_string();
+    text.lines()
+        .map(|line| {
+            if line.starts_with("Usage: ") {
+                usage.trim_end().to_owned()
+            } else {
+                line.to_owned()
+            }
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
+        + "\n"
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_unknown_flag_of_lock_shows_locks_own_usage_not_the_suggested_flag() {
+        let Err(err) = Cli::try_parse_args([
+            "redlockd",
+            "lock",
+            "--listen",
+            "127.0.0.1:9",
+            "x",
+            "--",
+            "true",
+        ]) else {
+            panic!("a server flag after lock was taken");
+        };
+        let text = usage_error_text(&err, "lock");
+        assert!(text.contains("unexpected argument '--listen'"), "{text}");
+        assert!(
+            text.contains("Usage: redlockd lock [OPTIONS] <NAME>... -- <COMMAND>..."),
+            "{text}"
+        );
+        assert!(!text.contains("Usage: redlockd lock --limit"), "{text}");
+    }
 
     #[test]
     fn help_hides_the_environments_redis_urls() {

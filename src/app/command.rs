@@ -103,7 +103,11 @@ pub fn main() -> std::process::ExitCode {
                 eprintln!("redlockd: {explained}");
             }
             if err.use_stderr() && client_verb() {
-                let _ = err.print();
+                let args: Vec<String> = std::env::args().collect();
+                eprint!(
+                    "{}",
+                    crate::cli::usage_error_text(&err, Cli::verb_of(&args))
+                );
                 return std::process::ExitCode::from(crate::client::lock::exit::USAGE);
             }
             err.exit();

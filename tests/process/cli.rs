@@ -448,6 +448,11 @@ async fn inspect_and_list_print_a_table_or_json() {
         text.contains("reader-1") && text.contains("reader-2"),
         "{text}"
     );
+    let text = String::from_utf8(bed.run(&["list", "queue"]).await.stdout).unwrap();
+    assert!(
+        text.starts_with("no lock held exclusively under \"queue\"") && text.contains("inspect"),
+        "readers hold it: the list says what it does not show: {text}"
+    );
     let (status, _) = bed.replicas[0]
         .send(
             "POST",
@@ -457,7 +462,12 @@ async fn inspect_and_list_print_a_table_or_json() {
         .await;
     assert_eq!(status, 201);
     let text = String::from_utf8(bed.run(&["inspect", "db-pool"]).await.stdout).unwrap();
-    assert_eq!(text, "db-pool is free\n", "the lock of that name");
+    assert_eq!(
+        text,
+        "db-pool is free as a lock; its semaphore has 1 permit held \
+         (redlockd inspect --semaphore db-pool)\n",
+        "the lock of that name, and the semaphore that is held"
+    );
     let text =
         String::from_utf8(bed.run(&["inspect", "--semaphore", "db-pool"]).await.stdout).unwrap();
     assert!(
