@@ -30,10 +30,11 @@ def run_block(code: str, urls: List[str], send_report, **names) -> None:
 
 def test_the_readme_has_the_sync_and_the_asyncio_forms():
     blocks = python_blocks()
-    assert len(blocks) == 3, blocks
+    assert len(blocks) == 4, blocks
     assert "with client.lock(" in blocks[0]
     assert "async with client.lock(" in blocks[1]
     assert "with client.permit(" in blocks[2]
+    assert "with client.session(" in blocks[3]
 
 
 def test_the_five_lines_run_as_written(cluster):
@@ -90,3 +91,26 @@ def test_the_permit_lines_run_as_written(cluster):
     assert len(seen) == 1 and 0 <= seen[0] < 3
     after = httpx.get(f"{cluster.urls[0]}/semaphores/db-pool", timeout=2).json()
     assert after["holders"] == [], "released on leaving the block"
+
+
+def test_the_session_lines_run_as_written(cluster):
+    from redlockd import Client
+
+    client = Client(cluster.urls)
+    seen = []
+
+    def ingest(partition, slot):
+        # Both holds are held through one session, with their own tokens.
+        lock = httpx.get(f"{cluster.urls[0]}/locks/partition-3", timeout=2).json()
+        assert lock["held"] and lock["fencing_token"] == partition
+        permits = httpx.get(f"{cluster.urls[0]}/semaphores/db-pool", timeout=2).json()
+        assert [h["slot"] for h in permits["holders"]] == [slot]
+        seen.append((partition, slot))
+
+    run_block(python_blocks()[3], cluster.urls, None, client=client, ingest=ingest)
+    assert len(seen) == 1
+    # Ending the session released both.
+    lock = httpx.get(f"{cluster.urls[0]}/locks/partition-3", timeout=2).json()
+    assert lock["held"] is False
+    permits = httpx.get(f"{cluster.urls[0]}/semaphores/db-pool", timeout=2).json()
+    assert permits["holders"] == []
