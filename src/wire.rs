@@ -868,8 +868,10 @@ pub(crate) struct ErrorBody {
 pub(crate) struct MasterError {
     /// The master's address, without credentials.
     pub address: String,
-    /// `timeout`, `connection`, `script`, `amnesic` (lost its data, not voting), `other`,
-    /// or `no_answer`.
+    /// `timeout`, `connection`, `script`, `amnesic` (lost its data or quarantined: not
+    /// voting), `unverified` (reconnected: not voting until a probe has checked it kept its
+    /// data), `clock` (its clock jumped or is too far off: not voting), or `other`. A master
+    /// whose answer the step did not wait for is not listed.
     pub error: String,
 }
 

@@ -18,8 +18,8 @@ impl Unavailability {}
 pub struct MasterFailure {
     /// The master's address, without credentials.
     pub address: String,
-    /// `timeout`, `connection`, `script`, `amnesic` (lost its data, not voting), `other`,
-    /// or `no_answer` (still pending when the step was decided).
+    /// `timeout`, `connection`, `script`, `amnesic` (lost its data, not voting),
+    /// `unverified` (reconnected, not voting until checked), `clock`, or `other`.
     pub kind: &'static str,
 }
 

@@ -404,16 +404,21 @@ impl Redlock {
         }
     }
 
-    /// The masters whose reply is an error, or missing.
+    /// The masters whose reply is an error. A master whose answer the step was decided
+    /// without did not fail (the majority was out of reach before it answered, or was won
+    /// without it): it is not named, where `no_answer` read as one more master down.
+    /// A master passed over as unverified is named by why, when it is quarantined: it lost
+    /// its data (`amnesic`) or its clock jumped (`clock`).
     fn failures<T>(&self, replies: &[Option<NodeResult<T>>]) -> Vec<MasterFailure> {
         replies
             .iter()
             .zip(&self.nodes)
-            .filter_map(|(reply, node)| {
+            .enumerate()
+            .filter_map(|(i, (reply, node))| {
                 let kind = match reply {
-                    None => "no_answer",
+                    Some(Err(NodeError::Unverified)) => self.monitor.unverified_error(i).kind(),
                     Some(Err(e)) => e.kind(),
-                    Some(Ok(_)) => return None,
+                    None | Some(Ok(_)) => return None,
                 };
                 Some(MasterFailure {
                     address: node.address().to_owned(),

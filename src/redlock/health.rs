@@ -213,6 +213,19 @@ impl Monitor {
         self.state(i).unverified_since.is_some()
     }
 
+    /// Why an unverified master `i` does not vote, as the error a refusal names it by: a
+    /// quarantined one lost its data (`amnesic`), or had its clock jump (`clock`); else it
+    /// only awaits a probe's check (`unverified`). For naming only: the step itself sees
+    /// `Unverified`, as the health record expects.
+    pub(super) fn unverified_error(&self, i: usize) -> NodeError {
+        let state = self.state(i);
+        match (&state.quarantine, &state.jumped) {
+            (Some(_), Some(jump)) => NodeError::Clock(jump.describe()),
+            (Some(_), None) => NodeError::Amnesic,
+            (None, _) => NodeError::Unverified,
+        }
+    }
+
     /// Master `i`'s counter was at least `fence` (it granted that token): a counter found
     /// below it later went back in time.
     pub(super) fn saw_fence(&self, i: usize, fence: u64) {

@@ -202,3 +202,23 @@ async fn a_held_stream_is_told_quorum_lost_before_its_validity_ends() {
         started.elapsed()
     );
 }
+
+/// A 503 names the masters that failed, and how; a healthy master whose answer the step
+/// did not need to wait for (the majority was already out of reach) did not fail, and is
+/// not named (it was named `no_answer`, which read as one more master down).
+#[tokio::test(start_paused = true)]
+async fn a_503_names_only_the_masters_that_failed_not_one_it_did_not_wait_for() {
+    let (app, nodes) = three().await;
+    fail(&nodes, Fault::Down);
+    nodes[0].set_fault(Fault::Slow(Duration::from_millis(30)));
+    let (status, body) = app.grant("q-slow", json!({"ttl_ms": 10_000})).await;
+    unavailable(status, &body);
+    let mut masters = named(&body);
+    masters.sort();
+    assert_eq!(masters.len(), 2, "{body}");
+    assert!(
+        masters[0].starts_with("m1 ") && masters[1].starts_with("m2 "),
+        "{body}"
+    );
+    assert!(!body.to_string().contains("no_answer"), "{body}");
+}

@@ -1581,3 +1581,30 @@ async fn a_quarantine_that_outlived_a_restore_is_not_spent_on_a_later_restart() 
     // The same with data lost by a restart.
     a_new_loss_is_quarantined_anew(MemoryNode::restart_empty).await;
 }
+
+/// A refusal names a quarantined master (it restarted without its data) as `amnesic`:
+/// skipped because it reconnected unverified and stays so while quarantined, it was named
+/// `unverified`, which tells an operator to wait for a check, not that its data is gone.
+#[tokio::test(start_paused = true)]
+async fn a_quarantined_master_is_named_amnesic_in_a_refusal() {
+    let bed = bed_with(3, Duration::from_secs(30)).await;
+    bed.grant("q", "L1").await.expect("granted");
+    bed.engine
+        .release(&key("q"), &id("L1"))
+        .await
+        .expect("released");
+    bed.nodes[2].restart_empty();
+    bed.probe().await;
+    assert!(bed.quarantined(2));
+    bed.nodes[1].set_fault(Fault::Down);
+    let Err(EngineError::Unavailable(refusal)) = bed.grant("q", "L2").await else {
+        panic!("granted without a majority");
+    };
+    let named: Vec<(&str, &str)> = refusal
+        .masters
+        .iter()
+        .map(|m| (m.address.as_str(), m.kind))
+        .collect();
+    assert!(named.contains(&("m2", "amnesic")), "{named:?}");
+    assert!(named.contains(&("m1", "connection")), "{named:?}");
+}
