@@ -69,6 +69,11 @@ const MAX_RETRY: Duration = Duration::from_secs(1);
 /// How often a stopping command's process group is looked at.
 const GROUP_POLL: Duration = Duration::from_millis(20);
 
+/// Between renews, how often the lease is checked: an administrator's force-release (or
+/// the masters losing it) is then noticed within this, not at the next renew, which with
+/// the default 30 s TTL is up to 10 s later. A check is one read.
+const CHECK_EVERY: Duration = Duration::from_secs(1);
+
 fn say(what: impl std::fmt::Display) {
     eprintln!("redlockd lock: {what}");
 }
@@ -336,12 +341,25 @@ async fn keep(
     let keep_ttl = RenewRequest {
         ttl_ms: Some(Whole(millis(ttl))),
     };
+    let mut next_check = Instant::now() + CHECK_EVERY;
     loop {
+        if next_check < next.min(valid_until) {
+            sleep_until(next_check).await;
+            next_check = Instant::now() + CHECK_EVERY;
+            // Only "gone" counts: any other answer (or none) leaves it to the renews.
+            if let Err(Failure::NotFound(m)) = servers.get::<serde_json::Value>(&path).await {
+                return format!(
+                    "the masters no longer hold the lease (force-released, or lost: {m})"
+                );
+            }
+            continue;
+        }
         sleep_until(next.min(valid_until)).await;
         let sent = Instant::now();
         if sent >= valid_until {
             return ran_out(last_error);
         }
+        next_check = sent + CHECK_EVERY;
         let call = servers.call::<_, Granted>(
             Method::PUT,
             &path,

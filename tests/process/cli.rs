@@ -811,3 +811,45 @@ async fn with_lock_delay_a_run_that_dies_leaves_the_name_refused_and_one_that_en
     assert_eq!(code(&out), 0, "{}", stderr(&out));
     assert!(bed.path("ran").exists());
 }
+
+/// An administrator's force-release stops the command at once, not at the next renew: with
+/// the default 30 s TTL that renew is 10 s away, and the command ran on meanwhile without
+/// its lock (a user saw it run about 10 s).
+#[tokio::test]
+async fn a_force_released_lock_stops_the_command_before_the_next_renew() {
+    let bed = Bed::start().await;
+    let child = bed
+        .cli(&[
+            "lock",
+            "--ttl",
+            "30s",
+            "--grace",
+            "500ms",
+            "jobs:forced",
+            "--",
+            "sh",
+            "-c",
+            "touch started; sleep 60",
+        ])
+        .spawn()
+        .unwrap();
+    bed.appears("started").await;
+    let (status, body) = bed.replicas[0]
+        .send("DELETE", "/locks/jobs:forced", None)
+        .await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["released"], true, "{body}");
+    let released = Instant::now();
+    // The next renew would come 10 s after the grant: the command must end well before.
+    let out = tokio::time::timeout(Duration::from_secs(5), child.wait_with_output())
+        .await
+        .expect("the command still ran 5 s after the force-release")
+        .unwrap();
+    assert_eq!(code(&out), LOST, "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("lost the lock on jobs:forced"),
+        "{}",
+        stderr(&out)
+    );
+    assert!(released.elapsed() < Duration::from_secs(5));
+}
