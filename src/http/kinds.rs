@@ -19,7 +19,7 @@ use super::error::ApiError;
 use super::stream;
 use crate::auth::Caller;
 use crate::lease::Target;
-use crate::lease::{Lease, LeasePolicy};
+use crate::lease::{Lease, LeasePolicy, Ttl};
 use crate::model::{GrantKey, IdempotencyKey, LockName, Owner};
 use crate::model::{Kind, Mode, PermitLimit, SessionId};
 use crate::wire::{CampaignRequest, GrantRequest, ProclaimRequest, RenewRequest, whole};
@@ -176,6 +176,18 @@ pub(super) struct GrantFields<'a> {
 }
 
 impl GrantFields<'_> {
+    /// The TTL asked for. A hold through a session lives as long as the session, whose TTL
+    /// it reports: its own `ttl_ms` is not used, so it is not judged either (it was refused
+    /// when out of range, though the contract says it does not count).
+    pub(super) fn ttl(&self, policy: &LeasePolicy) -> Result<Ttl, ApiError> {
+        let asked = if self.session.is_some() {
+            None
+        } else {
+            self.ttl_ms
+        };
+        Ok(policy.ttl(asked)?)
+    }
+
     /// What a grant of several names takes: all of them under one lease, exclusive.
     pub(super) fn group(&self, names: Vec<LockName>, scope: &str) -> Result<Target, ApiError> {
         if self.mode == Some(Mode::Shared) {
@@ -281,7 +293,7 @@ pub(super) async fn grant_target<B: serde::Serialize + for<'a> From<&'a Lease>>(
         return hold_target(state, target, fields, headers, refine);
     }
     let policy = LeasePolicy::from(state.settings.leases);
-    let ttl = policy.ttl(fields.ttl_ms)?;
+    let ttl = fields.ttl(&policy)?;
     let wait = policy.wait(fields.wait_ms)?;
     let owner = fields.holder.map(Owner::parse).transpose()?;
     let key = idempotency_key(headers, caller)?;
@@ -328,7 +340,7 @@ fn hold_target(
     refine: Refine,
 ) -> Result<Response, ApiError> {
     let policy = LeasePolicy::from(state.settings.leases);
-    let ttl = policy.ttl(fields.ttl_ms)?;
+    let ttl = fields.ttl(&policy)?;
     let wait = policy.wait(fields.wait_ms)?;
     let owner = fields.holder.map(Owner::parse).transpose()?;
     if headers.contains_key("idempotency-key") {

@@ -502,17 +502,14 @@ impl LockNode for MemoryNode {
                 return Ok(Owned::NotOwner);
             };
             if entry.session.is_some() {
-                // Held through a session: it lives as long as the session (see renew.lua),
-                // and what is left of it is its TTL as far as the caller is concerned.
+                // Held through a session: it lives as long as the session (see renew.lua).
+                // Its TTL is the session's, as a check reports it; what is left of it (the
+                // validity) is what a majority will keep.
                 if let Some(owner) = owner {
                     entry.owner = Some(owner.clone());
                 }
                 let entry = entry.clone();
-                let holding = data.holding(&entry, now);
-                return Ok(Owned::Yes(Holding {
-                    ttl_ms: holding.pttl_ms,
-                    ..holding
-                }));
+                return Ok(Owned::Yes(data.holding(&entry, now)));
             }
             let ttl_ms = ttl_ms.unwrap_or(entry.ttl_ms);
             entry.ttl_ms = ttl_ms;

@@ -81,3 +81,43 @@ where
     }
     seen
 }
+
+/// A hold through a session reports one TTL, the session's, whether checked or renewed by
+/// its lease id (a renew asking for another TTL changes nothing: the session governs), with
+/// the validity what is left of the session; and a grant through a session takes no
+/// `ttl_ms` into account, not even to refuse it (a renew answered what was left as its TTL,
+/// and an out-of-range `ttl_ms` was refused though unused).
+pub async fn a_session_hold_reports_the_sessions_ttl_whether_checked_or_renewed(app: &TestApp) {
+    let (status, session) = app
+        .send("POST", "/sessions", Some(json!({"ttl_ms": 15_000})))
+        .await;
+    assert_eq!(status, 201, "{session}");
+    let id = session["session_id"].as_str().unwrap();
+    let (status, held) = app
+        .send(
+            "POST",
+            "/locks/s:ttl",
+            Some(json!({"session": id, "ttl_ms": 999_999_999})),
+        )
+        .await;
+    assert_eq!(status, 201, "an unused ttl_ms is not judged: {held}");
+    assert_eq!(held["ttl_ms"], 15_000, "{held}");
+    let path = format!("/locks/s:ttl/leases/{}", held["lease_id"].as_str().unwrap());
+    let (status, checked) = app.send("GET", &path, None).await;
+    assert_eq!(status, 200, "{checked}");
+    let (status, renewed) = app
+        .send("PUT", &path, Some(json!({"ttl_ms": 60_000})))
+        .await;
+    assert_eq!(status, 200, "{renewed}");
+    for (what, body) in [("check", &checked), ("renew", &renewed)] {
+        assert_eq!(body["ttl_ms"], 15_000, "{what}: {body}");
+        assert!(
+            body["validity_ms"].as_u64().unwrap() <= 15_000,
+            "{what}: {body}"
+        );
+    }
+    assert_eq!(
+        checked["expires_at"], renewed["expires_at"],
+        "the renew moved nothing"
+    );
+}

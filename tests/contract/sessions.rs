@@ -299,3 +299,10 @@ async fn a_leader_elected_through_a_session_proclaims_and_is_deposed_with_it() {
         .await;
     assert_eq!(app.get("/elections/e:lead").await.1["vacant"], true);
 }
+
+#[tokio::test]
+async fn a_session_hold_reports_the_sessions_ttl_whether_checked_or_renewed() {
+    let app = TestApp::embedded().await;
+    common::scenarios::a_session_hold_reports_the_sessions_ttl_whether_checked_or_renewed(&app)
+        .await;
+}

@@ -270,3 +270,10 @@ async fn a_session_names_holds_that_ended_lost_and_lists_only_live_ones() {
     assert!(lost.contains(&json!(ids[1])), "{renewed}");
     assert_eq!(renewed["kept"], json!([]), "{renewed}");
 }
+
+#[tokio::test]
+async fn a_session_hold_reports_the_sessions_ttl_whether_checked_or_renewed() {
+    let masters = masters(3);
+    let (a, _b) = common::two_replicas(&masters).await;
+    common::scenarios::a_session_hold_reports_the_sessions_ttl_whether_checked_or_renewed(&a).await;
+}

@@ -10,8 +10,8 @@
 --
 -- A lease held through a session (session.lua; 'session' in the hash) lives as long as its
 -- session: renewing the lease itself extends nothing (a new owner text is still taken: a
--- leader proclaims) and answers what is left of it (as its TTL too, so that the validity
--- the caller works out is what is left).
+-- leader proclaims) and answers the session's TTL (its 'ttl', as read.lua reports it) with
+-- what is left of it (the PTTL, which is what the caller's validity is worked out from).
 --
 -- Example: EVALSHA <sha> 3 redlockd:lock:a redlockd:marker redlockd:claim:a Zm9v 60000
 -- Returns {1, token, ttl_ms, pttl_ms, owner} when renewed, {0} when the lease does not
@@ -28,9 +28,9 @@ if holder[3] then
   if #ARGV == 3 then
     redis.call('HSET', KEYS[1], 'owner', ARGV[3])
   end
-  local fields = redis.call('HMGET', KEYS[1], 'token', 'owner')
+  local fields = redis.call('HMGET', KEYS[1], 'token', 'owner', 'ttl')
   local pttl = redis.call('PTTL', KEYS[1])
-  return {1, tonumber(fields[1]), pttl, pttl, fields[2]}
+  return {1, tonumber(fields[1]), tonumber(fields[3]) or pttl, pttl, fields[2]}
 end
 local ttl = ARGV[2]
 if ttl == '' then
