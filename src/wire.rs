@@ -374,6 +374,10 @@ pub(crate) struct LockStatus {
     /// A shared lock's holders (never their lease ids).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub holders: Option<Vec<SharedHolder>>,
+    /// While free: how long a lock-delay still refuses grants (the last lease ended other
+    /// than by its release, and was granted with `lock_delay_ms`); absent when none runs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lock_delay_remaining_ms: Option<u64>,
 }
 
 /// One shared holder of a lock, as inspect shows it.
@@ -529,6 +533,10 @@ pub(crate) struct Leader {
     pub value: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub ttl_remaining_ms: Option<u64>,
+    /// While vacant: how long a lock-delay still refuses campaigns (the last term ended
+    /// other than by a resign, and was taken with `lock_delay_ms`); absent when none runs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lock_delay_remaining_ms: Option<u64>,
 }
 
 /// The `data` of a held lock's stream events, by event: `queued` (`QueuedEvent`),

@@ -105,7 +105,14 @@ async fn free_lock(servers: &Servers, name: &str) -> String {
 /// A lock's holders: its one exclusive holder, or each of its shared holders.
 fn holders(status: &LockStatus) -> String {
     if !status.held {
-        return format!("{} is free\n", status.name);
+        return match status.lock_delay_remaining_ms {
+            Some(left) => format!(
+                "{} is free, but a lock-delay refuses grants of it for {} more\n",
+                status.name,
+                seconds(left)
+            ),
+            None => format!("{} is free\n", status.name),
+        };
     }
     let row = |mode: &str, token: FencingToken, left: u64, owner: Option<&str>| {
         vec![

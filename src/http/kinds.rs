@@ -577,7 +577,12 @@ macro_rules! kind_routes {
                 Fields(NoFields {}): Fields<NoFields>,
             ) -> Result<Json<$status>, ApiError> {
                 let holders = state.service.inspect(&name).await?;
-                Ok(Json(<$status>::new(name.as_str(), holders)))
+                let delay = if holders.is_empty() {
+                    state.service.lock_delay(&name).await?
+                } else {
+                    None
+                };
+                Ok(Json(<$status>::new(name.as_str(), holders, delay)))
             }
 
             #[utoipa::path(

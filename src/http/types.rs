@@ -1,7 +1,7 @@
 //! From the service's models to the contract's bodies (defined in `crate::wire`), and the
 //! parsing that turns a body plus query parameters into one typed request.
 
-use std::time::SystemTime;
+use std::time::{Duration, SystemTime};
 
 use chrono::{DateTime, SecondsFormat, Utc};
 use serde::de::DeserializeOwned;
@@ -64,7 +64,9 @@ impl ElectionLease {
 }
 
 impl Leader {
-    pub(crate) fn new(name: &str, holders: Vec<LockHolder>) -> Self {
+    /// The leader `holders` name, or a vacancy (with the lock-delay that `delay` says still
+    /// refuses campaigns).
+    pub(crate) fn new(name: &str, holders: Vec<LockHolder>, delay: Option<Duration>) -> Self {
         match holders.into_iter().next() {
             Some(h) => Self {
                 name: name.to_owned(),
@@ -72,6 +74,7 @@ impl Leader {
                 term: Some(h.token),
                 value: h.owner.as_deref().map(str::to_owned),
                 ttl_remaining_ms: Some(ms_of(h.remaining)),
+                lock_delay_remaining_ms: None,
             },
             None => Self {
                 name: name.to_owned(),
@@ -79,13 +82,16 @@ impl Leader {
                 term: None,
                 value: None,
                 ttl_remaining_ms: None,
+                lock_delay_remaining_ms: delay.map(ms_of),
             },
         }
     }
 }
 
 impl LockStatus {
-    pub(crate) fn new(name: &str, holders: Vec<LockHolder>) -> Self {
+    /// The lock `holders` hold, or a free one (with the lock-delay that `delay` says still
+    /// refuses grants).
+    pub(crate) fn new(name: &str, holders: Vec<LockHolder>, delay: Option<Duration>) -> Self {
         let free = Self {
             name: name.to_owned(),
             held: false,
@@ -94,9 +100,13 @@ impl LockStatus {
             ttl_remaining_ms: None,
             owner: None,
             holders: None,
+            lock_delay_remaining_ms: None,
         };
         let Some(first) = holders.first() else {
-            return free;
+            return Self {
+                lock_delay_remaining_ms: delay.map(ms_of),
+                ..free
+            };
         };
         if first.mode == Mode::Exclusive {
             let mut holders = holders;
@@ -148,7 +158,10 @@ impl From<&Lease> for PermitBody {
 }
 
 impl SemaphoreStatus {
-    pub(crate) fn new(name: &str, holders: Vec<LockHolder>) -> Self {
+    /// A semaphore's permits by slot. Permits take no lock-delay: `delay` is always `None`
+    /// for a semaphore (the service reads none).
+    pub(crate) fn new(name: &str, holders: Vec<LockHolder>, delay: Option<Duration>) -> Self {
+        debug_assert!(delay.is_none(), "a semaphore has no lock-delay");
         Self {
             name: name.to_owned(),
             holders: holders

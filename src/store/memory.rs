@@ -698,6 +698,20 @@ impl LockNode for MemoryNode {
         .await
     }
 
+    async fn lock_delay(&self, key: &LockKey) -> NodeResult<Option<Duration>> {
+        self.step(|data, now| {
+            data.check_marker()?;
+            if data.live(key, now).is_some() {
+                return Ok(None);
+            }
+            Ok(match data.delayed(key, now) {
+                Some(Acquired::Delayed { pttl_ms }) => Some(Duration::from_millis(pttl_ms)),
+                _ => None,
+            })
+        })
+        .await
+    }
+
     async fn members(&self, key: &LockKey, lease: &LeaseId) -> NodeResult<Option<String>> {
         self.step(|data, now| {
             data.check_marker()?;

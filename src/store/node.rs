@@ -367,6 +367,10 @@ pub trait LockNode: Send + Sync + 'static {
     /// Every holder of `key` here (for a mutex, none or one).
     async fn read(&self, key: &LockKey) -> NodeResult<Vec<Holding>>;
 
+    /// How long a lock-delay still refuses grants of the lock `key` here, while it is free
+    /// (`None`: it is held, or no delay runs): what inspect shows of a delay.
+    async fn lock_delay(&self, key: &LockKey) -> NodeResult<Option<std::time::Duration>>;
+
     /// The names the several-name lease `lease` holds, read through its hold of the mutex
     /// `key` here (`None` when it does not hold it here).
     async fn members(&self, key: &LockKey, lease: &LeaseId) -> NodeResult<Option<String>>;

@@ -41,7 +41,8 @@ mod sessions;
 pub(crate) mod steps;
 
 use reply::{
-    Reply, acquired, confirmed, held_slots, holders, member_names, page, released, renewed,
+    Reply, acquired, confirmed, delay_left, held_slots, holders, member_names, page, released,
+    renewed,
 };
 
 macro_rules! script {
@@ -51,12 +52,13 @@ macro_rules! script {
     };
 }
 /// The steps that travel in batches, by the name `batch.lua` calls them.
-const STEPS: [(&str, &str); 10] = [
+const STEPS: [(&str, &str); 11] = [
     ("acquire", include_str!("scripts/acquire.lua")),
     ("confirm", include_str!("scripts/confirm.lua")),
     ("renew", include_str!("scripts/renew.lua")),
     ("release", include_str!("scripts/release.lua")),
     ("read", include_str!("scripts/read.lua")),
+    ("delay", include_str!("scripts/delay.lua")),
     ("slots", include_str!("scripts/slots.lua")),
     ("share", include_str!("scripts/share.lua")),
     ("acquire_many", include_str!("scripts/acquire_many.lua")),
@@ -452,6 +454,14 @@ impl LockNode for RedisNode {
         };
         let step = steps::list(&self.keys, index, segment, &listing, budget);
         page(&self.run(&step).await?, after)
+    }
+
+    async fn lock_delay(&self, key: &LockKey) -> NodeResult<Option<Duration>> {
+        if key.kind == Kind::Group {
+            // A several-name lease takes no lock-delay.
+            return Ok(None);
+        }
+        delay_left(&self.step(steps::delay(&self.keys, key)).await?)
     }
 
     async fn members(&self, key: &LockKey, lease: &LeaseId) -> NodeResult<Option<String>> {

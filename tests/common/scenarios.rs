@@ -121,3 +121,51 @@ pub async fn a_session_hold_reports_the_sessions_ttl_whether_checked_or_renewed(
         "the renew moved nothing"
     );
 }
+
+/// Inspect shows a lock-delay while it refuses grants of a free name (a lease that lapsed;
+/// an election term that lapsed), and none after a holder's own release: inspect said only
+/// `held: false` while every grant was refused.
+pub async fn inspect_shows_a_lock_delay_while_it_refuses_grants(app: &TestApp) {
+    use std::time::Duration;
+    app.must_grant("ld:lapsed", json!({"ttl_ms": 200, "lock_delay_ms": 3_000}))
+        .await;
+    let body = super::wait_for("the lease to lapse", Duration::from_secs(5), async || {
+        let (_, body) = app.inspect("ld:lapsed").await;
+        (body["held"] == false).then_some(body)
+    })
+    .await;
+    let left = body["lock_delay_remaining_ms"].as_u64().unwrap_or(0);
+    assert!(left > 0 && left <= 3_000, "{body}");
+    let (status, refused) = app.grant("ld:lapsed", json!({})).await;
+    assert_eq!(
+        (status, refused["error"].as_str()),
+        (409, Some("lock_delay"))
+    );
+
+    let (status, released) = app
+        .grant(
+            "ld:released",
+            json!({"ttl_ms": 10_000, "lock_delay_ms": 3_000}),
+        )
+        .await;
+    assert_eq!(status, 201, "{released}");
+    revoke(app, "ld:released", &released).await;
+    let (_, body) = app.inspect("ld:released").await;
+    assert!(body.get("lock_delay_remaining_ms").is_none(), "{body}");
+
+    let (status, term) = app
+        .send(
+            "POST",
+            "/elections/ld:lead",
+            Some(json!({"value": "a", "ttl_ms": 200, "lock_delay_ms": 3_000})),
+        )
+        .await;
+    assert_eq!(status, 201, "{term}");
+    let body = super::wait_for("the term to lapse", Duration::from_secs(5), async || {
+        let (_, body) = app.send("GET", "/elections/ld:lead", None).await;
+        (body["vacant"] == true).then_some(body)
+    })
+    .await;
+    let left = body["lock_delay_remaining_ms"].as_u64().unwrap_or(0);
+    assert!(left > 0 && left <= 3_000, "{body}");
+}

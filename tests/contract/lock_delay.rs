@@ -211,3 +211,9 @@ async fn a_session_that_expires_leaves_its_holds_delays_and_one_ended_leaves_non
         "ending the session is its holder's own release: {body}"
     );
 }
+
+#[tokio::test]
+async fn inspect_shows_a_lock_delay_while_it_refuses_grants() {
+    let app = TestApp::embedded().await;
+    common::scenarios::inspect_shows_a_lock_delay_while_it_refuses_grants(&app).await;
+}

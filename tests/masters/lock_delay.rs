@@ -114,3 +114,10 @@ async fn a_lapsed_sessions_hold_leaves_its_delay_on_real_masters() {
     .await;
     common::assert_error(status, &body, 409, "lock_delay");
 }
+
+#[tokio::test]
+async fn inspect_shows_a_lock_delay_while_it_refuses_grants() {
+    let masters = masters(3);
+    let (a, _b) = common::two_replicas(&masters).await;
+    common::scenarios::inspect_shows_a_lock_delay_while_it_refuses_grants(&a).await;
+}

@@ -207,6 +207,12 @@ async fn a_lock_delay_is_reported_as_one_that_ends_when_it_says() {
         !said.contains("unless renewed"),
         "a lock-delay cannot be renewed: {said}"
     );
+    // Inspect says the name is free and that a lock-delay refuses it meanwhile.
+    let shown = String::from_utf8(bed.run(&["inspect", "jobs:d"]).await.stdout).unwrap();
+    assert!(
+        shown.starts_with("jobs:d is free, but a lock-delay refuses grants of it for "),
+        "{shown}"
+    );
 }
 
 #[tokio::test]

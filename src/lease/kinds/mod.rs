@@ -254,6 +254,16 @@ impl LeaseService {
         }
     }
 
+    /// How long a lock-delay still refuses grants of the free `name`, as a majority of
+    /// masters would refuse them (`None`: none runs). Permits and several-name leases take
+    /// no lock-delay.
+    pub(crate) async fn lock_delay(&self, name: &LockName) -> Result<Option<Duration>, LeaseError> {
+        match name.kind() {
+            Kind::Mutex | Kind::Election => Ok(self.engine().lock_delay(&name.key()).await?),
+            _ => Ok(None),
+        }
+    }
+
     /// The keys a force-release of `name` removes: every hold of it.
     pub(super) async fn holds_of(&self, name: &LockName) -> Result<Vec<LockKey>, LeaseError> {
         match name.kind() {

@@ -73,6 +73,52 @@ impl Redlock {
         Ok(agreed.map(|a| Holder::of(key, a, elapsed)))
     }
 
+    /// How long a lock-delay still refuses grants of the free lock `key`: the longest
+    /// wait a majority of masters still impose (the majority-th longest of their answers),
+    /// since a grant needs a majority and each of those refuses it until its own delay
+    /// lapses. `None` when fewer than a majority run one. Every master is asked; fewer than
+    /// a majority answering is a 503.
+    pub async fn lock_delay(&self, key: &LockKey) -> Result<Option<Duration>, EngineError> {
+        let n = self.nodes.len();
+        let needed = quorum::majority(n);
+        let Round {
+            outcome, failures, ..
+        } = self
+            .fan_out(
+                "delay",
+                self.config.master_timeout,
+                |_, node| {
+                    let key = key.clone();
+                    Box::pin(async move { node.lock_delay(&key).await })
+                },
+                |replies: &[Option<NodeResult<Option<Duration>>>]| {
+                    if replies.iter().any(Option::is_none) {
+                        return None;
+                    }
+                    let mut left: Vec<Duration> = replies
+                        .iter()
+                        .filter_map(|r| match r {
+                            Some(Ok(d)) => Some(d.unwrap_or_default()),
+                            _ => None,
+                        })
+                        .collect();
+                    if left.len() < needed {
+                        return Some(None);
+                    }
+                    left.sort_unstable_by(|a, b| b.cmp(a));
+                    Some(Some(left[needed - 1]))
+                },
+            )
+            .await;
+        match outcome {
+            Some(Some(left)) => Ok((!left.is_zero()).then_some(left)),
+            Some(None) | None => Err(unavailable(
+                "fewer than a majority of masters answered",
+                failures,
+            )),
+        }
+    }
+
     /// Who holds `key`, for an observer: every master's answer is awaited, and a holder
     /// whose masters report different tokens (its grant is still being decided) is
     /// `Unsettled` rather than reported with a token it may not be given.

@@ -108,6 +108,14 @@ pub(super) fn holders(reply: &Reply) -> NodeResult<Vec<Holding>> {
     Ok(vec![reply.holding(1)?])
 }
 
+/// delay.lua's answer: {1, pttl_ms} while a lock-delay runs on the free lock, {0} when not.
+pub(super) fn delay_left(reply: &Reply) -> NodeResult<Option<std::time::Duration>> {
+    if reply.status()? == 0 {
+        return Ok(None);
+    }
+    Ok(Some(std::time::Duration::from_millis(reply.uint(1)?)))
+}
+
 /// members.lua's answer: {1, names} when the lease holds the name here, {0} when not.
 pub(super) fn member_names(reply: &Reply) -> NodeResult<Option<String>> {
     if reply.status()? == 0 {

@@ -111,6 +111,15 @@ pub(super) fn read(keys: &Keys, key: &LockKey) -> Step {
     step
 }
 
+/// delay.lua: how long a lock-delay still refuses grants of the free lock `key` here.
+pub(super) fn delay(keys: &Keys, key: &LockKey) -> Step {
+    let mut step = Step::new("delay");
+    step.key(keys.lock(key))
+        .key(&*keys.claim(key))
+        .key(&*keys.marker(key));
+    step
+}
+
 /// acquire_many.lua for `names` (all of `claim`'s names, or those of one slot), the
 /// counter and marker of `first`'s slot.
 pub(super) fn acquire_many(
@@ -306,6 +315,7 @@ mod tests {
             "renew" => include_str!("../scripts/renew.lua"),
             "release" => include_str!("../scripts/release.lua"),
             "read" => include_str!("../scripts/read.lua"),
+            "delay" => include_str!("../scripts/delay.lua"),
             "members" => include_str!("../scripts/members.lua"),
             "slots" => include_str!("../scripts/slots.lua"),
             "acquire_many" => include_str!("../scripts/acquire_many.lua"),
@@ -436,6 +446,7 @@ mod tests {
                     holds_to_its_script(&release(&keys, key, &lease, &ending), &case);
                 }
                 holds_to_its_script(&read(&keys, key), &case);
+                holds_to_its_script(&delay(&keys, key), &case);
                 holds_to_its_script(&members(&keys, key, &LeaseId::stored("L_m")), &case);
             }
             holds_to_its_script(&slots(&keys, "s", 3), "slots");
