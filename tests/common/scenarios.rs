@@ -116,9 +116,11 @@ pub async fn a_session_hold_reports_the_sessions_ttl_whether_checked_or_renewed(
             "{what}: {body}"
         );
     }
-    assert_eq!(
-        checked["expires_at"], renewed["expires_at"],
-        "the renew moved nothing"
+    // The renew extended nothing: what it answers is no more than what the check found left
+    // (a renew that took the 60 s it asked for would answer about 60 000).
+    assert!(
+        renewed["validity_ms"].as_u64() <= checked["ttl_remaining_ms"].as_u64(),
+        "{checked} then {renewed}"
     );
 }
 
