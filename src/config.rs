@@ -163,7 +163,7 @@ pub struct Config {
     #[arg(long, env = "REDLOCKD_CA_FILE", value_name = "PEM")]
     pub ca_file: Option<std::path::PathBuf>,
 
-    /// With REDLOCKD_AUTH_FILE: `/metrics`, `/openapi.json` and `/docs` need a reader token
+    /// With REDLOCKD_AUTH_FILE: `/metrics`, `/openapi.json`, `/docs` and `/book/` need a reader token
     /// too (they are open by default; `/healthz` and `/readyz` always are).
     #[arg(long, env = "REDLOCKD_AUTH_PROTECT_OPERATIONS")]
     pub auth_protect_operations: bool,

@@ -302,3 +302,30 @@ async fn a_session_belongs_to_the_token_that_opened_it() {
     assert_eq!(status, 201, "{held}");
     assert_eq!(call(&app, "DELETE", &path, Some(&t.client)).await.0, 204);
 }
+
+/// With REDLOCKD_AUTH_PROTECT_OPERATIONS, the operations routes (`/metrics`,
+/// `/openapi.json`, `/docs`, and the docs site at `/book/`) need a reader token; probes stay
+/// open. Without it they are open to anyone.
+#[tokio::test]
+async fn protected_operations_need_a_token_and_open_ones_do_not() {
+    let t = tokens();
+    let site = tempfile::tempdir().unwrap();
+    std::fs::write(site.path().join("index.html"), "<h1>redlockd</h1>").unwrap();
+    for protect in [true, false] {
+        let mut cfg = config(&[]);
+        cfg.auth_file = Some(t.file.path().to_str().unwrap().to_owned());
+        cfg.auth_protect_operations = protect;
+        cfg.book_dir = Some(site.path().to_owned());
+        let app = TestApp::in_process(cfg).await;
+        for path in ["/metrics", "/openapi.json", "/docs/", "/book/"] {
+            let (status, body) = call(&app, "GET", path, None).await;
+            let expected = if protect { 401 } else { 200 };
+            assert_eq!(status, expected, "{path} (protected: {protect}): {body}");
+            let (status, body) = call(&app, "GET", path, Some(&t.reader)).await;
+            assert_eq!(status, 200, "{path} with a reader token: {body}");
+        }
+        for probe in ["/healthz", "/readyz"] {
+            assert_eq!(call(&app, "GET", probe, None).await.0, 200, "{probe}");
+        }
+    }
+}
