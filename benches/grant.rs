@@ -76,6 +76,8 @@ struct Plan {
     streams: usize,
     /// Runs of issue 33's loop (two names in opposite orders on two replicas).
     runs: usize,
+    /// SETs of the calibration before the rows.
+    calibration: usize,
 }
 
 impl Plan {
@@ -89,6 +91,7 @@ impl Plan {
                 handoffs: 20,
                 streams: 20,
                 runs: 1,
+                calibration: 200,
             }
         } else {
             Self {
@@ -99,6 +102,7 @@ impl Plan {
                 handoffs: 1_000,
                 streams: 1_000,
                 runs: 20,
+                calibration: 20_000,
             }
         }
     }
@@ -124,6 +128,111 @@ fn cpu_of(pid: u32) -> Duration {
     };
     // utime and stime are fields 14 and 15 of stat, 12 and 13 after the name and state.
     Duration::from_millis((ticks(11) + ticks(12)) * 10)
+}
+
+/// The machine's CPU time by state, from the `cpu` line of `/proc/stat` (in ticks): what a
+/// run's figures are read against, since a busy or virtualised host (steal: time the
+/// hypervisor gave another guest) slows every row at once.
+#[derive(Debug, Clone, Copy, Default)]
+struct MachineTicks {
+    busy: u64,
+    idle: u64,
+    iowait: u64,
+    steal: u64,
+}
+
+impl MachineTicks {
+    fn now() -> Self {
+        let stat = std::fs::read_to_string("/proc/stat").unwrap_or_default();
+        let Some(line) = stat.lines().find(|l| l.starts_with("cpu ")) else {
+            return Self::default();
+        };
+        // user nice system idle iowait irq softirq steal (guest time is inside user).
+        let f: Vec<u64> = line
+            .split_whitespace()
+            .skip(1)
+            .map(|v| v.parse().unwrap_or(0))
+            .collect();
+        let at = |i: usize| f.get(i).copied().unwrap_or(0);
+        Self {
+            busy: at(0) + at(1) + at(2) + at(5) + at(6),
+            idle: at(3),
+            iowait: at(4),
+            steal: at(7),
+        }
+    }
+
+    /// The share of each state between `self` (earlier) and `later`, as a line to print.
+    fn since(self, later: Self) -> String {
+        let d = |a: u64, b: u64| b.saturating_sub(a) as f64;
+        let (busy, idle, iowait, steal) = (
+            d(self.busy, later.busy),
+            d(self.idle, later.idle),
+            d(self.iowait, later.iowait),
+            d(self.steal, later.steal),
+        );
+        let total = (busy + idle + iowait + steal).max(1.0);
+        format!(
+            "machine during the run (`/proc/stat`, all cores): busy {:.0} %, idle {:.0} %, \
+             iowait {:.1} %, steal {:.1} %",
+            100.0 * busy / total,
+            100.0 * idle / total,
+            100.0 * iowait / total,
+            100.0 * steal / total
+        )
+    }
+}
+
+/// Prints how the machine spent the run when the run ends, whichever rows it ran.
+struct Run {
+    machine: MachineTicks,
+}
+
+impl Drop for Run {
+    fn drop(&mut self) {
+        println!("\n{}", self.machine.since(MachineTicks::now()));
+    }
+}
+
+/// How fast this machine runs Redis itself, before any row: `n` SETs one after another on
+/// one master, the round trip each took from here and the µs Redis spent inside each
+/// (`INFO commandstats`). With plain Redlock's row, what tells a slow machine from a slow
+/// change.
+async fn calibration(master: &RedisMaster, n: usize) -> String {
+    let _: redis::RedisResult<()> = master.cmd(&["CONFIG", "RESETSTAT"]).await;
+    let Ok(mut conn) = master.client().get_multiplexed_async_connection().await else {
+        return "calibration: cannot reach a master".into();
+    };
+    let started = Instant::now();
+    for i in 0..n {
+        let _: redis::RedisResult<()> = redis::cmd("SET")
+            .arg("bench:calibration")
+            .arg(i)
+            .query_async(&mut conn)
+            .await;
+    }
+    let round_trip = started.elapsed().as_secs_f64() * 1e6 / n.max(1) as f64;
+    let info: String = master
+        .cmd(&["INFO", "commandstats"])
+        .await
+        .unwrap_or_default();
+    let inside = info
+        .lines()
+        .find_map(|l| l.strip_prefix("cmdstat_set:"))
+        .and_then(|stats| {
+            stats
+                .split(',')
+                .find_map(|kv| kv.strip_prefix("usec_per_call="))
+                .and_then(|v| v.parse::<f64>().ok())
+        })
+        .unwrap_or(f64::NAN);
+    let _: redis::RedisResult<()> = master.cmd(&["DEL", "bench:calibration"]).await;
+    let _: redis::RedisResult<()> = master.cmd(&["CONFIG", "RESETSTAT"]).await;
+    format!(
+        "calibration: Redis {inside:.2} µs per SET inside, {round_trip:.0} µs per SET round \
+         trip from here ({n} in a row, one connection); plain Redlock's rows below are the \
+         other half"
+    )
 }
 
 /// Resident memory of a process in bytes, from `/proc/<pid>/status`.
@@ -1697,6 +1806,10 @@ async fn main() {
         plan.row.as_secs_f64()
     );
     let masters = start_masters(3);
+    println!("{}\n", calibration(&masters[0], plan.calibration).await);
+    let _run = Run {
+        machine: MachineTicks::now(),
+    };
     let redis = pids(&masters);
     let only = std::env::var("REDLOCKD_BENCH_ONLY").unwrap_or_default();
     if only == "streams" {
