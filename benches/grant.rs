@@ -32,7 +32,9 @@
 //! `REDLOCKD_BENCH_ONLY=uncontended` (or `contended`: the waiting and renew-heavy rows,
 //! the hand-off of every kind across two replicas and issue 33's loop; `kinds`: the
 //! hand-off rows alone; `opposite`: that loop alone, 20 runs; `clusters`: three Redis Clusters of three shards next to three single
-//! masters)
+//! masters; `inside`: the look inside one master alone, which full and uncontended runs also
+//! print: a cycle's µs inside Redis sent each way, step scripts alone, batched, as a Redis
+//! function, and with steps that do nothing)
 //! runs only those rows, for quick comparisons while optimising; `REDLOCKD_BENCH_SERVER_ENV="K=V ..."` sets
 //! variables for the redlockd process only (e.g. `RUST_LOG=warn`); and
 //! `REDLOCKD_BENCH_AB="K=V ..."` compares redlockd with and without them, row against row
@@ -78,6 +80,9 @@ struct Plan {
     runs: usize,
     /// SETs of the calibration before the rows.
     calibration: usize,
+    /// Cycles a round and rounds of the look inside one master.
+    inside_cycles: usize,
+    inside_rounds: usize,
 }
 
 impl Plan {
@@ -92,6 +97,8 @@ impl Plan {
                 streams: 20,
                 runs: 1,
                 calibration: 200,
+                inside_cycles: 64,
+                inside_rounds: 1,
             }
         } else {
             Self {
@@ -103,6 +110,8 @@ impl Plan {
                 streams: 1_000,
                 runs: 20,
                 calibration: 20_000,
+                inside_cycles: 4_000,
+                inside_rounds: 9,
             }
         }
     }
@@ -233,6 +242,234 @@ async fn calibration(master: &RedisMaster, n: usize) -> String {
          trip from here ({n} in a row, one connection); plain Redlock's rows below are the \
          other half"
     )
+}
+
+/// A step's keys and arguments.
+type StepCall = (Vec<String>, Vec<String>);
+
+/// One way of sending a grant's and a release's step to a master, for `inside_redis`.
+#[derive(Clone, Copy)]
+enum Inside {
+    /// `SET NX PX`, then the compare-and-delete script.
+    Plain,
+    /// `acquire.lua` and `release.lua`, each an `EVALSHA` of its own.
+    Alone,
+    /// The batch script (`batch.lua` and the steps), `steps` steps a call.
+    Batch { steps: usize },
+    /// The batch as a Redis function, its steps defined once when the library is loaded.
+    Function { steps: usize },
+    /// The batch with steps that answer at once: what dealing steps out costs alone.
+    Dealing { steps: usize },
+}
+
+/// What a grant + release cycle costs inside one master, in µs (`INFO commandstats`: the
+/// script calls, which include the commands they run, and plain Redlock's `SET`), for each
+/// way of sending the steps, against plain Redlock's. Rounds alternate between the ways and
+/// each way's least disturbed round is reported: a round's time is wall time inside Redis,
+/// which a busy neighbour on the cores inflates, never deflates.
+async fn inside_redis(master: &RedisMaster, cycles: usize, rounds: usize) {
+    const P: &str = "benchinside:";
+    let Ok(mut conn) = master.client().get_multiplexed_async_connection().await else {
+        println!("inside Redis: cannot reach a master");
+        return;
+    };
+    let _: redis::RedisResult<()> = master.cmd(&["SET", &format!("{P}marker"), "1"]).await;
+    let (definitions, dispatch) = redlockd::store::redis::batch_script_parts(&[]);
+    let batch = redis::Script::new(&(definitions.clone() + &dispatch));
+    let (noop_definitions, _) = redlockd::store::redis::batch_script_parts(&[
+        ("acquire", "return {1, 1}"),
+        ("release", "return 1"),
+    ]);
+    let dealing = redis::Script::new(&(noop_definitions + &dispatch));
+    // A step asks `marked` (defined before the steps in a batch) whether the master has its
+    // marker: a script of its own defines it first.
+    let marked = include_str!("../src/store/scripts/marked.lua");
+    let acquire =
+        redis::Script::new(&(marked.to_owned() + include_str!("../src/store/scripts/acquire.lua")));
+    let release =
+        redis::Script::new(&(marked.to_owned() + include_str!("../src/store/scripts/release.lua")));
+    let unlock = redis::Script::new(
+        "if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end \
+         return 0",
+    );
+    let library = format!(
+        "#!lua name=redlockd_bench_inside\n{definitions}\n\
+         redis.register_function('redlockd_batch', function(KEYS, ARGV)\n{dispatch}\nend)\n"
+    );
+    let functions = redis::cmd("FUNCTION")
+        .arg("LOAD")
+        .arg("REPLACE")
+        .arg(&library)
+        .query_async::<String>(&mut conn)
+        .await
+        .is_ok();
+    for script in [&batch, &dealing, &acquire, &release, &unlock] {
+        let _: redis::RedisResult<String> = script.prepare_invoke().load_async(&mut conn).await;
+    }
+    // A step's keys and arguments as acquire.lua's and release.lua's headers list them.
+    let acquire_step = |name: &str| -> StepCall {
+        (
+            vec![
+                format!("{P}lock:{name}"),
+                format!("{P}fence"),
+                format!("{P}marker"),
+                format!("{P}names"),
+                format!("{P}shared:{name}"),
+                format!("{P}claim:{name}"),
+            ],
+            vec![
+                format!("lease-{name}"),
+                "30000".into(),
+                String::new(),
+                name.into(),
+                format!("{P}lock:"),
+                String::new(),
+                format!("{P}reader:{name}/"),
+                "0".into(),
+                "0".into(),
+            ],
+        )
+    };
+    let release_step = |name: &str| -> StepCall {
+        (
+            vec![
+                format!("{P}lock:{name}"),
+                format!("{P}marker"),
+                format!("{P}claim:{name}"),
+            ],
+            vec![
+                format!("lease-{name}"),
+                format!("{P}released"),
+                "1".into(),
+                format!("{P}events"),
+                name.into(),
+                String::new(),
+            ],
+        )
+    };
+    let packed = |head: redis::Cmd, steps: &[(&str, StepCall)]| {
+        let mut call = head;
+        call.arg(steps.iter().map(|(_, (k, _))| k.len()).sum::<usize>());
+        for (_, (keys, _)) in steps {
+            call.arg(keys);
+        }
+        for (step, (keys, args)) in steps {
+            call.arg(step).arg(keys.len()).arg(args.len()).arg(args);
+        }
+        call
+    };
+    let evalsha = |script: &redis::Script| {
+        let mut c = redis::cmd("EVALSHA");
+        c.arg(script.get_hash());
+        c
+    };
+    let mut ways = vec![
+        (
+            "plain Redlock (SET NX PX, compare-and-delete script)",
+            Inside::Plain,
+        ),
+        ("the step scripts, a call each", Inside::Alone),
+        ("the batch, one step a call", Inside::Batch { steps: 1 }),
+        ("the batch, 8 steps a call", Inside::Batch { steps: 8 }),
+        (
+            "the batch, 8 steps a call, steps that do nothing (dealing out alone)",
+            Inside::Dealing { steps: 8 },
+        ),
+    ];
+    if functions {
+        ways.push((
+            "the batch as a Redis function (FCALL), 8 steps a call",
+            Inside::Function { steps: 8 },
+        ));
+    }
+    let mut best = vec![f64::INFINITY; ways.len()];
+    for _ in 0..rounds {
+        for (w, (_, way)) in ways.iter().enumerate() {
+            let _: redis::RedisResult<()> = master.cmd(&["CONFIG", "RESETSTAT"]).await;
+            let per_call = match way {
+                Inside::Plain | Inside::Alone => 8,
+                Inside::Batch { steps }
+                | Inside::Function { steps }
+                | Inside::Dealing { steps } => *steps,
+            };
+            let mut done = 0;
+            while done < cycles {
+                let names: Vec<String> = (0..per_call).map(|j| format!("w{w}-{j}")).collect();
+                let mut pipe = redis::pipe();
+                match way {
+                    Inside::Plain => {
+                        for name in &names {
+                            let key = format!("{P}plain:{name}");
+                            pipe.cmd("SET")
+                                .arg(&key)
+                                .arg("L")
+                                .arg("NX")
+                                .arg("PX")
+                                .arg(30_000);
+                            pipe.add_command(evalsha(&unlock).arg(1).arg(&key).arg("L").clone());
+                        }
+                    }
+                    Inside::Alone => {
+                        for name in &names {
+                            let (k, a) = acquire_step(name);
+                            pipe.add_command(evalsha(&acquire).arg(k.len()).arg(k).arg(a).clone());
+                            let (k, a) = release_step(name);
+                            pipe.add_command(evalsha(&release).arg(k.len()).arg(k).arg(a).clone());
+                        }
+                    }
+                    Inside::Batch { .. } | Inside::Dealing { .. } | Inside::Function { .. } => {
+                        let head = || match way {
+                            Inside::Batch { .. } => evalsha(&batch),
+                            Inside::Dealing { .. } => evalsha(&dealing),
+                            _ => {
+                                let mut c = redis::cmd("FCALL");
+                                c.arg("redlockd_batch");
+                                c
+                            }
+                        };
+                        let grants: Vec<_> =
+                            names.iter().map(|n| ("acquire", acquire_step(n))).collect();
+                        let releases: Vec<_> =
+                            names.iter().map(|n| ("release", release_step(n))).collect();
+                        pipe.add_command(packed(head(), &grants));
+                        pipe.add_command(packed(head(), &releases));
+                    }
+                }
+                let answers: redis::RedisResult<Vec<redis::Value>> =
+                    pipe.query_async(&mut conn).await;
+                if let Err(e) = answers {
+                    println!("inside Redis: a call failed: {e}");
+                    return;
+                }
+                done += per_call;
+            }
+            let (us, _) =
+                commandstats_per_cycle(std::slice::from_ref(master), done, &["set"]).await;
+            best[w] = best[w].min(us);
+        }
+    }
+    let plain = best[0];
+    println!(
+        "| one master, per grant + release cycle | µs inside Redis | × plain Redlock |\n|---|---|---|"
+    );
+    for ((label, _), us) in ways.iter().zip(&best) {
+        println!("| {label} | {us:.2} | {:.2} |", us / plain);
+    }
+    println!(
+        "\n{cycles} cycles a round, {rounds} rounds alternating, each way's least disturbed \
+         round; redis-server {}.\n",
+        master
+            .cmd::<String>(&["INFO", "server"])
+            .await
+            .unwrap_or_default()
+            .lines()
+            .find_map(|l| l.strip_prefix("redis_version:"))
+            .unwrap_or("?")
+            .trim()
+    );
+    let _: redis::RedisResult<()> = master
+        .cmd(&["FUNCTION", "DELETE", "redlockd_bench_inside"])
+        .await;
 }
 
 /// Resident memory of a process in bytes, from `/proc/<pid>/status`.
@@ -513,14 +750,32 @@ impl Plain {
 }
 
 /// What each Redis command cost the masters per cycle, from `INFO commandstats` (reset
-/// before a row): calls and microseconds inside Redis, scripts' inner calls included.
+/// before a row): calls and microseconds inside Redis.
 async fn commandstats_reset(masters: &[RedisMaster]) {
     for m in masters {
         let _: redis::RedisResult<()> = m.cmd(&["CONFIG", "RESETSTAT"]).await;
     }
 }
 
-async fn commandstats_per_cycle(masters: &[RedisMaster], cycles: usize) -> String {
+/// Commands whose time includes the commands they run: a script's inner calls are counted
+/// in its own `usec` and again under their own names.
+const SCRIPT_CALLS: [&str; 6] = [
+    "evalsha",
+    "eval",
+    "evalsha_ro",
+    "eval_ro",
+    "fcall",
+    "fcall_ro",
+];
+
+/// The masters' time per cycle (the script calls, which include their inner calls, and the
+/// commands in `direct`, which the row's client sends outside any script), and every
+/// command's calls and time per cycle.
+async fn commandstats_per_cycle(
+    masters: &[RedisMaster],
+    cycles: usize,
+    direct: &[&str],
+) -> (f64, String) {
     let mut calls: std::collections::BTreeMap<String, (f64, f64)> = Default::default();
     for m in masters {
         let info: String = m.cmd(&["INFO", "commandstats"]).await.unwrap_or_default();
@@ -544,16 +799,22 @@ async fn commandstats_per_cycle(masters: &[RedisMaster], cycles: usize) -> Strin
         }
     }
     let cycles = cycles.max(1) as f64;
-    let total: f64 = calls.values().map(|(_, usec)| usec).sum::<f64>() / cycles;
+    let total: f64 = calls
+        .iter()
+        .filter(|(name, _)| {
+            SCRIPT_CALLS.contains(&name.as_str()) || direct.contains(&name.as_str())
+        })
+        .map(|(_, (_, usec))| usec)
+        .sum::<f64>()
+        / cycles;
     let each: Vec<String> = calls
         .iter()
-        .filter(|(name, _)| !matches!(name.as_str(), "info" | "config" | "ping"))
+        .filter(|(name, (n, _))| {
+            *n > 0.0 && !matches!(name.as_str(), "info" | "config|resetstat" | "ping")
+        })
         .map(|(name, (n, usec))| format!("{name} {:.2}× {:.1} µs", n / cycles, usec / cycles))
         .collect();
-    format!(
-        "{total:.1} µs in Redis per cycle (all masters): {}",
-        each.join(", ")
-    )
+    (total, each.join(", "))
 }
 
 /// The project's scripts on every master at once, a majority required.
@@ -1576,10 +1837,21 @@ async fn uncontended(
     };
     for &c in clients {
         let workload = format!("uncontended, {c} clients{tag}");
+        let mut plain_us = None;
         let mut stats = async |row: &Row| {
             if c == 16 {
-                let per_cycle = commandstats_per_cycle(masters, row.tally.cycles).await;
-                notes.push(format!("- {} ({workload}): {per_cycle}", row.system));
+                // Plain Redlock's grant is a SET of its own; its release, a script.
+                let direct: &[&str] = if plain_us.is_none() { &["set"] } else { &[] };
+                let (us, each) = commandstats_per_cycle(masters, row.tally.cycles, direct).await;
+                let ratio = match plain_us {
+                    Some(plain) if plain > 0.0 => format!(", {:.1}× plain Redlock's", us / plain),
+                    _ => String::new(),
+                };
+                plain_us.get_or_insert(us);
+                notes.push(format!(
+                    "- {} ({workload}): {us:.1} µs in Redis per cycle (all masters){ratio}; {each}",
+                    row.system
+                ));
             }
             commandstats_reset(masters).await;
         };
@@ -1824,6 +2096,13 @@ async fn main() {
         handoff_per_kind(&masters, plan).await;
         return;
     }
+    if matches!(only.as_str(), "" | "uncontended" | "inside") {
+        println!("Inside one master: what dealing steps out costs against what they do:\n");
+        inside_redis(&masters[0], plan.inside_cycles, plan.inside_rounds).await;
+        if only == "inside" {
+            return;
+        }
+    }
     if only == "opposite" {
         println!("Two names in opposite orders on two replicas (issue 33's loop):\n");
         opposite_orders(&masters, plan.runs).await;
@@ -1833,7 +2112,8 @@ async fn main() {
     if only != "contended" {
         let notes = uncontended(&masters, &[1, 16, 64], plan, "").await;
         println!(
-            "\nInside Redis, per grant + release cycle (`INFO commandstats`, three masters):\n"
+            "\nInside Redis, per grant + release cycle (`INFO commandstats`, three masters; a \
+             script's time includes the calls it runs, listed after it by name):\n"
         );
         for note in notes {
             println!("{note}");

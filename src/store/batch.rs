@@ -411,12 +411,19 @@ pub(crate) fn pack<'a>(script: &Script, batch: impl IntoIterator<Item = &'a Step
 /// The script a batch runs: each step's own script as a function of its keys and
 /// arguments, then `batch.lua`, which deals them out.
 pub(crate) fn compose(steps: &[(&str, &str)], dispatch: &str) -> String {
-    let mut source = String::from("local steps = {}\n");
+    let (definitions, dispatch) = parts(steps, dispatch);
+    definitions + &dispatch
+}
+
+/// The two parts `compose` joins: the step functions (defined anew by every call of the
+/// script: one closure each, measured as noise beside a step's work) and the dispatch.
+pub(crate) fn parts(steps: &[(&str, &str)], dispatch: &str) -> (String, String) {
+    let mut definitions = String::from("local steps = {}\n");
+    definitions.push_str(include_str!("scripts/marked.lua"));
     for (name, body) in steps {
-        source.push_str(&format!(
+        definitions.push_str(&format!(
             "steps['{name}'] = function(KEYS, ARGV)\n{body}\nend\n"
         ));
     }
-    source.push_str(dispatch);
-    source
+    (definitions, dispatch.to_owned())
 }

@@ -81,102 +81,116 @@ local keyed = #KEYS == 7 and #ARGV == 11
 if not keyed and (#KEYS ~= 6 or #ARGV ~= 9) then
   return redis.error_reply('acquire expects 6 keys and 9 arguments, or 7 and 11')
 end
-if redis.call('EXISTS', KEYS[3]) == 0 then return {-1} end
-local record = keyed and redis.call('GET', KEYS[7])
-if record and record ~= ARGV[10] then
-  return {-2}
-end
-local waiting = string.find(ARGV[6], 'w', 1, true)
-local function met(key, c)
-  if string.sub(c, -2) ~= ' w' then
-    local left = redis.call('PTTL', key)
-    if left > 0 then redis.call('SET', key, c .. ' w', 'PX', left) end
+if not marked(KEYS[3]) then return {-1} end
+-- Nothing at the name (no hold, claim or shared holders) is the common case: one call
+-- tells it, and the checks below are for the rest.
+local busy = keyed or redis.call('EXISTS', KEYS[1], KEYS[6], KEYS[5]) > 0
+local record, ended
+if busy then
+  record = keyed and redis.call('GET', KEYS[7])
+  if record and record ~= ARGV[10] then
+    return {-2}
   end
-end
-local held = redis.call('HMGET', KEYS[1], 'lease', 'token')
-if held[1] then
-  if keyed and held[1] == ARGV[1] then
-    redis.call('HSET', KEYS[1], 'seen', ARGV[11])
-    -- The retry is answered a validity counted from now: the hold (and the key's record)
-    -- must last its TTL from now here, as a renew would make it. A hold through a session
-    -- lives as its session does; the grant attaches it again and answers that.
-    local terms = redis.call('HMGET', KEYS[1], 'session', 'delay')
-    local ttl = tonumber(ARGV[2])
-    if not terms[1] and redis.call('PTTL', KEYS[1]) < ttl then
-      redis.call('PEXPIRE', KEYS[1], ttl)
-      redis.call('PEXPIRE', KEYS[7], ttl)
-      if terms[2] then
-        redis.call('SET', KEYS[6], 'd:' .. ARGV[1], 'PX', ttl + tonumber(terms[2]))
+  local waiting = string.find(ARGV[6], 'w', 1, true)
+  local function met(key, c)
+    if string.sub(c, -2) ~= ' w' then
+      local left = redis.call('PTTL', key)
+      if left > 0 then redis.call('SET', key, c .. ' w', 'PX', left) end
+    end
+  end
+  local held = redis.call('HMGET', KEYS[1], 'lease', 'token')
+  if held[1] then
+    if keyed and held[1] == ARGV[1] then
+      redis.call('HSET', KEYS[1], 'seen', ARGV[11])
+      -- The retry is answered a validity counted from now: the hold (and the key's record)
+      -- must last its TTL from now here, as a renew would make it. A hold through a session
+      -- lives as its session does; the grant attaches it again and answers that.
+      local terms = redis.call('HMGET', KEYS[1], 'session', 'delay')
+      local ttl = tonumber(ARGV[2])
+      if not terms[1] and redis.call('PTTL', KEYS[1]) < ttl then
+        redis.call('PEXPIRE', KEYS[1], ttl)
+        redis.call('PEXPIRE', KEYS[7], ttl)
+        if terms[2] then
+          redis.call('SET', KEYS[6], 'd:' .. ARGV[1], 'PX', ttl + tonumber(terms[2]))
+        end
+      end
+      return {1, tonumber(held[2])}
+    end
+    if waiting then
+      redis.call('HSET', KEYS[1], 'waited', '1', 'single', '1')
+    end
+    local pttl = redis.call('PTTL', KEYS[1])
+    if pttl < 0 then pttl = 0 end
+    return {0, pttl, held[1]}
+  end
+  -- A waiting several-name grant's claim (acquire_many.lua, 'g:...'): wait behind it; an
+  -- ended lease's lock-delay ('d:...'): refused until it lapses.
+  local claimed = redis.call('GET', KEYS[6])
+  local claim_kind = claimed and string.sub(claimed, 1, 2)
+  if claim_kind == 'g:' or claim_kind == 'd:' then
+    local pttl = redis.call('PTTL', KEYS[6])
+    if pttl < 0 then pttl = 0 end
+    if claim_kind == 'd:' then return {-4, pttl} end
+    if waiting then met(KEYS[6], claimed) end
+    return {0, pttl, (string.gsub(claimed, ' w$', ''))}
+  end
+  if redis.call('EXISTS', KEYS[5]) == 1 then
+    local readers, longest = 0, 0
+    for _, reader in ipairs(redis.call('SMEMBERS', KEYS[5])) do
+      local pttl = redis.call('PTTL', ARGV[7] .. reader)
+      if pttl == -2 then
+        redis.call('SREM', KEYS[5], reader)
+      else
+        readers = readers + 1
+        if pttl > longest then longest = pttl end
+        if waiting then redis.call('HSET', ARGV[7] .. reader, 'waited', '1') end
       end
     end
-    return {1, tonumber(held[2])}
-  end
-  if waiting then
-    redis.call('HSET', KEYS[1], 'waited', '1', 'single', '1')
-  end
-  local pttl = redis.call('PTTL', KEYS[1])
-  if pttl < 0 then pttl = 0 end
-  return {0, pttl, held[1]}
-end
--- A waiting several-name grant's claim (acquire_many.lua, 'g:...'): wait behind it; an
--- ended lease's lock-delay ('d:...'): refused until it lapses.
-local claimed = redis.call('GET', KEYS[6])
-local claim_kind = claimed and string.sub(claimed, 1, 2)
-if claim_kind == 'g:' or claim_kind == 'd:' then
-  local pttl = redis.call('PTTL', KEYS[6])
-  if pttl < 0 then pttl = 0 end
-  if claim_kind == 'd:' then return {-4, pttl} end
-  if waiting then met(KEYS[6], claimed) end
-  return {0, pttl, (string.gsub(claimed, ' w$', ''))}
-end
-if redis.call('EXISTS', KEYS[5]) == 1 then
-  local readers, longest = 0, 0
-  for _, reader in ipairs(redis.call('SMEMBERS', KEYS[5])) do
-    local pttl = redis.call('PTTL', ARGV[7] .. reader)
-    if pttl == -2 then
-      redis.call('SREM', KEYS[5], reader)
-    else
-      readers = readers + 1
-      if pttl > longest then longest = pttl end
-      if waiting then redis.call('HSET', ARGV[7] .. reader, 'waited', '1') end
+    if readers > 0 then
+      local lasts = math.min(longest + 1000, tonumber(ARGV[8]) + 100)
+      if waiting and redis.call('PTTL', KEYS[6]) < lasts then
+        local was = redis.call('GET', KEYS[6])
+        local mark = was and string.sub(was, -2) == ' w' and ' w' or ''
+        redis.call('SET', KEYS[6], ARGV[1] .. mark, 'PX', lasts)
+      end
+      return {0, longest, 'shared'}
     end
-  end
-  if readers > 0 then
-    local lasts = math.min(longest + 1000, tonumber(ARGV[8]) + 100)
-    if waiting and redis.call('PTTL', KEYS[6]) < lasts then
-      local was = redis.call('GET', KEYS[6])
-      local mark = was and string.sub(was, -2) == ' w' and ' w' or ''
-      redis.call('SET', KEYS[6], ARGV[1] .. mark, 'PX', lasts)
-    end
-    return {0, longest, 'shared'}
   end
 end
 if record then
   return {-3}
 end
-local ended = redis.call('GETDEL', KEYS[6])
+if busy then ended = redis.call('GETDEL', KEYS[6]) end
 local token = redis.call('INCR', KEYS[2])
-redis.call('HSET', KEYS[1], 'lease', ARGV[1], 'token', token, 'ttl', ARGV[2], 'owner', ARGV[3])
-if ended and string.sub(ended, -2) == ' w' then
-  redis.call('HSET', KEYS[1], 'waited', '1')
+local fields = {'lease', ARGV[1], 'token', token, 'ttl', ARGV[2], 'owner', ARGV[3]}
+local function field(name, value)
+  fields[#fields + 1] = name
+  fields[#fields + 1] = value
+end
+if (ended and string.sub(ended, -2) == ' w') or string.find(ARGV[6], 'a', 1, true) then
+  field('waited', '1')
 end
 if string.find(ARGV[6], 'o', 1, true) then
-  redis.call('HSET', KEYS[1], 'observed', '1')
+  field('observed', '1')
 end
-if string.find(ARGV[6], 'a', 1, true) then
-  redis.call('HSET', KEYS[1], 'waited', '1')
-end
-redis.call('PEXPIRE', KEYS[1], ARGV[2])
-local delay = tonumber(ARGV[9])
-if delay > 0 then
-  redis.call('HSET', KEYS[1], 'delay', delay)
-  redis.call('SET', KEYS[6], 'd:' .. ARGV[1], 'PX', tonumber(ARGV[2]) + delay)
+local delay = ARGV[9]
+if delay ~= '0' then
+  field('delay', delay)
 end
 if keyed then
-  redis.call('HSET', KEYS[1], 'idem', KEYS[7], 'made', ARGV[11], 'seen', ARGV[11])
+  field('idem', KEYS[7])
+  field('made', ARGV[11])
+  field('seen', ARGV[11])
+end
+redis.call('HSET', KEYS[1], unpack(fields))
+redis.call('PEXPIRE', KEYS[1], ARGV[2])
+if delay ~= '0' then
+  redis.call('SET', KEYS[6], 'd:' .. ARGV[1], 'PX', tonumber(ARGV[2]) + tonumber(delay))
+end
+if keyed then
   redis.call('SET', KEYS[7], ARGV[10], 'PX', ARGV[2])
 end
-if ARGV[5] ~= '' and redis.call('ZADD', KEYS[4], 0, ARGV[4]) == 1 then
+if ARGV[5] ~= '' and redis.call('ZADD', KEYS[4], '0', ARGV[4]) == 1 then
   for _, stale in ipairs(redis.call('ZRANDMEMBER', KEYS[4], 2)) do
     if redis.call('EXISTS', ARGV[5] .. stale) == 0 then
       redis.call('ZREM', KEYS[4], stale)

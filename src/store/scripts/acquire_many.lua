@@ -49,7 +49,7 @@ local n = math.floor((#KEYS - 3) / 3)
 if n < 1 or #ARGV ~= 9 + n + (keyed and 2 or 0) then
   return redis.error_reply('acquire_many expects 3 + 3n keys (+1) and 9 + n arguments (+2)')
 end
-if redis.call('EXISTS', KEYS[2]) == 0 then return {-1} end
+if not marked(KEYS[2]) then return {-1} end
 local record = keyed and redis.call('GET', KEYS[#KEYS])
 if record and record ~= ARGV[9 + n + 1] then
   return {-2}

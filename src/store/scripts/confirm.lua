@@ -11,7 +11,7 @@
 if #KEYS ~= 3 or #ARGV ~= 2 then
   return redis.error_reply('confirm expects 3 keys and 2 arguments')
 end
-if redis.call('EXISTS', KEYS[3]) == 0 then return -1 end
+if not marked(KEYS[3]) then return -1 end
 local token = tonumber(ARGV[2])
 if tonumber(redis.call('GET', KEYS[2]) or '0') < token then
   redis.call('SET', KEYS[2], ARGV[2])

@@ -9,7 +9,7 @@
 if #KEYS ~= 3 or #ARGV ~= 0 then
   return redis.error_reply('delay expects 3 keys and no arguments')
 end
-if redis.call('EXISTS', KEYS[3]) == 0 then return {-1} end
+if not marked(KEYS[3]) then return {-1} end
 if redis.call('EXISTS', KEYS[1]) == 1 then return {0} end
 local claimed = redis.call('GET', KEYS[2])
 if not claimed or string.sub(claimed, 1, 2) ~= 'd:' then return {0} end

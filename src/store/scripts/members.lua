@@ -10,7 +10,7 @@
 if #KEYS ~= 2 or #ARGV ~= 1 then
   return redis.error_reply('members expects 2 keys and 1 argument')
 end
-if redis.call('EXISTS', KEYS[2]) == 0 then return {-1} end
+if not marked(KEYS[2]) then return {-1} end
 local f = redis.call('HMGET', KEYS[1], 'lease', 'group')
 if f[1] ~= ARGV[1] or not f[2] then
   return {0}

@@ -8,7 +8,7 @@
 if #KEYS ~= 2 or #ARGV ~= 0 then
   return redis.error_reply('read expects 2 keys and no arguments')
 end
-if redis.call('EXISTS', KEYS[2]) == 0 then return {-1} end
+if not marked(KEYS[2]) then return {-1} end
 local fields = redis.call('HMGET', KEYS[1], 'lease', 'token', 'ttl', 'owner')
 if not fields[1] then
   return {0}

@@ -42,7 +42,7 @@ if (#KEYS ~= 3 and #KEYS ~= 4) or (#ARGV ~= 6 and #ARGV ~= 7) then
   return redis.error_reply('release expects 3 or 4 keys and 6 or 7 arguments')
 end
 local publish = ARGV[7] == 's' and 'SPUBLISH' or 'PUBLISH'
-if redis.call('EXISTS', KEYS[2]) == 0 then return -1 end
+if not marked(KEYS[2]) then return -1 end
 local held = redis.call('HMGET', KEYS[1], 'lease', 'token', 'idem', 'made', 'seen', 'waited',
   'observed', 'delay', 'group', 'single')
 if held[1] ~= ARGV[1] then

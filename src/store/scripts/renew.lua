@@ -19,7 +19,7 @@
 if (#KEYS ~= 3 and #KEYS ~= 4) or (#ARGV ~= 2 and #ARGV ~= 3) then
   return redis.error_reply('renew expects 3 or 4 keys and 2 or 3 arguments')
 end
-if redis.call('EXISTS', KEYS[2]) == 0 then return {-1} end
+if not marked(KEYS[2]) then return {-1} end
 local holder = redis.call('HMGET', KEYS[1], 'lease', 'delay', 'session')
 if holder[1] ~= ARGV[1] then
   return {0}

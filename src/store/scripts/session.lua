@@ -47,7 +47,7 @@
 if #KEYS < 2 or #ARGV < 1 then
   return redis.error_reply('session expects 2 keys or more and an operation')
 end
-if redis.call('EXISTS', KEYS[2]) == 0 then return {-1} end
+if not marked(KEYS[2]) then return {-1} end
 local op = ARGV[1]
 local session = KEYS[1]
 

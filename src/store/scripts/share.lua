@@ -38,7 +38,7 @@ local keyed = #KEYS == 8 and #ARGV == 10
 if not keyed and (#KEYS ~= 7 or #ARGV ~= 8) then
   return redis.error_reply('share expects 7 keys and 8 arguments, or 8 and 10')
 end
-if redis.call('EXISTS', KEYS[3]) == 0 then return {-1} end
+if not marked(KEYS[3]) then return {-1} end
 local record = keyed and redis.call('GET', KEYS[8])
 if record and record ~= ARGV[9] then
   return {-2}

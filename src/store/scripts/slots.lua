@@ -14,7 +14,7 @@
 if #KEYS ~= 1 or #ARGV ~= 2 then
   return redis.error_reply('slots expects 1 key and 2 arguments')
 end
-if redis.call('EXISTS', KEYS[1]) == 0 then return {-1} end
+if not marked(KEYS[1]) then return {-1} end
 local limit = tonumber(ARGV[2])
 if not limit or limit < 1 or limit > 1000 then
   return redis.error_reply('slots: the limit must be from 1 to 1000')
