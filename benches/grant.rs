@@ -437,8 +437,27 @@ async fn inside_redis(master: &RedisMaster, cycles: usize, rounds: usize) {
                 }
                 let answers: redis::RedisResult<Vec<redis::Value>> =
                     pipe.query_async(&mut conn).await;
-                if let Err(e) = answers {
-                    println!("inside Redis: a call failed: {e}");
+                let answers = match answers {
+                    Ok(answers) => answers,
+                    Err(e) => {
+                        println!("inside Redis: a call failed: {e}");
+                        return;
+                    }
+                };
+                // The real steps must have granted: a refused grant costs less and would
+                // flatter the figure.
+                let first = match (way, answers.first()) {
+                    (Inside::Alone, Some(answer)) => Some(answer),
+                    (
+                        Inside::Batch { .. } | Inside::Function { .. },
+                        Some(redis::Value::Array(a)),
+                    ) => a.first(),
+                    _ => None,
+                };
+                if let Some(answer) = first
+                    && !matches!(answer, redis::Value::Array(a) if a.first() == Some(&redis::Value::Int(1)))
+                {
+                    println!("inside Redis: a grant was not granted: {answer:?}");
                     return;
                 }
                 done += per_call;
