@@ -281,13 +281,15 @@ async fn inside_redis(master: &RedisMaster, cycles: usize, rounds: usize) {
         ("release", "return 1"),
     ]);
     let dealing = redis::Script::new(&(noop_definitions + &dispatch));
-    // A step asks `marked` (defined before the steps in a batch) whether the master has its
-    // marker: a script of its own defines it first.
-    let marked = include_str!("../src/store/scripts/marked.lua");
-    let acquire =
-        redis::Script::new(&(marked.to_owned() + include_str!("../src/store/scripts/acquire.lua")));
-    let release =
-        redis::Script::new(&(marked.to_owned() + include_str!("../src/store/scripts/release.lua")));
+    // A step calls the prelude's functions (defined before the steps in a batch): a script
+    // of its own defines them first.
+    let prelude = include_str!("../src/store/scripts/prelude.lua");
+    let acquire = redis::Script::new(
+        &(prelude.to_owned() + include_str!("../src/store/scripts/acquire.lua")),
+    );
+    let release = redis::Script::new(
+        &(prelude.to_owned() + include_str!("../src/store/scripts/release.lua")),
+    );
     let unlock = redis::Script::new(
         "if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end \
          return 0",

@@ -415,11 +415,12 @@ pub(crate) fn compose(steps: &[(&str, &str)], dispatch: &str) -> String {
     definitions + &dispatch
 }
 
-/// The two parts `compose` joins: the step functions (defined anew by every call of the
-/// script: one closure each, measured as noise beside a step's work) and the dispatch.
+/// The two parts `compose` joins: `prelude.lua` and the step functions (defined anew by
+/// every call of the script: one closure each, measured as noise beside a step's work), and
+/// the dispatch.
 pub(crate) fn parts(steps: &[(&str, &str)], dispatch: &str) -> (String, String) {
     let mut definitions = String::from("local steps = {}\n");
-    definitions.push_str(include_str!("scripts/marked.lua"));
+    definitions.push_str(include_str!("scripts/prelude.lua"));
     for (name, body) in steps {
         definitions.push_str(&format!(
             "steps['{name}'] = function(KEYS, ARGV)\n{body}\nend\n"

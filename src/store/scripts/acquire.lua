@@ -92,12 +92,6 @@ if busy then
     return {-2}
   end
   local waiting = string.find(ARGV[6], 'w', 1, true)
-  local function met(key, c)
-    if string.sub(c, -2) ~= ' w' then
-      local left = redis.call('PTTL', key)
-      if left > 0 then redis.call('SET', key, c .. ' w', 'PX', left) end
-    end
-  end
   local held = redis.call('HMGET', KEYS[1], 'lease', 'token')
   if held[1] then
     if keyed and held[1] == ARGV[1] then

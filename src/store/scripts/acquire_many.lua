@@ -57,12 +57,6 @@ end
 local lease, waiting = ARGV[1], string.find(ARGV[4], 'w', 1, true)
 local mine = 'g:' .. ARGV[7]
 local function unmarked(c) return (string.gsub(c, ' w$', '')) end
-local function met(key, c)
-  if string.sub(c, -2) ~= ' w' then
-    local left = redis.call('PTTL', key)
-    if left > 0 then redis.call('SET', key, c .. ' w', 'PX', left) end
-  end
-end
 local function lock(i) return KEYS[3 + 3 * (i - 1) + 1] end
 local function shared(i) return KEYS[3 + 3 * (i - 1) + 2] end
 local function claim(i) return KEYS[3 + 3 * (i - 1) + 3] end

@@ -4,7 +4,8 @@
 -- EVALSHA, one read and one write on the socket, for many acquires, confirms, renews,
 -- releases and reads. Each step runs its own script (acquire.lua, release.lua, ...), which
 -- store/redis.rs puts before this file as a function of that step's KEYS and ARGV in the
--- table `steps`; this file only deals out the keys and arguments and collects the answers.
+-- table `steps` (after prelude.lua, the functions the steps share); this file only deals
+-- out the keys and arguments and collects the answers.
 -- The step scripts still own the data layout, and a step's answer is exactly what its
 -- script would have answered as a call of its own.
 --
