@@ -507,6 +507,23 @@ impl LockNode for RedisNode {
             }
         };
         let mut conn = conn.clone();
+        // A master that does not know the batch script (new, restarted, or flushed) is
+        // given it now, so that the first grant after does not wait on the upload and the
+        // compile of it (three round trips, about 60 KB) inside its master timeout. Beside
+        // the probe, not in it: the probe's time and answer are the master's health, and a
+        // batch still loads the script itself when the master asks for it.
+        let mut loader = conn.clone();
+        tokio::spawn(async move {
+            let loaded: redis::RedisResult<Vec<bool>> = redis::cmd("SCRIPT")
+                .arg("EXISTS")
+                .arg(BATCH.get_hash())
+                .query_async(&mut loader)
+                .await;
+            if matches!(loaded.as_deref(), Ok([false])) {
+                let _: redis::RedisResult<String> =
+                    BATCH.prepare_invoke().load_async(&mut loader).await;
+            }
+        });
         let sent = Instant::now();
         let (info, marker, fence, watermarks, time, clocks): (
             String,

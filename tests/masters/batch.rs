@@ -135,3 +135,70 @@ async fn a_release_issued_after_its_acquire_never_overtakes_it() {
         .unwrap();
     assert!(left.is_empty(), "holds left behind: {left:?}");
 }
+
+/// Calls of `SCRIPT` (LOAD, EXISTS, FLUSH) and failed `EVALSHA`s (NOSCRIPT) the master has
+/// seen since `CONFIG RESETSTAT`.
+async fn loads_and_misses(master: &RedisMaster) -> (u64, u64) {
+    let info: String = master.cmd(&["INFO", "commandstats"]).await.expect("info");
+    let field = |line: &str, name: &str| -> u64 {
+        line.split(',')
+            .find_map(|kv| kv.strip_prefix(name)?.strip_prefix('='))
+            .map_or(0, |n| n.parse().expect("a count"))
+    };
+    let loads = info
+        .lines()
+        .find_map(|l| l.strip_prefix("cmdstat_script|load:"))
+        .map_or(0, |l| field(l, "calls"));
+    let misses = info
+        .lines()
+        .find_map(|l| l.strip_prefix("cmdstat_evalsha:"))
+        .map_or(0, |l| field(l, "failed_calls"));
+    (loads, misses)
+}
+
+/// Scripts the master keeps (`INFO memory`).
+async fn cached_scripts(master: &RedisMaster) -> u64 {
+    let info: String = master.cmd(&["INFO", "memory"]).await.expect("info");
+    info.lines()
+        .find_map(|l| l.strip_prefix("number_of_cached_scripts:"))
+        .map_or(0, |n| n.trim().parse().expect("a count"))
+}
+
+#[tokio::test]
+async fn the_probe_gives_a_master_the_batch_script_before_the_first_grant_needs_it() {
+    let master = RedisMaster::start();
+    let node = node(&master);
+    node.restore(0, "preload-test").await.expect("marker");
+    // A master that has never seen the script, and one that lost it (a restart, a flush):
+    // after a probe, the first grant is one EVALSHA, with no NOSCRIPT and no upload.
+    for round in ["fresh", "flushed"] {
+        if round == "flushed" {
+            master.cmd::<()>(&["SCRIPT", "FLUSH"]).await.unwrap();
+        }
+        let before = cached_scripts(&master).await;
+        node.probe().await.expect("probe");
+        // The probe hands the upload to a task of its own.
+        crate::common::wait_for(
+            "the script on the master",
+            Duration::from_secs(5),
+            async || (cached_scripts(&master).await > before).then_some(()),
+        )
+        .await;
+        master.cmd::<()>(&["CONFIG", "RESETSTAT"]).await.unwrap();
+        let granted = node
+            .acquire(Claim::new(
+                &key(&format!("first-{round}")),
+                &id(round),
+                30_000,
+            ))
+            .await
+            .expect("answered");
+        assert!(matches!(granted, Acquired::Granted { .. }), "{granted:?}");
+        assert_eq!(script_calls(&master).await, 1, "{round}: one call");
+        assert_eq!(
+            loads_and_misses(&master).await,
+            (0, 0),
+            "{round}: the grant neither missed the script nor loaded it"
+        );
+    }
+}
