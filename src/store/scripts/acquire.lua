@@ -167,9 +167,9 @@ end
 if string.find(ARGV[6], 'o', 1, true) then
   field('observed', '1')
 end
-local delay = ARGV[9]
-if delay ~= '0' then
-  field('delay', delay)
+local delay = tonumber(ARGV[9]) or 0
+if delay > 0 then
+  field('delay', ARGV[9])
 end
 if keyed then
   field('idem', KEYS[7])
@@ -178,8 +178,8 @@ if keyed then
 end
 redis.call('HSET', KEYS[1], unpack(fields))
 redis.call('PEXPIRE', KEYS[1], ARGV[2])
-if delay ~= '0' then
-  redis.call('SET', KEYS[6], 'd:' .. ARGV[1], 'PX', tonumber(ARGV[2]) + tonumber(delay))
+if delay > 0 then
+  redis.call('SET', KEYS[6], 'd:' .. ARGV[1], 'PX', tonumber(ARGV[2]) + delay)
 end
 if keyed then
   redis.call('SET', KEYS[7], ARGV[10], 'PX', ARGV[2])
