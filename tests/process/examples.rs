@@ -530,8 +530,13 @@ curl() {
 async fn the_curl_examples_of_readme_and_the_docs_answer_as_documented() {
     let masters = masters(3);
     let refs: Vec<&RedisMaster> = masters.iter().collect();
-    let a = TestApp::spawn(config(&refs)).await;
-    let b = TestApp::spawn(config(&refs)).await;
+    // A second per master step: with the 50 ms default a loaded CI machine turned a grant
+    // into a 503 (2026-11-27: two masters past it at once) that no page's example retries.
+    // No example stops a master, so the timeout is never waited out.
+    let mut cfg = config(&refs);
+    cfg.master_timeout_ms = 1_000;
+    let a = TestApp::spawn(cfg.clone()).await;
+    let b = TestApp::spawn(cfg).await;
     for page in [
         ("README.md", "## A lock with curl"),
         ("docs/getting-started.md", "## Using it with curl"),
