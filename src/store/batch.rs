@@ -411,14 +411,13 @@ pub(crate) fn pack<'a>(script: &Script, batch: impl IntoIterator<Item = &'a Step
 /// The script a batch runs: each step's own script as a function of its keys and
 /// arguments, then `batch.lua`, which deals them out.
 pub(crate) fn compose(steps: &[(&str, &str)], dispatch: &str) -> String {
-    let (definitions, dispatch) = parts(steps, dispatch);
-    definitions + &dispatch
+    definitions(steps) + dispatch
 }
 
-/// The two parts `compose` joins: `prelude.lua` and the step functions (defined anew by
-/// every call of the script: one closure each, measured as noise beside a step's work), and
-/// the dispatch.
-pub(crate) fn parts(steps: &[(&str, &str)], dispatch: &str) -> (String, String) {
+/// What `compose` puts before the dispatch: `prelude.lua` and the step functions (defined
+/// anew by every call of the script: one closure each, measured as noise beside a step's
+/// work).
+pub(crate) fn definitions(steps: &[(&str, &str)]) -> String {
     let mut definitions = String::from("local steps = {}\n");
     definitions.push_str(include_str!("scripts/prelude.lua"));
     for (name, body) in steps {
@@ -426,5 +425,5 @@ pub(crate) fn parts(steps: &[(&str, &str)], dispatch: &str) -> (String, String) 
             "steps['{name}'] = function(KEYS, ARGV)\n{body}\nend\n"
         ));
     }
-    (definitions, dispatch.to_owned())
+    definitions
 }

@@ -84,7 +84,10 @@ pub fn batch_script_parts(replace: &[(&str, &str)]) -> (String, String) {
             (name, body)
         })
         .collect();
-    batch::parts(&steps, include_str!("scripts/batch.lua"))
+    (
+        batch::definitions(&steps),
+        include_str!("scripts/batch.lua").to_owned(),
+    )
 }
 script!(LIST, "list.lua");
 script!(RESTORE, "restore.lua");
