@@ -146,15 +146,37 @@ impl Replica {
         logs: &Path,
         extra: &[(&str, &str)],
     ) -> Self {
+        Self::start_binary(BIN, index, masters, logs, extra).await
+    }
+
+    /// A replica of the redlockd binary at `bin` (another release's, in a rolling deploy).
+    async fn start_binary(
+        bin: &str,
+        index: usize,
+        masters: &[RedisMaster],
+        logs: &Path,
+        extra: &[(&str, &str)],
+    ) -> Self {
         let urls: Vec<String> = masters
             .iter()
             .map(|m| format!("redis://{}:{}", replica_host(index), m.port))
             .collect();
-        Self::start_over(index, &urls, logs, extra).await
+        Self::start_over_with(bin, index, &urls, logs, extra).await
     }
 
     /// A replica over the masters at `urls`.
     async fn start_over(
+        index: usize,
+        urls: &[String],
+        logs: &Path,
+        extra: &[(&str, &str)],
+    ) -> Self {
+        Self::start_over_with(BIN, index, urls, logs, extra).await
+    }
+
+    /// A replica of the binary at `bin` over the masters at `urls`.
+    async fn start_over_with(
+        bin: &str,
         index: usize,
         urls: &[String],
         logs: &Path,
@@ -166,7 +188,7 @@ impl Replica {
             .unwrap()
             .port();
         let log = logs.join(format!("replica-{index}-{port}.log"));
-        let child = Command::new(BIN)
+        let child = Command::new(bin)
             .env_clear()
             .env("REDLOCKD_LISTEN", format!("127.0.0.1:{port}"))
             .env("REDLOCKD_REDIS_URLS", urls.join(","))
@@ -209,6 +231,21 @@ impl Replica {
     }
 
     fn crash(mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+
+    /// Stop it as a deploy does: SIGTERM, then wait for it to drain and exit (killed if it
+    /// has not within `drain`).
+    async fn terminate(mut self, drain: Duration) {
+        common::signal(self.child.id(), "-TERM");
+        let deadline = Instant::now() + drain;
+        while Instant::now() < deadline {
+            if let Ok(Some(_)) = self.child.try_wait() {
+                return;
+            }
+            tokio::time::sleep(common::POLL).await;
+        }
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
@@ -750,6 +787,8 @@ struct Cluster {
     /// How far each master's wall clock has been stepped, in ms (masters started with a
     /// movable clock only).
     clock_offsets: Vec<i64>,
+    /// The redlockd binary each replica runs (another release's in a rolling deploy).
+    bins: Vec<String>,
 }
 
 impl Cluster {
@@ -759,6 +798,11 @@ impl Cluster {
 
     /// With `movable`, every master's wall clock can be stepped.
     async fn start_with(started: Instant, movable: bool) -> Self {
+        Self::start_on(started, movable, BIN).await
+    }
+
+    /// With replicas 0 and 1 running the redlockd binary at `bin`.
+    async fn start_on(started: Instant, movable: bool, bin: &str) -> Self {
         let masters: Vec<RedisMaster> = (0..MASTERS).map(|_| start_master(movable)).collect();
         let mut cluster = Self {
             masters,
@@ -769,6 +813,7 @@ impl Cluster {
             logs: tempfile::tempdir().unwrap(),
             snapshots: vec![None; MASTERS],
             clock_offsets: vec![0; MASTERS],
+            bins: vec![bin.to_owned(); REPLICAS],
         };
         cluster.firewall.clear();
         for r in 0..2 {
@@ -778,9 +823,25 @@ impl Cluster {
     }
 
     async fn start_replica(&mut self, r: usize, extra: &[(&str, &str)]) {
-        let replica = Replica::start(r, &self.masters, self.logs.path(), extra).await;
+        let replica =
+            Replica::start_binary(&self.bins[r], r, &self.masters, self.logs.path(), extra).await;
         self.bases.write().unwrap()[r] = Some(replica.base.clone());
         self.replicas[r] = Some(replica);
+    }
+
+    /// Replica `r` stopped (as a deploy does, or killed) and started again on the binary
+    /// at `bin`.
+    async fn replace_replica(&mut self, r: usize, bin: &str, graceful: bool) {
+        self.bases.write().unwrap()[r] = None;
+        if let Some(replica) = self.replicas[r].take() {
+            if graceful {
+                replica.terminate(Duration::from_secs(10)).await;
+            } else {
+                replica.crash();
+            }
+        }
+        bin.clone_into(&mut self.bins[r]);
+        self.start_replica(r, &[]).await;
     }
 
     fn crash_replica(&mut self, r: usize) {
@@ -1718,6 +1779,216 @@ fn forward_jumps_seen(cluster: &Cluster) -> usize {
 
 seeded!(fenced_set for Duration::from_secs(30) =>
     fenced_set_seed_1, fenced_set_seed_2, fenced_set_many_seeds);
+
+/// The previous release's redlockd binary (the tag `wave-3`), built once by
+/// `scripts/previous-release`. Called outside the scenario's network namespace first: the
+/// build may fetch crates the previous release's lock file names.
+fn previous_release() -> String {
+    let out = Command::new(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/scripts/previous-release"
+    ))
+    .stderr(Stdio::inherit())
+    .output()
+    .expect("scripts/previous-release runs");
+    assert!(
+        out.status.success(),
+        "scripts/previous-release could not build the previous release"
+    );
+    String::from_utf8(out.stdout)
+        .expect("a path")
+        .trim()
+        .to_owned()
+}
+
+/// The names `hand_offs_across` uses, which the workers leave alone: a lock, a lease on
+/// two names, an election.
+const ACROSS: [&str; 3] = ["roll:a", "+roll:b+roll:c", "@roll:d"];
+
+/// Each way between replicas 0 and 1 (in a rolling deploy, the two releases): a holder on
+/// one lets go of each of `ACROSS` while a grant of it waits on the other, which must then
+/// be granted within `checker::LIVENESS_BOUND`, as it would be were both replicas one
+/// release (a waiter nobody woke would sit until the holder's TTL, past its wait). Says
+/// what was not.
+async fn hand_offs_across(cluster: &Cluster) -> Vec<String> {
+    let http = worker_client();
+    let base = |r: usize| {
+        cluster.replicas[r]
+            .as_ref()
+            .expect("both replicas run")
+            .base
+            .clone()
+    };
+    let grant_url = |base: &str, name: &str| match group_names(name) {
+        Some(_) => format!("{base}/locks"),
+        None => format!("{base}/{}", route(name)),
+    };
+    let mut slow = Vec::new();
+    for (from, to) in [(0, 1), (1, 0)] {
+        let (holder, waiter) = (base(from), base(to));
+        for name in ACROSS {
+            let held = http
+                .post(grant_url(&holder, name))
+                .json(&grant_body(
+                    name,
+                    json!({"ttl_ms": MAX_TTL.as_millis() as u64, "wait_ms": 2000}),
+                ))
+                .send()
+                .await;
+            let Ok(held) = held else {
+                slow.push(format!("{name}: replica {from} did not answer a grant"));
+                continue;
+            };
+            let (status, held) = (
+                held.status(),
+                held.json::<Value>().await.unwrap_or_default(),
+            );
+            if status != 201 {
+                slow.push(format!(
+                    "{name}: replica {from} refused a grant of a free name: {status} {held}"
+                ));
+                continue;
+            }
+            let waiting = tokio::spawn({
+                let (http, url) = (http.clone(), grant_url(&waiter, name));
+                let body = grant_body(name, json!({"ttl_ms": 1000, "wait_ms": 2500}));
+                async move {
+                    let resp = http.post(url).json(&body).send().await.ok()?;
+                    Some((
+                        resp.status().as_u16(),
+                        Instant::now(),
+                        resp.json::<Value>().await.ok()?,
+                    ))
+                }
+            });
+            // The waiter's grant reaches its replica and waits (it is answered either way).
+            tokio::time::sleep(Duration::from_millis(300)).await;
+            let lease = held["lease_id"].as_str().unwrap_or_default();
+            let revoked = http
+                .delete(format!("{holder}/{}/leases/{lease}", route(name)))
+                .send()
+                .await
+                .map(|r| r.status().as_u16());
+            let let_go = Instant::now();
+            match waiting.await.ok().flatten() {
+                Some((201, at, granted)) => {
+                    let took = at.saturating_duration_since(let_go);
+                    if took > checker::LIVENESS_BOUND {
+                        slow.push(format!(
+                            "{name}: a grant waiting on replica {to} was served {took:?} after replica {from}'s holder let go"
+                        ));
+                    }
+                    let lease = granted["lease_id"].as_str().unwrap_or_default();
+                    let _ = http
+                        .delete(format!("{waiter}/{}/leases/{lease}", route(name)))
+                        .send()
+                        .await;
+                }
+                other => slow.push(format!(
+                    "{name}: a grant waiting on replica {to} was not served after replica {from}'s holder let go (revoke {revoked:?}): {other:?}"
+                )),
+            }
+        }
+    }
+    slow
+}
+
+/// A rolling deploy on the same masters, both ways: from this release back to the
+/// previous one (the tag `wave-3`, the last commit before this wave changed what the
+/// masters keep) and forward again. Each step stops one replica (SIGTERM as a deploy
+/// does, now and then a kill) and starts it on the other release while the workers go on
+/// through both; after each, waiting grants are handed across the two releases both ways
+/// (`hand_offs_across`). The checker reads the whole history: no overlap, no token out of
+/// order, no grant the releases refused that either would have made alone (the hand-offs,
+/// every name granted again at the end, and the waiters served once this release runs
+/// alone again).
+async fn rolling_deploy(seed: u64, _length: Duration) {
+    common::init_test_logging();
+    eprintln!("fault suite: rolling deploy, seed {seed} (replay with REDLOCKD_FAULT_SEED={seed})");
+    let previous = previous_release();
+    let started = Instant::now();
+    let mut cluster = Cluster::start(started).await;
+    let (recorder, stop, workers) = start_workers(started, seed * 100, &cluster.bases);
+    let mut rng = StdRng::seed_from_u64(seed);
+    let mut rolled = Vec::new();
+    let mut refused = Vec::new();
+    for (bin, release) in [(previous.as_str(), "wave-3"), (BIN, "this release")] {
+        let first = rng.random_range(0..2);
+        for r in [first, 1 - first] {
+            tokio::time::sleep(Duration::from_millis(rng.random_range(1000..3000))).await;
+            let graceful = rng.random_ratio(3, 4);
+            cluster.replace_replica(r, bin, graceful).await;
+            let how = if graceful { "SIGTERM" } else { "killed" };
+            rolled.push((started.elapsed(), format!("replica {r} on {release}"), how));
+            refused.extend(hand_offs_across(&cluster).await);
+        }
+    }
+    let calm_from = calm(&cluster, &recorder, started).await;
+    stop.store(true, std::sync::atomic::Ordering::Release);
+    for w in workers {
+        w.await.expect("worker");
+    }
+    let blocked = every_name_is_granted_again(&cluster).await;
+    let history = recorder.events.lock().unwrap().clone();
+    let grants = history
+        .iter()
+        .filter(|e| e.kind == Kind::Grant && e.status == 201)
+        .count();
+    eprintln!(
+        "fault suite: rolling deploy, seed {seed}: {} operations in {:?}, {grants} grants, {} replicas replaced",
+        history.len(),
+        started.elapsed(),
+        rolled.len()
+    );
+    for (at, step, how) in &rolled {
+        eprintln!("  {at:?}: {step} ({how})");
+    }
+    let mut violations = checker::check(&history, &cluster.reach.outages);
+    violations.extend(refused);
+    violations.extend(blocked);
+    violations.extend(checker::waiters_are_served(
+        &history,
+        calm_from,
+        checker::LIVENESS_BOUND,
+    ));
+    keep_if_violated(
+        "rolling_deploy",
+        seed,
+        &history,
+        &faults_text(&rolled),
+        &violations,
+        &cluster.logs(),
+    );
+    assert!(grants > 50, "too few grants to judge anything");
+    assert_no_violations("rolling_deploy", seed, &violations, &cluster.logs());
+}
+
+#[test]
+fn rolling_deploy_seed_1() {
+    previous_release();
+    if net::enter("rolling_deploy_seed_1") {
+        runtime().block_on(rolling_deploy(seed(1), Duration::ZERO));
+    }
+}
+
+#[test]
+fn rolling_deploy_seed_2() {
+    previous_release();
+    if net::enter("rolling_deploy_seed_2") {
+        runtime().block_on(rolling_deploy(seed(2), Duration::ZERO));
+    }
+}
+
+#[test]
+#[ignore = "runs the seeds REDLOCKD_FAULT_SEEDS lists (a minute each); see `seeded!`"]
+fn rolling_deploy_many_seeds() {
+    previous_release();
+    if net::inside() {
+        runtime().block_on(rolling_deploy(seed(0), Duration::ZERO));
+    } else {
+        many_seeds("rolling_deploy_many_seeds");
+    }
+}
 
 /// The steps the live replicas sent to the masters and the calls that carried them, from
 /// their metrics (a replica restarted by a fault counts from its restart).
