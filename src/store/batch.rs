@@ -336,7 +336,7 @@ impl Wire {
     /// clock, read with them, shows they may count.
     async fn call(&mut self, call: &Cmd, steps: usize) -> NodeResult<Vec<Value>> {
         let sent = Instant::now();
-        let mut reply = call.query_async::<Value>(&mut self.conn).await;
+        let mut reply = send_batch(&mut self.conn, call).await;
         if let Err(e) = &reply
             && e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript)
         {
@@ -345,7 +345,7 @@ impl Wire {
                 .load_async(&mut self.conn)
                 .await
                 .map_err(self.classify)?;
-            reply = call.query_async::<Value>(&mut self.conn).await;
+            reply = send_batch(&mut self.conn, call).await;
         }
         let reply = reply.map_err(self.classify)?;
         let received = Instant::now();
@@ -357,6 +357,20 @@ impl Wire {
             local_us: clock::wall_us(),
         })?;
         Ok(answers)
+    }
+}
+
+/// Send a batch's `call` on `conn` and take its reply as the master gave it: an error in a
+/// step's place stays in that place, and only an error in place of the whole reply
+/// (`NOSCRIPT`, say) is the call's. redis-rs' `query_async` turns an error anywhere in a
+/// reply into the call's, which would fail every step of a batch for one step's error.
+pub(crate) async fn send_batch(
+    conn: &mut impl redis::aio::ConnectionLike,
+    call: &Cmd,
+) -> redis::RedisResult<Value> {
+    match conn.req_packed_command(call).await? {
+        Value::ServerError(e) => Err(e.into()),
+        value => Ok(value),
     }
 }
 

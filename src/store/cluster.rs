@@ -855,19 +855,28 @@ fn node_address(node: &Value) -> Option<String> {
     Some(format!("{host}:{port}"))
 }
 
-/// Send one command (after `ASKING` when following an ASK).
+/// Send one batch's call (after `ASKING` when following an ASK), its reply taken as
+/// `batch::send_batch` takes it.
 async fn query(
     conn: &mut ConnectionManager,
     call: &Cmd,
     asking: bool,
 ) -> redis::RedisResult<Value> {
     if !asking {
-        return call.query_async(conn).await;
+        return super::batch::send_batch(conn, call).await;
     }
-    let (_, value): (Value, Value) = redis::pipe()
+    // One pipeline, so that no other command on the shared connection comes between.
+    let pipe = redis::pipe()
         .cmd("ASKING")
         .add_command(call.clone())
-        .query_async(conn)
-        .await?;
-    Ok(value)
+        .clone();
+    let mut replies = redis::aio::ConnectionLike::req_packed_commands(conn, &pipe, 0, 2).await?;
+    match (replies.pop(), replies.pop()) {
+        (_, Some(Value::ServerError(e))) | (Some(Value::ServerError(e)), _) => Err(e.into()),
+        (Some(value), Some(_)) => Ok(value),
+        _ => Err(redis::RedisError::from((
+            redis::ErrorKind::Parse,
+            "ASKING and a call were not answered twice",
+        ))),
+    }
 }

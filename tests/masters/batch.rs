@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use redlockd::config::MasterUrl;
 use redlockd::model::{LeaseId, LockKey, LockName};
-use redlockd::store::node::{Acquired, Claim, Ending, LockNode, Owned};
+use redlockd::store::node::{Acquired, Claim, Ending, LockNode, NodeError, Owned};
 use redlockd::store::redis::RedisNode;
 
 use crate::common::RedisMaster;
@@ -97,6 +97,36 @@ async fn concurrent_steps_on_one_master_travel_as_one_script_call() {
     assert!(released.iter().all(|r| r == &Ok(Owned::Yes(()))));
     let left: Vec<String> = master.cmd(&["KEYS", "redlockd:lock:*"]).await.unwrap();
     assert!(left.is_empty(), "{left:?}");
+}
+
+#[tokio::test]
+async fn a_step_that_fails_fails_alone_in_its_batch() {
+    let master = RedisMaster::start();
+    let node = node(&master);
+    node.restore(0, "batch-test").await.expect("marker");
+    node.read(&key("warm-up")).await.expect("read");
+    // A key of the wrong type where the lock's hash belongs: its step's script fails.
+    master
+        .cmd::<()>(&["SET", "redlockd:lock:broken", "not a hash"])
+        .await
+        .unwrap();
+    master.cmd::<()>(&["CONFIG", "RESETSTAT"]).await.unwrap();
+    let (broken, fine) = (key("broken"), key("fine"));
+    let (first, second) = (id("lease-1"), id("lease-2"));
+    let mut failing = node.acquire(Claim::new(&broken, &first, 30_000));
+    let mut granted = node.acquire(Claim::new(&fine, &second, 30_000));
+    poll_once(&mut failing).await;
+    poll_once(&mut granted).await;
+    let (failing, granted) = tokio::join!(failing, granted);
+    assert_eq!(script_calls(&master).await, 1, "both steps in one call");
+    assert!(
+        matches!(&failing, Err(NodeError::Script(e)) if e.contains("WRONGTYPE")),
+        "{failing:?}"
+    );
+    assert!(
+        matches!(granted, Ok(Acquired::Granted { .. })),
+        "the other step of the batch: {granted:?}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
