@@ -878,8 +878,9 @@ pub(crate) struct MasterError {
     pub address: String,
     /// `timeout`, `connection`, `script`, `amnesic` (lost its data or quarantined: not
     /// voting), `unverified` (reconnected: not voting until a probe has checked it kept its
-    /// data), `clock` (its clock jumped or is too far off: not voting), or `other`. A master
-    /// whose answer the step did not wait for is not listed.
+    /// data), `clock` (its clock jumped or is too far off: not voting), `layout` (it keeps a
+    /// data layout a later release wrote, which this one does not know), or `other`. A
+    /// master whose answer the step did not wait for is not listed.
     pub error: String,
 }
 

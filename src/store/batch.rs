@@ -322,9 +322,13 @@ pub(crate) fn single_answer(answers: Vec<Value>) -> NodeResult<Value> {
     }
 }
 
-/// A step's answer: an error in its place is that step's script failing.
+/// A step's answer: an error in its place is that step's script failing, or refusing a
+/// master whose data layout this release does not know (`prelude.lua`).
 fn answer_of(answer: Value) -> NodeResult<Value> {
     match answer {
+        Value::ServerError(e) if e.code() == "LAYOUT" => Err(NodeError::Layout(
+            e.details().unwrap_or("an unknown data layout").to_owned(),
+        )),
         Value::ServerError(e) => Err(NodeError::Script(e.to_string())),
         value => Ok(value),
     }

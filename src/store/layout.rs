@@ -9,6 +9,12 @@
 //! owns the name, a shard's lost data shows in every script on its slots at once, and no
 //! shard takes every `INCR`. A cluster keeps no index of names (an index spans slots);
 //! listing scans each shard instead.
+//!
+//! Both are layout 1. A master names its layout in `<marker>:layout` (none: 1), which every
+//! step reads with the marker (`scripts/prelude.lua`) and refuses when it is another: a
+//! later release that changes what the masters keep raises it, and this release's steps
+//! then fail rather than misread what that release wrote (docs/operations.md, "Upgrades
+//! and rolling deploys").
 
 use std::borrow::Cow;
 use std::sync::LazyLock;

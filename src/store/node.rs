@@ -164,19 +164,24 @@ pub enum NodeError {
     /// far from this replica's: its answers do not count (see `store::clock`).
     #[error("master's {0}: it is not voting")]
     Clock(String),
+    /// The master keeps a data layout this release does not know (a later release wrote
+    /// it): every step refuses to act on it rather than misread it (`prelude.lua`).
+    #[error("{0}")]
+    Layout(String),
     #[error("{0}")]
     Other(String),
 }
 
 impl NodeError {
     /// Every `kind` label value.
-    pub(crate) const KINDS: [&'static str; 7] = [
+    pub(crate) const KINDS: [&'static str; 8] = [
         "timeout",
         "connection",
         "script",
         "amnesic",
         "unverified",
         "clock",
+        "layout",
         "other",
     ];
 
@@ -189,6 +194,7 @@ impl NodeError {
             NodeError::Amnesic => "amnesic",
             NodeError::Unverified => "unverified",
             NodeError::Clock(_) => "clock",
+            NodeError::Layout(_) => "layout",
             NodeError::Other(_) => "other",
         }
     }

@@ -8,11 +8,24 @@
 -- batch) and a script runs alone on the master, so the answer cannot change before the
 -- batch ends. An EXISTS per step was about 3.5 % of a batched grant + release inside
 -- Redis (docs/performance.md).
+--
+-- The same read asks which data layout the master keeps (`<marker>:layout`, in the
+-- marker's hash slot; none = layout 1, what every release so far writes). A release that
+-- reads and writes the keys differently will set another there; a step of this release
+-- then fails with a LAYOUT error rather than misread what that release wrote (the replica
+-- counts the master as failing the step: store/node.rs, NodeError::Layout).
+local LAYOUT = '1'
 local markers = {}
 local function marked(key)
   local known = markers[key]
   if known == nil then
-    known = redis.call('EXISTS', key) == 1
+    local found = redis.call('MGET', key, key .. ':layout')
+    local layout = found[2]
+    if layout and layout ~= LAYOUT then
+      error(redis.error_reply('LAYOUT this master keeps data layout ' .. tostring(layout)
+        .. ', which this release of redlockd does not know (it knows ' .. LAYOUT .. ')'))
+    end
+    known = found[1] ~= false
     markers[key] = known
   end
   return known

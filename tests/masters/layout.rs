@@ -1,0 +1,88 @@
+//! The data layout a master keeps (`<marker>:layout`, none = layout 1): a master that a
+//! later release marked with a layout this one does not know is refused by every step,
+//! never misread, and the 503 and the metrics say why.
+
+use crate::common;
+
+use std::time::Duration;
+
+use common::{TestApp, config, masters, wait_for};
+use serde_json::json;
+
+#[tokio::test]
+async fn a_master_keeping_a_layout_this_release_does_not_know_is_refused_not_misread() {
+    let ms = masters(3);
+    let app = TestApp::spawn(config(&ms.iter().collect::<Vec<_>>())).await;
+    let (held, _) = app.must_grant("inv:held", json!({"ttl_ms": 30000})).await;
+    let mark = async |m: &common::RedisMaster, layout: Option<&str>| {
+        let args: Vec<&str> = match layout {
+            Some(layout) => vec!["SET", "redlockd:marker:layout", layout],
+            None => vec!["DEL", "redlockd:marker:layout"],
+        };
+        m.cmd::<redis::Value>(&args).await.expect("mark the layout");
+    };
+
+    // Layout 1, named or not, is this release's.
+    mark(&ms[0], Some("1")).await;
+    app.must_grant("inv:1", json!({})).await;
+
+    // One master of three in a later layout: the other two still make a majority.
+    mark(&ms[0], Some("2")).await;
+    app.must_grant("inv:2", json!({})).await;
+    let errors = |m: &common::RedisMaster| {
+        format!(
+            r#"redlockd_master_errors_total{{kind="layout",master="redis://127.0.0.1:{}"}} "#,
+            m.port
+        )
+    };
+    // Counted when its answer comes, which the grant (decided by the other two) may not
+    // have waited for.
+    wait_for(
+        "the refusal to be counted",
+        Duration::from_secs(5),
+        async || {
+            let metrics = app.text("/metrics").await;
+            let counted = metrics
+                .lines()
+                .find_map(|l| l.strip_prefix(&errors(&ms[0])))
+                .and_then(|n| n.parse::<u64>().ok());
+            counted.is_some_and(|n| n > 0).then_some(())
+        },
+    )
+    .await;
+    let metrics = app.text("/metrics").await;
+    assert!(
+        metrics.contains(&format!("{}0", errors(&ms[1]))),
+        "{metrics}"
+    );
+
+    // Two of three: no step may act on them, so nothing is granted, renewed or released
+    // on this release's reading of them; the 503 names them and the reason.
+    mark(&ms[1], Some("2")).await;
+    let (status, body) = app.grant("inv:3", json!({})).await;
+    assert_eq!(status, 503, "{body}");
+    assert_eq!(body["error"], "quorum_unavailable", "{body}");
+    for m in &ms[..2] {
+        let address = format!("redis://127.0.0.1:{}", m.port);
+        assert!(
+            body["masters"].as_array().is_some_and(|failed| failed
+                .iter()
+                .any(|f| f["address"] == address && f["error"] == "layout")),
+            "{address} not refused for its layout: {body}"
+        );
+    }
+    assert_eq!(app.renew("inv:held", &held, json!({})).await.0, 503);
+    assert_eq!(app.revoke("inv:held", &held).await.0, 503);
+    // The master still holds what the grant put there: refused, not rewritten.
+    let kept: bool = ms[1]
+        .cmd(&["EXISTS", "redlockd:lock:inv:held"])
+        .await
+        .expect("exists");
+    assert!(kept, "the hold on the refused master was touched");
+
+    // Back to layout 1 (the later release rolled back): served again.
+    mark(&ms[0], None).await;
+    mark(&ms[1], None).await;
+    assert_eq!(app.revoke("inv:held", &held).await.0, 204);
+    app.must_grant("inv:3", json!({})).await;
+}
