@@ -539,8 +539,23 @@ pub(crate) struct Leader {
     pub lock_delay_remaining_ms: Option<u64>,
 }
 
+/// The `jeopardy` and `safe` events of a held stream. `jeopardy`: renews have not got
+/// through (masters down or unreachable) and less than a third of the TTL is left: stop
+/// what the lease guards unless a `safe` comes before `validity_ms` is up. Told once; the
+/// stream goes on (`lost` follows if no renew gets through in time). `safe`: a renew got
+/// through after `jeopardy`, and the lease is held for `validity_ms` again (its
+/// `heartbeat` follows).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+#[schema(example = json!({"validity_ms": 312, "message": "renews are not getting through; less than a third of the TTL is left"}))]
+pub(crate) struct JeopardyEvent {
+    /// How long the lease may still be relied on, from when the event was written.
+    pub validity_ms: u64,
+    pub message: String,
+}
+
 /// The `data` of a held lock's stream events, by event: `queued` (`QueuedEvent`),
-/// `granted` and `heartbeat` (`LeaseBody`), `lost` (`LostEvent`), `failed` (`ErrorBody`).
+/// `granted` and `heartbeat` (`LeaseBody`), `jeopardy` and `safe` (`JeopardyEvent`), `lost`
+/// and `closed` (`LostEvent`), `failed` (`ErrorBody`).
 // The three stream-data types document the streams for the OpenAPI document; they are
 // never built (each event is written from its own body type).
 #[derive(Serialize, ToSchema)]
@@ -549,6 +564,7 @@ pub(crate) struct Leader {
 pub(crate) enum HoldStreamData {
     Queued(QueuedEvent),
     Lease(LeaseBody),
+    Jeopardy(JeopardyEvent),
     Lost(LostEvent),
     Failed(ErrorBody),
 }
@@ -561,6 +577,7 @@ pub(crate) enum HoldStreamData {
 pub(crate) enum CampaignStreamData {
     Queued(QueuedEvent),
     Lease(ElectionLease),
+    Jeopardy(JeopardyEvent),
     Lost(LostEvent),
     Failed(ErrorBody),
 }
@@ -753,6 +770,7 @@ pub(crate) struct SemaphoreStatus {
 pub(crate) enum PermitStreamData {
     Queued(QueuedEvent),
     Lease(PermitBody),
+    Jeopardy(JeopardyEvent),
     Lost(LostEvent),
     Failed(ErrorBody),
 }

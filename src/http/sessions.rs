@@ -23,8 +23,8 @@ use crate::auth::Caller;
 use crate::lease::{HeldThrough, LeasePolicy, Session, SessionEvent};
 use crate::model::{Kind, LeaseId, Owner, SessionId};
 use crate::wire::{
-    ErrorBody, LockMode, LostEvent, NoFields, RenewRequest, SessionBody, SessionHoldBody,
-    SessionRequest, whole,
+    ErrorBody, JeopardyEvent, LockMode, LostEvent, NoFields, RenewRequest, SessionBody,
+    SessionHoldBody, SessionRequest, whole,
 };
 
 /// The `{session_id}` of a session's route, parsed.
@@ -100,7 +100,7 @@ impl From<&HeldThrough> for SessionHoldBody {
     request_body(content = Option<SessionRequest>, description = "May be empty: every field has a default"),
     responses(
         Refusals, NoQuorum,
-        (status = 201, description = "Opened. Grants that name it (`\"session\": \"<session_id>\"`) are held for as long as it is. With `Accept: text/event-stream`, the session lives while the connection does: events `opened` (`SessionBody`), `heartbeat` (`SessionBody`, after each renew at a third of the TTL), then `lost` (`LostEvent`: it could not be renewed) and the stream ends; closing the connection ends the session and releases what is held through it.", body = SessionBody,
+        (status = 201, description = "Opened. Grants that name it (`\"session\": \"<session_id>\"`) are held for as long as it is. With `Accept: text/event-stream`, the session lives while the connection does: events `opened` (`SessionBody`), `heartbeat` (`SessionBody`, after each renew at a third of the TTL), `jeopardy` (`JeopardyEvent`: renews are not getting through and less than a third of the TTL is left; told once) and `safe` (`JeopardyEvent`: one got through again), then `lost` (`LostEvent`: it could not be renewed) and the stream ends; closing the connection ends the session and releases what is held through it.", body = SessionBody,
             headers(("Location" = String, description = "/sessions/{session_id}"))),
     )
 )]
@@ -209,6 +209,20 @@ fn held(
         let next = match rx.recv().await? {
             SessionEvent::Opened(s) => event("opened", &SessionBody::from(&s)),
             SessionEvent::Heartbeat(s) => event("heartbeat", &SessionBody::from(&s)),
+            SessionEvent::Jeopardy { validity } => event(
+                "jeopardy",
+                &JeopardyEvent {
+                    validity_ms: crate::model::millis(validity),
+                    message: stream::JEOPARDY_MESSAGE.to_owned(),
+                },
+            ),
+            SessionEvent::Safe { validity } => event(
+                "safe",
+                &JeopardyEvent {
+                    validity_ms: crate::model::millis(validity),
+                    message: stream::SAFE_MESSAGE.to_owned(),
+                },
+            ),
             SessionEvent::Lost(reason) => event(
                 "lost",
                 &LostEvent {

@@ -1,5 +1,5 @@
 //! Server-sent event streams: a held lease's life (`queued`, `granted` or `elected`,
-//! `heartbeat`, then `lost` or `failed`), and an election's changes of leader (`elected`,
+//! `heartbeat`, `jeopardy` and `safe`, then `lost` or `failed`), and an election's changes of leader (`elected`,
 //! `proclaimed`, `vacant`), as the contract names their events.
 //!
 //! The stream is pulled by the connection: hyper asks for the next event only when it can
@@ -20,7 +20,7 @@ use super::error::ApiError;
 use crate::lease::{HoldEvent, LeaderChange, Lease};
 use crate::model::Kind;
 use crate::wire::{ElectionLease, LeaderEvent, LeaseBody, PermitBody};
-use crate::wire::{LostEvent, QueuedEvent};
+use crate::wire::{JeopardyEvent, LostEvent, QueuedEvent};
 
 /// A comment line this often keeps proxies from closing a quiet stream (heartbeats come
 /// only every third of the TTL, which may be many minutes).
@@ -43,6 +43,10 @@ pub(crate) fn wants_stream(headers: &HeaderMap) -> bool {
 
 /// What `closed` tells the holder of a stream whose replica stops.
 pub(super) const CLOSED_MESSAGE: &str = "this replica is shutting down; the hold was not revoked: rely on it for validity_ms, and renew it by its id through another replica to keep it";
+
+/// What `jeopardy` and `safe` tell the holder.
+pub(super) const JEOPARDY_MESSAGE: &str = "renews are not getting through; less than a third of the TTL is left: stop what the lease guards unless `safe` comes before validity_ms is up";
+pub(super) const SAFE_MESSAGE: &str = "a renew got through: the lease is held again";
 
 fn event<T: Serialize>(name: &'static str, data: &T) -> Event {
     Event::default()
@@ -70,6 +74,20 @@ fn hold_event(kind: Kind, e: HoldEvent) -> Event {
         HoldEvent::Granted(l) if election => lease("elected", &l),
         HoldEvent::Granted(l) => lease("granted", &l),
         HoldEvent::Renewed(l) => lease("heartbeat", &l),
+        HoldEvent::Jeopardy { validity } => event(
+            "jeopardy",
+            &JeopardyEvent {
+                validity_ms: crate::model::millis(validity),
+                message: JEOPARDY_MESSAGE.to_owned(),
+            },
+        ),
+        HoldEvent::Safe { validity } => event(
+            "safe",
+            &JeopardyEvent {
+                validity_ms: crate::model::millis(validity),
+                message: SAFE_MESSAGE.to_owned(),
+            },
+        ),
         HoldEvent::Lost(reason) => event(
             "lost",
             &LostEvent {

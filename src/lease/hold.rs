@@ -2,7 +2,9 @@
 //! renews it at a third of its TTL, and says what happens on a bounded channel that the
 //! HTTP layer streams as server-sent events. When the client goes (the channel's receiver
 //! is dropped), the lease is revoked at once; when the lease is lost, the client is told
-//! why. When this replica shuts down, the client is told how long it may still rely on the
+//! why, and told before that (`jeopardy`) when renews have failed long enough that less
+//! than a third of its TTL is left, and again (`safe`) when one gets through. When this
+//! replica shuts down, the client is told how long it may still rely on the
 //! lease (`closed`) and the lease is left to lapse, never revoked under a validity already
 //! answered. If the process itself dies, the lease expires at its TTL.
 
@@ -38,6 +40,12 @@ pub enum HoldEvent {
     Granted(Lease),
     /// The lease, renewed: its validity counts from now again.
     Renewed(Lease),
+    /// Renews have not got through, and less than a third of the TTL is left: the holder
+    /// should get ready to stop (told once; `Safe` when a renew gets through again).
+    Jeopardy { validity: Duration },
+    /// A renew got through after `Jeopardy`: the lease is held for `validity` again (its
+    /// `Renewed` follows).
+    Safe { validity: Duration },
     /// The lease was lost; nothing follows.
     Lost(LostReason),
     /// This replica is shutting down: the stream ends, and the lease is not revoked. It may
@@ -201,22 +209,33 @@ impl LeaseService {
         let retry = (every / 4).clamp(MIN_RETRY, MAX_RETRY);
         let mut valid_until = lease.at + lease.validity;
         let mut next = Instant::now() + every;
+        let mut jeopardy = Jeopardy::new(ttl);
+        let warn = |validity| {
+            let _ = tx.try_send(HoldEvent::Jeopardy { validity });
+        };
         // Set when news says the lease was released (revoked, or force-released by an
         // administrator): a renew then confirms it.
         let mut released = None;
         loop {
+            let warn_at = jeopardy.at(valid_until);
             tokio::select! {
                 () = sleep_until(next.min(valid_until)) => {
                     if Instant::now() >= valid_until {
                         return Some(LostReason::QuorumLost);
                     }
                     let renew = self.renew(lease.name.clone(), lease.id.clone(), None);
-                    match timeout_at(valid_until, renew).await {
+                    let renewed = jeopardy
+                        .during(timeout_at(valid_until, renew), valid_until, warn)
+                        .await;
+                    match renewed {
                         Err(_) => return Some(LostReason::QuorumLost),
                         Ok(Ok(renewed)) => {
                             valid_until = renewed.at + renewed.validity;
                             next = Instant::now() + every;
                             released = None;
+                            if let Some(validity) = jeopardy.renewed(valid_until) {
+                                let _ = tx.try_send(HoldEvent::Safe { validity });
+                            }
                             // Dropped when the reader is behind: the next one is newer.
                             let _ = tx.try_send(HoldEvent::Renewed(renewed));
                         }
@@ -224,6 +243,9 @@ impl LeaseService {
                         Ok(Err(LeaseError::NotFound)) => return Some(LostReason::NotFound),
                         Ok(Err(_)) => next = Instant::now() + retry,
                     }
+                }
+                () = sleep_until(warn_at.unwrap_or(valid_until)), if warn_at.is_some() => {
+                    warn(jeopardy.warn(valid_until));
                 }
                 () = tx.closed() => return None,
                 () = self.shutdown.cancelled() => {
@@ -254,6 +276,59 @@ impl LeaseService {
                     Some(Observed::Event(_)) => {}
                     None => listening = false,
                 },
+            }
+        }
+    }
+}
+
+/// When a holder is warned that its renews are not getting through (`jeopardy`), and told
+/// when one does again (`safe`): a healthy hold is renewed with two thirds of its TTL left,
+/// so one with less than a third left has seen its renews fail for a while. Told once until
+/// a renew gets through.
+pub(super) struct Jeopardy {
+    third: Duration,
+    warned: bool,
+}
+
+impl Jeopardy {
+    pub(super) fn new(ttl: Duration) -> Self {
+        Self {
+            third: ttl / 3,
+            warned: false,
+        }
+    }
+
+    /// When to warn, for a validity that ends at `until`; `None` once warned.
+    pub(super) fn at(&self, until: Instant) -> Option<Instant> {
+        (!self.warned).then(|| until.checked_sub(self.third).unwrap_or(until))
+    }
+
+    /// Warned now: what is left of the validity.
+    pub(super) fn warn(&mut self, until: Instant) -> Duration {
+        self.warned = true;
+        until.saturating_duration_since(Instant::now())
+    }
+
+    /// A renew got through, the validity now ending at `until`: what is left of it, when the
+    /// holder was warned and must be told it is safe.
+    pub(super) fn renewed(&mut self, until: Instant) -> Option<Duration> {
+        std::mem::take(&mut self.warned).then(|| until.saturating_duration_since(Instant::now()))
+    }
+
+    /// `renew`'s answer; a renew that hangs (its masters paused) does not hold back the
+    /// warning: `tell` gets it when it falls due meanwhile.
+    pub(super) async fn during<T>(
+        &mut self,
+        renew: impl Future<Output = T>,
+        until: Instant,
+        mut tell: impl FnMut(Duration),
+    ) -> T {
+        tokio::pin!(renew);
+        loop {
+            let due = self.at(until);
+            tokio::select! {
+                answer = &mut renew => return answer,
+                () = sleep_until(due.unwrap_or(until)), if due.is_some() => tell(self.warn(until)),
             }
         }
     }

@@ -12,6 +12,7 @@ use tokio::sync::mpsc;
 use tokio::time::{Instant, sleep_until, timeout_at};
 
 use super::events::LockEvent;
+use super::hold::Jeopardy;
 use super::{Lease, LeaseError, LeaseService, Ttl};
 use crate::metrics::StreamKind;
 use crate::model::SessionHold;
@@ -191,6 +192,14 @@ impl SessionLost {
 pub(crate) enum SessionEvent {
     Opened(Session),
     Heartbeat(Session),
+    /// Renews have not got through and less than a third of the TTL is left (told once).
+    Jeopardy {
+        validity: Duration,
+    },
+    /// A renew got through after `Jeopardy` (its `Heartbeat` follows).
+    Safe {
+        validity: Duration,
+    },
     Lost(SessionLost),
     /// This replica is shutting down: the stream ends and the session is not ended. It (and
     /// every hold through it) may be relied on for `validity` more, and lapses at its TTL
@@ -357,22 +366,34 @@ impl LeaseService {
         let retry = (every / 4).clamp(Duration::from_millis(20), Duration::from_secs(1));
         let mut valid_until = session.at + session.validity;
         let mut next = Instant::now() + every;
+        let mut jeopardy = Jeopardy::new(ttl.get());
+        let warn = |validity| {
+            let _ = tx.try_send(SessionEvent::Jeopardy { validity });
+        };
         let lost = loop {
+            let warn_at = jeopardy.at(valid_until);
             tokio::select! {
                 () = sleep_until(next.min(valid_until)) => {
                     if Instant::now() >= valid_until {
                         break Some(SessionLost::QuorumLost);
                     }
-                    match timeout_at(valid_until, self.renew_session(&id, None)).await {
+                    let renew = timeout_at(valid_until, self.renew_session(&id, None));
+                    match jeopardy.during(renew, valid_until, warn).await {
                         Err(_) => break Some(SessionLost::QuorumLost),
                         Ok(Ok(renewed)) => {
                             valid_until = renewed.at + renewed.validity;
                             next = Instant::now() + every;
+                            if let Some(validity) = jeopardy.renewed(valid_until) {
+                                let _ = tx.try_send(SessionEvent::Safe { validity });
+                            }
                             let _ = tx.try_send(SessionEvent::Heartbeat(renewed));
                         }
                         Ok(Err(LeaseError::SessionNotFound)) => break Some(SessionLost::NotFound),
                         Ok(Err(_)) => next = Instant::now() + retry,
                     }
+                }
+                () = sleep_until(warn_at.unwrap_or(valid_until)), if warn_at.is_some() => {
+                    warn(jeopardy.warn(valid_until));
                 }
                 () = tx.closed() => break None,
                 () = self.shutdown.cancelled() => break Some(SessionLost::ShuttingDown),

@@ -184,6 +184,7 @@ async fn a_held_stream_is_told_quorum_lost_before_its_validity_ends() {
     let validity = Duration::from_millis(granted["validity_ms"].as_u64().expect("validity"));
     let started = tokio::time::Instant::now();
     fail(&nodes, Fault::Down);
+    let mut warned = None;
     loop {
         let (event, data) = stream
             .next()
@@ -192,14 +193,50 @@ async fn a_held_stream_is_told_quorum_lost_before_its_validity_ends() {
         if event == "heartbeat" {
             continue;
         }
+        if event == "jeopardy" && warned.is_none() {
+            warned = Some(data);
+            continue;
+        }
         assert_eq!(event, "lost", "{data}");
         assert_eq!(data["reason"], "quorum_lost", "{data}");
         break;
     }
+    // Warned first, once, with less than a third of the TTL left.
+    let warned = warned.expect("jeopardy before lost");
+    assert!(
+        warned["validity_ms"].as_u64().is_some_and(|v| v <= 1_000),
+        "{warned}"
+    );
     assert!(
         started.elapsed() <= validity,
         "told {:?} after the faults, validity {validity:?}",
         started.elapsed()
+    );
+}
+
+/// A session held by a stream is warned as a held lease is: `jeopardy` once its renews stop
+/// getting through with less than a third of its TTL left, then `lost`.
+#[tokio::test(start_paused = true)]
+async fn a_streamed_session_is_warned_before_it_is_lost() {
+    let (app, nodes) = three().await;
+    let mut stream = app.call("POST", "/sessions?ttl_ms=3000").stream().await;
+    assert_eq!(stream.status, 200);
+    let (event, opened) = stream.next().await.expect("opened");
+    assert_eq!(event, "opened", "{opened}");
+    fail(&nodes, Fault::Down);
+    let mut told = Vec::new();
+    while let Some((event, data)) = stream.next().await {
+        if event != "heartbeat" {
+            told.push((event, data));
+        }
+    }
+    let names: Vec<&str> = told.iter().map(|(e, _)| e.as_str()).collect();
+    assert_eq!(names, ["jeopardy", "lost"], "{told:?}");
+    assert!(
+        told[0].1["validity_ms"]
+            .as_u64()
+            .is_some_and(|v| v <= 1_000),
+        "{told:?}"
     );
 }
 

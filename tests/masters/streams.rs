@@ -68,10 +68,14 @@ async fn lost_arrives_within_the_ttl_when_a_majority_of_masters_stop() {
     masters[0].pause();
     masters[1].pause();
     let paused = Instant::now();
+    let mut jeopardy = None;
     let lost = loop {
         match tokio::time::timeout(Duration::from_secs(5), stream.next()).await {
             Ok(Some((name, data))) if name == "lost" => break data,
             Ok(Some((name, _))) if name == "heartbeat" => {}
+            Ok(Some((name, data))) if name == "jeopardy" && jeopardy.is_none() => {
+                jeopardy = Some(data);
+            }
             other => panic!("expected lost, got {other:?}"),
         }
     };
@@ -79,8 +83,52 @@ async fn lost_arrives_within_the_ttl_when_a_majority_of_masters_stop() {
     masters[0].resume();
     masters[1].resume();
     assert_eq!(lost["reason"], "quorum_lost", "{lost}");
+    // Warned before the end, with less than a third of the TTL left.
+    let jeopardy = jeopardy.expect("jeopardy came before lost");
+    let left = jeopardy["validity_ms"].as_u64().expect("validity_ms");
+    assert!(left <= 334, "{jeopardy}");
     assert!(took < Duration::from_millis(1000), "told after {took:?}");
     assert!(stream.next().await.is_none(), "the stream ends after lost");
+}
+
+/// Renews that stop getting through are told before the lease ends (`jeopardy`, once), and
+/// a renew that gets through again is told too (`safe`, then the heartbeat), the stream
+/// going on as before.
+#[tokio::test]
+async fn jeopardy_comes_before_the_end_and_safe_when_a_renew_gets_through() {
+    let masters = masters(3);
+    let (a, _b) = replicas(&masters, 100).await;
+    let mut stream = EventStream::open(hold(&a, "shaky", json!({"ttl_ms": 1500}))).await;
+    let granted = stream.expect("granted").await;
+    masters[0].pause();
+    masters[1].pause();
+    let jeopardy = loop {
+        match tokio::time::timeout(Duration::from_secs(5), stream.next()).await {
+            Ok(Some((name, data))) if name == "jeopardy" => break data,
+            Ok(Some((name, _))) if name == "heartbeat" => {}
+            other => {
+                masters[0].resume();
+                masters[1].resume();
+                panic!("expected jeopardy, got {other:?}");
+            }
+        }
+    };
+    masters[0].resume();
+    masters[1].resume();
+    let left = jeopardy["validity_ms"].as_u64().expect("validity_ms");
+    assert!(left > 0 && left <= 500, "{jeopardy}");
+    let safe = stream.expect("safe").await;
+    assert!(
+        safe["validity_ms"].as_u64().is_some_and(|v| v > left),
+        "{safe}"
+    );
+    let beat = stream.expect("heartbeat").await;
+    assert_eq!(beat["fencing_token"], granted["fencing_token"], "{beat}");
+    // Held as before: the next renew is a plain heartbeat.
+    assert_eq!(
+        stream.expect("heartbeat").await["lease_id"],
+        granted["lease_id"]
+    );
 }
 
 /// A replica's shutdown keeps the promise of the validity it answered: a lease held by a
