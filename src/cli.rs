@@ -195,6 +195,16 @@ pub(crate) struct LockArgs {
     /// long, so that the work in flight of a run that lost its lock lands first, e.g. `5s`.
     #[arg(long, value_parser = humantime::parse_duration, conflicts_with_all = ["limit", "shared"])]
     pub lock_delay: Option<Duration>,
+    /// When renews have not got through and less than a third of the TTL is left, send
+    /// CMD's process group this signal (e.g. `USR1`), so that it can stop what the lock
+    /// guards before the lease ends rather than after; once, until a renew gets through
+    /// again. Without it the warning is only printed.
+    #[arg(long, value_name = "SIGNAL", value_parser = parse_signal)]
+    pub jeopardy_signal: Option<nix::sys::signal::Signal>,
+    /// When a renew gets through after that warning, send CMD's process group this signal
+    /// (e.g. `USR2`).
+    #[arg(long, value_name = "SIGNAL", value_parser = parse_signal)]
+    pub safe_signal: Option<nix::sys::signal::Signal>,
     /// The lock's name (the semaphore's, with --limit). Several names take every one of
     /// them under one lease, all or none (in any order: the server orders them).
     #[arg(required = true, num_args = 1.., value_name = "NAME")]
@@ -202,6 +212,18 @@ pub(crate) struct LockArgs {
     /// The command and its arguments, after `--`.
     #[arg(last = true, required = true, num_args = 1..)]
     pub command: Vec<String>,
+}
+
+/// A signal by name, with or without `SIG` (`USR1`, `SIGUSR1`, `usr1`).
+fn parse_signal(text: &str) -> Result<nix::sys::signal::Signal, String> {
+    let upper = text.trim().to_ascii_uppercase();
+    let name = if upper.starts_with("SIG") {
+        upper
+    } else {
+        format!("SIG{upper}")
+    };
+    name.parse()
+        .map_err(|_| format!("{text:?} is not a signal name (USR1, USR2, HUP, ...)"))
 }
 
 /// `redlockd inspect`.

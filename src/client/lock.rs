@@ -22,6 +22,7 @@ use serde::{Deserialize, Serialize};
 
 use super::{Failure, Repeat, Servers, idempotency_key, lock_path};
 use crate::cli::LockArgs;
+use crate::lease::Jeopardy;
 use crate::model::{FencingToken, MIN_TTL_MS};
 use crate::wire::{GrantRequest, GroupRequest, LockMode, RenewRequest, SemaphoreRequest, Whole};
 
@@ -252,11 +253,17 @@ pub(crate) async fn run(args: LockArgs) -> u8 {
         .and_then(|id| i32::try_from(id).ok())
         .map(Pid::from_raw);
 
+    let alarm = Alarm {
+        group,
+        jeopardy: args.jeopardy_signal,
+        safe: args.safe_signal,
+    };
     let keeper = tokio::spawn(keep(
         servers.clone(),
         lease_path.clone(),
         args.ttl,
         valid_until,
+        alarm,
     ));
     let lost = run_child(&mut child, group, keeper, signals).await;
     match lost {
@@ -326,13 +333,54 @@ impl Signals {
     }
 }
 
-/// Renew the lease at about a third of its TTL until it is lost; the reason it was.
+/// What the command is told when its renews stop getting through (`jeopardy`) and when one
+/// gets through again (`safe`): the signals its process group gets, if any.
+struct Alarm {
+    group: Option<Pid>,
+    jeopardy: Option<Signal>,
+    safe: Option<Signal>,
+}
+
+impl Alarm {
+    fn jeopardy(&self, validity: Duration) {
+        say(format_args!(
+            "renews are not getting through; the lease is valid for {} ms more{}",
+            validity.as_millis(),
+            self.sent(self.jeopardy)
+        ));
+    }
+
+    fn safe(&self, validity: Duration) {
+        say(format_args!(
+            "a renew got through; the lease is valid for {} ms again{}",
+            validity.as_millis(),
+            self.sent(self.safe)
+        ));
+    }
+
+    /// Send `signal` to the command's group; how the message says so.
+    fn sent(&self, signal: Option<Signal>) -> String {
+        match (signal, self.group) {
+            (Some(signal), Some(group)) => match killpg(group, signal) {
+                Ok(()) => format!(" (sent {signal} to the command)"),
+                Err(e) => format!(" (could not send {signal} to the command: {e})"),
+            },
+            _ => String::new(),
+        }
+    }
+}
+
+/// Renew the lease at about a third of its TTL until it is lost; the reason it was. Less
+/// than a third of the TTL left without a renew through is told once (`alarm`).
 async fn keep(
     servers: Arc<Servers>,
     path: String,
     ttl: Duration,
     mut valid_until: Instant,
+    alarm: Alarm,
 ) -> String {
+    let mut jeopardy = Jeopardy::new(ttl);
+    let mut warn = |validity| alarm.jeopardy(validity);
     let every = ttl / 3;
     let retry = (every / 4).clamp(MIN_RETRY, MAX_RETRY);
     let mut next = Instant::now() + every;
@@ -344,7 +392,9 @@ async fn keep(
     let mut next_check = Instant::now() + CHECK_EVERY;
     loop {
         if next_check < next.min(valid_until) {
-            sleep_until(next_check).await;
+            jeopardy
+                .during(sleep_until(next_check), valid_until, &mut warn)
+                .await;
             next_check = Instant::now() + CHECK_EVERY;
             // Only "gone" counts: any other answer (or none) leaves it to the renews.
             if let Err(Failure::NotFound(m)) = servers.get::<serde_json::Value>(&path).await {
@@ -354,7 +404,9 @@ async fn keep(
             }
             continue;
         }
-        sleep_until(next.min(valid_until)).await;
+        jeopardy
+            .during(sleep_until(next.min(valid_until)), valid_until, &mut warn)
+            .await;
         let sent = Instant::now();
         if sent >= valid_until {
             return ran_out(last_error);
@@ -367,12 +419,18 @@ async fn keep(
             Duration::ZERO,
             Repeat::Safe,
         );
-        match timeout_at(valid_until, call).await {
+        let answer = jeopardy
+            .during(timeout_at(valid_until, call), valid_until, &mut warn)
+            .await;
+        match answer {
             Err(_) => return ran_out(last_error),
             Ok(Ok(lease)) => {
                 valid_until = sent + Duration::from_millis(lease.validity_ms);
                 next = sent + every;
                 last_error = None;
+                if let Some(validity) = jeopardy.renewed(valid_until) {
+                    alarm.safe(validity);
+                }
             }
             Ok(Err(Failure::NotFound(m))) => {
                 return format!("the masters no longer hold the lease ({m})");

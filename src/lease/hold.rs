@@ -285,13 +285,13 @@ impl LeaseService {
 /// when one does again (`safe`): a healthy hold is renewed with two thirds of its TTL left,
 /// so one with less than a third left has seen its renews fail for a while. Told once until
 /// a renew gets through.
-pub(super) struct Jeopardy {
+pub(crate) struct Jeopardy {
     third: Duration,
     warned: bool,
 }
 
 impl Jeopardy {
-    pub(super) fn new(ttl: Duration) -> Self {
+    pub(crate) fn new(ttl: Duration) -> Self {
         Self {
             third: ttl / 3,
             warned: false,
@@ -299,25 +299,25 @@ impl Jeopardy {
     }
 
     /// When to warn, for a validity that ends at `until`; `None` once warned.
-    pub(super) fn at(&self, until: Instant) -> Option<Instant> {
+    pub(crate) fn at(&self, until: Instant) -> Option<Instant> {
         (!self.warned).then(|| until.checked_sub(self.third).unwrap_or(until))
     }
 
     /// Warned now: what is left of the validity.
-    pub(super) fn warn(&mut self, until: Instant) -> Duration {
+    pub(crate) fn warn(&mut self, until: Instant) -> Duration {
         self.warned = true;
         until.saturating_duration_since(Instant::now())
     }
 
     /// A renew got through, the validity now ending at `until`: what is left of it, when the
     /// holder was warned and must be told it is safe.
-    pub(super) fn renewed(&mut self, until: Instant) -> Option<Duration> {
+    pub(crate) fn renewed(&mut self, until: Instant) -> Option<Duration> {
         std::mem::take(&mut self.warned).then(|| until.saturating_duration_since(Instant::now()))
     }
 
     /// `renew`'s answer; a renew that hangs (its masters paused) does not hold back the
     /// warning: `tell` gets it when it falls due meanwhile.
-    pub(super) async fn during<T>(
+    pub(crate) async fn during<T>(
         &mut self,
         renew: impl Future<Output = T>,
         until: Instant,

@@ -355,6 +355,55 @@ async fn a_lease_lost_when_a_majority_of_masters_stop_ends_the_command_within_th
     .await;
 }
 
+/// Renews that stop getting through are told to the command before the lease ends
+/// (`--jeopardy-signal`, once), and a renew that gets through again too (`--safe-signal`);
+/// the command runs on.
+#[tokio::test]
+async fn jeopardy_and_safe_reach_the_command_as_the_signals_it_asked_for() {
+    let bed = Bed::start().await;
+    let mut child = bed
+        .cli(&[
+            "lock",
+            "--ttl",
+            "1500ms",
+            "--jeopardy-signal",
+            "USR1",
+            "--safe-signal",
+            "sigusr2",
+            "jobs:j",
+            "--",
+            "sh",
+            "-c",
+            r#"trap 'echo jeopardy >> told' USR1; trap 'echo safe >> told' USR2; touch started; while :; do sleep 0.05; done"#,
+        ])
+        .spawn()
+        .unwrap();
+    bed.appears("started").await;
+    let told = || std::fs::read_to_string(bed.path("told")).unwrap_or_default();
+    bed.masters[0].pause();
+    bed.masters[1].pause();
+    wait_for("jeopardy", Duration::from_secs(5), async || {
+        (!told().is_empty()).then_some(())
+    })
+    .await;
+    bed.masters[0].resume();
+    bed.masters[1].resume();
+    wait_for("safe", Duration::from_secs(5), async || {
+        told().contains("safe").then_some(())
+    })
+    .await;
+    assert_eq!(told(), "jeopardy\nsafe\n", "each told once, in order");
+    assert!(
+        bed.held("jobs:j").await,
+        "held on after a renew got through"
+    );
+    common::signal(child.id().expect("running"), "-TERM");
+    let out = common::within(Duration::from_secs(10), child.wait(), "the run exits")
+        .await
+        .unwrap();
+    assert!(out.code().is_some(), "{out:?}");
+}
+
 #[tokio::test]
 async fn hold_at_least_makes_a_second_run_within_the_window_skip() {
     let bed = Bed::start().await;
