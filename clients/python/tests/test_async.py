@@ -54,6 +54,42 @@ def test_async_loss_is_signalled_when_a_majority_stops(cluster):
             m.resume()
 
 
+def test_async_jeopardy_and_safe_are_told_to_coroutines(cluster):
+    async def main() -> None:
+        told = []
+
+        async def on_jeopardy(held, left) -> None:
+            told.append(("jeopardy", type(held).__name__))
+
+        async def on_safe(held) -> None:
+            told.append(("safe", type(held).__name__))
+
+        async with AsyncClient(cluster.urls, on_jeopardy=on_jeopardy, on_safe=on_safe) as client:
+            session = await client.session(ttl=1.5)
+            for m in cluster.masters[:2]:
+                m.pause()
+            try:
+                deadline = time.monotonic() + 5.0
+                while not told and time.monotonic() < deadline:
+                    await asyncio.sleep(0.01)
+            finally:
+                for m in cluster.masters[:2]:
+                    m.resume()
+            assert session.in_jeopardy
+            deadline = time.monotonic() + 5.0
+            while len(told) < 2 and time.monotonic() < deadline:
+                await asyncio.sleep(0.01)
+            assert [kind for kind, _ in told] == ["jeopardy", "safe"], told
+            assert not session.in_jeopardy and session.lost_reason is None
+            await session.end()
+
+    try:
+        asyncio.run(main())
+    finally:
+        for m in cluster.masters[:2]:
+            m.resume()
+
+
 def test_async_once_per_tick(cluster):
     async def main() -> None:
         ran = []

@@ -64,6 +64,34 @@ def test_loss_is_signalled_when_a_majority_of_masters_stop(cluster):
             m.resume()
 
 
+def test_jeopardy_is_told_before_the_loss_and_safe_when_a_renew_gets_through(cluster):
+    told = []
+    client = Client(cluster.urls,
+                    on_jeopardy=lambda held, left: told.append(("jeopardy", held, left)),
+                    on_safe=lambda held: told.append(("safe", held)))
+    lease = client.lock("shaky", ttl=1.5)
+    for m in cluster.masters[:2]:
+        m.pause()
+    try:
+        deadline = time.monotonic() + 5.0
+        while not told and time.monotonic() < deadline:
+            time.sleep(0.01)
+    finally:
+        for m in cluster.masters[:2]:
+            m.resume()
+    assert told, "jeopardy was told"
+    kind, held_lease, left = told[0]
+    assert (kind, held_lease) == ("jeopardy", lease)
+    assert 0 < left <= 0.5 + 0.05, left
+    deadline = time.monotonic() + 5.0
+    while len(told) < 2 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert told[1:] == [("safe", lease)], told
+    assert not lease.in_jeopardy and lease.lost_reason is None
+    lease.ensure_valid()
+    lease.release()
+
+
 def test_a_revoked_lease_is_lost_at_the_next_renew(cluster):
     client = Client(cluster.urls)
     lease = client.lock("revoked", ttl=0.6)

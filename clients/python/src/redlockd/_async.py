@@ -28,6 +28,7 @@ class _RenewsItself:
     # Each user has these: `renew()`, `renew_every()`, `retry_every()`, `_lose(reason)`,
     # `_done()` (released or ended).
     valid_until: float
+    in_jeopardy: bool
 
     async def _renew_loop(self) -> None:
         delay = self.renew_every()  # type: ignore[attr-defined]
@@ -38,15 +39,25 @@ class _RenewsItself:
             try:
                 await self.renew()  # type: ignore[attr-defined]
                 delay = self.renew_every()  # type: ignore[attr-defined]
+                if self.in_jeopardy:
+                    self.in_jeopardy = False
+                    await self._client._tell(self._client.on_safe, self)  # type: ignore[attr-defined]
             except LeaseLost:
                 return
             except RedlockdError as e:
                 log.debug("renew of %r failed: %s", self, e)
                 delay = self.retry_every()  # type: ignore[attr-defined]
-            left = self.valid_until - time.monotonic()
+            now = time.monotonic()
+            left = self.valid_until - now
             if left <= 0:
                 await self._lose("expired")  # type: ignore[attr-defined]
                 return
+            due = self.jeopardy_in(now)  # type: ignore[attr-defined]
+            if due == 0.0:
+                self.in_jeopardy = True
+                await self._client._tell(self._client.on_jeopardy, self, left)  # type: ignore[attr-defined]
+            elif due is not None:
+                delay = min(delay, due)
             delay = min(delay, left)
 
 
@@ -272,7 +283,12 @@ class AsyncClient:
 
     def __init__(self, servers: Union[str, Sequence[str]], *, token: Optional[str] = None,
                  timeout: float = 5.0, http: Optional[httpx.AsyncClient] = None,
-                 traceparent: Optional[_core.TraceContext] = None):
+                 traceparent: Optional[_core.TraceContext] = None,
+                 on_jeopardy: Optional[Callable[[Any, float], Any]] = None,
+                 on_safe: Optional[Callable[[Any], Any]] = None):
+        """`on_jeopardy` and `on_safe` as `Client`'s (either may be a coroutine function)."""
+        self.on_jeopardy = on_jeopardy
+        self.on_safe = on_safe
         self.servers = _core.Servers(servers)
         self.token = token
         # Each request carries the caller's trace (W3C `traceparent`): from this function,
@@ -283,6 +299,17 @@ class AsyncClient:
 
     async def aclose(self) -> None:
         await self._http.aclose()
+
+    @staticmethod
+    async def _tell(callback: Optional[Callable[..., Any]], *args: Any) -> None:
+        if callback is None:
+            return
+        try:
+            result = callback(*args)
+            if inspect.isawaitable(result):
+                await result
+        except Exception:  # noqa: BLE001 - a callback's bug must not kill the renewer
+            log.exception("a jeopardy or safe callback failed")
 
     async def __aenter__(self) -> "AsyncClient":
         return self

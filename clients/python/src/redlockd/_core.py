@@ -190,13 +190,23 @@ class Grant:
 
 class Renewable:
     """What leases and sessions share: a TTL renewed at a third of it, a failed renew tried
-    again every tenth of it while still valid."""
+    again every tenth of it while still valid, and the warning when renews have not got
+    through and less than a third of the TTL is left (`in_jeopardy`)."""
 
     ttl: float
     valid_until: float
+    #: Renews have not got through and less than a third of the TTL is left: stop what the
+    #: hold guards unless a renew gets through (the client's `on_safe`) before it ends.
+    in_jeopardy: bool = False
 
     def renew_every(self) -> float:
         return max(self.ttl / 3.0, 0.01)
+
+    def jeopardy_in(self, now: float) -> Optional[float]:
+        """Seconds until the warning falls due (0 when it is due), or None once warned."""
+        if self.in_jeopardy:
+            return None
+        return max(0.0, self.valid_until - self.ttl / 3.0 - now)
 
     def retry_every(self) -> float:
         return jittered(max(self.ttl * RETRY_SHARE, 0.01))

@@ -24,6 +24,7 @@ class _RenewsItself:
     # Each user has these: `renew()`, `renew_every()`, `retry_every()`, `_lose(reason)`.
     _stop: threading.Event
     valid_until: float
+    in_jeopardy: bool
 
     def _renew_loop(self) -> None:
         delay = self.renew_every()  # type: ignore[attr-defined]
@@ -31,15 +32,25 @@ class _RenewsItself:
             try:
                 self.renew()  # type: ignore[attr-defined]
                 delay = self.renew_every()  # type: ignore[attr-defined]
+                if self.in_jeopardy:
+                    self.in_jeopardy = False
+                    self._client._tell(self._client.on_safe, self)  # type: ignore[attr-defined]
             except LeaseLost:
                 return
             except RedlockdError as e:
                 log.debug("renew of %r failed: %s", self, e)
                 delay = self.retry_every()  # type: ignore[attr-defined]
-            left = self.valid_until - time.monotonic()
+            now = time.monotonic()
+            left = self.valid_until - now
             if left <= 0:
                 self._lose("expired")  # type: ignore[attr-defined]
                 return
+            due = self.jeopardy_in(now)  # type: ignore[attr-defined]
+            if due == 0.0:
+                self.in_jeopardy = True
+                self._client._tell(self._client.on_jeopardy, self, left)  # type: ignore[attr-defined]
+            elif due is not None:
+                delay = min(delay, due)
             # Wake at the end of the validity at the latest, to signal the loss on time.
             delay = min(delay, left)
 
@@ -256,7 +267,15 @@ class Client:
 
     def __init__(self, servers: Union[str, Sequence[str]], *, token: Optional[str] = None,
                  timeout: float = 5.0, http: Optional[httpx.Client] = None,
-                 traceparent: Optional[_core.TraceContext] = None):
+                 traceparent: Optional[_core.TraceContext] = None,
+                 on_jeopardy: Optional[Callable[[Any, float], None]] = None,
+                 on_safe: Optional[Callable[[Any], None]] = None):
+        """`on_jeopardy(lease_or_session, seconds_left)` is called, once, when the renews of
+        a lease or session this client renews have not got through and less than a third
+        of its TTL is left (it is then `in_jeopardy`); `on_safe(lease_or_session)` when one
+        gets through again. Both run on the renewing thread: return quickly."""
+        self.on_jeopardy = on_jeopardy
+        self.on_safe = on_safe
         self.servers = _core.Servers(servers)
         self.token = token
         # Each request carries the caller's trace (W3C `traceparent`): from this function,
@@ -267,6 +286,15 @@ class Client:
 
     def close(self) -> None:
         self._http.close()
+
+    @staticmethod
+    def _tell(callback: Optional[Callable[..., None]], *args: Any) -> None:
+        if callback is None:
+            return
+        try:
+            callback(*args)
+        except Exception:  # noqa: BLE001 - a callback's bug must not kill the renewer
+            log.exception("a jeopardy or safe callback failed")
 
     def __enter__(self) -> "Client":
         return self
