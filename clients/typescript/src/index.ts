@@ -100,6 +100,11 @@ export interface ClientOptions {
   /** The caller's trace, for each request: a W3C `traceparent` (or undefined for none),
    * e.g. from OpenTelemetry's `propagation.inject`. redlockd's spans then join it. */
   traceparent?: () => string | undefined;
+  /** Called once when the renews of a lease or session this client renews have not got
+   * through and less than a third of its TTL is left (it is then `inJeopardy`): stop what
+   * it guards unless `onSafe` comes first, when a renew gets through again. */
+  onJeopardy?: (held: Lease | Session, leftMs: number) => void;
+  onSafe?: (held: Lease | Session) => void;
 }
 
 export interface LockOptions {
@@ -210,6 +215,10 @@ export class Client {
   readonly timeoutMs: number;
   private readonly traceparent?: () => string | undefined;
   private preferred = 0;
+  /** @internal */
+  readonly onJeopardy?: ClientOptions["onJeopardy"];
+  /** @internal */
+  readonly onSafe?: ClientOptions["onSafe"];
 
   constructor(options: ClientOptions) {
     const servers = typeof options.servers === "string" ? options.servers.split(/[\s,]+/) : options.servers;
@@ -218,6 +227,8 @@ export class Client {
     this.token = options.token;
     this.timeoutMs = options.timeoutMs ?? 5000;
     this.traceparent = options.traceparent;
+    this.onJeopardy = options.onJeopardy;
+    this.onSafe = options.onSafe;
   }
 
   /** Grant `name`, waiting up to `waitMs` while another holds it. Throws `LockHeld`,
@@ -500,8 +511,10 @@ export class Client {
 }
 
 /** What a lease and a session share: renewing in the background at a third of the TTL,
- * a failed renew again every tenth of it while still valid, and the loss signalled at the
- * end of the validity at the latest. Its timers do not keep the process alive. */
+ * a failed renew again every tenth of it while still valid, the warning when renews have
+ * not got through and less than a third of the TTL is left (once, until one does), and
+ * the loss signalled at the end of the validity at the latest. Its timers do not keep the
+ * process alive. */
 class Renewer {
   private timer?: NodeJS.Timeout;
 
@@ -509,9 +522,11 @@ class Renewer {
     private readonly owner: {
       ttlMs: number;
       validUntil: number;
+      inJeopardy: boolean;
       renew(): Promise<void>;
       done(): boolean;
       lose(reason: string): void;
+      tell(what: "jeopardy" | "safe", leftMs: number): void;
     },
   ) {}
 
@@ -535,14 +550,28 @@ class Renewer {
     let next = owner.ttlMs / 3;
     try {
       await owner.renew();
+      if (owner.inJeopardy) {
+        owner.inJeopardy = false;
+        owner.tell("safe", owner.validUntil - performance.now());
+      }
     } catch (e) {
       if (e instanceof LeaseLost) return;
       next = jittered(Math.max(owner.ttlMs / 10, 10));
     }
     if (owner.done()) return;
-    if (performance.now() >= owner.validUntil) {
+    const now = performance.now();
+    if (now >= owner.validUntil) {
       owner.lose("expired");
       return;
+    }
+    if (!owner.inJeopardy) {
+      const due = owner.validUntil - owner.ttlMs / 3 - now;
+      if (due <= 0) {
+        owner.inJeopardy = true;
+        owner.tell("jeopardy", owner.validUntil - now);
+      } else {
+        next = Math.min(next, due);
+      }
     }
     this.schedule(next);
   }
@@ -567,6 +596,9 @@ export class Lease implements AsyncDisposable {
   /** `performance.now()` until which the lease may be relied on. */
   validUntil: number;
   lostReason?: string;
+  /** Renews have not got through and less than a third of the TTL is left (the client's
+   * `onJeopardy`); false again once one does (`onSafe`). */
+  inJeopardy = false;
   readonly signal: AbortSignal;
   private readonly controller = new AbortController();
   private readonly renewer = new Renewer(this);
@@ -666,6 +698,16 @@ export class Lease implements AsyncDisposable {
   }
 
   /** @internal */
+  tell(what: "jeopardy" | "safe", leftMs: number): void {
+    try {
+      if (what === "jeopardy") this.client.onJeopardy?.(this, leftMs);
+      else this.client.onSafe?.(this);
+    } catch {
+      // A callback's bug must not break the renewing.
+    }
+  }
+
+  /** @internal */
   done(): boolean {
     return this.released || this.lostReason !== undefined;
   }
@@ -695,6 +737,8 @@ export class Session implements AsyncDisposable {
   /** `performance.now()` until which the session (and its holds) may be relied on. */
   validUntil: number;
   lostReason?: string;
+  /** As a lease's: renews failing with less than a third of the TTL left. */
+  inJeopardy = false;
   readonly signal: AbortSignal;
   /** The holds taken through this session and not lost. */
   holds: Lease[] = [];
@@ -814,6 +858,16 @@ export class Session implements AsyncDisposable {
     lease.joinedAt = performance.now();
     this.holds.push(lease);
     return lease;
+  }
+
+  /** @internal */
+  tell(what: "jeopardy" | "safe", leftMs: number): void {
+    try {
+      if (what === "jeopardy") this.client.onJeopardy?.(this, leftMs);
+      else this.client.onSafe?.(this);
+    } catch {
+      // A callback's bug must not break the renewing.
+    }
   }
 
   /** @internal */

@@ -60,6 +60,33 @@ test("the signal aborts when a majority of masters stop", () =>
     }
   }));
 
+test("jeopardy is told before the loss, and safe when a renew gets through", () =>
+  withCluster({}, async (cluster) => {
+    const told: [string, unknown, number?][] = [];
+    const client = new Client({
+      servers: cluster.urls,
+      onJeopardy: (held, leftMs) => told.push(["jeopardy", held, leftMs]),
+      onSafe: (held) => told.push(["safe", held]),
+    });
+    const lease = await client.lock("shaky", { ttlMs: 1500 });
+    for (const m of cluster.masters.slice(0, 2)) m.pause();
+    try {
+      await waitFor("jeopardy", () => told.length > 0, 5000);
+      assert.ok(lease.inJeopardy);
+    } finally {
+      for (const m of cluster.masters.slice(0, 2)) m.resume();
+    }
+    const [kind, held, leftMs] = told[0];
+    assert.equal(kind, "jeopardy");
+    assert.equal(held, lease);
+    assert.ok(leftMs !== undefined && leftMs > 0 && leftMs <= 550, String(leftMs));
+    await waitFor("safe", () => told.length > 1, 5000);
+    assert.deepEqual(told.slice(1), [["safe", lease]]);
+    assert.equal(lease.inJeopardy, false);
+    lease.ensureValid();
+    await lease.release();
+  }));
+
 test("the lock is released when the scope throws", () =>
   withCluster({}, async (cluster) => {
     const client = new Client({ servers: cluster.urls });
