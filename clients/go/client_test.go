@@ -74,6 +74,64 @@ func TestRenewCarriesOnThroughAReplicasDeath(t *testing.T) {
 	_ = lease.Release(context.Background())
 }
 
+func TestJeopardyIsToldBeforeTheLossAndSafeWhenARenewGetsThrough(t *testing.T) {
+	c := startCluster(t, 1)
+	var mu sync.Mutex
+	var told []string
+	var left time.Duration
+	var held []redlockd.Held
+	record := func(what string, h redlockd.Held, l time.Duration) {
+		mu.Lock()
+		defer mu.Unlock()
+		told = append(told, what)
+		held = append(held, h)
+		if what == "jeopardy" {
+			left = l
+		}
+	}
+	count := func() int {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(told)
+	}
+	cl, err := redlockd.New(redlockd.Options{
+		Servers:    c.urls(),
+		OnJeopardy: func(h redlockd.Held, l time.Duration) { record("jeopardy", h, l) },
+		OnSafe:     func(h redlockd.Held) { record("safe", h, 0) },
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	lease, err := cl.Lock(context.Background(), "shaky", redlockd.LockOptions{TTL: 1500 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range c.masters[:2] {
+		m.pause()
+	}
+	waitFor(t, "jeopardy", 5*time.Second, func() bool { return count() > 0 })
+	inJeopardy := lease.InJeopardy()
+	for _, m := range c.masters[:2] {
+		m.resume()
+	}
+	if !inJeopardy {
+		t.Fatal("InJeopardy is false after OnJeopardy")
+	}
+	waitFor(t, "safe", 5*time.Second, func() bool { return count() > 1 })
+	mu.Lock()
+	defer mu.Unlock()
+	if strings.Join(told, ",") != "jeopardy,safe" || held[0] != lease || held[1] != lease {
+		t.Fatalf("told %v about %v", told, held)
+	}
+	if left <= 0 || left > 550*time.Millisecond {
+		t.Fatalf("jeopardy with %v left", left)
+	}
+	if lease.InJeopardy() || lease.EnsureValid(0) != nil {
+		t.Fatalf("not held again: %v", lease.EnsureValid(0))
+	}
+	_ = lease.Release(context.Background())
+}
+
 func TestLossCancelsTheContextWhenAMajorityStops(t *testing.T) {
 	c := startCluster(t, 1)
 	var told atomic.Int32

@@ -33,6 +33,7 @@ type Lease struct {
 	ctx    context.Context
 	cancel context.CancelFunc
 	onLost func(*Lease)
+	jeopardy
 
 	mu         sync.Mutex
 	ttl        time.Duration
@@ -227,6 +228,7 @@ func (l *Lease) renewLoop() {
 		switch {
 		case err == nil:
 			delay = ttl / 3
+			l.renewed(l.client, l)
 		case errors.Is(err, ErrLeaseLost), l.ctx.Err() != nil:
 			return
 		default:
@@ -236,10 +238,12 @@ func (l *Lease) renewLoop() {
 			}
 			delay = jittered(delay)
 		}
-		if !time.Now().Before(l.validUntilNow()) {
+		until := l.validUntilNow()
+		if !time.Now().Before(until) {
 			l.lose("expired")
 			return
 		}
+		delay = l.check(l.client, l, ttl, until, delay)
 	}
 }
 

@@ -43,22 +43,39 @@ type Options struct {
 	// Traceparent, if set, gives the caller's trace for each request as a W3C
 	// traceparent ("" for none), from the request's context: redlockd's spans join it.
 	Traceparent func(ctx context.Context) string
+	// OnJeopardy, if set, is called once, from the renewing goroutine, when the renews of
+	// a lease or session this client renews have not got through and less than a third of
+	// its TTL is left (its InJeopardy is then true): stop what it guards unless OnSafe
+	// comes first, when a renew gets through again. held is a *Lease or a *Session.
+	OnJeopardy func(held Held, left time.Duration)
+	// OnSafe, if set, is called when a renew gets through after OnJeopardy.
+	OnSafe func(held Held)
+}
+
+// Held is a *Lease or a *Session: what OnJeopardy and OnSafe are told about.
+type Held interface {
+	// InJeopardy is whether renews have not got through and less than a third of the TTL
+	// is left.
+	InJeopardy() bool
 }
 
 // Client talks to one or more redlockd replicas. Safe for concurrent use.
 type Client struct {
-	servers   []string
-	token     string
-	timeout   time.Duration
-	http      *http.Client
-	trace     func(ctx context.Context) string
-	mu        sync.Mutex
-	preferred int
+	servers    []string
+	token      string
+	timeout    time.Duration
+	http       *http.Client
+	trace      func(ctx context.Context) string
+	mu         sync.Mutex
+	preferred  int
+	onJeopardy func(Held, time.Duration)
+	onSafe     func(Held)
 }
 
 // New returns a client for opts.Servers.
 func New(opts Options) (*Client, error) {
-	c := &Client{token: opts.Token, timeout: opts.Timeout, http: opts.HTTPClient, trace: opts.Traceparent}
+	c := &Client{token: opts.Token, timeout: opts.Timeout, http: opts.HTTPClient, trace: opts.Traceparent,
+		onJeopardy: opts.OnJeopardy, onSafe: opts.OnSafe}
 	for _, s := range opts.Servers {
 		for _, u := range strings.FieldsFunc(s, func(r rune) bool { return r == ',' || r == ' ' }) {
 			c.servers = append(c.servers, strings.TrimRight(u, "/"))
@@ -557,4 +574,55 @@ func min(a, b int) int {
 		return a
 	}
 	return b
+}
+
+// jeopardy is the warning a lease and a session share: a healthy hold is renewed with two
+// thirds of its TTL left, so one with less than a third left has seen its renews fail for
+// a while. Told once, until a renew gets through.
+type jeopardy struct {
+	mu     sync.Mutex
+	warned bool
+}
+
+// InJeopardy is whether renews have not got through and less than a third of the TTL is
+// left (the client's OnJeopardy was called; false again once OnSafe is).
+func (j *jeopardy) InJeopardy() bool {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	return j.warned
+}
+
+// renewed tells held it is safe when it had been warned.
+func (j *jeopardy) renewed(c *Client, held Held) {
+	j.mu.Lock()
+	was := j.warned
+	j.warned = false
+	j.mu.Unlock()
+	if was && c.onSafe != nil {
+		c.onSafe(held)
+	}
+}
+
+// check warns held when less than a third of ttl is left before until, once; otherwise it
+// returns delay, shortened to when the warning falls due.
+func (j *jeopardy) check(c *Client, held Held, ttl time.Duration, until time.Time, delay time.Duration) time.Duration {
+	j.mu.Lock()
+	if j.warned {
+		j.mu.Unlock()
+		return delay
+	}
+	due := time.Until(until.Add(-ttl / 3))
+	if due > 0 {
+		j.mu.Unlock()
+		if due < delay {
+			return due
+		}
+		return delay
+	}
+	j.warned = true
+	j.mu.Unlock()
+	if c.onJeopardy != nil {
+		c.onJeopardy(held, time.Until(until))
+	}
+	return delay
 }

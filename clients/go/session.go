@@ -22,6 +22,7 @@ type Session struct {
 	ctx    context.Context
 	cancel context.CancelFunc
 	onLost func(*Session)
+	jeopardy
 
 	mu         sync.Mutex
 	ttl        time.Duration
@@ -279,6 +280,7 @@ func (s *Session) renewLoop() {
 		switch {
 		case err == nil:
 			delay = ttl / 3
+			s.renewed(s.client, s)
 		case errors.Is(err, ErrLeaseLost), s.ctx.Err() != nil:
 			return
 		default:
@@ -288,9 +290,11 @@ func (s *Session) renewLoop() {
 			}
 			delay = jittered(delay)
 		}
-		if !time.Now().Before(s.validUntilNow()) {
+		until := s.validUntilNow()
+		if !time.Now().Before(until) {
 			s.lose("expired")
 			return
 		}
+		delay = s.check(s.client, s, ttl, until, delay)
 	}
 }
