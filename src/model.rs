@@ -848,6 +848,8 @@ impl News {
 
 mod backoff;
 pub(crate) use backoff::jittered;
+mod jeopardy;
+pub(crate) use jeopardy::Jeopardy;
 mod reports;
 pub(crate) use reports::{
     ClusterStatus, MasterFailure, MasterStatus, ShardStatus, Traffic, Unavailability,

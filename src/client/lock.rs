@@ -22,8 +22,7 @@ use serde::{Deserialize, Serialize};
 
 use super::{Failure, Repeat, Servers, idempotency_key, lock_path};
 use crate::cli::LockArgs;
-use crate::lease::Jeopardy;
-use crate::model::{FencingToken, MIN_TTL_MS};
+use crate::model::{FencingToken, Jeopardy, MIN_TTL_MS};
 use crate::wire::{GrantRequest, GroupRequest, LockMode, RenewRequest, SemaphoreRequest, Whole};
 
 /// What `redlockd lock` asks for: a lock, or a semaphore's permit.

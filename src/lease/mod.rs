@@ -20,7 +20,6 @@ pub(crate) use election::LeaderChange;
 pub use error::LeaseError;
 pub use events::{Events, LockEvent};
 pub use granted::{Lease, LockHolder};
-pub(crate) use hold::Jeopardy;
 pub use hold::{HoldEvent, LostReason};
 pub use kinds::{Hold, Target};
 pub use service::{LeaseService, Readiness};

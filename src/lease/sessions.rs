@@ -12,11 +12,10 @@ use tokio::sync::mpsc;
 use tokio::time::{Instant, sleep_until, timeout_at};
 
 use super::events::LockEvent;
-use super::hold::Jeopardy;
 use super::{Lease, LeaseError, LeaseService, Ttl};
 use crate::metrics::StreamKind;
-use crate::model::SessionHold;
 use crate::model::{FencingToken, Kind, LeaseId, LockKey, Owner, SessionId};
+use crate::model::{Jeopardy, SessionHold};
 use crate::redlock::{EngineError, SessionLease};
 
 /// Events a held stream of a session's life buffers: `opened`, then `heartbeat`s, then

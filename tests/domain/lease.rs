@@ -288,14 +288,21 @@ async fn a_held_stream_says_lost_when_a_majority_of_masters_stop_answering() {
     };
     bed.nodes[0].set_fault(Fault::Hang);
     bed.nodes[1].set_fault(Fault::Hang);
+    let mut warned = Vec::new();
     let lost = loop {
         match rx.recv().await {
             Some(HoldEvent::Renewed(_)) => {}
+            Some(HoldEvent::Jeopardy { validity }) => warned.push(validity),
             Some(HoldEvent::Lost(reason)) => break reason,
             other => panic!("expected lost, got {other:?}"),
         }
     };
     assert_eq!(lost, LostReason::QuorumLost);
+    // Warned once, while the renews hung, with less than a third of the TTL left.
+    assert!(
+        matches!(warned[..], [left] if left <= Duration::from_millis(334)),
+        "{warned:?}"
+    );
     assert!(
         granted_at.elapsed() <= Duration::from_secs(1),
         "told within the validity: {:?}",
