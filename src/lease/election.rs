@@ -32,6 +32,10 @@ const RETRY_READ: Duration = Duration::from_millis(250);
 const SETTLE_PAUSE: Duration = Duration::from_millis(5);
 /// Read a little after the leader's lease would lapse, so that the read finds it lapsed.
 const LAPSE_MARGIN: Duration = Duration::from_millis(5);
+/// The longest an observer goes without reading: announcements between replicas are best
+/// effort, and one that never arrives (every master's publish lost) must cost an observer
+/// a second at most, not the rest of a vacancy or of a long term.
+const LOOK_AT_LEAST_EVERY: Duration = Duration::from_secs(1);
 
 /// A change of leadership, as an observer is told it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -70,7 +74,7 @@ impl LeaseService {
         loop {
             let look_again = match self.read_leader(&name, &known).await {
                 // Its token is being written back: the term is not yet the leader's.
-                Ok(None) => Some(Instant::now() + SETTLE_PAUSE),
+                Ok(None) => Instant::now() + SETTLE_PAUSE,
                 Ok(Some(leader)) => {
                     let remaining = leader.as_ref().map(|l| l.remaining);
                     let change = known
@@ -80,9 +84,10 @@ impl LeaseService {
                     {
                         return;
                     }
-                    remaining.map(|r| Instant::now() + r + LAPSE_MARGIN)
+                    let lapse = remaining.map_or(LOOK_AT_LEAST_EVERY, |r| r + LAPSE_MARGIN);
+                    Instant::now() + lapse.min(LOOK_AT_LEAST_EVERY)
                 }
-                Err(_) => Some(Instant::now() + RETRY_READ),
+                Err(_) => Instant::now() + RETRY_READ,
             };
             tokio::select! {
                 () = tx.closed() => return,
@@ -92,7 +97,7 @@ impl LeaseService {
                     return;
                 }
                 seen = events.next() => if seen.is_none() { return },
-                () = sleep_until(look_again.unwrap_or_else(far_future)), if look_again.is_some() => {}
+                () = sleep_until(look_again) => {}
             }
         }
     }
@@ -119,10 +124,6 @@ impl LeaseService {
         }
         Ok(Some(leader))
     }
-}
-
-fn far_future() -> Instant {
-    Instant::now() + Duration::from_secs(86_400)
 }
 
 /// What an observer has been told so far.

@@ -7,6 +7,9 @@ use crate::common;
 use std::time::{Duration, Instant};
 
 use common::{EventStream, TestApp};
+use std::sync::Arc;
+
+use redlockd::store::memory::MemoryNode;
 use serde_json::{Value, json};
 
 async fn hold(app: &TestApp, name: &str, body: Value) -> EventStream {
@@ -104,6 +107,29 @@ async fn an_observer_sees_an_election_change_hands_in_order() {
     assert_eq!(app.call("DELETE", &path).send().await.status, 204);
     let next = watcher.expect("vacant").await;
     assert_eq!(next["name"], "o", "{next}");
+}
+
+/// Announcements between replicas are best effort: an observer that never hears of a new
+/// term still learns of it. Two replicas over the same in-process masters hear nothing
+/// from each other (those nodes announce nothing), as when every announcement is lost.
+#[tokio::test(start_paused = true)]
+async fn an_observer_of_a_vacant_election_learns_a_leader_it_never_heard_announced() {
+    let nodes: Vec<Arc<MemoryNode>> = (0..3)
+        .map(|i| Arc::new(MemoryNode::new(format!("m{i}"))))
+        .collect();
+    let a = TestApp::with_nodes(common::config(&[]), &nodes).await;
+    let b = TestApp::with_nodes(common::config(&[]), &nodes).await;
+    let mut watcher = b.call("GET", "/elections/quiet/observe").stream().await;
+    assert_eq!(watcher.expect("vacant").await, json!({"name": "quiet"}));
+    let elected = a
+        .call("POST", "/elections/quiet")
+        .json(&json!({"value": "a", "ttl_ms": 600_000}))
+        .send()
+        .await;
+    assert_eq!(elected.status, 201, "{}", elected.text);
+    let term = elected.json()["term"].as_u64();
+    let seen = watcher.expect("elected").await;
+    assert_eq!(seen["term"].as_u64(), term, "{seen}");
 }
 
 #[tokio::test]
