@@ -816,7 +816,8 @@ pub(crate) struct MasterReport {
     pub shards: Option<Vec<ShardReport>>,
     /// Why the master does not vote, in words, when there is more to say than `up` and
     /// `quarantined_until`: its clock jumped (`clock jumped +20.3 s`), or was first met too
-    /// far from this replica's; for a Redis Cluster, why its slot map is not whole.
+    /// far from this replica's; it keeps a data layout this release does not know (a later
+    /// release's); for a Redis Cluster, why its slot map is not whole.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub problem: Option<String>,
     /// The master's clock (its `TIME`) against this replica's wall clock, as last read, in

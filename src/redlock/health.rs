@@ -83,6 +83,9 @@ struct NodeState {
     /// The forward jump of its clock that got it quarantined, until it is restored: what
     /// `/readyz` says of it meanwhile.
     jumped: Option<Jump>,
+    /// Why its steps are refused for the data layout it keeps (a later release's), as the
+    /// last probe read it (a single master's; a cluster's steps say so in their errors).
+    layout: Option<String>,
 }
 
 impl NodeState {
@@ -203,9 +206,10 @@ impl Monitor {
         clock.pending.map(|j| j.describe()).or(clock.settling)
     }
 
-    /// Whether master `i` votes: its state, and its clock.
+    /// Whether master `i` votes: its state, its clock, and the data layout it keeps.
     fn votes(&self, i: usize) -> bool {
-        self.state(i).votes() && self.clock_refusal(i).is_none()
+        let layout_known = self.state(i).layout.is_none();
+        self.state(i).votes() && self.clock_refusal(i).is_none() && layout_known
     }
 
     /// Whether master `i`'s answers must not count yet (see `NodeState::unverified_since`).
@@ -240,6 +244,7 @@ impl Monitor {
                 let refused = self.clock_refusal(i);
                 let state = self.state(i);
                 let problem = match (refused, state.jumped) {
+                    _ if state.layout.is_some() => state.layout.clone(),
                     (Some(refused), _) => Some(refused),
                     (None, Some(jump)) if state.quarantine.is_some() => Some(format!(
                         "{}: every lock on it may have expired early, so it is quarantined as a master that lost its data",
@@ -295,6 +300,9 @@ impl Monitor {
         for (i, probe) in probes.iter().enumerate() {
             if let Ok(probe) = probe {
                 self.note_run_id(i, &probe.run_id);
+                self.state(i).layout = probe.unknown_layout.as_ref().map(|layout| {
+                    format!("this master keeps data layout {layout}, which this release of redlockd does not know (it knows {})", crate::store::layout::LAYOUT)
+                });
             }
         }
         self.catch_clock_jumps(nodes, &mut probes).await;

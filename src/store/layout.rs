@@ -21,6 +21,9 @@ use std::sync::LazyLock;
 
 use crate::model::{Kind, LockKey, SessionHold};
 
+/// The data layout this release reads and writes (what `prelude.lua` names `LAYOUT`).
+pub(crate) const LAYOUT: &str = "1";
+
 /// How many hash slots a Redis Cluster has.
 pub(crate) const SLOTS: u16 = 16384;
 
@@ -222,6 +225,12 @@ impl Keys {
         &self.marker
     }
 
+    /// Where a single master names the data layout it keeps, beside its marker (as
+    /// `prelude.lua` reads it: `<marker>:layout`).
+    pub(crate) fn master_layout(&self) -> String {
+        format!("{}:layout", self.marker)
+    }
+
     /// A single master's fencing counter.
     pub(crate) fn master_fence(&self) -> &str {
         &self.fence
@@ -356,6 +365,15 @@ fn lock_kind(kind: Kind) -> Kind {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn the_scripts_name_the_layout_this_release_knows() {
+        let prelude = include_str!("scripts/prelude.lua");
+        assert!(
+            prelude.contains(&format!("local LAYOUT = '{}'", super::LAYOUT)),
+            "prelude.lua and layout.rs disagree on the layout"
+        );
+    }
+
     use super::*;
 
     #[test]

@@ -780,6 +780,7 @@ impl LockNode for MemoryNode {
                     .map(|(k, v)| (k.clone(), *v))
                     .collect(),
                 uptime: now.saturating_duration_since(data.started),
+                unknown_layout: None,
             })
         })
         .await

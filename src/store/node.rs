@@ -135,6 +135,10 @@ pub struct Probe {
     pub watermarks: Vec<(String, u64)>,
     /// How long the master process has been running.
     pub uptime: std::time::Duration,
+    /// The data layout the master names, when it names one this release does not know
+    /// (a later release's): its steps are refused (`NodeError::Layout`), and `/readyz`
+    /// says why it does not vote.
+    pub unknown_layout: Option<String>,
 }
 
 impl Probe {

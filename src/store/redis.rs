@@ -506,6 +506,8 @@ impl LockNode for RedisNode {
                     fence: probe.fence,
                     watermarks: Vec::new(),
                     uptime: probe.uptime.unwrap_or_default(),
+                    // A shard's layout key is per slot: its steps say when it is refused.
+                    unknown_layout: None,
                 });
             }
         };
@@ -528,13 +530,14 @@ impl LockNode for RedisNode {
             }
         });
         let sent = Instant::now();
-        let (info, marker, fence, watermarks, time, clocks): (
+        let (info, marker, fence, watermarks, time, clocks, layout): (
             String,
             Option<String>,
             Option<u64>,
             Vec<(String, u64)>,
             Value,
             Vec<(String, String)>,
+            Option<String>,
         ) = redis::pipe()
             .cmd("INFO")
             .arg("server")
@@ -547,6 +550,8 @@ impl LockNode for RedisNode {
             .cmd("TIME")
             .cmd("HGETALL")
             .arg(self.keys.clocks())
+            .cmd("GET")
+            .arg(self.keys.master_layout())
             .query_async(&mut conn)
             .await
             .map_err(classify)?;
@@ -583,6 +588,7 @@ impl LockNode for RedisNode {
             fence: fence.unwrap_or(0),
             watermarks,
             uptime: Duration::from_secs(field("uptime_in_seconds:").parse().unwrap_or(0)),
+            unknown_layout: layout.filter(|l| l != super::layout::LAYOUT),
         })
     }
 

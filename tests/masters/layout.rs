@@ -1,6 +1,6 @@
 //! The data layout a master keeps (`<marker>:layout`, none = layout 1): a master that a
 //! later release marked with a layout this one does not know is refused by every step,
-//! never misread, and the 503 and the metrics say why.
+//! never misread, and the 503, the metrics and `/readyz` say why.
 
 use crate::common;
 
@@ -80,9 +80,39 @@ async fn a_master_keeping_a_layout_this_release_does_not_know_is_refused_not_mis
         .expect("exists");
     assert!(kept, "the hold on the refused master was touched");
 
+    // Within a probe (about a second), /readyz says which masters and why, and that the
+    // replica is not ready.
+    let master =
+        |ready: &serde_json::Value, m: &common::RedisMaster| common::master_in(ready, m).clone();
+    let ready = wait_for(
+        "readyz to name the layout",
+        Duration::from_secs(5),
+        async || {
+            let (status, ready) = app.get("/readyz").await;
+            (status == 503 && master(&ready, &ms[1])["voting"] == false).then_some(ready)
+        },
+    )
+    .await;
+    for m in &ms[..2] {
+        let shown = master(&ready, m);
+        assert!(
+            shown["problem"]
+                .as_str()
+                .is_some_and(|p| p.contains("data layout 2")),
+            "{ready}"
+        );
+    }
+    assert_eq!(master(&ready, &ms[2])["voting"], true, "{ready}");
+
     // Back to layout 1 (the later release rolled back): served again.
     mark(&ms[0], None).await;
     mark(&ms[1], None).await;
     assert_eq!(app.revoke("inv:held", &held).await.0, 204);
     app.must_grant("inv:3", json!({})).await;
+    wait_for(
+        "readyz to be ready again",
+        Duration::from_secs(5),
+        async || (app.get("/readyz").await.0 == 200).then_some(()),
+    )
+    .await;
 }
