@@ -1805,6 +1805,20 @@ fn previous_release() -> String {
 /// two names, an election.
 const ACROSS: [&str; 3] = ["roll:a", "+roll:b+roll:c", "@roll:d"];
 
+/// Grants of `ACROSS`'s names that met a holder on the replica at `base`, so far.
+async fn contended(http: &reqwest::Client, base: &str) -> u64 {
+    let Ok(resp) = http.get(format!("{base}/metrics")).send().await else {
+        return 0;
+    };
+    resp.text()
+        .await
+        .unwrap_or_default()
+        .lines()
+        .find_map(|l| l.strip_prefix(r#"redlockd_contention_total{lock_class="roll"} "#))
+        .and_then(|n| n.trim().parse().ok())
+        .unwrap_or(0)
+}
+
 /// Each way between replicas 0 and 1 (in a rolling deploy, the two releases): a holder on
 /// one lets go of each of `ACROSS` while a grant of it waits on the other, which must then
 /// be granted within `checker::LIVENESS_BOUND`, as it would be were both replicas one
@@ -1849,6 +1863,7 @@ async fn hand_offs_across(cluster: &Cluster) -> Vec<String> {
                 ));
                 continue;
             }
+            let before = contended(&http, &waiter).await;
             let waiting = tokio::spawn({
                 let (http, url) = (http.clone(), grant_url(&waiter, name));
                 let body = grant_body(name, json!({"ttl_ms": 1000, "wait_ms": 2500}));
@@ -1861,8 +1876,11 @@ async fn hand_offs_across(cluster: &Cluster) -> Vec<String> {
                     ))
                 }
             });
-            // The waiter's grant reaches its replica and waits (it is answered either way).
-            tokio::time::sleep(Duration::from_millis(300)).await;
+            // Let go only once the waiter's grant is waiting on its replica.
+            wait_for("the grant to wait", Duration::from_secs(5), async || {
+                (contended(&http, &waiter).await > before).then_some(())
+            })
+            .await;
             let lease = held["lease_id"].as_str().unwrap_or_default();
             let revoked = http
                 .delete(format!("{holder}/{}/leases/{lease}", route(name)))

@@ -90,12 +90,13 @@ struct NodeState {
 
 impl NodeState {
     /// The one rule for a vote: the master answers, carries its marker as far as this
-    /// process knows, and is not quarantined.
+    /// process knows, is not quarantined, and keeps a data layout this release knows.
     fn votes(&self) -> bool {
         self.up
             && self.quarantine.is_none()
             && self.unverified_since.is_none()
             && !self.awaiting_init
+            && self.layout.is_none()
     }
 }
 
@@ -206,10 +207,9 @@ impl Monitor {
         clock.pending.map(|j| j.describe()).or(clock.settling)
     }
 
-    /// Whether master `i` votes: its state, its clock, and the data layout it keeps.
+    /// Whether master `i` votes: its state, and its clock.
     fn votes(&self, i: usize) -> bool {
-        let layout_known = self.state(i).layout.is_none();
-        self.state(i).votes() && self.clock_refusal(i).is_none() && layout_known
+        self.state(i).votes() && self.clock_refusal(i).is_none()
     }
 
     /// Whether master `i`'s answers must not count yet (see `NodeState::unverified_since`).
