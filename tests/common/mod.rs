@@ -377,20 +377,22 @@ impl RedisCluster {
         Self::start_all(n, 0, true)
     }
 
+    /// The flags every node of a test cluster starts with.
+    const NODE_FLAGS: [&str; 8] = [
+        "--cluster-enabled",
+        "yes",
+        "--cluster-config-file",
+        "nodes.conf",
+        "--cluster-node-timeout",
+        "30000",
+        "--cluster-require-full-coverage",
+        "no",
+    ];
+
     fn start_all(n: usize, replicas: usize, movable: bool) -> Self {
         let n = n * (1 + replicas);
-        let extra = [
-            "--cluster-enabled",
-            "yes",
-            "--cluster-config-file",
-            "nodes.conf",
-            "--cluster-node-timeout",
-            "30000",
-            "--cluster-require-full-coverage",
-            "no",
-        ];
         let shards: Vec<RedisMaster> = (0..n)
-            .map(|_| RedisMaster::start_on(free_cluster_port, None, &extra, movable))
+            .map(|_| RedisMaster::start_on(free_cluster_port, None, &Self::NODE_FLAGS, movable))
             .collect();
         let status = Command::new("redis-cli")
             .arg("--cluster")
@@ -413,6 +415,71 @@ impl RedisCluster {
             std::thread::sleep(POLL);
         }
         cluster
+    }
+
+    /// A new node joined to the cluster as a replica of shard `of`, in sync with it: its
+    /// index in `shards`.
+    pub async fn attach_replica(&mut self, of: usize) -> usize {
+        let node = RedisMaster::start_on(free_cluster_port, None, &Self::NODE_FLAGS, false);
+        let port = self.shards[of].port.to_string();
+        let _: String = node
+            .cmd(&["CLUSTER", "MEET", "127.0.0.1", &port])
+            .await
+            .expect("CLUSTER MEET");
+        let id: String = self.shards[of]
+            .cmd(&["CLUSTER", "MYID"])
+            .await
+            .expect("CLUSTER MYID");
+        // REPLICATE needs the primary known to the new node: the handshake is gossip.
+        wait_for(
+            "the new node to know its primary",
+            Duration::from_secs(10),
+            async || {
+                let _: String = node.cmd(&["CLUSTER", "REPLICATE", &id]).await.ok()?;
+                Some(())
+            },
+        )
+        .await;
+        wait_for(
+            "the new replica to be in sync",
+            Duration::from_secs(10),
+            async || {
+                let info: String = node.cmd(&["INFO", "replication"]).await.ok()?;
+                info.contains("master_link_status:up").then_some(())
+            },
+        )
+        .await;
+        self.shards.push(node);
+        self.shards.len() - 1
+    }
+
+    /// Fail shard `from` over to its replica `to` (`CLUSTER FAILOVER`, coordinated with the
+    /// primary, so that nothing acknowledged is lost), done once the cluster's slot map (as
+    /// its first node reads it) has `to` serve `slot`. A manual failover the cluster gives up on (after five seconds, on
+    /// a loaded machine) is asked for again.
+    pub async fn fail_over(&self, to: usize, slot: u16) {
+        let started = Instant::now();
+        loop {
+            let _: String = self.shards[to]
+                .cmd(&["CLUSTER", "FAILOVER"])
+                .await
+                .expect("CLUSTER FAILOVER");
+            let asked = Instant::now();
+            while asked.elapsed() < Duration::from_secs(6) {
+                if self.shard_of_slot(slot) == to {
+                    return;
+                }
+                tokio::time::sleep(POLL).await;
+            }
+            assert!(
+                started.elapsed() < Duration::from_secs(30),
+                "the cluster did not fail over to its replica"
+            );
+            eprintln!(
+                "the cluster gave up a manual failover after {:?}; asking again",
+                asked.elapsed()
+            );
+        }
     }
 
     /// Whether every node says `cluster_state:ok` and knows every other.

@@ -684,36 +684,10 @@ async fn a_failover_to_a_replica_is_refused_as_data_loss() {
         },
     )
     .await;
-    let _: String = cs[0].shards[replica]
-        .cmd(&["CLUSTER", "FAILOVER"])
-        .await
-        .expect("CLUSTER FAILOVER");
+    cs[0].fail_over(replica, slot).await;
     // A replica that sees the new slot map refuses the new primary as a shard that lost its
     // data, and says why (the other may see only its markers gone).
-    let address = format!("127.0.0.1:{port}");
-    wait_for(
-        "a replica to refuse the new primary",
-        Duration::from_secs(10),
-        async || {
-            for app in [&a, &b] {
-                let (_, ready) = app.get("/readyz").await;
-                let said = ready["masters"][0]["shards"].as_array().and_then(|shards| {
-                    shards
-                        .iter()
-                        .find(|s| s["address"] == address.as_str())?
-                        .get("problem")?
-                        .as_str()
-                        .map(str::to_owned)
-                });
-                if said.is_some_and(|why| why.contains("a replica took over its slots")) {
-                    return Some(());
-                }
-            }
-            None
-        },
-    )
-    .await;
-    assert_eq!(cs[0].shard_of_slot(slot), replica);
+    refused_as_failed_over(&[&a, &b], &format!("127.0.0.1:{port}")).await;
     // Meanwhile the name is granted by the other clusters, and its token keeps rising;
     // after the quarantine the new primary votes again.
     let (lease, next) = b
@@ -726,6 +700,62 @@ async fn a_failover_to_a_replica_is_refused_as_data_loss() {
         .must_grant(name, json!({"ttl_ms": 1000, "wait_ms": 3000}))
         .await;
     assert!(last > next, "{last} after {next}");
+}
+
+/// Wait until one of `apps` shows the shard at `address` quarantined as a failover; if
+/// none does in time, fail with what each last showed of the first cluster.
+async fn refused_as_failed_over(apps: &[&TestApp], address: &str) {
+    let started = Instant::now();
+    loop {
+        let mut seen = Vec::new();
+        for app in apps {
+            let (_, ready) = app.get("/readyz").await;
+            let shards = ready["masters"][0]["shards"].clone();
+            let said = shards.as_array().and_then(|shards| {
+                shards
+                    .iter()
+                    .find(|s| s["address"] == address)?
+                    .get("problem")?
+                    .as_str()
+                    .map(str::to_owned)
+            });
+            if said.is_some_and(|why| why.contains("a replica took over its slots")) {
+                return;
+            }
+            seen.push(shards);
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "no replica refused {address} as a failover within 10 s; their shards: {seen:#?}"
+        );
+        tokio::time::sleep(common::POLL).await;
+    }
+}
+
+#[tokio::test]
+async fn a_replica_attached_after_the_replicas_started_and_promoted_is_refused_too() {
+    // The replica joins after redlockd last read the cluster's node list: it is known as a
+    // replica only from a later read (each probe reads the list again).
+    let mut cs = vec![
+        RedisCluster::start(3),
+        RedisCluster::start(3),
+        RedisCluster::start(3),
+    ];
+    let (a, b) = replicas_with_short_quarantine(&cs).await;
+    let name = "late";
+    let slot = layout::slot_of(&format!("redlockd:lock:{{{name}}}"));
+    let owner = cs[0].shard_of_slot(slot);
+    let (lease, token) = a.must_grant(name, json!({"ttl_ms": 1000})).await;
+    assert_eq!(a.revoke(name, &lease).await.0, 204);
+    let replica = cs[0].attach_replica(owner).await;
+    cs[0].fail_over(replica, slot).await;
+    let address = format!("127.0.0.1:{}", cs[0].shards[replica].port);
+    refused_as_failed_over(&[&a, &b], &address).await;
+    let (lease, next) = b
+        .must_grant(name, json!({"ttl_ms": 1000, "wait_ms": 3000}))
+        .await;
+    assert!(next > token, "{next} after {token}");
+    assert_eq!(b.revoke(name, &lease).await.0, 204);
 }
 
 #[tokio::test]
