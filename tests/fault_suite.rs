@@ -20,6 +20,8 @@ mod common;
 mod fenced;
 #[path = "fault_suite/net.rs"]
 mod net;
+#[path = "fault_suite/streamed.rs"]
+mod streamed;
 
 use std::io::Read as _;
 use std::path::{Path, PathBuf};
@@ -322,6 +324,9 @@ type Bases = Arc<RwLock<Vec<Option<String>>>>;
 
 struct Recorder {
     started: Instant,
+    /// The wall clock at `started`: where a held stream's `expires_at` falls on the run's
+    /// timeline.
+    started_wall: std::time::SystemTime,
     events: Mutex<Vec<Event>>,
     /// Lease ids already revoked, for workers that try to use someone else's.
     stale: Mutex<Vec<(String, String)>>,
@@ -329,6 +334,10 @@ struct Recorder {
     retried: std::sync::atomic::AtomicUsize,
     /// Rounds of a worker holding a name through a session.
     sessions: std::sync::atomic::AtomicUsize,
+    /// Rounds of a worker holding a name through a held stream, and the `jeopardy` events
+    /// those streams were told.
+    streams: std::sync::atomic::AtomicUsize,
+    jeopardies: std::sync::atomic::AtomicUsize,
 }
 
 fn ms(v: &Value, field: &str) -> Option<Duration> {
@@ -340,11 +349,19 @@ impl Recorder {
     fn new(started: Instant) -> Arc<Self> {
         Arc::new(Self {
             started,
+            started_wall: std::time::SystemTime::now() - started.elapsed(),
             events: Mutex::new(Vec::new()),
             stale: Mutex::new(Vec::new()),
             retried: Default::default(),
             sessions: Default::default(),
+            streams: Default::default(),
+            jeopardies: Default::default(),
         })
+    }
+
+    /// Add `event` to the history as it is.
+    fn record(&self, event: Event) {
+        self.events.lock().unwrap().push(event);
     }
 
     /// A renew or revoke of lease `id` of `name`, with no body, on replica `at` (index,
@@ -1040,7 +1057,7 @@ fn start_workers(
 ) {
     let recorder = Recorder::new(started);
     let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let workers = (0..6)
+    let mut workers: Vec<_> = (0..6)
         .map(|w| {
             tokio::spawn(worker(
                 seed + w,
@@ -1050,6 +1067,14 @@ fn start_workers(
             ))
         })
         .collect();
+    workers.extend((6..8).map(|w| {
+        tokio::spawn(streamed::stream_worker(
+            seed + w,
+            bases.clone(),
+            recorder.clone(),
+            stop.clone(),
+        ))
+    }));
     (recorder, stop, workers)
 }
 
@@ -1481,6 +1506,18 @@ async fn random_faults(seed: u64, length: Duration) {
     let sessions = recorder.sessions.load(std::sync::atomic::Ordering::Relaxed);
     eprintln!("fault suite: {sessions} rounds of a worker holding a name through a session");
     assert!(sessions > 5, "too few session rounds to judge sessions");
+    let streams = recorder.streams.load(std::sync::atomic::Ordering::Relaxed);
+    let jeopardies = recorder
+        .jeopardies
+        .load(std::sync::atomic::Ordering::Relaxed);
+    let heartbeats = history
+        .iter()
+        .filter(|e| e.kind == Kind::Renew && e.status == 200 && e.invoked == e.answered)
+        .count();
+    eprintln!(
+        "fault suite: {streams} holds through a held stream, {heartbeats} heartbeats, {jeopardies} jeopardy warnings"
+    );
+    assert!(streams > 5, "too few held streams to judge them");
     assert!(groups > 5, "too few leases on several names to judge them");
     assert!(shared > 5, "too few shared grants to judge shared locks");
     assert!(permits > 5, "too few permits to judge the semaphore");
@@ -1978,6 +2015,12 @@ async fn rolling_deploy(seed: u64, _length: Duration) {
         &cluster.logs(),
     );
     assert!(grants > 50, "too few grants to judge anything");
+    let streams = recorder.streams.load(std::sync::atomic::Ordering::Relaxed);
+    eprintln!("fault suite: {streams} holds through a held stream, across the roll");
+    assert!(
+        streams > 5,
+        "too few held streams to judge them across the roll"
+    );
     assert_no_violations("rolling_deploy", seed, &violations, &cluster.logs());
 }
 
@@ -2056,13 +2099,7 @@ async fn restart_empty_under_a_live_lease(unsafe_switch: bool) -> Vec<String> {
                 .await;
         }
     }
-    let recorder = Recorder {
-        started,
-        events: Mutex::new(Vec::new()),
-        stale: Mutex::new(Vec::new()),
-        retried: Default::default(),
-        sessions: Default::default(),
-    };
+    let recorder = Recorder::new(started);
     let http = common::http();
     let bases: Vec<String> = (0..2)
         .map(|r| cluster.replicas[r].as_ref().unwrap().base.clone())

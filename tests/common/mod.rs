@@ -1077,7 +1077,7 @@ impl EventStream {
     }
 
     /// Read `response` as an event stream.
-    fn read(response: reqwest::Response) -> Self {
+    pub fn read(response: reqwest::Response) -> Self {
         Self {
             status: response.status().as_u16(),
             encoding: content_encoding(response.headers()),
