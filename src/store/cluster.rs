@@ -177,10 +177,13 @@ pub(crate) struct Cluster {
     reported: std::sync::atomic::AtomicU64,
 }
 
-/// Classify a client error by its kind, never by its message.
+/// Classify a client error by its kind, never by its message (a script's refusal of a
+/// data layout it does not know is its error code, `LAYOUT`).
 pub(crate) fn classify(e: &redis::RedisError) -> NodeError {
     use redis::{ErrorKind, ServerErrorKind};
-    if e.is_timeout() {
+    if e.code() == Some("LAYOUT") {
+        NodeError::Layout(e.detail().unwrap_or("an unknown data layout").to_owned())
+    } else if e.is_timeout() {
         NodeError::Timeout
     } else if e.is_io_error() || e.is_connection_dropped() || e.is_connection_refusal() {
         NodeError::Connection(e.to_string())

@@ -367,11 +367,19 @@ fn lock_kind(kind: Kind) -> Kind {
 mod tests {
     #[test]
     fn the_scripts_name_the_layout_this_release_knows() {
-        let prelude = include_str!("scripts/prelude.lua");
-        assert!(
-            prelude.contains(&format!("local LAYOUT = '{}'", super::LAYOUT)),
-            "prelude.lua and layout.rs disagree on the layout"
-        );
+        // The batched steps (through the prelude) and the upkeep scripts that read or
+        // write what a master keeps outside a batch.
+        for (file, script) in [
+            ("prelude.lua", include_str!("scripts/prelude.lua")),
+            ("restore.lua", include_str!("scripts/restore.lua")),
+            ("unmark.lua", include_str!("scripts/unmark.lua")),
+            ("list.lua", include_str!("scripts/list.lua")),
+        ] {
+            assert!(
+                script.contains(&format!("local LAYOUT = '{}'", super::LAYOUT)),
+                "{file} and layout.rs disagree on the layout"
+            );
+        }
     }
 
     use super::*;

@@ -71,6 +71,15 @@ async fn a_master_keeping_a_layout_this_release_does_not_know_is_refused_not_mis
             "{address} not refused for its layout: {body}"
         );
     }
+    // Listing reads what the masters keep outside a batch (list.lua): refused the same way.
+    let (status, listed) = app.get("/locks").await;
+    assert_eq!(status, 503, "{listed}");
+    assert!(
+        listed["masters"]
+            .as_array()
+            .is_some_and(|failed| failed.iter().any(|f| f["error"] == "layout")),
+        "{listed}"
+    );
     assert_eq!(app.renew("inv:held", &held, json!({})).await.0, 503);
     assert_eq!(app.revoke("inv:held", &held).await.0, 503);
     // The master still holds what the grant put there: refused, not rewritten.
@@ -115,4 +124,60 @@ async fn a_master_keeping_a_layout_this_release_does_not_know_is_refused_not_mis
         async || (app.get("/readyz").await.0 == 200).then_some(()),
     )
     .await;
+}
+
+#[tokio::test]
+async fn a_master_in_a_layout_this_release_does_not_know_is_never_restored_by_it() {
+    let ms = masters(3);
+    let mut cfg = config(&ms.iter().collect::<Vec<_>>());
+    // A quarantine of the largest TTL alone, two seconds.
+    cfg.max_ttl_ms = 2000;
+    cfg.default_ttl_ms = 1000;
+    cfg.max_lock_delay_ms = 0;
+    let app = TestApp::spawn(cfg).await;
+    app.must_grant("res:before", json!({})).await;
+    // The third master without its marker, in a layout a later release wrote: this
+    // release would restore a master it finds unmarked once its quarantine is over, by
+    // writing its counter and its marker; here it must write nothing.
+    let _: redis::Value = ms[2].cmd(&["FLUSHALL"]).await.expect("flush");
+    let _: redis::Value = ms[2]
+        .cmd(&["SET", "redlockd:marker:layout", "2"])
+        .await
+        .expect("mark the layout");
+    let shown = wait_for(
+        "readyz to name the layout",
+        Duration::from_secs(5),
+        async || {
+            let (_, ready) = app.get("/readyz").await;
+            let shown = common::master_in(&ready, &ms[2]).clone();
+            shown["problem"]
+                .as_str()
+                .is_some_and(|p| p.contains("data layout 2"))
+                .then_some(shown)
+        },
+    )
+    .await;
+    assert_eq!(shown["voting"], false, "{shown}");
+    // Well past the quarantine (two seconds, probed every second): no marker, counter or
+    // lock written. (The replicas' clock records, `redlockd:clocks`, are no lock data: each
+    // replica writes its own and prunes what is a minute old, whatever the layout.)
+    let past = tokio::time::Instant::now() + Duration::from_secs(4);
+    while tokio::time::Instant::now() < past {
+        let mut keys: Vec<String> = ms[2].cmd(&["KEYS", "*"]).await.expect("keys");
+        keys.retain(|k| k != "redlockd:clocks");
+        assert_eq!(
+            keys,
+            vec!["redlockd:marker:layout".to_owned()],
+            "this release wrote into a master in a layout it does not know"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let (_, ready) = app.get("/readyz").await;
+    assert_eq!(
+        common::master_in(&ready, &ms[2])["voting"],
+        false,
+        "{ready}"
+    );
+    // Grants go on with the other two.
+    app.must_grant("res:after", json!({})).await;
 }
