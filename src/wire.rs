@@ -849,7 +849,8 @@ pub(crate) struct ShardReport {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub quarantined_until: Option<String>,
     /// While it does not vote: why (restarted empty, went back to an old snapshot, a
-    /// replica took over its slots, its clock jumped), in words.
+    /// replica took over its slots, its clock jumped, it keeps a data layout this release
+    /// does not know), in words.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub problem: Option<String>,
     /// The shard's clock against this replica's wall clock, as last read, in ms.

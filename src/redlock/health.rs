@@ -300,9 +300,10 @@ impl Monitor {
         for (i, probe) in probes.iter().enumerate() {
             if let Ok(probe) = probe {
                 self.note_run_id(i, &probe.run_id);
-                self.state(i).layout = probe.unknown_layout.as_ref().map(|layout| {
-                    format!("this master keeps data layout {layout}, which this release of redlockd does not know (it knows {})", crate::store::layout::LAYOUT)
-                });
+                self.state(i).layout = probe
+                    .unknown_layout
+                    .as_ref()
+                    .map(|layout| crate::store::layout::unknown(layout));
             }
         }
         self.catch_clock_jumps(nodes, &mut probes).await;

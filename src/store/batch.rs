@@ -323,7 +323,7 @@ pub(crate) fn single_answer(answers: Vec<Value>) -> NodeResult<Value> {
 }
 
 /// A step's answer: an error in its place is that step's script failing, or refusing a
-/// master whose data layout this release does not know (`prelude.lua`).
+/// master whose data layout this release does not know (`layout.lua`).
 fn answer_of(answer: Value) -> NodeResult<Value> {
     match answer {
         Value::ServerError(e) if e.code() == "LAYOUT" => Err(NodeError::Layout(
@@ -432,11 +432,12 @@ pub(crate) fn compose(steps: &[(&str, &str)], dispatch: &str) -> String {
     definitions(steps) + dispatch
 }
 
-/// What `compose` puts before the dispatch: `prelude.lua` and the step functions (defined
-/// anew by every call of the script: one closure each, measured as noise beside a step's
-/// work).
+/// What `compose` puts before the dispatch: `layout.lua`, `prelude.lua` and the step
+/// functions (defined anew by every call of the script: one closure each, measured as
+/// noise beside a step's work).
 pub(crate) fn definitions(steps: &[(&str, &str)]) -> String {
     let mut definitions = String::from("local steps = {}\n");
+    definitions.push_str(include_str!("scripts/layout.lua"));
     definitions.push_str(include_str!("scripts/prelude.lua"));
     for (name, body) in steps {
         definitions.push_str(&format!(

@@ -92,6 +92,10 @@ struct ShardHealth {
     slots: usize,
     /// Why it was quarantined, for `/readyz`.
     why: Option<&'static str>,
+    /// The data layout it keeps, as its first slot's `<marker>:layout` said at the last
+    /// probe, when this release does not know it (its steps are refused by their scripts;
+    /// this is what `/readyz` says of it).
+    layout: Option<String>,
 }
 
 /// Why a shard is quarantined, as `/readyz` says it.
@@ -593,11 +597,12 @@ impl Cluster {
                     voting: health.up
                         && health.admits().is_ok()
                         && health.marked
+                        && health.layout.is_none()
                         && refused.is_none(),
                     slots: health.slots,
                     latency: health.latency,
                     quarantined_until: health.quarantine.map(|(_, wall)| wall),
-                    problem: refused.or_else(|| {
+                    problem: health.layout.clone().or(refused).or_else(|| {
                         health.quarantine.and(health.why).map(|why| {
                             let jump = (why == CLOCK_JUMPED)
                                 .then(|| clock.last.map(|j| format!(" ({})", j.describe())))

@@ -11,18 +11,26 @@
 //! listing scans each shard instead.
 //!
 //! Both are layout 1. A master names its layout in `<marker>:layout` (none: 1), which every
-//! step reads with the marker (`scripts/prelude.lua`) and refuses when it is another: a
-//! later release that changes what the masters keep raises it, and this release's steps
-//! then fail rather than misread what that release wrote (docs/operations.md, "Upgrades
-//! and rolling deploys").
+//! step reads with the marker (`scripts/prelude.lua`), as do the upkeep scripts that read
+//! or write what a master keeps, and refuses when it is another (`scripts/layout.lua`): a
+//! later release that changes what the masters keep raises it, and this release's calls
+//! then fail rather than misread or overwrite what that release wrote (docs/operations.md,
+//! "Upgrades and rolling deploys").
 
 use std::borrow::Cow;
 use std::sync::LazyLock;
 
 use crate::model::{Kind, LockKey, SessionHold};
 
-/// The data layout this release reads and writes (what `prelude.lua` names `LAYOUT`).
+/// The data layout this release reads and writes (what `layout.lua` names `LAYOUT`).
 pub(crate) const LAYOUT: &str = "1";
+
+/// What `/readyz` says of a master that keeps `layout`, one this release does not know.
+pub(crate) fn unknown(layout: &str) -> String {
+    format!(
+        "this master keeps data layout {layout}, which this release of redlockd does not know (it knows {LAYOUT})"
+    )
+}
 
 /// How many hash slots a Redis Cluster has.
 pub(crate) const SLOTS: u16 = 16384;
@@ -367,19 +375,11 @@ fn lock_kind(kind: Kind) -> Kind {
 mod tests {
     #[test]
     fn the_scripts_name_the_layout_this_release_knows() {
-        // The batched steps (through the prelude) and the upkeep scripts that read or
-        // write what a master keeps outside a batch.
-        for (file, script) in [
-            ("prelude.lua", include_str!("scripts/prelude.lua")),
-            ("restore.lua", include_str!("scripts/restore.lua")),
-            ("unmark.lua", include_str!("scripts/unmark.lua")),
-            ("list.lua", include_str!("scripts/list.lua")),
-        ] {
-            assert!(
-                script.contains(&format!("local LAYOUT = '{}'", super::LAYOUT)),
-                "{file} and layout.rs disagree on the layout"
-            );
-        }
+        let layout = include_str!("scripts/layout.lua");
+        assert!(
+            layout.contains(&format!("local LAYOUT = '{}'", super::LAYOUT)),
+            "layout.lua and layout.rs disagree on the layout"
+        );
     }
 
     use super::*;

@@ -169,7 +169,7 @@ pub enum NodeError {
     #[error("master's {0}: it is not voting")]
     Clock(String),
     /// The master keeps a data layout this release does not know (a later release wrote
-    /// it): every step refuses to act on it rather than misread it (`prelude.lua`).
+    /// it): every step refuses to act on it rather than misread it (`layout.lua`).
     #[error("{0}")]
     Layout(String),
     #[error("{0}")]

@@ -50,6 +50,16 @@ macro_rules! script {
         static $name: LazyLock<Script> =
             LazyLock::new(|| Script::new(include_str!(concat!("scripts/", $file))));
     };
+    // A script that reads or writes what a master keeps: after `layout.lua`, which it
+    // asks whether this release knows the master's data layout.
+    ($name:ident, $file:literal, layout) => {
+        static $name: LazyLock<Script> = LazyLock::new(|| {
+            Script::new(concat!(
+                include_str!("scripts/layout.lua"),
+                include_str!(concat!("scripts/", $file))
+            ))
+        });
+    };
 }
 /// The steps that travel in batches, by the name `batch.lua` calls them.
 const STEPS: [(&str, &str); 11] = [
@@ -89,9 +99,9 @@ pub fn batch_script_parts(replace: &[(&str, &str)]) -> (String, String) {
         include_str!("scripts/batch.lua").to_owned(),
     )
 }
-script!(LIST, "list.lua");
-script!(RESTORE, "restore.lua");
-script!(UNMARK, "unmark.lua");
+script!(LIST, "list.lua", layout);
+script!(RESTORE, "restore.lua", layout);
+script!(UNMARK, "unmark.lua", layout);
 script!(WATERMARK, "watermark.lua");
 script!(CLOCKS, "clocks.lua");
 

@@ -834,3 +834,78 @@ async fn a_shard_whose_clock_jumps_is_quarantined_alone_and_lets_no_second_holde
     )
     .await;
 }
+
+#[tokio::test]
+async fn a_shard_in_a_layout_this_release_does_not_know_is_shown_and_refused() {
+    let cs = clusters(3);
+    let (a, _b) = replicas(&cs).await;
+    // A later release's layout on every slot of the first cluster's second shard.
+    let shard = &cs[0].shards[1];
+    let markers: Vec<String> = shard
+        .cmd(&["KEYS", "redlockd:marker*"])
+        .await
+        .expect("the shard's markers");
+    let mark = async |layout: Option<&str>| {
+        let mut conn = shard
+            .client()
+            .get_multiplexed_async_connection()
+            .await
+            .expect("a connection to the shard");
+        let mut pipe = redis::pipe();
+        for marker in &markers {
+            let key = format!("{marker}:layout");
+            match layout {
+                Some(layout) => pipe.cmd("SET").arg(key).arg(layout).ignore(),
+                None => pipe.cmd("DEL").arg(key).ignore(),
+            };
+        }
+        let _: () = pipe.query_async(&mut conn).await.expect("mark the layout");
+    };
+    assert!(!markers.is_empty(), "the shard has its markers");
+    mark(Some("2")).await;
+    let address = format!("127.0.0.1:{}", shard.port);
+    let shown = wait_for(
+        "readyz to name the shard's layout",
+        Duration::from_secs(5),
+        async || {
+            let (_, ready) = a.get("/readyz").await;
+            let shown = ready["masters"][0]["shards"]
+                .as_array()?
+                .iter()
+                .find(|s| s["address"] == address.as_str())?
+                .clone();
+            shown["problem"]
+                .as_str()
+                .is_some_and(|p| p.contains("data layout 2"))
+                .then_some(shown)
+        },
+    )
+    .await;
+    assert_eq!(shown["voting"], false, "{shown}");
+    // A name in that shard: its steps there are refused, the other two clusters grant it.
+    let name = (0..)
+        .map(|i| format!("lay:{i}"))
+        .find(|n| cs[0].shard_of_slot(layout::slot_of(&format!("redlockd:lock:{{{n}}}"))) == 1)
+        .expect("a name in the shard");
+    a.must_grant(&name, json!({})).await;
+    // Counted when its answer comes, which the grant (decided by the other two) may not
+    // have waited for.
+    wait_for(
+        "the shard's refusal to be counted",
+        Duration::from_secs(5),
+        async || {
+            let metrics = a.text("/metrics").await;
+            metrics
+                .lines()
+                .any(|l| {
+                    l.starts_with(r#"redlockd_master_errors_total{kind="layout""#)
+                        && !l.ends_with(" 0")
+                })
+                .then_some(())
+        },
+    )
+    .await;
+    // Rolled back: the shard votes again.
+    mark(None).await;
+    every_shard_votes(&a).await;
+}

@@ -171,11 +171,15 @@ impl Cluster {
                     .cmd("GET")
                     .arg(self.keys.fence_at(rep))
                     .cmd("TIME")
-                    .query_async::<(String, Option<String>, Option<u64>, Value)>(&mut conn),
+                    .cmd("GET")
+                    .arg(format!("{}:layout", self.keys.marker_at(rep)))
+                    .query_async::<(String, Option<String>, Option<u64>, Value, Option<String>)>(
+                        &mut conn,
+                    ),
             )
             .await;
             match read {
-                Ok(Ok((info, marker, fence, time))) => {
+                Ok(Ok((info, marker, fence, time, layout))) => {
                     if let Some(master_us) = clock::parse_time(&time) {
                         // Refusals are the shard's own to act on, below: not an error here.
                         let _ = shard.clock.observe(Reading {
@@ -188,6 +192,9 @@ impl Cluster {
                     let mut health = shard.health();
                     health.up = true;
                     health.latency = Some(started.elapsed());
+                    health.layout = layout
+                        .filter(|layout| layout != crate::store::layout::LAYOUT)
+                        .map(|layout| crate::store::layout::unknown(&layout));
                     Ok((info, marker, fence))
                 }
                 Ok(Err(e)) => Err(self.failed(shard, &e)),

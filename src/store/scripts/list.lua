@@ -18,14 +18,10 @@
 if #KEYS ~= 2 or #ARGV ~= 5 then
   return redis.error_reply('list expects 2 keys and 5 arguments')
 end
--- A master in a data layout this release does not know (a later release's; see
--- prelude.lua) is refused, never written or misread.
-local LAYOUT = '1'
-local layout = redis.call('GET', KEYS[2] .. ':layout')
-if layout and layout ~= LAYOUT then
-  return redis.error_reply('LAYOUT this master keeps data layout ' .. layout
-    .. ', which this release of redlockd does not know (it knows ' .. LAYOUT .. ')')
-end
+-- A master in a data layout this release does not know is refused, never written or
+-- misread (layout.lua, put before this file).
+local refused = layout_refused(redis.call('GET', KEYS[2] .. ':layout'))
+if refused then return redis.error_reply(refused) end
 if redis.call('EXISTS', KEYS[2]) == 0 then return {-1} end
 local after, prefix = ARGV[2], ARGV[3]
 local limit, budget = tonumber(ARGV[4]), tonumber(ARGV[5])

@@ -1,5 +1,5 @@
 -- prelude: what the steps of a batch share, defined once before them (store/batch.rs puts
--- this file first, the steps after it, then batch.lua).
+-- layout.lua and this file first, the steps after them, then batch.lua).
 --
 -- marked(key): whether this master still has its marker (gone = it lost its data, and it
 -- must not vote: store/health). Every step asks it first. The first step of a batch that
@@ -9,22 +9,16 @@
 -- batch ends. An EXISTS per step was about 3.5 % of a batched grant + release inside
 -- Redis (docs/performance.md).
 --
--- The same read asks which data layout the master keeps (`<marker>:layout`, in the
--- marker's hash slot; none = layout 1, what every release so far writes). A release that
--- reads and writes the keys differently will set another there; a step of this release
--- then fails with a LAYOUT error rather than misread what that release wrote (the replica
--- counts the master as failing the step: store/node.rs, NodeError::Layout).
-local LAYOUT = '1'
+-- The same read asks which data layout the master keeps (`<marker>:layout`, layout.lua):
+-- a step of this release on a master in a layout it does not know fails with a LAYOUT
+-- error.
 local markers = {}
 local function marked(key)
   local known = markers[key]
   if known == nil then
     local found = redis.call('MGET', key, key .. ':layout')
-    local layout = found[2]
-    if layout and layout ~= LAYOUT then
-      error(redis.error_reply('LAYOUT this master keeps data layout ' .. tostring(layout)
-        .. ', which this release of redlockd does not know (it knows ' .. LAYOUT .. ')'))
-    end
+    local refused = layout_refused(found[2])
+    if refused then error(redis.error_reply(refused)) end
     known = found[1] ~= false
     markers[key] = known
   end

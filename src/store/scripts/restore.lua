@@ -12,14 +12,10 @@
 if #KEYS ~= 2 or #ARGV ~= 2 then
   return redis.error_reply('restore expects 2 keys and 2 arguments')
 end
--- A master in a data layout this release does not know (a later release's; see
--- prelude.lua) is refused, never written or misread.
-local LAYOUT = '1'
-local layout = redis.call('GET', KEYS[2] .. ':layout')
-if layout and layout ~= LAYOUT then
-  return redis.error_reply('LAYOUT this master keeps data layout ' .. layout
-    .. ', which this release of redlockd does not know (it knows ' .. LAYOUT .. ')')
-end
+-- A master in a data layout this release does not know is refused, never written or
+-- misread (layout.lua, put before this file).
+local refused = layout_refused(redis.call('GET', KEYS[2] .. ':layout'))
+if refused then return redis.error_reply(refused) end
 local fence = tonumber(redis.call('GET', KEYS[1]) or '0')
 if fence < tonumber(ARGV[1]) then
   redis.call('SET', KEYS[1], ARGV[1])

@@ -14,14 +14,10 @@
 if #KEYS ~= 1 or #ARGV ~= 1 then
   return redis.error_reply('unmark expects 1 key and 1 argument')
 end
--- A master in a data layout this release does not know (a later release's; see
--- prelude.lua) is refused, never written or misread.
-local LAYOUT = '1'
-local layout = redis.call('GET', KEYS[1] .. ':layout')
-if layout and layout ~= LAYOUT then
-  return redis.error_reply('LAYOUT this master keeps data layout ' .. layout
-    .. ', which this release of redlockd does not know (it knows ' .. LAYOUT .. ')')
-end
+-- A master in a data layout this release does not know is refused, never written or
+-- misread (layout.lua, put before this file).
+local refused = layout_refused(redis.call('GET', KEYS[1] .. ':layout'))
+if refused then return redis.error_reply(refused) end
 if redis.call('GET', KEYS[1]) == ARGV[1] then
   redis.call('DEL', KEYS[1])
   return 1
