@@ -74,6 +74,53 @@ func TestRenewCarriesOnThroughAReplicasDeath(t *testing.T) {
 	_ = lease.Release(context.Background())
 }
 
+// A renew that hangs (the replica paused) ends at the jeopardy point, not at the end of
+// the validity: the warning comes first, with time left.
+func TestJeopardyIsToldBeforeTheLossWhenTheReplicaStopsAnswering(t *testing.T) {
+	c := startCluster(t, 1)
+	var mu sync.Mutex
+	var told []string
+	var left time.Duration
+	cl, err := redlockd.New(redlockd.Options{
+		Servers: c.urls(),
+		OnJeopardy: func(_ redlockd.Held, l time.Duration) {
+			mu.Lock()
+			defer mu.Unlock()
+			told = append(told, "jeopardy")
+			left = l
+		},
+		OnSafe: func(redlockd.Held) {
+			mu.Lock()
+			defer mu.Unlock()
+			told = append(told, "safe")
+		},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	lease, err := cl.Lock(context.Background(), "hangs", redlockd.LockOptions{TTL: 3 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.replicas[0].pause()
+	select {
+	case <-lease.Done():
+	case <-time.After(6 * time.Second):
+	}
+	c.replicas[0].resume()
+	if lease.LostReason() != "expired" {
+		t.Fatalf("lost reason %q, want expired", lease.LostReason())
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(told) == 0 || told[0] != "jeopardy" {
+		t.Fatalf("told %v, want jeopardy first", told)
+	}
+	if left < 500*time.Millisecond {
+		t.Fatalf("told with only %v left", left)
+	}
+}
+
 func TestJeopardyIsToldBeforeTheLossAndSafeWhenARenewGetsThrough(t *testing.T) {
 	c := startCluster(t, 1)
 	var mu sync.Mutex

@@ -142,16 +142,10 @@ func (l *Lease) renew(ctx context.Context, value *string) error {
 	}
 	sent := time.Now()
 	l.mu.Lock()
-	timeout := l.client.timeout
-	if left := l.validUntil.Sub(sent); left < timeout {
-		timeout = left
-	}
+	timeout := l.renewTimeout(l.ttl, l.validUntil, sent, l.client.timeout)
 	l.mu.Unlock()
-	if timeout < time.Millisecond {
-		timeout = time.Millisecond
-	}
 	var answer leaseBody
-	err := l.client.call(ctx, "PUT", path(l.kind, l.Name, l.LeaseID), body, "", timeout, &answer)
+	err := l.client.renewCall(ctx, path(l.kind, l.Name, l.LeaseID), body, timeout, &answer)
 	if errors.Is(err, ErrLeaseLost) {
 		l.lose("lease_not_found")
 	}

@@ -35,7 +35,10 @@ type Options struct {
 	Servers []string
 	// Token is a bearer token, when the servers require one.
 	Token string
-	// Timeout bounds one request, besides a grant's own Wait. Default 5 s.
+	// Timeout bounds one request, besides a grant's own Wait. Default 5 s. A renew (every
+	// replica it tries, together) is also cut short at the jeopardy point and at the end
+	// of the validity, so that a replica that stops answering cannot hold back OnJeopardy
+	// or the loss.
 	Timeout time.Duration
 	// HTTPClient, if set, is used for every request. (An OpenTelemetry transport, such
 	// as otelhttp's, propagates the caller's trace by itself.)
@@ -601,6 +604,41 @@ func (j *jeopardy) renewed(c *Client, held Held) {
 	if was && c.onSafe != nil {
 		c.onSafe(held)
 	}
+}
+
+// renewTimeout is how long a renew sent at now may wait for its answer, all replicas it
+// tries together: at most most (the client's timeout), and no longer than until the next
+// thing the renew loop must tell: the jeopardy point (a third of ttl before until) while
+// not yet warned, then until itself. A renew that hangs (its replica stopped answering)
+// then fails in time for both.
+func (j *jeopardy) renewTimeout(ttl time.Duration, until, now time.Time, most time.Duration) time.Duration {
+	j.mu.Lock()
+	warned := j.warned
+	j.mu.Unlock()
+	left := until.Sub(now)
+	if due := until.Add(-ttl / 3).Sub(now); !warned && due > 0 {
+		left = due
+	}
+	if left < most {
+		most = left
+	}
+	if most < 50*time.Millisecond {
+		most = 50 * time.Millisecond
+	}
+	return most
+}
+
+// renewCall is one renew's call of route, within timeout for all the replicas it tries;
+// its running out is the replicas' failure to answer in time, not the caller's context.
+func (c *Client) renewCall(ctx context.Context, route string, body any, timeout time.Duration, out any) error {
+	within, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	err := c.call(within, "PUT", route, body, "", timeout, out)
+	if err != nil && ctx.Err() == nil && within.Err() != nil && !errors.Is(err, ErrLeaseLost) {
+		return &Error{Kind: ErrUnavailable, Code: "timeout",
+			Message: fmt.Sprintf("no replica answered the renew within %v: %v", timeout, err)}
+	}
+	return err
 }
 
 // check warns held when less than a third of ttl is left before until, once; otherwise it

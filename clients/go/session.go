@@ -144,16 +144,10 @@ func (s *Session) route() string { return "/sessions/" + url.PathEscape(s.ID) }
 func (s *Session) Renew(ctx context.Context) error {
 	sent := time.Now()
 	s.mu.Lock()
-	timeout := s.client.timeout
-	if left := s.validUntil.Sub(sent); left < timeout {
-		timeout = left
-	}
+	timeout := s.renewTimeout(s.ttl, s.validUntil, sent, s.client.timeout)
 	s.mu.Unlock()
-	if timeout < time.Millisecond {
-		timeout = time.Millisecond
-	}
 	var answer sessionBody
-	err := s.client.call(ctx, "PUT", s.route(), map[string]any{}, "", timeout, &answer)
+	err := s.client.renewCall(ctx, s.route(), map[string]any{}, timeout, &answer)
 	if errors.Is(err, ErrLeaseLost) {
 		s.lose("session_not_found")
 	}

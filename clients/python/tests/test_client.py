@@ -92,6 +92,24 @@ def test_jeopardy_is_told_before_the_loss_and_safe_when_a_renew_gets_through(clu
     lease.release()
 
 
+def test_jeopardy_is_told_before_the_loss_when_the_replica_stops_answering(cluster):
+    # A renew that hangs (the replica paused) ends at the jeopardy point, not at the end of
+    # the validity: the warning comes first, with time left.
+    told = []
+    client = Client(cluster.urls,
+                    on_jeopardy=lambda held, left: told.append(("jeopardy", left)),
+                    on_safe=lambda held: told.append(("safe", 0.0)))
+    lease = client.lock("hangs", ttl=3.0)
+    cluster.replicas[0].pause()
+    try:
+        assert lease.wait_lost(timeout=6.0), "the lease is lost once its validity is over"
+    finally:
+        cluster.replicas[0].resume()
+    assert told and told[0][0] == "jeopardy", told
+    assert told[0][1] >= 0.5, f"told with only {told[0][1]:.3f} s left"
+    assert lease.lost_reason == "expired"
+
+
 def test_a_revoked_lease_is_lost_at_the_next_renew(cluster):
     client = Client(cluster.urls)
     lease = client.lock("revoked", ttl=0.6)

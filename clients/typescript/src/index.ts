@@ -455,11 +455,24 @@ export class Client {
   async call(
     method: string,
     route: string,
-    options: { body?: Json; idempotencyKey?: string; timeoutMs?: number; signal?: AbortSignal } = {},
+    options: {
+      body?: Json;
+      idempotencyKey?: string;
+      timeoutMs?: number;
+      signal?: AbortSignal;
+      /** When the whole call gives up (`performance.now()` ms), whichever replica it asks. */
+      deadline?: number;
+    } = {},
   ): Promise<Json> {
     let last: RedlockdError | undefined;
     for (let round = 0; round < ROUNDS; round++) {
       for (const url of this.order()) {
+        let eachMs = options.timeoutMs ?? this.timeoutMs;
+        if (options.deadline !== undefined) {
+          const leftMs = options.deadline - performance.now();
+          if (leftMs <= 0 && last) throw last;
+          eachMs = Math.min(eachMs, Math.max(leftMs, 10));
+        }
         let resp: Response;
         try {
           resp = await fetch(url + route, {
@@ -467,7 +480,7 @@ export class Client {
             headers: this.headers(options.idempotencyKey, options.body !== undefined),
             body: options.body === undefined ? undefined : JSON.stringify(options.body),
             signal: AbortSignal.any([
-              AbortSignal.timeout(Math.max(1, Math.ceil(options.timeoutMs ?? this.timeoutMs))),
+              AbortSignal.timeout(Math.max(1, Math.ceil(eachMs))),
               ...(options.signal ? [options.signal] : []),
             ]),
           });
@@ -508,6 +521,20 @@ export class Client {
   private answered(url: string): void {
     this.preferred = this.servers.indexOf(url);
   }
+}
+
+/** How long a renew sent at `now` may wait for its answer: at most `mostMs` (the client's
+ * timeout), and no longer than until the next thing the renewer must tell: the jeopardy
+ * point while not yet warned, then the end of the validity. A renew that hangs (its
+ * replica stopped answering) then fails in time for both. */
+function renewTimeoutMs(
+  held: { ttlMs: number; validUntil: number; inJeopardy: boolean },
+  now: number,
+  mostMs: number,
+): number {
+  const due = held.validUntil - held.ttlMs / 3 - now;
+  const untilMs = !held.inJeopardy && due > 0 ? due : held.validUntil - now;
+  return Math.max(50, Math.min(mostMs, untilMs));
 }
 
 /** What a lease and a session share: renewing in the background at a third of the TTL,
@@ -655,10 +682,12 @@ export class Lease implements AsyncDisposable {
     if (options.ttlMs !== undefined) body.ttl_ms = options.ttlMs;
     if (options.value !== undefined) body.value = options.value;
     const sent = performance.now();
+    const timeoutMs = renewTimeoutMs(this, sent, this.client.timeoutMs);
     try {
       const answer = await this.client.call("PUT", path(this.kind, this.name, this.leaseId), {
         body,
-        timeoutMs: Math.min(this.client.timeoutMs, this.validUntil - sent),
+        timeoutMs,
+        deadline: sent + timeoutMs,
       });
       this.validUntil = Math.max(this.validUntil, sent + Number(answer.validity_ms));
       this.ttlMs = Number(answer.ttl_ms);
@@ -791,11 +820,13 @@ export class Session implements AsyncDisposable {
   /** Renew the session, and every hold through it, now (it does this on its own). */
   async renew(): Promise<void> {
     const sent = performance.now();
+    const timeoutMs = renewTimeoutMs(this, sent, this.client.timeoutMs);
     let answer: Json;
     try {
       answer = await this.client.call("PUT", `/sessions/${encodeURIComponent(this.sessionId)}`, {
         body: {},
-        timeoutMs: Math.min(this.client.timeoutMs, this.validUntil - sent),
+        timeoutMs,
+        deadline: sent + timeoutMs,
       });
     } catch (e) {
       if (e instanceof LeaseLost) this.lose("session_not_found");

@@ -87,6 +87,28 @@ test("jeopardy is told before the loss, and safe when a renew gets through", () 
     await lease.release();
   }));
 
+test("jeopardy is told before the loss when the replica stops answering", () =>
+  withCluster({}, async (cluster) => {
+    // A renew that hangs (the replica paused) ends at the jeopardy point, not at the end
+    // of the validity: the warning comes first, with time left.
+    const told: [string, number?][] = [];
+    const client = new Client({
+      servers: cluster.urls,
+      onJeopardy: (_held, leftMs) => told.push(["jeopardy", leftMs]),
+      onSafe: () => told.push(["safe"]),
+    });
+    const lease = await client.lock("hangs", { ttlMs: 3000 });
+    cluster.replicas[0].pause();
+    try {
+      await waitFor("the lease to be lost", () => lease.signal.aborted, 6000);
+    } finally {
+      cluster.replicas[0].resume();
+    }
+    assert.equal(told[0]?.[0], "jeopardy", JSON.stringify(told));
+    assert.ok((told[0][1] ?? 0) >= 500, `told with only ${told[0][1]} ms left`);
+    assert.equal(lease.lostReason, "expired");
+  }));
+
 test("the lock is released when the scope throws", () =>
   withCluster({}, async (cluster) => {
     const client = new Client({ servers: cluster.urls });

@@ -83,10 +83,11 @@ class AsyncLease(_core.LeaseState, _RenewsItself):
         if value is not None:
             body["value"] = value
         sent = time.monotonic()
-        timeout = max(0.05, min(self._client.timeout, self.valid_until - sent))
+        timeout = self.renew_timeout(sent, self._client.timeout)
         try:
             answer = await self._client._call(
-                "PUT", _core.path(self.kind, self.name, self.lease_id), body=body, timeout=timeout)
+                "PUT", _core.path(self.kind, self.name, self.lease_id), body=body,
+                timeout=timeout, deadline=sent + timeout)
         except LeaseLost:
             await self._lose("lease_not_found")
             raise
@@ -216,10 +217,10 @@ class AsyncSession(_core.SessionState, _RenewsItself):
     async def renew(self) -> None:
         """Renew the session, and every hold through it, now."""
         sent = time.monotonic()
-        timeout = max(0.05, min(self._client.timeout, self.valid_until - sent))
+        timeout = self.renew_timeout(sent, self._client.timeout)
         try:
             answer = await self._client._call("PUT", f"/sessions/{self.session_id}", body={},
-                                              timeout=timeout)
+                                              timeout=timeout, deadline=sent + timeout)
         except LeaseLost:
             await self._lose("session_not_found")
             raise
@@ -441,16 +442,23 @@ class AsyncClient:
 
     async def _call(self, method: str, path: str, *, body: Optional[Dict[str, Any]] = None,
                     idempotency_key: Optional[str] = None, timeout: Optional[float] = None,
-                    expect_body: bool = True) -> Dict[str, Any]:
+                    expect_body: bool = True,
+                    deadline: Optional[float] = None) -> Dict[str, Any]:
         last: Optional[RedlockdError] = None
         for _ in range(_core.ROUNDS):
             for url in self.servers.order():
+                each = timeout if timeout is not None else self.timeout
+                if deadline is not None:
+                    left = deadline - time.monotonic()
+                    if left <= 0 and last is not None:
+                        raise last
+                    each = min(each, max(left, 0.01))
                 try:
                     try:
                         resp = await self._http.request(
                             method, url + path, json=body,
                             headers=_core.headers(self.token, idempotency_key, self.traceparent()),
-                            timeout=timeout if timeout is not None else self.timeout)
+                            timeout=each)
                     except httpx.TransportError as e:
                         raise _core.network_error(url, e) from e
                     result = _core.answer(resp.status_code, resp.content, resp.headers, expect_body)

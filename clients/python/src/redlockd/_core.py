@@ -211,6 +211,15 @@ class Renewable:
     def retry_every(self) -> float:
         return jittered(max(self.ttl * RETRY_SHARE, 0.01))
 
+    def renew_timeout(self, now: float, most: float) -> float:
+        """How long a renew sent at `now` may wait for its answer: at most `most` (the
+        client's timeout), and no longer than until the next thing the renew loop must
+        tell: the jeopardy point while not yet warned, then the end of the validity. A
+        renew that hangs (its replica stopped answering) then fails in time for both."""
+        due = self.jeopardy_in(now)
+        until = due if due else self.valid_until - now
+        return max(0.05, min(most, until))
+
 
 class LeaseState(Renewable):
     """The part of a lease both flavours share: its fields, its validity, and the one-way

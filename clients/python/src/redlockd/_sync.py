@@ -84,10 +84,10 @@ class Lease(_core.LeaseState, _RenewsItself):
         if value is not None:
             body["value"] = value
         sent = time.monotonic()
-        timeout = max(0.05, min(self._client.timeout, self.valid_until - sent))
+        timeout = self.renew_timeout(sent, self._client.timeout)
         try:
             answer = self._client._call("PUT", _core.path(self.kind, self.name, self.lease_id),
-                                        body=body, timeout=timeout)
+                                        body=body, timeout=timeout, deadline=sent + timeout)
         except LeaseLost:
             self._lose("lease_not_found")
             raise
@@ -195,10 +195,10 @@ class Session(_core.SessionState, _RenewsItself):
         """Renew the session, and every hold through it, now (the background thread does
         this on its own). Raises `LeaseLost` when the session is gone."""
         sent = time.monotonic()
-        timeout = max(0.05, min(self._client.timeout, self.valid_until - sent))
+        timeout = self.renew_timeout(sent, self._client.timeout)
         try:
             answer = self._client._call("PUT", f"/sessions/{self.session_id}", body={},
-                                        timeout=timeout)
+                                        timeout=timeout, deadline=sent + timeout)
         except LeaseLost:
             self._lose("session_not_found")
             raise
@@ -427,19 +427,26 @@ class Client:
 
     def _call(self, method: str, path: str, *, body: Optional[Dict[str, Any]] = None,
               idempotency_key: Optional[str] = None, timeout: Optional[float] = None,
-              expect_body: bool = True) -> Dict[str, Any]:
+              expect_body: bool = True,
+              deadline: Optional[float] = None) -> Dict[str, Any]:
         """One request, tried on each replica in turn while none answers or a replica cannot
         reach a majority (503). Only requests that are safe to repeat come here: renews and
         releases name their lease, and grants carry an Idempotency-Key."""
         last: Optional[RedlockdError] = None
         for _ in range(_core.ROUNDS):
             for url in self.servers.order():
+                each = timeout if timeout is not None else self.timeout
+                if deadline is not None:
+                    left = deadline - time.monotonic()
+                    if left <= 0 and last is not None:
+                        raise last
+                    each = min(each, max(left, 0.01))
                 try:
                     try:
                         resp = self._http.request(
                             method, url + path, json=body,
                             headers=_core.headers(self.token, idempotency_key, self.traceparent()),
-                            timeout=timeout if timeout is not None else self.timeout)
+                            timeout=each)
                     except httpx.TransportError as e:
                         raise _core.network_error(url, e) from e
                     result = _core.answer(resp.status_code, resp.content, resp.headers, expect_body)
