@@ -102,7 +102,7 @@ pub fn batch_script_parts(replace: &[(&str, &str)]) -> (String, String) {
 script!(LIST, "list.lua", layout);
 script!(RESTORE, "restore.lua", layout);
 script!(UNMARK, "unmark.lua", layout);
-script!(WATERMARK, "watermark.lua");
+script!(WATERMARK, "watermark.lua", layout);
 script!(CLOCKS, "clocks.lua");
 
 /// The upkeep script a step of that name runs (`steps::list`, `restore`, ...).

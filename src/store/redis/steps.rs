@@ -216,7 +216,7 @@ pub(crate) fn unmark(marker_key: &str, identity: &str) -> Step {
 /// watermark.lua: record the highest counter seen on each other master, by identity.
 pub(super) fn watermarks(keys: &Keys, seen: &[(String, u64)]) -> Step {
     let mut step = Step::new("watermark");
-    step.key(keys.watermarks());
+    step.key(keys.watermarks()).key(keys.master_marker());
     for (identity, fence) in seen {
         step.arg(identity).arg(*fence);
     }

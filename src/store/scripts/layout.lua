@@ -1,6 +1,7 @@
 -- layout: which data layout this release reads and writes, defined once for every script
 -- that reads or writes what a master keeps (store/batch.rs puts it before prelude.lua in
--- the batch script; store/redis.rs puts it before restore.lua, unmark.lua and list.lua).
+-- the batch script; store/redis.rs puts it before restore.lua, unmark.lua, list.lua and
+-- watermark.lua).
 --
 -- A master names its layout in `<marker>:layout` (in the marker's hash slot; none = layout
 -- 1, what every release so far writes). A release that reads and writes the keys
