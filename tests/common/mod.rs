@@ -567,6 +567,14 @@ impl SendJson for reqwest::RequestBuilder {
     }
 }
 
+/// `shown` (a master or a shard as `/readyz` lists it) when its `problem` says `words`.
+pub fn problem_says(shown: Value, words: &str) -> Option<Value> {
+    shown["problem"]
+        .as_str()
+        .is_some_and(|p| p.contains(words))
+        .then_some(shown)
+}
+
 /// Master `m` as `/readyz` (`ready`) lists it.
 pub fn master_in<'a>(ready: &'a Value, m: &RedisMaster) -> &'a Value {
     let address = format!("redis://127.0.0.1:{}", m.port);

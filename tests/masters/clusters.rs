@@ -874,10 +874,7 @@ async fn a_shard_in_a_layout_this_release_does_not_know_is_shown_and_refused() {
                 .iter()
                 .find(|s| s["address"] == address.as_str())?
                 .clone();
-            shown["problem"]
-                .as_str()
-                .is_some_and(|p| p.contains("data layout 2"))
-                .then_some(shown)
+            common::problem_says(shown, "data layout 2")
         },
     )
     .await;

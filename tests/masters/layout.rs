@@ -149,11 +149,7 @@ async fn a_master_in_a_layout_this_release_does_not_know_is_never_restored_by_it
         Duration::from_secs(5),
         async || {
             let (_, ready) = app.get("/readyz").await;
-            let shown = common::master_in(&ready, &ms[2]).clone();
-            shown["problem"]
-                .as_str()
-                .is_some_and(|p| p.contains("data layout 2"))
-                .then_some(shown)
+            common::problem_says(common::master_in(&ready, &ms[2]).clone(), "data layout 2")
         },
     )
     .await;

@@ -447,18 +447,16 @@ class AsyncClient:
         last: Optional[RedlockdError] = None
         for _ in range(_core.ROUNDS):
             for url in self.servers.order():
-                each = timeout if timeout is not None else self.timeout
-                if deadline is not None:
-                    left = deadline - time.monotonic()
-                    if left <= 0 and last is not None:
-                        raise last
-                    each = min(each, max(left, 0.01))
+                each = _core.attempt_timeout(
+                    timeout if timeout is not None else self.timeout, deadline)
+                if each is None and last is not None:
+                    raise last
                 try:
                     try:
                         resp = await self._http.request(
                             method, url + path, json=body,
                             headers=_core.headers(self.token, idempotency_key, self.traceparent()),
-                            timeout=each)
+                            timeout=each if each is not None else 0.01)
                     except httpx.TransportError as e:
                         raise _core.network_error(url, e) from e
                     result = _core.answer(resp.status_code, resp.content, resp.headers, expect_body)

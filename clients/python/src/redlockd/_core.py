@@ -188,6 +188,17 @@ class Grant:
         )
 
 
+def attempt_timeout(each: float, deadline: Optional[float]) -> Optional[float]:
+    """How long one attempt of a call may wait: `each`, cut to what is left before the
+    whole call's `deadline` (a `time.monotonic()` time), or None once that has passed."""
+    if deadline is None:
+        return each
+    left = deadline - time.monotonic()
+    if left <= 0:
+        return None
+    return min(each, max(left, 0.01))
+
+
 class Renewable:
     """What leases and sessions share: a TTL renewed at a third of it, a failed renew tried
     again every tenth of it while still valid, and the warning when renews have not got
