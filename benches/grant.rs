@@ -346,6 +346,7 @@ async fn inside_redis(master: &RedisMaster, cycles: usize, rounds: usize) {
                 format!("{P}events"),
                 name.into(),
                 String::new(),
+                String::new(),
             ],
         )
     };
@@ -875,6 +876,7 @@ impl Limit {
                 lease,
                 ttl_ms: None,
                 owner: None,
+                stream: None,
             })
         }))
         .await;

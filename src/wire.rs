@@ -116,6 +116,11 @@ pub(crate) mod schema {
             .build()
     }
 
+    /// A held stream's grace in ms (REDLOCKD_MAX_TTL_MS moves the upper bound).
+    pub(crate) fn grace_ms() -> Object {
+        integer(0, DEFAULT_MAX_TTL_MS)
+    }
+
     /// A lock-delay in ms.
     pub(crate) fn lock_delay_ms() -> Object {
         integer(0, crate::model::MAX_LOCK_DELAY_MS)
@@ -448,6 +453,26 @@ pub(crate) struct LostEvent {
     /// lease id or session id) through another replica before then.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub validity_ms: Option<u64>,
+    /// `true` with `closed` of a held lease or campaign: resume it through another replica
+    /// (`POST .../leases/{lease_id}/hold`) within `validity_ms`, and the stream goes on
+    /// there with the same lease and fencing token.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resume: Option<bool>,
+}
+
+/// Fields of a resume (holding a lease granted before through a new stream); each may also
+/// be given as a query parameter of the same name.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+#[schema(example = json!({"grace_ms": 5000}))]
+pub(crate) struct ResumeRequest {
+    /// How long the lease outlives this stream's connection when it closes without a
+    /// revoke, so that its holder may resume it again (through any replica), in ms: at most
+    /// the largest TTL; 0 (the default) revokes it as the connection closes. It is renewed
+    /// no further meanwhile, so the grace never outlasts the validity last answered.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<u64>, minimum = 0, maximum = 3600000)]
+    pub grace_ms: Option<Whole>,
 }
 
 /// Fields of a campaign; each may also be given as a query parameter of the same name.

@@ -20,10 +20,10 @@ use super::stream;
 use crate::auth::Caller;
 use crate::lease::Target;
 use crate::lease::{Lease, LeasePolicy, Ttl};
-use crate::model::{GrantKey, IdempotencyKey, LockName, Owner};
+use crate::model::{GrantKey, IdempotencyKey, LeaseId, LockName, Owner};
 use crate::model::{Kind, Mode, PermitLimit, SessionId};
 use crate::wire::{CampaignRequest, GrantRequest, ProclaimRequest, RenewRequest, whole};
-use crate::wire::{ForceReleased, GroupRequest, SemaphoreRequest};
+use crate::wire::{ForceReleased, GroupRequest, ResumeRequest, SemaphoreRequest};
 
 // How each kind's request bodies read: a grant's `ttl_ms`, `wait_ms` and holder text (a
 // lock's owner, a leader's value); a renew's `ttl_ms` and, where the holder may change its
@@ -145,6 +145,7 @@ pub(super) struct KindWords {
     pub(super) inspect: Words,
     pub(super) fence: Words,
     pub(super) force_release: Words,
+    pub(super) resume: Words,
 }
 
 /// Every kind's words, by its routes' tag. Read when the document is built, which every
@@ -357,6 +358,24 @@ fn hold_target(
     Ok(stream::hold(kind, events).into_response())
 }
 
+/// Hold lease `id` of `name`, granted before, through a new stream (a resume): its events
+/// start with `resumed` (or `failed`, when the lease is gone) and go on as a held stream's.
+pub(super) fn resume(
+    state: &AppState,
+    (name, id): (LockName, LeaseId),
+    request: &ResumeRequest,
+    refine: Refine,
+) -> Result<Response, ApiError> {
+    let policy = LeasePolicy::from(state.settings.leases);
+    let grace = policy.grace(whole(request.grace_ms))?;
+    let kind = name.kind();
+    let events = state
+        .service
+        .resume(name, id, grace)
+        .map_err(|e| refine(e.into()))?;
+    Ok(stream::hold(kind, events).into_response())
+}
+
 /// Renew a lease; with new holder text, proclaim it too.
 pub(super) async fn renew<B: for<'a> From<&'a Lease>>(
     state: &AppState,
@@ -406,7 +425,7 @@ pub(super) async fn force_release(
 macro_rules! kind_routes {
     (
         $module:ident in $tag:literal, refined by $refine:path,
-        $route:literal, $hold_route:literal, $lease_route:literal, $fence_route:literal,
+        $route:literal, $hold_route:literal, $lease_route:literal, $resume_route:literal, $fence_route:literal,
         paths ($name_path:ident, $lease_path:ident, $fence_path:ident), holder $holder:literal $(renewed $renewed:literal)? $(counted $limit:literal)? $(delayed $delay:literal)?,
         types ($grant:ty, $renew:ty, $lease:ty, $status:ty, $stream:ty),
         ops $kind:literal ($grant_op:ident, $renew_op:ident, $revoke_op:ident, $inspect_op:ident)
@@ -448,6 +467,7 @@ macro_rules! kind_routes {
                     .add(routes!(grant), (Op::$grant_op, $kind), Token(Hold))
                     .add(routes!(hold), (Op::$grant_op, $kind), Token(Hold))
                     .add(routes!(renew), (Op::$renew_op, $kind), Token(Hold))
+                    .add(routes!(resume), (Op::$renew_op, $kind), Token(Hold))
                     .add(routes!(revoke), (Op::$revoke_op, $kind), Token(Hold))
                     .add(routes!(inspect), (Op::$inspect_op, $kind), Token(Read))
                     .add(routes!(fence), (Op::Fence, $kind), Token(Read))
@@ -544,6 +564,29 @@ macro_rules! kind_routes {
             }
 
             #[utoipa::path(
+                post, path = $resume_route, tag = $tag,
+                operation_id = words().resume.id(), summary = words().resume.summary(),
+                params(
+                    ("name" = inline(LockName), Path), ("lease_id" = inline(LeaseId), Path),
+                    ("grace_ms" = inline(Option<super::super::schema::GraceMs>), Query, description = "as the body field"),
+                ),
+                request_body(content = Option<crate::wire::ResumeRequest>, description = words().resume.body()),
+                responses(
+                    Refusals,
+                    (status = 200, content_type = "text/event-stream", body = $stream, description = words().resume.answer("200")),
+                    (status = 400, description = words().resume.answer("400"), body = ErrorBody),
+                    (status = 503, description = words().resume.answer("503"), body = ErrorBody),
+                )
+            )]
+            pub(crate) async fn resume(
+                State(state): State<AppState>,
+                $lease_path(name, id): $lease_path,
+                Fields(req): Fields<crate::wire::ResumeRequest>,
+            ) -> Result<Response, ApiError> {
+                super::resume(&state, (name, id), &req, REFINE)
+            }
+
+            #[utoipa::path(
                 delete, path = $lease_route, tag = $tag,
                 operation_id = words().revoke.id(), summary = words().revoke.summary(),
                 params(("name" = inline(LockName), Path), ("lease_id" = inline(LeaseId), Path)),
@@ -631,15 +674,15 @@ macro_rules! kind_routes {
     };
 }
 
-kind_routes!(locks in "locks", refined by std::convert::identity, "/locks/{name}", "/locks/{name}/hold", "/locks/{name}/leases/{lease_id}", "/locks/{name}/fences/{fencing_token}",
+kind_routes!(locks in "locks", refined by std::convert::identity, "/locks/{name}", "/locks/{name}/hold", "/locks/{name}/leases/{lease_id}", "/locks/{name}/leases/{lease_id}/hold", "/locks/{name}/fences/{fencing_token}",
     paths (LockPath, LeasePath, FencePath), holder "owner" delayed "lock_delay_ms",
     types (crate::wire::GrantRequest, crate::wire::RenewRequest, crate::wire::LeaseBody, crate::wire::LockStatus, crate::wire::HoldStreamData),
     ops "lock" (Grant, Renew, Revoke, Inspect));
-kind_routes!(elections in "elections", refined by ApiError::in_election, "/elections/{name}", "/elections/{name}/hold", "/elections/{name}/leases/{lease_id}", "/elections/{name}/fences/{fencing_token}",
+kind_routes!(elections in "elections", refined by ApiError::in_election, "/elections/{name}", "/elections/{name}/hold", "/elections/{name}/leases/{lease_id}", "/elections/{name}/leases/{lease_id}/hold", "/elections/{name}/fences/{fencing_token}",
     paths (ElectionPath, ElectionLeasePath, ElectionFencePath), holder "value" renewed "value" delayed "lock_delay_ms",
     types (crate::wire::CampaignRequest, crate::wire::ProclaimRequest, crate::wire::ElectionLease, crate::wire::Leader, crate::wire::CampaignStreamData),
     ops "election" (Campaign, Proclaim, Resign, Leader));
-kind_routes!(semaphores in "semaphores", refined by ApiError::in_semaphore, "/semaphores/{name}", "/semaphores/{name}/hold", "/semaphores/{name}/leases/{lease_id}", "/semaphores/{name}/fences/{fencing_token}",
+kind_routes!(semaphores in "semaphores", refined by ApiError::in_semaphore, "/semaphores/{name}", "/semaphores/{name}/hold", "/semaphores/{name}/leases/{lease_id}", "/semaphores/{name}/leases/{lease_id}/hold", "/semaphores/{name}/fences/{fencing_token}",
     paths (SemaphorePath, PermitPath, SemaphoreFencePath), holder "owner" counted "limit",
     types (crate::wire::SemaphoreRequest, crate::wire::RenewRequest, crate::wire::PermitBody, crate::wire::SemaphoreStatus, crate::wire::PermitStreamData),
     ops "semaphore" (Grant, Renew, Revoke, Inspect));

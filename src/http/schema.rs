@@ -38,6 +38,8 @@ pub(crate) struct PermitLimitParam;
 pub(crate) struct NameList;
 /// `lock_delay_ms` as a query parameter.
 pub(crate) struct LockDelayMs;
+/// `grace_ms` as a query parameter.
+pub(crate) struct GraceMs;
 /// A session id, in a path or as the `session` query parameter.
 pub(crate) struct SessionIdParam;
 
@@ -54,6 +56,7 @@ schema_of! {
     PermitLimitParam => permit_limit,
     NameList => name_list,
     LockDelayMs => lock_delay_ms,
+    GraceMs => grace_ms,
     SessionIdParam => lease_id,
 }
 

@@ -229,6 +229,7 @@ fn held(
                     reason: reason.code().to_owned(),
                     message: reason.message().to_owned(),
                     validity_ms: None,
+                    resume: None,
                 },
             ),
             SessionEvent::Closed { validity } => event(
@@ -237,6 +238,7 @@ fn held(
                     reason: "shutting_down".to_owned(),
                     message: "this replica is shutting down; the session was not ended: rely on it (and its holds) for validity_ms, and renew it through another replica to keep it".to_owned(),
                     validity_ms: Some(crate::model::millis(validity)),
+                    resume: None,
                 },
             ),
             SessionEvent::Failed(e) => event("failed", &ApiError::from(e).body()),

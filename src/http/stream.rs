@@ -1,4 +1,5 @@
-//! Server-sent event streams: a held lease's life (`queued`, `granted` or `elected`,
+//! Server-sent event streams: a held lease's life (`queued`, `granted` or `elected`, or
+//! `resumed`,
 //! `heartbeat`, `jeopardy` and `safe`, then `lost` or `failed`), and an election's changes of leader (`elected`,
 //! `proclaimed`, `vacant`), as the contract names their events.
 //!
@@ -42,7 +43,7 @@ pub(crate) fn wants_stream(headers: &HeaderMap) -> bool {
 }
 
 /// What `closed` tells the holder of a stream whose replica stops.
-pub(super) const CLOSED_MESSAGE: &str = "this replica is shutting down; the hold was not revoked: rely on it for validity_ms, and renew it by its id through another replica to keep it";
+pub(super) const CLOSED_MESSAGE: &str = "this replica is shutting down; the hold was not revoked: rely on it for validity_ms, and resume it (POST its lease's /hold) through another replica to keep it";
 
 /// What `jeopardy` and `safe` tell the holder.
 pub(super) const JEOPARDY_MESSAGE: &str = "renews are not getting through; less than a third of the TTL is left: stop what the lease guards unless `safe` comes before validity_ms is up";
@@ -73,6 +74,7 @@ fn hold_event(kind: Kind, e: HoldEvent) -> Event {
         ),
         HoldEvent::Granted(l) if election => lease("elected", &l),
         HoldEvent::Granted(l) => lease("granted", &l),
+        HoldEvent::Resumed(l) => lease("resumed", &l),
         HoldEvent::Renewed(l) => lease("heartbeat", &l),
         HoldEvent::Jeopardy { validity } => event(
             "jeopardy",
@@ -94,6 +96,7 @@ fn hold_event(kind: Kind, e: HoldEvent) -> Event {
                 reason: reason.code().to_owned(),
                 message: reason.message().to_owned(),
                 validity_ms: None,
+                resume: None,
             },
         ),
         HoldEvent::Closed { validity } => event(
@@ -102,6 +105,7 @@ fn hold_event(kind: Kind, e: HoldEvent) -> Event {
                 reason: "shutting_down".to_owned(),
                 message: CLOSED_MESSAGE.to_owned(),
                 validity_ms: Some(crate::model::millis(validity)),
+                resume: Some(true),
             },
         ),
         HoldEvent::Failed(e) => {
@@ -138,6 +142,7 @@ fn leader_event(name: &str, change: LeaderChange) -> Event {
                     message: "this replica is shutting down; reconnect to another replica"
                         .to_owned(),
                     validity_ms: None,
+                    resume: None,
                 },
             );
         }

@@ -1,7 +1,10 @@
-//! Leases held for as long as a client stays connected: the service grants the lease,
-//! renews it at a third of its TTL, and says what happens on a bounded channel that the
-//! HTTP layer streams as server-sent events. When the client goes (the channel's receiver
-//! is dropped), the lease is revoked at once; when the lease is lost, the client is told
+//! Leases held for as long as a client stays connected: the service grants the lease (or
+//! takes over one already granted: a resume), renews it at a third of its TTL, and says
+//! what happens on a bounded channel that the HTTP layer streams as server-sent events.
+//! When the client goes (the channel's receiver is dropped), the lease is revoked at once,
+//! or after the grace its holder asked for, while no resume has taken it over (each stream
+//! has a name of its own on the masters, and its end revokes only while it keeps the lease:
+//! `Ending::Leave`); when the lease is lost, the client is told
 //! why, and told before that (`jeopardy`) when renews have failed long enough that less
 //! than a third of its TTL is left, and again (`safe`) when one gets through. When this
 //! replica shuts down, the client is told how long it may still rely on the
@@ -19,7 +22,7 @@ use super::events::{LockEvent, Observed};
 use super::{Lease, LeaseError, LeaseService, Target, Ttl, WaitTime};
 use crate::metrics::StreamKind;
 use crate::model::Jeopardy;
-use crate::model::{Mode, Owner};
+use crate::model::{LeaseId, LockName, Mode, Owner};
 
 /// Events a held stream may have waiting for a slow reader. Heartbeats beyond it are
 /// dropped (the next one says the same, newer), so a client that never reads costs a
@@ -39,6 +42,8 @@ pub enum HoldEvent {
     Queued { position: usize },
     /// The lease, granted.
     Granted(Lease),
+    /// The lease, granted before and now kept by this stream (a resume): renewed at once.
+    Resumed(Lease),
     /// The lease, renewed: its validity counts from now again.
     Renewed(Lease),
     /// Renews have not got through, and less than a third of the TTL is left: the holder
@@ -117,7 +122,21 @@ impl LeaseService {
     ) -> Result<mpsc::Receiver<HoldEvent>, LeaseError> {
         let target = target.into();
         self.stream(HOLD_BUFFER, |service, tx| {
-            service.hold_task(target, ttl, wait, owner, tx)
+            service.hold_task(target, ttl, wait, owner, Duration::ZERO, tx)
+        })
+    }
+
+    /// Take over lease `id` of `name`, granted before (through a stream on any replica, or
+    /// not), and hold it as `hold` does: a resume. It is renewed at once, and from then on
+    /// only this stream's end revokes it.
+    pub fn resume(
+        self: &Arc<Self>,
+        name: LockName,
+        id: LeaseId,
+        grace: Duration,
+    ) -> Result<mpsc::Receiver<HoldEvent>, LeaseError> {
+        self.stream(HOLD_BUFFER, |service, tx| {
+            service.resume_task(name, id, grace, tx)
         })
     }
 
@@ -162,6 +181,7 @@ impl LeaseService {
         ttl: Ttl,
         wait: WaitTime,
         owner: Option<Owner>,
+        grace: Duration,
         tx: mpsc::Sender<HoldEvent>,
     ) {
         let _open = self.metrics.stream_opened(StreamKind::Hold);
@@ -180,32 +200,99 @@ impl LeaseService {
                 return;
             }
         };
-        let lost = self.keep(&lease, ttl.get(), &tx).await;
+        // The stream that granted the lease keeps it under the empty name (renew.lua).
+        let carried = Carried {
+            lease,
+            ttl: ttl.get(),
+            stream: Arc::from(""),
+            grace,
+        };
+        self.carry(carried, HoldEvent::Granted, &tx).await;
+    }
+
+    async fn resume_task(
+        self: Arc<Self>,
+        name: LockName,
+        id: LeaseId,
+        grace: Duration,
+        tx: mpsc::Sender<HoldEvent>,
+    ) {
+        let _open = self.metrics.stream_opened(StreamKind::Hold);
+        // A name no other stream has: from this renew on, only this stream's end revokes.
+        let stream: Arc<str> = Arc::from(LeaseId::generate().as_str());
+        let resumed = self
+            .renew_with(name, id, None, None, Some(stream.clone()))
+            .await;
+        let lease = match resumed {
+            Ok(lease) => lease,
+            Err(e) => {
+                deliver(&tx, HoldEvent::Failed(e)).await;
+                return;
+            }
+        };
+        let ttl = lease.ttl;
+        let carried = Carried {
+            lease,
+            ttl,
+            stream,
+            grace,
+        };
+        self.carry(carried, HoldEvent::Resumed, &tx).await;
+    }
+
+    /// Keep a held stream's lease until it is lost, its client leaves (and the grace is
+    /// up) or this replica stops, then end it as its reason says.
+    async fn carry(
+        &self,
+        carried: Carried,
+        first: fn(Lease) -> HoldEvent,
+        tx: &mpsc::Sender<HoldEvent>,
+    ) {
+        let Carried {
+            lease,
+            ttl,
+            stream,
+            grace,
+        } = carried;
+        let (lost, valid_until) = self.keep(&lease, ttl, first, tx).await;
         match lost {
             // Told with `closed` (by `keep`): a validity answered is kept, so the lease is
-            // not revoked; it lapses at its TTL, or its holder renews it elsewhere.
+            // not revoked; it lapses at its TTL, or its holder resumes it elsewhere.
             Some(LostReason::ShuttingDown) => return,
-            Some(reason) => deliver(&tx, HoldEvent::Lost(reason)).await,
+            Some(reason) => deliver(tx, HoldEvent::Lost(reason)).await,
+            // The client left: with a grace, its holder may resume the lease through any
+            // replica until the grace (or the validity) is up; it is renewed no further.
+            None if !grace.is_zero() => {
+                let until = valid_until.min(Instant::now() + grace);
+                tokio::select! {
+                    () = sleep_until(until) => {}
+                    () = self.shutdown.cancelled() => return,
+                }
+            }
             None => {}
         }
         if !matches!(
             lost,
             Some(LostReason::NotFound | LostReason::Released | LostReason::ForceReleased)
         ) {
-            let _ = self.revoke(lease.name.clone(), lease.id.clone()).await;
+            let _ = self
+                .leave(lease.name.clone(), lease.id.clone(), stream)
+                .await;
         }
     }
 
-    /// Renew `lease` until it is lost (the reason) or its client leaves (`None`).
+    /// Renew `lease` until it is lost (the reason) or its client leaves (`None`), with when
+    /// its last validity ends.
     async fn keep(
         &self,
         lease: &Lease,
         ttl: Duration,
+        first: fn(Lease) -> HoldEvent,
         tx: &mpsc::Sender<HoldEvent>,
-    ) -> Option<LostReason> {
+    ) -> (Option<LostReason>, Instant) {
         let mut events = self.events().subscribe(&lease.name.topic());
         let mut listening = true;
-        deliver(tx, HoldEvent::Granted(lease.clone())).await;
+        deliver(tx, first(lease.clone())).await;
         let every = ttl / 3;
         let retry = (every / 4).clamp(MIN_RETRY, MAX_RETRY);
         let mut valid_until = lease.at + lease.validity;
@@ -222,14 +309,14 @@ impl LeaseService {
             tokio::select! {
                 () = sleep_until(next.min(valid_until)) => {
                     if Instant::now() >= valid_until {
-                        return Some(LostReason::QuorumLost);
+                        return (Some(LostReason::QuorumLost), valid_until);
                     }
                     let renew = self.renew(lease.name.clone(), lease.id.clone(), None);
                     let renewed = jeopardy
                         .during(timeout_at(valid_until, renew), valid_until, warn)
                         .await;
                     match renewed {
-                        Err(_) => return Some(LostReason::QuorumLost),
+                        Err(_) => return (Some(LostReason::QuorumLost), valid_until),
                         Ok(Ok(renewed)) => {
                             valid_until = renewed.at + renewed.validity;
                             next = Instant::now() + every;
@@ -240,19 +327,23 @@ impl LeaseService {
                             // Dropped when the reader is behind: the next one is newer.
                             let _ = tx.try_send(HoldEvent::Renewed(renewed));
                         }
-                        Ok(Err(LeaseError::NotFound)) if released.is_some() => return released,
-                        Ok(Err(LeaseError::NotFound)) => return Some(LostReason::NotFound),
+                        Ok(Err(LeaseError::NotFound)) if released.is_some() => {
+                            return (released, valid_until);
+                        }
+                        Ok(Err(LeaseError::NotFound)) => {
+                            return (Some(LostReason::NotFound), valid_until);
+                        }
                         Ok(Err(_)) => next = Instant::now() + retry,
                     }
                 }
                 () = sleep_until(warn_at.unwrap_or(valid_until)), if warn_at.is_some() => {
                     warn(jeopardy.warn(valid_until));
                 }
-                () = tx.closed() => return None,
+                () = tx.closed() => return (None, valid_until),
                 () = self.shutdown.cancelled() => {
                     let validity = valid_until.saturating_duration_since(Instant::now());
                     deliver(tx, HoldEvent::Closed { validity }).await;
-                    return Some(LostReason::ShuttingDown);
+                    return (Some(LostReason::ShuttingDown), valid_until);
                 }
                 seen = events.next(), if listening => match seen {
                     Some(Observed::Event(LockEvent::Released { token })) if token == lease.token => {
@@ -280,6 +371,15 @@ impl LeaseService {
             }
         }
     }
+}
+
+/// A held stream's lease, and what its end depends on: the TTL it is renewed at, the name
+/// the stream keeps it under on the masters, and the grace its holder asked for.
+struct Carried {
+    lease: Lease,
+    ttl: Duration,
+    stream: Arc<str>,
+    grace: Duration,
 }
 
 /// One open stream, counted until dropped.

@@ -114,6 +114,20 @@ impl LeasePolicy {
         }
     }
 
+    /// A held stream's grace: how long its lease outlives the stream's connection, for a
+    /// resume (`grace_ms`, at most the largest TTL; none by default).
+    pub fn grace(&self, grace_ms: Option<u64>) -> Result<Duration, InvalidInput> {
+        let ms = grace_ms.unwrap_or(0);
+        let max = millis(self.max_ttl);
+        if ms <= max {
+            Ok(Duration::from_millis(ms))
+        } else {
+            Err(InvalidInput(format!(
+                "grace_ms must be at most {max} (the largest TTL), got {ms}"
+            )))
+        }
+    }
+
     /// A grant's wait: `wait_ms`, or none.
     pub fn wait(&self, wait_ms: Option<u64>) -> Result<WaitTime, InvalidInput> {
         let ms = wait_ms.unwrap_or(0);
@@ -149,5 +163,11 @@ mod tests {
         assert_eq!(policy.renew_ttl(None).unwrap(), None);
         assert_eq!(policy.wait(None).unwrap(), WaitTime::NONE);
         assert!(policy.wait(Some(60_001)).is_err());
+        assert_eq!(policy.grace(None).unwrap(), Duration::ZERO);
+        assert_eq!(
+            policy.grace(Some(3_600_000)).unwrap(),
+            Duration::from_secs(3600)
+        );
+        assert!(policy.grace(Some(3_600_001)).is_err());
     }
 }

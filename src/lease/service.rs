@@ -373,7 +373,7 @@ impl LeaseService {
         id: LeaseId,
         ttl: Option<Ttl>,
     ) -> Result<Lease, LeaseError> {
-        self.renew_with(name, id, ttl, None).await
+        self.renew_with(name, id, ttl, None, None).await
     }
 
     /// Renew a lease and make `value` its owner text: an elected leader proclaims a new
@@ -385,7 +385,7 @@ impl LeaseService {
         ttl: Option<Ttl>,
         value: Owner,
     ) -> Result<Lease, LeaseError> {
-        let lease = self.renew_with(name, id, ttl, Some(value)).await?;
+        let lease = self.renew_with(name, id, ttl, Some(value), None).await?;
         let token = lease.token;
         self.events
             .publish(&lease.name.topic(), LockEvent::Proclaimed { token });
@@ -394,17 +394,20 @@ impl LeaseService {
         Ok(lease)
     }
 
-    async fn renew_with(
+    /// Renew a lease, with new owner text when given, and with `stream`, handing it to that
+    /// held stream (a resume: `Engine::leave`).
+    pub(super) async fn renew_with(
         &self,
         name: LockName,
         id: LeaseId,
         ttl: Option<Ttl>,
         owner: Option<Owner>,
+        stream: Option<Arc<str>>,
     ) -> Result<Lease, LeaseError> {
         let key = self.hold_key(&name, &id).await?;
         let leased = match self
             .engine
-            .renew_with(&key, &id, ttl.map(Ttl::get), owner)
+            .renew_with(&key, &id, ttl.map(Ttl::get), owner, stream)
             .await
         {
             Ok(leased) => leased,
@@ -424,12 +427,32 @@ impl LeaseService {
     }
 
     pub async fn revoke(&self, name: LockName, id: LeaseId) -> Result<(), LeaseError> {
+        self.end_lease(name, id, None).await
+    }
+
+    /// Revoke a lease as the held stream `stream` ends, only while that stream keeps it
+    /// (`Engine::leave`): `NotFound` when its holder resumed it elsewhere.
+    pub(super) async fn leave(
+        &self,
+        name: LockName,
+        id: LeaseId,
+        stream: Arc<str>,
+    ) -> Result<(), LeaseError> {
+        self.end_lease(name, id, Some(stream)).await
+    }
+
+    async fn end_lease(
+        &self,
+        name: LockName,
+        id: LeaseId,
+        stream: Option<Arc<str>>,
+    ) -> Result<(), LeaseError> {
         let key = self.hold_key(&name, &id).await?;
-        let result = self
-            .engine
-            .release(&key, &id)
-            .await
-            .map_err(LeaseError::from);
+        let ended = match stream {
+            Some(stream) => self.engine.leave(&key, &id, stream).await,
+            None => self.engine.release(&key, &id).await,
+        };
+        let result = ended.map_err(LeaseError::from);
         if result.is_ok() {
             // Redis announces it to every replica; this covers this process at once, and
             // the embedded store, which has no pub/sub.

@@ -706,17 +706,19 @@ impl Redlock {
         lease: &LeaseId,
         ttl: Option<Duration>,
     ) -> Result<Leased, EngineError> {
-        self.renew_with(key, lease, ttl, None).await
+        self.renew_with(key, lease, ttl, None, None).await
     }
 
     /// `renew`, replacing the lease's owner text with `owner` on every master that renews
-    /// it (an elected leader proclaiming a new value).
+    /// it (an elected leader proclaiming a new value), and with `stream`, handing the lease
+    /// to that held stream (a resume: see `Ending::Leave`).
     pub(crate) async fn renew_with(
         &self,
         key: &LockKey,
         lease: &LeaseId,
         ttl: Option<Duration>,
         owner: Option<Owner>,
+        stream: Option<Arc<str>>,
     ) -> Result<Leased, EngineError> {
         let started = Instant::now();
         let ttl_ms = ttl.map(millis);
@@ -732,9 +734,13 @@ impl Redlock {
                 self.config.master_timeout,
                 |_, node| {
                     let (key, lease, owner) = (key.clone(), lease.clone(), owner.clone());
+                    let stream = stream.clone();
                     Box::pin(async move {
-                        let owner = owner.as_ref();
-                        node.renew(Renewal::new(&key, &lease, ttl_ms, owner)).await
+                        let renewal = Renewal {
+                            stream: stream.as_deref(),
+                            ..Renewal::new(&key, &lease, ttl_ms, owner.as_ref())
+                        };
+                        node.renew(renewal).await
                     })
                 },
                 quorum::decide_renew,
@@ -788,6 +794,18 @@ impl Redlock {
     /// too.
     pub async fn release(&self, key: &LockKey, lease: &LeaseId) -> Result<(), EngineError> {
         self.end(key, lease, Ending::Revoke).await
+    }
+
+    /// `release`, for the end of the held stream `stream` (`""`: the one that granted the
+    /// lease): only where that stream still keeps the lease, so that an old connection
+    /// closing after its holder resumed elsewhere releases nothing (`NotFound` then).
+    pub async fn leave(
+        &self,
+        key: &LockKey,
+        lease: &LeaseId,
+        stream: Arc<str>,
+    ) -> Result<(), EngineError> {
+        self.end(key, lease, Ending::Leave { stream }).await
     }
 
     /// Release `lease` everywhere, announced as `ending` says (a revoke or an eviction).

@@ -494,13 +494,16 @@ impl LockNode for MemoryNode {
             return group::renew(self, renewal).await;
         }
         let (key, lease) = (renewal.key, renewal.lease);
-        let (ttl_ms, owner) = (renewal.ttl_ms, renewal.owner);
+        let (ttl_ms, owner, stream) = (renewal.ttl_ms, renewal.owner, renewal.stream);
         self.step(|data, now| {
             data.check_marker()?;
             let rate = data.clock_rate;
             let Some(entry) = data.live(key, now).filter(|e| e.lease == *lease) else {
                 return Ok(Owned::NotOwner);
             };
+            if let Some(stream) = stream {
+                entry.stream = Some(stream.to_owned());
+            }
             if entry.session.is_some() {
                 // Held through a session: it lives as long as the session (see renew.lua).
                 // Its TTL is the session's, as a check reports it; what is left of it (the
@@ -553,6 +556,7 @@ impl LockNode for MemoryNode {
                         e.made.as_deref() == Some(&**attempt)
                             && e.seen.as_deref() == Some(&**attempt)
                     }
+                    Ending::Leave { stream } => e.stream.as_deref().unwrap_or("") == &**stream,
                     _ => true,
                 };
                 if data

@@ -60,6 +60,10 @@ pub enum Ending {
     /// keyed grant's), only a hold that attempt made and that no other attempt of the key
     /// has answered for since.
     Undo { attempt: Option<Arc<str>> },
+    /// A held stream ends (its client left): a revoke, but only while `stream` still keeps
+    /// the lease (`""`: the stream that granted it). Once its holder resumed the lease
+    /// through another stream (`Renewal::stream`), the old stream's end leaves it alone.
+    Leave { stream: Arc<str> },
 }
 
 /// One page of a master's held locks, in name order.
@@ -265,13 +269,16 @@ impl<'a> Claim<'a> {
 }
 
 /// One renew's step on one master: `lease`'s hold on `key` is extended to `ttl_ms` (its
-/// own TTL when `None`), and its owner text replaced with `owner` when given.
+/// own TTL when `None`), its owner text replaced with `owner` when given, and, with
+/// `stream` (a resume), the lease kept from now on by that held stream (see
+/// `Ending::Leave`).
 #[derive(Debug, Clone, Copy)]
 pub struct Renewal<'a> {
     pub key: &'a LockKey,
     pub lease: &'a LeaseId,
     pub ttl_ms: Option<u64>,
     pub owner: Option<&'a Owner>,
+    pub stream: Option<&'a str>,
 }
 
 /// One page of a list on one master: up to `limit` held locks of `kind` whose names start
@@ -296,6 +303,7 @@ impl<'a> Renewal<'a> {
             lease,
             ttl_ms,
             owner,
+            stream: None,
         }
     }
 }

@@ -74,7 +74,7 @@ fn good(name: &str) -> &'static str {
     match name {
         "lease_id" => "AAAAAAAAAAAAAAAAAAAAAA",
         "ttl_ms" => "5000",
-        "wait_ms" | "after" | "prefix" | "lock_delay_ms" | "session" => "",
+        "wait_ms" | "after" | "prefix" | "lock_delay_ms" | "session" | "grace_ms" => "",
         "limit" => "10",
         "fencing_token" => "42",
         _ => "ok-1",

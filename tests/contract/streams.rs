@@ -185,3 +185,152 @@ async fn the_hold_operations_stream_without_an_accept_header() {
     assert_eq!(app.inspect("k").await.1["held"], false);
     assert_eq!(app.get("/elections/k").await.1["vacant"], true);
 }
+
+/// Replicas over the same in-process masters.
+async fn replicas() -> (TestApp, TestApp) {
+    let nodes: Vec<Arc<MemoryNode>> = (0..3)
+        .map(|i| Arc::new(MemoryNode::new(format!("m{i}"))))
+        .collect();
+    let a = TestApp::with_nodes(common::config(&[]), &nodes).await;
+    let b = TestApp::with_nodes(common::config(&[]), &nodes).await;
+    (a, b)
+}
+
+async fn resume(app: &TestApp, name: &str, lease: &str, body: Value) -> EventStream {
+    app.call("POST", &format!("/locks/{name}/leases/{lease}/hold"))
+        .json(&body)
+        .stream()
+        .await
+}
+
+/// Waits until `app` has no held stream open: each stream's task (and its end's revoke)
+/// is over.
+async fn streams_done(app: &TestApp) {
+    let open = || async {
+        let metrics = app.text("/metrics").await;
+        metrics
+            .lines()
+            .find(|l| l.starts_with("redlockd_streams_active{kind=\"hold\"}"))
+            .and_then(|l| l.split_whitespace().last())
+            .map(str::to_owned)
+    };
+    common::within(
+        Duration::from_secs(10),
+        async {
+            while open().await.as_deref() != Some("0") {
+                tokio::time::sleep(common::POLL).await;
+            }
+        },
+        "every held stream ended",
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn a_stream_closed_by_its_replica_stopping_is_resumed_through_another() {
+    let (a, b) = replicas().await;
+    let mut held = hold(&a, "deploy", json!({"ttl_ms": 30_000})).await;
+    let granted = held.expect("granted").await;
+    let (lease, token) = (
+        granted["lease_id"].as_str().unwrap(),
+        &granted["fencing_token"],
+    );
+    a.stop().await;
+    let closed = held.expect("closed").await;
+    assert_eq!(closed["resume"], true, "{closed}");
+
+    let mut resumed = resume(&b, "deploy", lease, json!({})).await;
+    assert_eq!(resumed.status, 200);
+    let body = resumed.expect("resumed").await;
+    assert_eq!(&body["fencing_token"], token, "{body}");
+    assert_eq!(body["lease_id"], lease, "{body}");
+    let (status, _) = b.grant("deploy", json!({})).await;
+    assert_eq!(status, 409, "still held through the resumed stream");
+
+    // The resumed stream is a held stream: closing it revokes the lease.
+    drop(resumed);
+    streams_done(&b).await;
+    let (status, _) = b.grant("deploy", json!({})).await;
+    assert_eq!(status, 201);
+}
+
+/// A holder that resumed its lease elsewhere while its first connection still looked open
+/// to its first replica: that connection's end, seen later, must not revoke the lease the
+/// new stream keeps (and promised a validity for).
+#[tokio::test]
+async fn an_old_stream_that_closes_after_a_resume_revokes_nothing() {
+    let (a, b) = replicas().await;
+    let mut old = hold(&a, "moved", json!({"ttl_ms": 30_000})).await;
+    let lease = old.expect("granted").await["lease_id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let mut resumed = resume(&b, "moved", &lease, json!({})).await;
+    resumed.expect("resumed").await;
+    drop(old);
+    streams_done(&a).await;
+    let (status, body) = b.grant("moved", json!({})).await;
+    assert_eq!(
+        status, 409,
+        "the old stream's end revoked the resumed lease: {body}"
+    );
+
+    // The newest stream keeps it: a second resume takes it over again, and the first
+    // resumed stream's end leaves it too.
+    let mut again = resume(&a, "moved", &lease, json!({})).await;
+    again.expect("resumed").await;
+    drop(resumed);
+    streams_done(&b).await;
+    assert_eq!(b.grant("moved", json!({})).await.0, 409);
+    drop(again);
+    streams_done(&a).await;
+    assert_eq!(b.grant("moved", json!({})).await.0, 201);
+}
+
+#[tokio::test]
+async fn a_resume_with_a_grace_keeps_the_lease_past_its_connection_and_no_longer() {
+    let (a, b) = replicas().await;
+    let (lease, _) = a.must_grant("blip", json!({"ttl_ms": 30_000})).await;
+    let mut first = resume(&a, "blip", &lease, json!({"grace_ms": 400})).await;
+    first.expect("resumed").await;
+    let waiter = b.grant_in_background("blip", json!({"wait_ms": 10_000}));
+    b.wait_for_contention("blip", 1).await;
+    let left = Instant::now();
+    drop(first);
+    let (status, body, answered) = waiter.await.unwrap();
+    assert_eq!(status, 201, "{body}");
+    let after = answered - left;
+    assert!(
+        after >= Duration::from_millis(400),
+        "granted {after:?} after the connection closed, within its grace"
+    );
+
+    // Within its grace, a resume takes it over: the grace's end then revokes nothing.
+    let (lease, _) = a.must_grant("blip2", json!({"ttl_ms": 3_000})).await;
+    let mut first = resume(&a, "blip2", &lease, json!({"grace_ms": 300})).await;
+    first.expect("resumed").await;
+    drop(first);
+    let mut second = resume(&b, "blip2", &lease, json!({})).await;
+    second.expect("resumed").await;
+    streams_done(&a).await;
+    assert_eq!(a.grant("blip2", json!({})).await.0, 409);
+    second.expect("heartbeat").await;
+}
+
+#[tokio::test]
+async fn a_resume_of_a_lease_that_is_gone_fails_and_bad_fields_are_refused() {
+    let app = TestApp::embedded().await;
+    let (lease, _) = app.must_grant("gone", json!({"ttl_ms": 30_000})).await;
+    app.revoke("gone", &lease).await;
+    let mut stream = resume(&app, "gone", &lease, json!({})).await;
+    assert_eq!(stream.status, 200);
+    assert_eq!(stream.expect("failed").await["error"], "lease_not_found");
+    assert!(stream.next().await.is_none(), "the stream ends");
+
+    let bad = resume(&app, "gone", &lease, json!({"grace_ms": 3_600_001})).await;
+    assert_eq!(bad.status, 400);
+    let bad = resume(&app, "gone", &lease, json!({"ttl_ms": 1000})).await;
+    assert_eq!(bad.status, 400, "a resume keeps the lease's TTL");
+    let bad = resume(&app, "gone", "not!a!lease", json!({})).await;
+    assert_eq!(bad.status, 400);
+}

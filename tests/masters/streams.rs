@@ -216,3 +216,78 @@ async fn an_observers_stream_is_told_when_its_replica_shuts_down() {
     );
     stopping.await.unwrap();
 }
+
+/// Waits until `app` has no held stream open: each stream's end (and its revoke) is over.
+async fn streams_done(app: &TestApp) {
+    let open = || async {
+        let metrics = app.text("/metrics").await;
+        metrics
+            .lines()
+            .find(|l| l.starts_with("redlockd_streams_active{kind=\"hold\"}"))
+            .and_then(|l| l.split_whitespace().last())
+            .map(str::to_owned)
+    };
+    common::within(
+        Duration::from_secs(10),
+        async {
+            while open().await.as_deref() != Some("0") {
+                tokio::time::sleep(common::POLL).await;
+            }
+        },
+        "every held stream ended",
+    )
+    .await;
+}
+
+/// A resume on real masters (renew.lua names the stream that keeps the lease, release.lua
+/// heeds it): the first stream's end, after its holder resumed through the other replica,
+/// revokes nothing; the resumed stream's end revokes the lease. For a lock and an election.
+#[tokio::test]
+async fn a_resume_through_another_replica_keeps_the_lease_from_the_old_streams_end() {
+    let masters = masters(3);
+    let (a, b) = replicas(&masters, 200).await;
+    for (route, body, first) in [
+        ("/locks/moved", json!({"ttl_ms": 30_000}), "granted"),
+        (
+            "/elections/moved",
+            json!({"ttl_ms": 30_000, "value": "a"}),
+            "elected",
+        ),
+    ] {
+        let request = a
+            .http
+            .post(a.url(route))
+            .header("accept", "text/event-stream")
+            .json(&body);
+        let mut old = EventStream::open(request).await;
+        let granted = old.expect(first).await;
+        let lease = granted["lease_id"].as_str().unwrap().to_owned();
+        let resume = |app: &TestApp| {
+            EventStream::open(
+                app.http
+                    .post(app.url(&format!("{route}/leases/{lease}/hold")))
+                    .json(&json!({})),
+            )
+        };
+        let mut resumed = resume(&b).await;
+        let body = resumed.expect("resumed").await;
+        assert_eq!(body["fencing_token"], granted["fencing_token"], "{body}");
+        drop(old);
+        streams_done(&a).await;
+        let (code, other) = b.send("POST", route, Some(json!({"ttl_ms": 1000}))).await;
+        assert_eq!(
+            code, 409,
+            "{route}: the old stream's end revoked it: {other}"
+        );
+        drop(resumed);
+        streams_done(&b).await;
+        let (code, other) = b.send("POST", route, Some(json!({"ttl_ms": 1000}))).await;
+        assert_eq!(
+            code, 201,
+            "{route}: the resumed stream's end revokes it: {other}"
+        );
+        let lease = other["lease_id"].as_str().unwrap();
+        let path = format!("{route}/leases/{lease}");
+        assert_eq!(b.send("DELETE", &path, None).await.0, 204);
+    }
+}

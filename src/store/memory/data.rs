@@ -28,6 +28,9 @@ pub(super) struct Entry {
     /// A waiting grant of this one name met this hold (acquire.lua's 'single'): a
     /// several-name lease's revoke then leaves the name's turn to such grants.
     pub(super) single: bool,
+    /// The held stream that took the lease over by a resume, if any (renew.lua's
+    /// 'stream'): a stream's end revokes only while it keeps the lease.
+    pub(super) stream: Option<String>,
 }
 
 /// A session as a master keeps it (see session.lua).
@@ -64,6 +67,7 @@ impl Entry {
             session: None,
             waited: false,
             single: false,
+            stream: None,
         }
     }
 }

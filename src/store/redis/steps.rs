@@ -72,6 +72,7 @@ pub(super) fn renew(keys: &Keys, renewal: &Renewal<'_>) -> Step {
         Some(ttl) => step.arg(ttl),
         None => step.arg(""),
     };
+    step.arg(renewal.stream.unwrap_or(""));
     if let Some(owner) = renewal.owner {
         step.arg(owner.as_str());
     }
@@ -81,9 +82,13 @@ pub(super) fn renew(keys: &Keys, renewal: &Renewal<'_>) -> Step {
 /// release.lua: a revoke, an eviction or the undo of a failed attempt.
 pub(super) fn release(keys: &Keys, key: &LockKey, lease: &LeaseId, ending: &Ending) -> Step {
     let (announce, attempt) = match ending {
-        Ending::Revoke => ("1", ""),
+        Ending::Revoke | Ending::Leave { .. } => ("1", ""),
         Ending::Evict => ("2", ""),
         Ending::Undo { attempt } => ("0", attempt.as_deref().unwrap_or("")),
+    };
+    let kept_by = match ending {
+        Ending::Leave { stream } => format!("={stream}"),
+        _ => String::new(),
     };
     let mut step = Step::new("release");
     step.key(keys.lock(key))
@@ -97,7 +102,8 @@ pub(super) fn release(keys: &Keys, key: &LockKey, lease: &LeaseId, ending: &Endi
         .arg(announce)
         .arg(&*keys.events(key))
         .arg(&*key.topic())
-        .arg(attempt);
+        .arg(attempt)
+        .arg(kept_by);
     if keys.is_cluster() {
         step.arg("s");
     }
@@ -427,12 +433,14 @@ mod tests {
                 holds_to_its_script(&acquire(&keys, &claim), &format!("{case}, keyed"));
                 holds_to_its_script(&confirm(&keys, key, &lease, FencingToken::new(7)), &case);
                 let o = Owner::stored("o");
-                for (ttl_ms, owner) in [(None, None), (Some(500), Some(&o))] {
+                let cases = [(None, None, None), (Some(500), Some(&o), Some("s"))];
+                for (ttl_ms, owner, stream) in cases {
                     let renewal = Renewal {
                         key,
                         lease: &lease,
                         ttl_ms,
                         owner,
+                        stream,
                     };
                     holds_to_its_script(&renew(&keys, &renewal), &case);
                 }
@@ -442,6 +450,7 @@ mod tests {
                     Ending::Undo {
                         attempt: Some("n".into()),
                     },
+                    Ending::Leave { stream: "".into() },
                 ] {
                     holds_to_its_script(&release(&keys, key, &lease, &ending), &case);
                 }

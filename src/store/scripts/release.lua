@@ -15,9 +15,14 @@
 -- 'released ...'), '0' not to announce, ARGV[4] the events channel, ARGV[5] the name as
 -- announced (a mutex's bare name; '/elections/<name>' for an election, which no lock name
 -- can spell, so that it wakes no lock's waiters), ARGV[6] when undoing a keyed grant's
--- attempt, its nonce ('' otherwise), and on a Redis Cluster master ARGV[7] 's': both
--- channels are then shard channels of the name's hash slot (SPUBLISH, which reaches only
--- the shard that serves it)
+-- attempt, its nonce ('' otherwise), ARGV[7] '' or, for the end of a held stream, '='
+-- and the stream's name ('=' alone: the stream that granted the lease), and on a Redis
+-- Cluster master ARGV[8] 's': both channels are then shard channels of the name's hash
+-- slot (SPUBLISH, which reaches only the shard that serves it)
+--
+-- A held stream's end revokes only while that stream still keeps the lease: once its
+-- holder resumed it through another stream ('stream' in the hash, set by renew.lua), the
+-- old stream's end leaves it alone.
 --
 -- A several-name lease's member that a grant of the one name waited for ('single', see
 -- acquire.lua): its revoke leaves that name's turn to single grants, a claim 't:' for
@@ -30,7 +35,7 @@
 -- acquire.lua).
 --
 -- Example: EVALSHA <sha> 3 redlockd:lock:a redlockd:marker redlockd:claim:a Zm9v
---          redlockd:released 1 redlockd:events a ''
+--          redlockd:released 1 redlockd:events a '' ''
 -- A lease granted with an Idempotency-Key names its key's record in the hash ('idem'):
 -- the clean-up of a failed attempt deletes the record too, so that a retry of the same key
 -- may try again; a revoke keeps it (see acquire.lua). A keyed attempt's clean-up deletes
@@ -38,14 +43,17 @@
 --
 -- Returns 1 when deleted, 0 when the lease does not hold the lock here, -1 when the
 -- marker is missing.
-if (#KEYS ~= 3 and #KEYS ~= 4) or (#ARGV ~= 6 and #ARGV ~= 7) then
-  return redis.error_reply('release expects 3 or 4 keys and 6 or 7 arguments')
+if (#KEYS ~= 3 and #KEYS ~= 4) or (#ARGV ~= 7 and #ARGV ~= 8) then
+  return redis.error_reply('release expects 3 or 4 keys and 7 or 8 arguments')
 end
-local publish = ARGV[7] == 's' and 'SPUBLISH' or 'PUBLISH'
+local publish = ARGV[8] == 's' and 'SPUBLISH' or 'PUBLISH'
 if not marked(KEYS[2]) then return -1 end
 local held = redis.call('HMGET', KEYS[1], 'lease', 'token', 'idem', 'made', 'seen', 'waited',
-  'observed', 'delay', 'group', 'single')
+  'observed', 'delay', 'group', 'single', 'stream')
 if held[1] ~= ARGV[1] then
+  return 0
+end
+if ARGV[7] ~= '' and (held[11] or '') ~= string.sub(ARGV[7], 2) then
   return 0
 end
 if ARGV[6] ~= '' and (held[4] ~= ARGV[6] or held[5] ~= ARGV[6]) then

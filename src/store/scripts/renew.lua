@@ -5,28 +5,36 @@
 -- lock-delay keeps its 'd:' claim its TTL and the delay ahead, see acquire.lua), and for a
 -- shared hold (share.lua) KEYS[4] the lock's set of shared holders, which must live as long
 -- as the hold
--- ARGV[1] lease id, ARGV[2] new TTL in ms ('' keeps the lease's own TTL),
--- ARGV[3] (optional) the new owner text
+-- ARGV[1] lease id, ARGV[2] new TTL in ms ('' keeps the lease's own TTL), ARGV[3] the
+-- held stream that takes the lease over ('' for none: a resume elsewhere names its own, see
+-- release.lua), ARGV[4] (optional) the new owner text
 --
 -- A lease held through a session (session.lua; 'session' in the hash) lives as long as its
 -- session: renewing the lease itself extends nothing (a new owner text is still taken: a
 -- leader proclaims) and answers the session's TTL (its 'ttl', as read.lua reports it) with
 -- what is left of it (the PTTL, which is what the caller's validity is worked out from).
 --
--- Example: EVALSHA <sha> 3 redlockd:lock:a redlockd:marker redlockd:claim:a Zm9v 60000
+-- A resume ('stream' in the hash): the held stream that now keeps the lease. A stream's own
+-- end revokes the lease only while the stream is still the lease's (release.lua), so that a
+-- connection that closes after its holder resumed elsewhere takes nothing with it.
+--
+-- Example: EVALSHA <sha> 3 redlockd:lock:a redlockd:marker redlockd:claim:a Zm9v 60000 ''
 -- Returns {1, token, ttl_ms, pttl_ms, owner} when renewed, {0} when the lease does not
 -- hold the lock here, {-1} when the marker is missing.
-if (#KEYS ~= 3 and #KEYS ~= 4) or (#ARGV ~= 2 and #ARGV ~= 3) then
-  return redis.error_reply('renew expects 3 or 4 keys and 2 or 3 arguments')
+if (#KEYS ~= 3 and #KEYS ~= 4) or (#ARGV ~= 3 and #ARGV ~= 4) then
+  return redis.error_reply('renew expects 3 or 4 keys and 3 or 4 arguments')
 end
 if not marked(KEYS[2]) then return {-1} end
 local holder = redis.call('HMGET', KEYS[1], 'lease', 'delay', 'session')
 if holder[1] ~= ARGV[1] then
   return {0}
 end
+if ARGV[3] ~= '' then
+  redis.call('HSET', KEYS[1], 'stream', ARGV[3])
+end
 if holder[3] then
-  if #ARGV == 3 then
-    redis.call('HSET', KEYS[1], 'owner', ARGV[3])
+  if #ARGV == 4 then
+    redis.call('HSET', KEYS[1], 'owner', ARGV[4])
   end
   local fields = redis.call('HMGET', KEYS[1], 'token', 'owner', 'ttl')
   local pttl = redis.call('PTTL', KEYS[1])
@@ -38,8 +46,8 @@ if ttl == '' then
 else
   redis.call('HSET', KEYS[1], 'ttl', ttl)
 end
-if #ARGV == 3 then
-  redis.call('HSET', KEYS[1], 'owner', ARGV[3])
+if #ARGV == 4 then
+  redis.call('HSET', KEYS[1], 'owner', ARGV[4])
 end
 redis.call('PEXPIRE', KEYS[1], ttl)
 if holder[2] then
