@@ -338,6 +338,8 @@ struct Recorder {
     /// those streams were told.
     streams: std::sync::atomic::AtomicUsize,
     jeopardies: std::sync::atomic::AtomicUsize,
+    /// Held streams resumed through another replica after theirs stopped (`closed`).
+    resumes: std::sync::atomic::AtomicUsize,
 }
 
 fn ms(v: &Value, field: &str) -> Option<Duration> {
@@ -355,6 +357,7 @@ impl Recorder {
             retried: Default::default(),
             sessions: Default::default(),
             streams: Default::default(),
+            resumes: Default::default(),
             jeopardies: Default::default(),
         })
     }
@@ -2017,7 +2020,10 @@ async fn rolling_deploy(seed: u64, _length: Duration) {
     );
     assert!(grants > 50, "too few grants to judge anything");
     let streams = recorder.streams.load(std::sync::atomic::Ordering::Relaxed);
-    eprintln!("fault suite: {streams} holds through a held stream, across the roll");
+    let resumes = recorder.resumes.load(std::sync::atomic::Ordering::Relaxed);
+    eprintln!(
+        "fault suite: {streams} holds through a held stream, across the roll, {resumes} resumed through another replica after `closed`"
+    );
     assert!(
         streams > 5,
         "too few held streams to judge them across the roll"

@@ -26,7 +26,7 @@ use serde_json::{Value, json};
 
 use super::checker::{Event, Kind};
 use super::common::EventStream;
-use super::{Bases, Recorder, pick_live};
+use super::{Bases, Recorder, live_replicas, pick_live};
 
 /// How long a grant of a held stream may take to be answered before the worker gives up on
 /// it (and closes it, which revokes whatever it may have won).
@@ -99,7 +99,7 @@ async fn stream_round(
     };
     let ttl = Duration::from_millis(rng.random_range(400..1500));
     let wait = if rng.random_bool(0.5) { 300 } else { 0 };
-    let record = |kind, status, lease: Option<&str>, invoked, answered, v: &Value| {
+    let record_at = |replica, kind, status, lease: Option<&str>, invoked, answered, v: &Value| {
         recorder.record(Event {
             kind,
             replica,
@@ -117,6 +117,9 @@ async fn stream_round(
             lock_delay: None,
             wait: Duration::from_millis(wait),
         })
+    };
+    let record = |kind, status, lease: Option<&str>, invoked, answered, v: &Value| {
+        record_at(replica, kind, status, lease, invoked, answered, v);
     };
     let invoked = recorder.started.elapsed();
     let opened = http
@@ -176,13 +179,53 @@ async fn stream_round(
     let hold = ttl / 3 * rng.random_range(1..5) + Duration::from_millis(rng.random_range(0..100));
     let until = tokio::time::Instant::now() + hold;
     let mut open = true;
+    let mut at_replica = replica;
     while open {
         match tokio::time::timeout_at(until, stream.next()).await {
             Err(_) => break,
             Ok(Some((event, body))) => match event.as_str() {
                 "heartbeat" => {
                     let at = recorder.started.elapsed();
-                    record(Kind::Renew, 200, Some(&lease), at, at, &body);
+                    record_at(at_replica, Kind::Renew, 200, Some(&lease), at, at, &body);
+                }
+                // This release stopping: the holder resumes through another replica, which
+                // renews the lease at once (recorded as that renew).
+                "closed" if body["resume"] == true => {
+                    let others: Vec<_> = live_replicas(bases)
+                        .into_iter()
+                        .filter(|(i, _)| *i != at_replica)
+                        .collect();
+                    let Some((next, base)) = others.first().cloned() else {
+                        open = false;
+                        continue;
+                    };
+                    let invoked = recorder.started.elapsed();
+                    let (resumed, answer) = resume(http, &base, name, &lease).await;
+                    let answered = recorder.started.elapsed();
+                    let (status, body) = match &answer {
+                        Resumed::Held(body) => (200, body.clone()),
+                        Resumed::Refused(status, body) => (*status, body.clone()),
+                        Resumed::Unknown => (0, Value::Null),
+                    };
+                    record_at(
+                        next,
+                        Kind::Renew,
+                        status,
+                        Some(&lease),
+                        invoked,
+                        answered,
+                        &body,
+                    );
+                    recorder
+                        .resumes
+                        .fetch_add(usize::from(status == 200), Ordering::Relaxed);
+                    match resumed {
+                        Some(resumed) => {
+                            stream = resumed;
+                            at_replica = next;
+                        }
+                        None => open = false,
+                    }
                 }
                 "jeopardy" => {
                     recorder.jeopardies.fetch_add(1, Ordering::Relaxed);
@@ -211,4 +254,45 @@ async fn stream_round(
         drop(stream);
     }
     recorder.streams.fetch_add(1, Ordering::Relaxed);
+}
+
+/// What a resume was answered.
+enum Resumed {
+    /// `resumed`, with the lease body.
+    Held(Value),
+    /// Refused: before the stream (its status) or with `failed` (its error's).
+    Refused(u16, Value),
+    /// No answer in time, or the connection broke.
+    Unknown,
+}
+
+/// Resume `lease` of `name` through the replica at `base`: the new stream, while it holds
+/// the lease, and what it answered.
+async fn resume(
+    http: &reqwest::Client,
+    base: &str,
+    name: &str,
+    lease: &str,
+) -> (Option<EventStream>, Resumed) {
+    let opened = http
+        .post(format!("{base}/locks/{name}/leases/{lease}/hold"))
+        .json(&json!({}))
+        .send()
+        .await;
+    let mut stream = match opened {
+        Ok(response) if response.status() == 200 => EventStream::read(response),
+        Ok(response) => {
+            let status = response.status().as_u16();
+            let body = response.json::<Value>().await.unwrap_or(Value::Null);
+            return (None, Resumed::Refused(status, body));
+        }
+        Err(_) => return (None, Resumed::Unknown),
+    };
+    match tokio::time::timeout(ANSWER_WITHIN, stream.next()).await {
+        Ok(Some((event, body))) if event == "resumed" => (Some(stream), Resumed::Held(body)),
+        Ok(Some((event, body))) if event == "failed" => {
+            (None, Resumed::Refused(failed_status(&body), body))
+        }
+        _ => (None, Resumed::Unknown),
+    }
 }
