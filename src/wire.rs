@@ -216,6 +216,15 @@ pub(crate) struct GrantRequest {
     /// when the session ends or expires (its `ttl_ms`, if any, is the session's then).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub session: Option<String>,
+    /// For a held stream (`/hold`, or `Accept: text/event-stream`): how long the lease
+    /// outlives the stream's connection when it closes without a `DELETE` of the lease, in
+    /// ms (at most the largest TTL; default 0: revoked as the connection closes), so that
+    /// its holder may resume it (`POST .../leases/{lease_id}/hold`) through any replica. It
+    /// is renewed no further meanwhile: the grace never outlasts the validity last answered.
+    /// Ignored by a grant answered as JSON, which has no connection to outlive.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<u64>, minimum = 0, maximum = 3600000)]
+    pub grace_ms: Option<Whole>,
 }
 
 /// Fields of a grant of several names under one lease (`POST /locks`); each but `names`
@@ -250,6 +259,15 @@ pub(crate) struct GroupRequest {
     /// when the session ends or expires (its `ttl_ms`, if any, is the session's then).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub session: Option<String>,
+    /// For a held stream (`/hold`, or `Accept: text/event-stream`): how long the lease
+    /// outlives the stream's connection when it closes without a `DELETE` of the lease, in
+    /// ms (at most the largest TTL; default 0: revoked as the connection closes), so that
+    /// its holder may resume it (`POST .../leases/{lease_id}/hold`) through any replica. It
+    /// is renewed no further meanwhile: the grace never outlasts the validity last answered.
+    /// Ignored by a grant answered as JSON, which has no connection to outlive.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<u64>, minimum = 0, maximum = 3600000)]
+    pub grace_ms: Option<Whole>,
 }
 
 /// `names` as a JSON array, or as one string of names separated by commas (a query
@@ -504,6 +522,15 @@ pub(crate) struct CampaignRequest {
     /// when the session ends or expires (its `ttl_ms`, if any, is the session's then).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub session: Option<String>,
+    /// For a held stream (`/hold`, or `Accept: text/event-stream`): how long the lease
+    /// outlives the stream's connection when it closes without a `DELETE` of the lease, in
+    /// ms (at most the largest TTL; default 0: revoked as the connection closes), so that
+    /// its holder may resume it (`POST .../leases/{lease_id}/hold`) through any replica. It
+    /// is renewed no further meanwhile: the grace never outlasts the validity last answered.
+    /// Ignored by a grant answered as JSON, which has no connection to outlive.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<u64>, minimum = 0, maximum = 3600000)]
+    pub grace_ms: Option<Whole>,
 }
 
 /// Fields of a leader's renew; with `value`, the leader proclaims a new value and keeps
@@ -657,6 +684,15 @@ pub(crate) struct SemaphoreRequest {
     /// when the session ends or expires (its `ttl_ms`, if any, is the session's then).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub session: Option<String>,
+    /// For a held stream (`/hold`, or `Accept: text/event-stream`): how long the lease
+    /// outlives the stream's connection when it closes without a `DELETE` of the lease, in
+    /// ms (at most the largest TTL; default 0: revoked as the connection closes), so that
+    /// its holder may resume it (`POST .../leases/{lease_id}/hold`) through any replica. It
+    /// is renewed no further meanwhile: the grace never outlasts the validity last answered.
+    /// Ignored by a grant answered as JSON, which has no connection to outlive.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<u64>, minimum = 0, maximum = 3600000)]
+    pub grace_ms: Option<Whole>,
 }
 
 /// Fields of a session's opening; each may also be given as a query parameter.

@@ -338,8 +338,10 @@ struct Recorder {
     /// those streams were told.
     streams: std::sync::atomic::AtomicUsize,
     jeopardies: std::sync::atomic::AtomicUsize,
-    /// Held streams resumed through another replica after theirs stopped (`closed`).
+    /// Held streams resumed through another replica (after `closed`, or a blip), and the
+    /// blips: connections of streams held with a grace, dropped without a revoke.
     resumes: std::sync::atomic::AtomicUsize,
+    blips: std::sync::atomic::AtomicUsize,
 }
 
 fn ms(v: &Value, field: &str) -> Option<Duration> {
@@ -358,6 +360,7 @@ impl Recorder {
             sessions: Default::default(),
             streams: Default::default(),
             resumes: Default::default(),
+            blips: Default::default(),
             jeopardies: Default::default(),
         })
     }
@@ -1521,6 +1524,12 @@ async fn random_faults(seed: u64, length: Duration) {
     eprintln!(
         "fault suite: {streams} holds through a held stream, {heartbeats} heartbeats, {jeopardies} jeopardy warnings"
     );
+    let resumes = recorder.resumes.load(std::sync::atomic::Ordering::Relaxed);
+    let blips = recorder.blips.load(std::sync::atomic::Ordering::Relaxed);
+    eprintln!(
+        "fault suite: {blips} dropped connections of streams held with a grace, {resumes} resumes"
+    );
+    assert!(blips > 2, "too few blips to judge resumes");
     assert!(streams > 5, "too few held streams to judge them");
     assert!(groups > 5, "too few leases on several names to judge them");
     assert!(shared > 5, "too few shared grants to judge shared locks");
@@ -2022,7 +2031,7 @@ async fn rolling_deploy(seed: u64, _length: Duration) {
     let streams = recorder.streams.load(std::sync::atomic::Ordering::Relaxed);
     let resumes = recorder.resumes.load(std::sync::atomic::Ordering::Relaxed);
     eprintln!(
-        "fault suite: {streams} holds through a held stream, across the roll, {resumes} resumed through another replica after `closed`"
+        "fault suite: {streams} holds through a held stream, across the roll, {resumes} resumed through another replica (after `closed` or a blip)"
     );
     assert!(
         streams > 5,

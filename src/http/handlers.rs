@@ -12,7 +12,9 @@ use axum::response::{IntoResponse, Response};
 use super::AppState;
 use super::error::ApiError;
 use super::extract::{Fields, LeasePath, PermitPath};
-use super::schema::{ListLimit, NameList, NoQuorum, Refusals, SessionIdParam, TtlMs, WaitMs};
+use super::schema::{
+    GraceMs, ListLimit, NameList, NoQuorum, Refusals, SessionIdParam, TtlMs, WaitMs,
+};
 use crate::auth::Caller;
 use crate::model::{DEFAULT_LIST_LIMIT, LeaseId, LockName, MAX_LIST_LIMIT, NamePrefix};
 use crate::model::{IdempotencyKey, MAX_GROUP_NAMES, Owner};
@@ -70,6 +72,7 @@ pub(crate) async fn check_permit(
         ("wait_ms" = inline(Option<WaitMs>), Query, description = "as the body field"),
         ("owner" = inline(Option<Owner>), Query, description = "as the body field"),
         ("session" = inline(Option<SessionIdParam>), Query, description = "as the body field"),
+        ("grace_ms" = inline(Option<GraceMs>), Query, description = "as the body field: with `Accept: text/event-stream` only"),
         ("Idempotency-Key" = inline(Option<IdempotencyKey>), Header, nullable = false, description = "as for a lock's grant; the request is the names, ttl_ms and owner"),
     ),
     request_body(content = Option<GroupRequest>, description = "`names` is required (in the body or the query)"),

@@ -112,17 +112,19 @@ impl LostReason {
 
 impl LeaseService {
     /// Grant `name` (waiting up to `wait`) and hold it until the returned receiver is
-    /// dropped, the lease is lost, or the process shuts down.
+    /// dropped (and `grace` more, for a resume), the lease is lost, or the process shuts
+    /// down.
     pub fn hold(
         self: &Arc<Self>,
         target: impl Into<Target>,
         ttl: Ttl,
         wait: WaitTime,
         owner: Option<Owner>,
+        grace: Duration,
     ) -> Result<mpsc::Receiver<HoldEvent>, LeaseError> {
         let target = target.into();
         self.stream(HOLD_BUFFER, |service, tx| {
-            service.hold_task(target, ttl, wait, owner, Duration::ZERO, tx)
+            service.hold_task(target, ttl, wait, owner, grace, tx)
         })
     }
 

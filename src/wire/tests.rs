@@ -15,8 +15,12 @@ fn every_body_reads_back_what_it_writes() {
         mode: Some(LockMode::Shared),
         lock_delay_ms: Some(Whole(2000)),
         session: Some("k2VdY1Qm0sJx9a7bTf4r3w".into()),
+        grace_ms: Some(Whole(3000)),
     });
     round_trip(GrantRequest::default());
+    round_trip(ResumeRequest {
+        grace_ms: Some(Whole(0)),
+    });
     round_trip(RenewRequest {
         ttl_ms: Some(Whole(100)),
     });

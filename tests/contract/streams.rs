@@ -334,3 +334,34 @@ async fn a_resume_of_a_lease_that_is_gone_fails_and_bad_fields_are_refused() {
     let bad = resume(&app, "gone", "not!a!lease", json!({})).await;
     assert_eq!(bad.status, 400);
 }
+
+/// A blip: the holder's connection drops (no `closed`), and with a grace the holder resumes
+/// through another replica; without one, the drop revokes at once (what a crashed holder
+/// needs for a fast hand-off).
+#[tokio::test]
+async fn a_held_stream_with_a_grace_survives_its_connection_for_a_resume() {
+    let (a, b) = replicas().await;
+    let mut held = hold(&a, "blip", json!({"ttl_ms": 30_000, "grace_ms": 1_500})).await;
+    let granted = held.expect("granted").await;
+    let lease = granted["lease_id"].as_str().unwrap().to_owned();
+    drop(held);
+    let mut resumed = resume(&b, "blip", &lease, json!({})).await;
+    let body = resumed.expect("resumed").await;
+    assert_eq!(body["fencing_token"], granted["fencing_token"], "{body}");
+    // The first stream's grace runs out meanwhile: it revokes nothing then.
+    streams_done(&a).await;
+    assert_eq!(a.grant("blip", json!({})).await.0, 409);
+
+    let mut plain = hold(&a, "crash", json!({"ttl_ms": 30_000})).await;
+    let lease = plain.expect("granted").await["lease_id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    drop(plain);
+    streams_done(&a).await;
+    let mut late = resume(&b, "crash", &lease, json!({})).await;
+    assert_eq!(late.expect("failed").await["error"], "lease_not_found");
+
+    let bad = hold(&a, "plain", json!({"grace_ms": 3_600_001})).await;
+    assert_eq!(bad.status, 400);
+}

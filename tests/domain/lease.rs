@@ -250,7 +250,7 @@ async fn a_held_stream_that_is_never_read_keeps_its_lease_and_a_bounded_buffer()
     let name = LockName::parse("unread").unwrap();
     let rx = bed
         .service
-        .hold(name, bed.ttl(300), bed.wait(0), None)
+        .hold(name, bed.ttl(300), bed.wait(0), None, Duration::ZERO)
         .expect("hold");
     // Thirty TTLs later: renewed all along, a hundred heartbeats, and never more buffered
     // than the stream's small buffer.
@@ -280,6 +280,7 @@ async fn a_held_stream_says_lost_when_a_majority_of_masters_stop_answering() {
             bed.ttl(1_000),
             bed.wait(0),
             None,
+            Duration::ZERO,
         )
         .expect("hold");
     let granted_at = match rx.recv().await {
@@ -322,6 +323,7 @@ async fn a_held_stream_queues_then_is_granted_when_the_holder_leaves() {
             bed.ttl(30_000),
             bed.wait(0),
             None,
+            Duration::ZERO,
         )
         .expect("hold");
     let mut second = bed
@@ -331,6 +333,7 @@ async fn a_held_stream_queues_then_is_granted_when_the_holder_leaves() {
             bed.ttl(30_000),
             bed.wait(60_000),
             None,
+            Duration::ZERO,
         )
         .expect("hold");
     assert!(matches!(
@@ -399,15 +402,27 @@ async fn waiting_grants_and_streams_past_their_caps_are_told_to_come_back() {
 
     let name = LockName::parse("s").unwrap();
     let open = service
-        .hold(name.clone(), base.ttl(30_000), base.wait(0), None)
+        .hold(
+            name.clone(),
+            base.ttl(30_000),
+            base.wait(0),
+            None,
+            Duration::ZERO,
+        )
         .expect("the first stream");
-    let refused = service.hold(name.clone(), base.ttl(30_000), base.wait(0), None);
+    let refused = service.hold(
+        name.clone(),
+        base.ttl(30_000),
+        base.wait(0),
+        None,
+        Duration::ZERO,
+    );
     assert!(matches!(refused, Err(LeaseError::TooMany { .. })));
     drop(open);
     tokio::time::sleep(Duration::from_millis(10)).await;
     assert!(
         service
-            .hold(name, base.ttl(30_000), base.wait(0), None)
+            .hold(name, base.ttl(30_000), base.wait(0), None, Duration::ZERO)
             .is_ok()
     );
 }

@@ -121,10 +121,17 @@ async fn stream_round(
     let record = |kind, status, lease: Option<&str>, invoked, answered, v: &Value| {
         record_at(replica, kind, status, lease, invoked, answered, v);
     };
+    // A third of the streams carry a grace longer than their TTL: a dropped connection then
+    // never ends the validity last answered, and the holder may resume.
+    let graced = rng.random_ratio(1, 3);
+    let mut body = json!({"ttl_ms": ttl.as_millis() as u64, "wait_ms": wait});
+    if graced {
+        body["grace_ms"] = json!(ttl.as_millis() as u64 + 200);
+    }
     let invoked = recorder.started.elapsed();
     let opened = http
         .post(format!("{base}/locks/{name}/hold"))
-        .json(&json!({"ttl_ms": ttl.as_millis() as u64, "wait_ms": wait}))
+        .json(&body)
         .send()
         .await;
     let mut stream = match opened {
@@ -177,11 +184,66 @@ async fn stream_round(
     };
     // Held for up to four renews.
     let hold = ttl / 3 * rng.random_range(1..5) + Duration::from_millis(rng.random_range(0..100));
-    let until = tokio::time::Instant::now() + hold;
+    let mut until = tokio::time::Instant::now() + hold;
     let mut open = true;
     let mut at_replica = replica;
+    let mut stream = Some(stream);
+    // A blip, now and then, for streams held with a grace: the connection drops without a
+    // revoke and the holder resumes through another replica.
+    let mut blip = graced && rng.random_bool(0.5);
     while open {
-        match tokio::time::timeout_at(until, stream.next()).await {
+        let Some(current) = stream.as_mut() else {
+            break;
+        };
+        match tokio::time::timeout_at(until, current.next()).await {
+            Err(_) if blip => {
+                blip = false;
+                // The grace outlasts the TTL, so the holder goes on relying on its last
+                // validity while it resumes (and the grace's end, after the resume, must
+                // revoke nothing).
+                stream = None;
+                recorder.blips.fetch_add(1, Ordering::Relaxed);
+                // A resume that fails ends the holder's reliance at once (the grace's end
+                // revokes at the validity's).
+                let gave_up = |at_replica| {
+                    let at = recorder.started.elapsed();
+                    record_at(
+                        at_replica,
+                        Kind::Revoke,
+                        0,
+                        Some(&lease),
+                        at,
+                        at,
+                        &Value::Null,
+                    );
+                };
+                let resumed =
+                    resume_elsewhere(http, bases, name, &lease, at_replica, recorder).await;
+                let Some(resumed) = resumed else {
+                    gave_up(at_replica);
+                    open = false;
+                    continue;
+                };
+                record_at(
+                    resumed.replica,
+                    Kind::Renew,
+                    resumed.status,
+                    Some(&lease),
+                    resumed.invoked,
+                    resumed.answered,
+                    &resumed.body,
+                );
+                if let Some(next) = resumed.stream {
+                    stream = Some(next);
+                    at_replica = resumed.replica;
+                    until = tokio::time::Instant::now()
+                        + ttl / 3
+                        + Duration::from_millis(rng.random_range(0..100));
+                } else {
+                    gave_up(resumed.replica);
+                    open = false;
+                }
+            }
             Err(_) => break,
             Ok(Some((event, body))) => match event.as_str() {
                 "heartbeat" => {
@@ -191,40 +253,26 @@ async fn stream_round(
                 // This release stopping: the holder resumes through another replica, which
                 // renews the lease at once (recorded as that renew).
                 "closed" if body["resume"] == true => {
-                    let others: Vec<_> = live_replicas(bases)
-                        .into_iter()
-                        .filter(|(i, _)| *i != at_replica)
-                        .collect();
-                    let Some((next, base)) = others.first().cloned() else {
+                    let resumed =
+                        resume_elsewhere(http, bases, name, &lease, at_replica, recorder).await;
+                    let Some(resumed) = resumed else {
                         open = false;
                         continue;
                     };
-                    let invoked = recorder.started.elapsed();
-                    let (resumed, answer) = resume(http, &base, name, &lease).await;
-                    let answered = recorder.started.elapsed();
-                    let (status, body) = match &answer {
-                        Resumed::Held(body) => (200, body.clone()),
-                        Resumed::Refused(status, body) => (*status, body.clone()),
-                        Resumed::Unknown => (0, Value::Null),
-                    };
                     record_at(
-                        next,
+                        resumed.replica,
                         Kind::Renew,
-                        status,
+                        resumed.status,
                         Some(&lease),
-                        invoked,
-                        answered,
-                        &body,
+                        resumed.invoked,
+                        resumed.answered,
+                        &resumed.body,
                     );
-                    recorder
-                        .resumes
-                        .fetch_add(usize::from(status == 200), Ordering::Relaxed);
-                    match resumed {
-                        Some(resumed) => {
-                            stream = resumed;
-                            at_replica = next;
-                        }
-                        None => open = false,
+                    if let Some(next) = resumed.stream {
+                        stream = Some(next);
+                        at_replica = resumed.replica;
+                    } else {
+                        open = false;
                     }
                 }
                 "jeopardy" => {
@@ -245,15 +293,65 @@ async fn stream_round(
             Ok(None) => open = false,
         }
     }
-    if open {
+    if open && stream.is_some() {
         // Closing the stream is the holder's revoke: from now on it relies on nothing.
         // Recorded with an unknown outcome (status 0): the server revokes when it sees the
-        // connection closed, a moment the client does not learn.
+        // connection closed (or its grace ends), a moment the client does not learn.
         let at = recorder.started.elapsed();
-        record(Kind::Revoke, 0, Some(&lease), at, at, &Value::Null);
+        record_at(
+            at_replica,
+            Kind::Revoke,
+            0,
+            Some(&lease),
+            at,
+            at,
+            &Value::Null,
+        );
         drop(stream);
     }
     recorder.streams.fetch_add(1, Ordering::Relaxed);
+}
+
+/// A resume through a live replica other than `from`, as answered.
+struct Resume {
+    replica: usize,
+    invoked: Duration,
+    answered: Duration,
+    status: u16,
+    body: Value,
+    /// The new stream, while it holds the lease.
+    stream: Option<EventStream>,
+}
+
+/// Resume `lease` through another live replica than `from` (none when there is none).
+async fn resume_elsewhere(
+    http: &reqwest::Client,
+    bases: &Bases,
+    name: &str,
+    lease: &str,
+    from: usize,
+    recorder: &Recorder,
+) -> Option<Resume> {
+    let (replica, base) = live_replicas(bases).into_iter().find(|(i, _)| *i != from)?;
+    let invoked = recorder.started.elapsed();
+    let (stream, answer) = resume(http, &base, name, lease).await;
+    let answered = recorder.started.elapsed();
+    let (status, body) = match answer {
+        Resumed::Held(body) => (200, body),
+        Resumed::Refused(status, body) => (status, body),
+        Resumed::Unknown => (0, Value::Null),
+    };
+    recorder
+        .resumes
+        .fetch_add(usize::from(status == 200), Ordering::Relaxed);
+    Some(Resume {
+        replica,
+        invoked,
+        answered,
+        status,
+        body,
+        stream,
+    })
 }
 
 /// What a resume was answered.
