@@ -89,6 +89,23 @@ impl Bed {
         .await;
     }
 
+    /// The process id a command wrote to `file` (`echo $! > file`), once it is all there:
+    /// the shell creates the file before `echo` writes to it, so its mere existence is not
+    /// enough (an empty id reads as a process that never dies).
+    async fn pid_in(&self, file: &str) -> String {
+        let path = self.path(file);
+        wait_for(
+            &format!("a process id in {file}"),
+            Duration::from_secs(10),
+            async || {
+                let text = std::fs::read_to_string(&path).ok()?;
+                let line = text.strip_suffix('\n')?;
+                line.parse::<u32>().ok().map(|_| line.to_owned())
+            },
+        )
+        .await
+    }
+
     /// Renews answered ok, on every replica.
     async fn renews(&self) -> u64 {
         let line = r#"redlockd_requests_total{kind="lock",op="renew",outcome="ok"} "#;
@@ -313,8 +330,7 @@ async fn a_lease_lost_when_a_majority_of_masters_stop_ends_the_command_within_th
         ])
         .spawn()
         .unwrap();
-    bed.appears("grandchild").await;
-    let grandchild = std::fs::read_to_string(bed.path("grandchild")).unwrap();
+    let grandchild = bed.pid_in("grandchild").await;
     assert!(alive(&grandchild));
     bed.masters[0].pause();
     bed.masters[1].pause();
@@ -846,8 +862,7 @@ async fn with_lock_delay_a_run_that_dies_leaves_the_name_refused_and_one_that_en
         ])
         .spawn()
         .expect("spawn redlockd lock");
-    bed.appears("job.pid").await;
-    let job = std::fs::read_to_string(bed.path("job.pid")).unwrap();
+    let job = bed.pid_in("job.pid").await;
     let lock_pid = dying.id().expect("running").to_string();
     common::signal(lock_pid.parse().unwrap(), "-KILL");
     let _ = dying.wait().await;
