@@ -187,6 +187,7 @@ impl App {
             shutdown.clone(),
             settings.caps,
         );
+        service.keep_streams_through(settings.shutdown_grace);
 
         Ok(Self {
             state: AppState {

@@ -464,11 +464,14 @@ pub(crate) struct LostEvent {
     /// stops, the stream ends with a `closed` event of the same shape instead (reason
     /// `shutting_down`): a held lease or session is then not revoked, and `validity_ms`
     /// says how long it may still be relied on; an observer's `closed` has no `validity_ms`.
+    /// A held stream whose lease was resumed through another stream ends with `closed`
+    /// (reason `resumed`), revoking nothing.
     pub reason: String,
     pub message: String,
     /// With `closed` of a held lease, campaign or session: how long it may still be relied
-    /// on from when the event was written. It lapses at its TTL unless renewed (by its
-    /// lease id or session id) through another replica before then.
+    /// on from when the event was written. A held lease's or campaign's replica keeps
+    /// renewing it until its drain deadline, or until it is resumed elsewhere; a session
+    /// lapses at its TTL unless renewed through another replica before then.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub validity_ms: Option<u64>,
     /// `true` with `closed` of a held lease or campaign: resume it through another replica

@@ -18,7 +18,7 @@ use serde::Serialize;
 use tokio::sync::mpsc;
 
 use super::error::ApiError;
-use crate::lease::{HoldEvent, LeaderChange, Lease};
+use crate::lease::{HoldEvent, LeaderChange, Lease, LostReason};
 use crate::model::Kind;
 use crate::wire::{ElectionLease, LeaderEvent, LeaseBody, PermitBody};
 use crate::wire::{JeopardyEvent, LostEvent, QueuedEvent};
@@ -106,6 +106,15 @@ fn hold_event(kind: Kind, e: HoldEvent) -> Event {
                 message: CLOSED_MESSAGE.to_owned(),
                 validity_ms: Some(crate::model::millis(validity)),
                 resume: Some(true),
+            },
+        ),
+        HoldEvent::Displaced => event(
+            "closed",
+            &LostEvent {
+                reason: LostReason::Resumed.code().to_owned(),
+                message: LostReason::Resumed.message().to_owned(),
+                validity_ms: None,
+                resume: None,
             },
         ),
         HoldEvent::Failed(e) => {

@@ -27,6 +27,8 @@ pub struct Lease {
     pub at: tokio::time::Instant,
     /// The session it is held through, if any: it lives as long as the session.
     pub session: Option<SessionId>,
+    /// The held stream that keeps it, as its last renew found (see `Leased::kept_by`).
+    pub kept_by: Option<Arc<str>>,
 }
 
 impl Lease {
@@ -50,6 +52,7 @@ impl Lease {
             owner: leased.owner,
             at: leased.at,
             session: None,
+            kept_by: leased.kept_by,
         }
     }
 
@@ -137,6 +140,7 @@ mod tests {
             owner: None,
             at: tokio::time::Instant::now(),
             session: None,
+            kept_by: None,
         };
         // Time spent between the masters' answers and the response (serialising, a slow
         // task) is time the client can no longer rely on.

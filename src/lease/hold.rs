@@ -1,15 +1,19 @@
 //! Leases held for as long as a client stays connected: the service grants the lease (or
 //! takes over one already granted: a resume), renews it at a third of its TTL, and says
 //! what happens on a bounded channel that the HTTP layer streams as server-sent events.
-//! When the client goes (the channel's receiver is dropped), the lease is revoked at once,
-//! or after the grace its holder asked for, while no resume has taken it over (each stream
-//! has a name of its own on the masters, and its end revokes only while it keeps the lease:
-//! `Ending::Leave`); when the lease is lost, the client is told
-//! why, and told before that (`jeopardy`) when renews have failed long enough that less
-//! than a third of its TTL is left, and again (`safe`) when one gets through. When this
-//! replica shuts down, the client is told how long it may still rely on the
-//! lease (`closed`) and the lease is left to lapse, never revoked under a validity already
-//! answered. If the process itself dies, the lease expires at its TTL.
+//!
+//! - When the client goes (the channel's receiver is dropped), the lease is revoked at
+//!   once, or after the grace its holder asked for, while no resume has taken it over:
+//!   each stream has a name of its own on the masters, and its end revokes only while it
+//!   keeps the lease (`Ending::Leave`). A stream that finds another keeping it ends
+//!   (`closed`, `resumed`) and revokes nothing.
+//! - When the lease is lost, the client is told why, and told before that (`jeopardy`)
+//!   when renews have failed long enough that less than a third of its TTL is left, and
+//!   again (`safe`) when one gets through.
+//! - When this replica shuts down, the client is told how long it may still rely on the
+//!   lease (`closed`), and the lease is renewed until the drain's deadline or its resume
+//!   elsewhere, then left to lapse: never revoked under a validity already answered. If
+//!   the process itself dies, the lease expires at its TTL.
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
@@ -55,9 +59,11 @@ pub enum HoldEvent {
     /// The lease was lost; nothing follows.
     Lost(LostReason),
     /// This replica is shutting down: the stream ends, and the lease is not revoked. It may
-    /// be relied on for `validity` more, and lapses at its TTL unless its holder renews it
-    /// (by its lease id) through another replica.
+    /// be relied on for `validity` more; the replica renews it until its drain deadline, so
+    /// that its holder finds it held when it resumes through another replica.
     Closed { validity: Duration },
+    /// The lease was resumed through another stream: this one ends, and revokes nothing.
+    Displaced,
     /// The grant failed (held after `wait`, no quorum); nothing follows.
     Failed(LeaseError),
 }
@@ -75,6 +81,9 @@ pub enum LostReason {
     ForceReleased,
     /// This replica is shutting down: told as `closed`, and the lease is left to lapse.
     ShuttingDown,
+    /// Another stream resumed the lease (a majority of masters say it keeps it now): told
+    /// as `closed`, and the lease is left to that stream.
+    Resumed,
 }
 
 impl LostReason {
@@ -86,6 +95,7 @@ impl LostReason {
             LostReason::Released => "released",
             LostReason::ForceReleased => "force_released",
             LostReason::ShuttingDown => "shutting_down",
+            LostReason::Resumed => "resumed",
         }
     }
 
@@ -105,6 +115,9 @@ impl LostReason {
             }
             LostReason::ShuttingDown => {
                 "the replica holding the stream is shutting down; the lease was not revoked"
+            }
+            LostReason::Resumed => {
+                "the lease was resumed through another stream; this one ends and revokes nothing"
             }
         }
     }
@@ -256,11 +269,19 @@ impl LeaseService {
             stream,
             grace,
         } = carried;
-        let (lost, valid_until) = self.keep(&lease, ttl, first, tx).await;
+        let (lost, valid_until) = self.keep(&lease, ttl, &stream, first, tx).await;
         match lost {
             // Told with `closed` (by `keep`): a validity answered is kept, so the lease is
             // not revoked; it lapses at its TTL, or its holder resumes it elsewhere.
-            Some(LostReason::ShuttingDown) => return,
+            Some(LostReason::ShuttingDown) => {
+                self.keep_through_drain(&lease, ttl / 3, &stream).await;
+                return;
+            }
+            // The lease is another stream's now.
+            Some(LostReason::Resumed) => {
+                deliver(tx, HoldEvent::Displaced).await;
+                return;
+            }
             Some(reason) => deliver(tx, HoldEvent::Lost(reason)).await,
             // The client left: with a grace, its holder may resume the lease through any
             // replica until the grace (or the validity) is up; it is renewed no further.
@@ -283,12 +304,38 @@ impl LeaseService {
         }
     }
 
+    /// After `closed`: renew `lease` every `every` until this replica's drain deadline, so
+    /// that a holder that resumes through another replica finds it held however long its
+    /// reconnect took. Stops once another stream keeps it (the holder resumed) or it is
+    /// gone; never revokes.
+    async fn keep_through_drain(&self, lease: &Lease, every: Duration, stream: &str) {
+        let Some(grace) = self.drain_grace.get() else {
+            return;
+        };
+        // A tenth of the grace is left for the last renew's answer and the drain's end.
+        let deadline = Instant::now() + grace.mul_f64(0.9);
+        loop {
+            let next = Instant::now() + every;
+            if next >= deadline {
+                return;
+            }
+            sleep_until(next).await;
+            let renew = self.renew(lease.name.clone(), lease.id.clone(), None);
+            match timeout_at(deadline, renew).await {
+                Ok(Ok(renewed)) if displaced(&renewed, stream) => return,
+                Ok(Ok(_)) | Ok(Err(LeaseError::Unavailable(_))) => {}
+                Ok(Err(_)) | Err(_) => return,
+            }
+        }
+    }
+
     /// Renew `lease` until it is lost (the reason) or its client leaves (`None`), with when
     /// its last validity ends.
     async fn keep(
         &self,
         lease: &Lease,
         ttl: Duration,
+        stream: &str,
         first: fn(Lease) -> HoldEvent,
         tx: &mpsc::Sender<HoldEvent>,
     ) -> (Option<LostReason>, Instant) {
@@ -319,6 +366,9 @@ impl LeaseService {
                         .await;
                     match renewed {
                         Err(_) => return (Some(LostReason::QuorumLost), valid_until),
+                        Ok(Ok(renewed)) if displaced(&renewed, stream) => {
+                            return (Some(LostReason::Resumed), valid_until);
+                        }
                         Ok(Ok(renewed)) => {
                             valid_until = renewed.at + renewed.validity;
                             next = Instant::now() + every;
@@ -373,6 +423,12 @@ impl LeaseService {
             }
         }
     }
+}
+
+/// Whether a renew of a stream's lease found that another stream keeps it (a majority of
+/// masters name one other than `stream`).
+fn displaced(renewed: &Lease, stream: &str) -> bool {
+    renewed.kept_by.as_deref().is_some_and(|k| k != stream)
 }
 
 /// A held stream's lease, and what its end depends on: the TTL it is renewed at, the name

@@ -63,6 +63,9 @@ pub struct LeaseService {
     pub(super) streams: std::sync::atomic::AtomicUsize,
     /// Sessions opened or renewed here: the source of `redlockd_sessions_active`.
     pub(super) sessions: super::sessions::Sessions,
+    /// How long after shutdown begins held streams' leases are still renewed (the drain's
+    /// grace), for their holders to resume them elsewhere; unset: not at all.
+    pub(super) drain_grace: std::sync::OnceLock<Duration>,
 }
 
 impl LeaseService {
@@ -93,7 +96,15 @@ impl LeaseService {
             caps,
             streams: std::sync::atomic::AtomicUsize::new(0),
             sessions: Default::default(),
+            drain_grace: std::sync::OnceLock::new(),
         })
+    }
+
+    /// Renew held streams' leases for `grace` after shutdown begins (told `closed`), so
+    /// that their holders resume them through another replica without a gap. The process
+    /// waits for those renews as it drains, so `grace` is the drain's own.
+    pub fn keep_streams_through(&self, grace: Duration) {
+        let _ = self.drain_grace.set(grace);
     }
 
     /// Wait, at most until `deadline`, for the grant attempts still running (each bounded

@@ -119,6 +119,9 @@ pub struct Leased {
     /// When the step was decided: `validity` and `remaining` count from here, so that what
     /// the client is told can be reduced by the time spent until the answer is written.
     pub at: Instant,
+    /// The held stream a majority of masters say keeps the lease (`""`: the one that granted
+    /// it), as a renew found it; `None` from a grant or a read.
+    pub kept_by: Option<Arc<str>>,
 }
 
 /// A held lock as inspect and list show it (never with its lease id).
@@ -607,6 +610,7 @@ impl Redlock {
             remaining: ttl.saturating_sub(elapsed),
             owner,
             at,
+            kept_by: None,
         })
     }
 
@@ -785,6 +789,7 @@ impl Redlock {
             remaining: kept.saturating_sub(elapsed),
             owner: agreed.owner,
             at,
+            kept_by: agreed.stream,
         })
     }
 

@@ -381,6 +381,7 @@ pub(crate) fn decide_read(
                     ttl_ms: first.ttl_ms,
                     pttl_ms: hs[q - 1].pttl_ms,
                     owner: first.owner.clone(),
+                    stream: agree_on_stream(&hs, q),
                 })
             }
             None if pending > 0 => return None,
@@ -494,6 +495,22 @@ pub(crate) fn agree(holdings: &[Holding], n: usize) -> Option<Agreed> {
         Some(ReadOutcome::Held(agreed)) => Some(agreed),
         _ => None,
     }
+}
+
+/// The held stream that a majority of all masters say keeps a lease (renews say; reads
+/// do not), if there is one: a stream that another resumed the lease from learns it so.
+fn agree_on_stream(holders: &[&Holding], q: usize) -> Option<std::sync::Arc<str>> {
+    holders
+        .iter()
+        .filter_map(|h| h.stream.as_ref())
+        .find(|s| {
+            holders
+                .iter()
+                .filter(|h| h.stream.as_ref() == Some(*s))
+                .count()
+                >= q
+        })
+        .cloned()
 }
 
 /// The token that a majority of all masters report for a lease, if there is one. A grant

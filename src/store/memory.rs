@@ -512,7 +512,11 @@ impl LockNode for MemoryNode {
                     entry.owner = Some(owner.clone());
                 }
                 let entry = entry.clone();
-                return Ok(Owned::Yes(data.holding(&entry, now)));
+                let kept_by = entry.stream.as_deref().unwrap_or("").into();
+                return Ok(Owned::Yes(Holding {
+                    stream: Some(kept_by),
+                    ..data.holding(&entry, now)
+                }));
             }
             let ttl_ms = ttl_ms.unwrap_or(entry.ttl_ms);
             entry.ttl_ms = ttl_ms;
@@ -527,6 +531,7 @@ impl LockNode for MemoryNode {
                 ttl_ms,
                 pttl_ms: ttl_ms,
                 owner: entry.owner.clone(),
+                stream: Some(entry.stream.as_deref().unwrap_or("").into()),
             };
             let (delay_ms, expires) = (entry.delay_ms, entry.expires);
             if delay_ms > 0 {

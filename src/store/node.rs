@@ -23,6 +23,9 @@ pub struct Holding {
     /// What is left of it on this master, by this master's clock.
     pub pttl_ms: u64,
     pub owner: Option<Owner>,
+    /// The held stream that keeps the lease here since a resume (renew.lua's 'stream'):
+    /// `None` when this master did not say (reads), `""` for the stream that granted it.
+    pub stream: Option<Arc<str>>,
 }
 
 /// One master's answer to an acquire.

@@ -365,3 +365,36 @@ async fn a_held_stream_with_a_grace_survives_its_connection_for_a_resume() {
     let bad = hold(&a, "plain", json!({"grace_ms": 3_600_001})).await;
     assert_eq!(bad.status, 400);
 }
+
+/// A resume displaces the lease's older stream while that one is still open: its next renew
+/// finds another stream keeping the lease, and it ends with `closed` (`resumed`), revoking
+/// nothing.
+#[tokio::test]
+async fn a_resume_displaces_the_older_stream_still_open() {
+    let (a, b) = replicas().await;
+    let mut old = hold(&a, "twice", json!({"ttl_ms": 300})).await;
+    let lease = old.expect("granted").await["lease_id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let mut resumed = resume(&b, "twice", &lease, json!({})).await;
+    resumed.expect("resumed").await;
+    let closed = common::within(
+        Duration::from_secs(5),
+        async {
+            loop {
+                match old.next().await {
+                    Some((event, body)) if event == "closed" => break body,
+                    Some((event, _)) if event == "heartbeat" => continue,
+                    other => panic!("expected closed, got {other:?}"),
+                }
+            }
+        },
+        "the older stream is told it was displaced",
+    )
+    .await;
+    assert_eq!(closed["reason"], "resumed", "{closed}");
+    assert!(old.next().await.is_none(), "the older stream ends");
+    resumed.expect("heartbeat").await;
+    assert_eq!(a.grant("twice", json!({})).await.0, 409);
+}

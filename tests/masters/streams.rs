@@ -291,3 +291,39 @@ async fn a_resume_through_another_replica_keeps_the_lease_from_the_old_streams_e
         assert_eq!(b.send("DELETE", &path, None).await.0, 204);
     }
 }
+
+/// A rolling deploy: the stopping replica tells its stream `closed` with `resume` and keeps
+/// the lease renewed past its TTL, so a holder that takes longer than the validity to
+/// reconnect still resumes it (same token) through the other replica; the resume then lets
+/// the stopping replica finish well before its drain deadline (10 s).
+#[tokio::test]
+async fn a_stopping_replica_keeps_its_streams_leases_until_they_are_resumed() {
+    let masters = masters(3);
+    let (a, b) = replicas(&masters, 200).await;
+    let ttl = Duration::from_millis(600);
+    let mut stream = EventStream::open(hold(&a, "roll", json!({"ttl_ms": 600}))).await;
+    let granted = stream.expect("granted").await;
+    let lease = granted["lease_id"].as_str().unwrap().to_owned();
+    let stopping = tokio::spawn(a.stop());
+    let closed = stream.expect("closed").await;
+    assert_eq!(closed["resume"], true, "{closed}");
+    // Longer than the lease would have lived on its last renew.
+    tokio::time::sleep(ttl * 2).await;
+    let mut resumed = EventStream::open(
+        b.http
+            .post(b.url(&format!("/locks/roll/leases/{lease}/hold")))
+            .json(&json!({})),
+    )
+    .await;
+    let body = resumed.expect("resumed").await;
+    assert_eq!(body["fencing_token"], granted["fencing_token"], "{body}");
+    common::within(
+        Duration::from_secs(5),
+        stopping,
+        "the stopping replica ends once its stream was resumed",
+    )
+    .await
+    .unwrap();
+    resumed.expect("heartbeat").await;
+    assert_eq!(b.grant("roll", json!({"ttl_ms": 1000})).await.0, 409);
+}

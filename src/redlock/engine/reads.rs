@@ -64,6 +64,7 @@ impl Redlock {
             remaining,
             owner: agreed.owner,
             at: Instant::now(),
+            kept_by: None,
         })
     }
 

@@ -149,6 +149,7 @@ fn a_renew_whose_first_answers_disagree_on_the_token_waits_for_the_rest() {
             ttl_ms: 1000,
             pttl_ms: 1000,
             owner: None,
+            stream: None,
         })))
     };
     // The second master's late acquire has not been given the grant's token 9 yet.
@@ -225,7 +226,32 @@ fn holding(lease: &str, token: u64, pttl: u64) -> Option<NodeResult<Option<Holdi
         ttl_ms: 1000,
         pttl_ms: pttl,
         owner: None,
+        stream: None,
     })))
+}
+
+/// A renew learns which held stream keeps a lease only from a majority of masters: a
+/// resume that reached one master does not yet displace the stream it came from.
+#[test]
+fn the_stream_that_keeps_a_lease_is_the_one_a_majority_name() {
+    let renewed = |stream: &str| Holding {
+        lease: id("a"),
+        token: FencingToken::new(3),
+        ttl_ms: 1000,
+        pttl_ms: 1000,
+        owner: None,
+        stream: Some(stream.into()),
+    };
+    let kept_by = |holdings: &[Holding]| agree(holdings, 3).and_then(|a| a.stream);
+    assert_eq!(
+        kept_by(&[renewed("s2"), renewed("s2")]).as_deref(),
+        Some("s2")
+    );
+    assert_eq!(kept_by(&[renewed(""), renewed("s2")]), None);
+    assert_eq!(
+        kept_by(&[renewed(""), renewed("s2"), renewed("")]).as_deref(),
+        Some("")
+    );
 }
 
 #[test]

@@ -425,6 +425,7 @@ impl Data {
             ttl_ms: entry.ttl_ms,
             pttl_ms: self.pttl(entry, now),
             owner: entry.owner.clone(),
+            stream: None,
         }
     }
 

@@ -60,6 +60,7 @@ impl Reply {
             ttl_ms: self.uint(at + 2)?,
             pttl_ms: self.uint(at + 3)?,
             owner: self.owner(at + 4)?,
+            stream: None,
         })
     }
 
@@ -77,8 +78,8 @@ pub(super) fn confirmed(reply: &Reply) -> NodeResult<()> {
     reply.status().map(drop)
 }
 
-/// renew.lua's answer for `lease`: {1, token, ttl_ms, pttl_ms, owner} when renewed, {0}
-/// when the lease does not hold the lock here.
+/// renew.lua's answer for `lease`: {1, token, ttl_ms, pttl_ms, owner, stream} when
+/// renewed, {0} when the lease does not hold the lock here.
 pub(super) fn renewed(reply: &Reply, lease: &LeaseId) -> NodeResult<Owned<Holding>> {
     if reply.status()? == 0 {
         return Ok(Owned::NotOwner);
@@ -89,6 +90,7 @@ pub(super) fn renewed(reply: &Reply, lease: &LeaseId) -> NodeResult<Owned<Holdin
         ttl_ms: reply.uint(2)?,
         pttl_ms: reply.uint(3)?,
         owner: reply.owner(4)?,
+        stream: Some(reply.string(5)?.into()),
     }))
 }
 
@@ -200,6 +202,7 @@ mod tests {
             ttl_ms: 30_000,
             pttl_ms: 29_000,
             owner: Some(Owner::stored("w")),
+            stream: None,
         }
     }
 
@@ -260,9 +263,13 @@ mod tests {
         // renew.lua: the lease is the caller's; the rest is the master's.
         let mut renewal = vec![int(1)];
         renewal.extend(holding_values("L").into_iter().skip(1));
+        renewal.push(text("s1"));
         assert_eq!(
             renewed(&reply(renewal), &LeaseId::stored("L")),
-            Ok(Owned::Yes(holding("L")))
+            Ok(Owned::Yes(Holding {
+                stream: Some("s1".into()),
+                ..holding("L")
+            }))
         );
         assert_eq!(
             renewed(&reply(vec![int(0)]), &LeaseId::stored("L")),

@@ -19,8 +19,9 @@
 -- connection that closes after its holder resumed elsewhere takes nothing with it.
 --
 -- Example: EVALSHA <sha> 3 redlockd:lock:a redlockd:marker redlockd:claim:a Zm9v 60000 ''
--- Returns {1, token, ttl_ms, pttl_ms, owner} when renewed, {0} when the lease does not
--- hold the lock here, {-1} when the marker is missing.
+-- Returns {1, token, ttl_ms, pttl_ms, owner, stream} when renewed (stream: the held
+-- stream that keeps the lease, '' for the one that granted it or none), {0} when the lease
+-- does not hold the lock here, {-1} when the marker is missing.
 if (#KEYS ~= 3 and #KEYS ~= 4) or (#ARGV ~= 3 and #ARGV ~= 4) then
   return redis.error_reply('renew expects 3 or 4 keys and 3 or 4 arguments')
 end
@@ -36,9 +37,9 @@ if holder[3] then
   if #ARGV == 4 then
     redis.call('HSET', KEYS[1], 'owner', ARGV[4])
   end
-  local fields = redis.call('HMGET', KEYS[1], 'token', 'owner', 'ttl')
+  local fields = redis.call('HMGET', KEYS[1], 'token', 'owner', 'ttl', 'stream')
   local pttl = redis.call('PTTL', KEYS[1])
-  return {1, tonumber(fields[1]), tonumber(fields[3]) or pttl, pttl, fields[2]}
+  return {1, tonumber(fields[1]), tonumber(fields[3]) or pttl, pttl, fields[2], fields[4] or ''}
 end
 local ttl = ARGV[2]
 if ttl == '' then
@@ -56,5 +57,6 @@ end
 if #KEYS == 4 and redis.call('PTTL', KEYS[4]) < tonumber(ttl) then
   redis.call('PEXPIRE', KEYS[4], ttl)
 end
-local fields = redis.call('HMGET', KEYS[1], 'token', 'owner')
-return {1, tonumber(fields[1]), tonumber(ttl), redis.call('PTTL', KEYS[1]), fields[2]}
+local fields = redis.call('HMGET', KEYS[1], 'token', 'owner', 'stream')
+return {1, tonumber(fields[1]), tonumber(ttl), redis.call('PTTL', KEYS[1]), fields[2],
+  fields[3] or ''}
