@@ -327,3 +327,76 @@ async fn a_stopping_replica_keeps_its_streams_leases_until_they_are_resumed() {
     resumed.expect("heartbeat").await;
     assert_eq!(b.grant("roll", json!({"ttl_ms": 1000})).await.0, 409);
 }
+
+/// The rolling deploy of issue 36: 50 held streams on one replica, which stops (SIGTERM's
+/// path, as a deploy restarts it) while each stream's client fails over to the other and
+/// resumes there: every lease resumed with its
+/// original fencing token, none lost, and a client contending for the names through the
+/// other replica granted none of them meanwhile.
+#[tokio::test]
+async fn fifty_streams_survive_their_replicas_stop_by_resuming_elsewhere() {
+    const STREAMS: usize = 50;
+    let masters = masters(3);
+    let (a, b) = replicas(&masters, 200).await;
+    let mut held = Vec::new();
+    for i in 0..STREAMS {
+        let name = format!("roll-{i}");
+        let mut stream = EventStream::open(hold(&a, &name, json!({"ttl_ms": 2000}))).await;
+        let granted = stream.expect("granted").await;
+        held.push((name, granted, stream));
+    }
+    // A contender through the other replica, all along: it must never be granted.
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let contender = {
+        let (b, stop) = (b.handle(), stop.clone());
+        let names: Vec<String> = held.iter().map(|(n, _, _)| n.clone()).collect();
+        tokio::spawn(async move {
+            let mut granted = Vec::new();
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                for name in &names {
+                    let (code, body) = b.grant(name, json!({"ttl_ms": 1000})).await;
+                    if code == 201 {
+                        granted.push((name.clone(), body));
+                    }
+                }
+            }
+            granted
+        })
+    };
+    let stopping = tokio::spawn(a.stop());
+    let resumes = held.into_iter().map(|(name, granted, mut stream)| {
+        let b = b.handle();
+        async move {
+            let closed = stream.expect("closed").await;
+            assert_eq!(closed["resume"], true, "{name}: {closed}");
+            let lease = granted["lease_id"].as_str().unwrap();
+            let mut resumed = EventStream::open(
+                b.http
+                    .post(b.url(&format!("/locks/{name}/leases/{lease}/hold")))
+                    .json(&json!({})),
+            )
+            .await;
+            let body = resumed.expect("resumed").await;
+            assert_eq!(
+                body["fencing_token"], granted["fencing_token"],
+                "{name}: {body}"
+            );
+            resumed
+        }
+    });
+    let mut resumed = futures::future::join_all(resumes).await;
+    common::within(
+        Duration::from_secs(8),
+        stopping,
+        "the stopping replica ends once its streams were resumed",
+    )
+    .await
+    .unwrap();
+    // Each resumed stream renews on: one heartbeat each, past the old leases' TTL.
+    for stream in &mut resumed {
+        stream.expect("heartbeat").await;
+    }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let granted = contender.await.unwrap();
+    assert!(granted.is_empty(), "granted meanwhile: {granted:?}");
+}
