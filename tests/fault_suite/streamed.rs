@@ -121,9 +121,9 @@ async fn stream_round(
     let record = |kind, status, lease: Option<&str>, invoked, answered, v: &Value| {
         record_at(replica, kind, status, lease, invoked, answered, v);
     };
-    // A third of the streams carry a grace longer than their TTL: a dropped connection then
-    // never ends the validity last answered, and the holder may resume.
-    let graced = rng.random_ratio(1, 3);
+    // Half the streams carry a grace longer than their TTL: a dropped connection then never
+    // ends the validity last answered, and the holder may resume.
+    let graced = rng.random_bool(0.5);
     let mut body = json!({"ttl_ms": ttl.as_millis() as u64, "wait_ms": wait});
     if graced {
         body["grace_ms"] = json!(ttl.as_millis() as u64 + 200);
@@ -190,7 +190,7 @@ async fn stream_round(
     let mut stream = Some(stream);
     // A blip, now and then, for streams held with a grace: the connection drops without a
     // revoke and the holder resumes through another replica.
-    let mut blip = graced && rng.random_bool(0.5);
+    let mut blip = graced && rng.random_ratio(2, 3);
     while open {
         let Some(current) = stream.as_mut() else {
             break;
