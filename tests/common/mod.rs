@@ -966,6 +966,29 @@ impl TestApp {
         })
     }
 
+    /// Wait until no held stream is open here: each stream's task (and what its end
+    /// revokes) is over.
+    pub async fn streams_done(&self) {
+        let open = || async {
+            let metrics = self.text("/metrics").await;
+            metrics
+                .lines()
+                .find(|l| l.starts_with("redlockd_streams_active{kind=\"hold\"}"))
+                .and_then(|l| l.split_whitespace().last())
+                .map(str::to_owned)
+        };
+        within(
+            Duration::from_secs(10),
+            async {
+                while open().await.as_deref() != Some("0") {
+                    tokio::time::sleep(POLL).await;
+                }
+            },
+            "every held stream ended",
+        )
+        .await;
+    }
+
     /// Wait until `count` grants of `class` have found their lock held: a waiting grant is
     /// then in line.
     pub async fn wait_for_contention(&self, class: &str, count: usize) {

@@ -203,29 +203,6 @@ async fn resume(app: &TestApp, name: &str, lease: &str, body: Value) -> EventStr
         .await
 }
 
-/// Waits until `app` has no held stream open: each stream's task (and its end's revoke)
-/// is over.
-async fn streams_done(app: &TestApp) {
-    let open = || async {
-        let metrics = app.text("/metrics").await;
-        metrics
-            .lines()
-            .find(|l| l.starts_with("redlockd_streams_active{kind=\"hold\"}"))
-            .and_then(|l| l.split_whitespace().last())
-            .map(str::to_owned)
-    };
-    common::within(
-        Duration::from_secs(10),
-        async {
-            while open().await.as_deref() != Some("0") {
-                tokio::time::sleep(common::POLL).await;
-            }
-        },
-        "every held stream ended",
-    )
-    .await;
-}
-
 #[tokio::test]
 async fn a_stream_closed_by_its_replica_stopping_is_resumed_through_another() {
     let (a, b) = replicas().await;
@@ -249,7 +226,7 @@ async fn a_stream_closed_by_its_replica_stopping_is_resumed_through_another() {
 
     // The resumed stream is a held stream: closing it revokes the lease.
     drop(resumed);
-    streams_done(&b).await;
+    b.streams_done().await;
     let (status, _) = b.grant("deploy", json!({})).await;
     assert_eq!(status, 201);
 }
@@ -268,7 +245,7 @@ async fn an_old_stream_that_closes_after_a_resume_revokes_nothing() {
     let mut resumed = resume(&b, "moved", &lease, json!({})).await;
     resumed.expect("resumed").await;
     drop(old);
-    streams_done(&a).await;
+    a.streams_done().await;
     let (status, body) = b.grant("moved", json!({})).await;
     assert_eq!(
         status, 409,
@@ -280,10 +257,10 @@ async fn an_old_stream_that_closes_after_a_resume_revokes_nothing() {
     let mut again = resume(&a, "moved", &lease, json!({})).await;
     again.expect("resumed").await;
     drop(resumed);
-    streams_done(&b).await;
+    b.streams_done().await;
     assert_eq!(b.grant("moved", json!({})).await.0, 409);
     drop(again);
-    streams_done(&a).await;
+    a.streams_done().await;
     assert_eq!(b.grant("moved", json!({})).await.0, 201);
 }
 
@@ -312,7 +289,7 @@ async fn a_resume_with_a_grace_keeps_the_lease_past_its_connection_and_no_longer
     drop(first);
     let mut second = resume(&b, "blip2", &lease, json!({})).await;
     second.expect("resumed").await;
-    streams_done(&a).await;
+    a.streams_done().await;
     assert_eq!(a.grant("blip2", json!({})).await.0, 409);
     second.expect("heartbeat").await;
 }
@@ -349,7 +326,7 @@ async fn a_held_stream_with_a_grace_survives_its_connection_for_a_resume() {
     let body = resumed.expect("resumed").await;
     assert_eq!(body["fencing_token"], granted["fencing_token"], "{body}");
     // The first stream's grace runs out meanwhile: it revokes nothing then.
-    streams_done(&a).await;
+    a.streams_done().await;
     assert_eq!(a.grant("blip", json!({})).await.0, 409);
 
     let mut plain = hold(&a, "crash", json!({"ttl_ms": 30_000})).await;
@@ -358,7 +335,7 @@ async fn a_held_stream_with_a_grace_survives_its_connection_for_a_resume() {
         .unwrap()
         .to_owned();
     drop(plain);
-    streams_done(&a).await;
+    a.streams_done().await;
     let mut late = resume(&b, "crash", &lease, json!({})).await;
     assert_eq!(late.expect("failed").await["error"], "lease_not_found");
 

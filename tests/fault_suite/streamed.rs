@@ -129,25 +129,14 @@ async fn stream_round(
         body["grace_ms"] = json!(ttl.as_millis() as u64 + 200);
     }
     let invoked = recorder.started.elapsed();
-    let opened = http
-        .post(format!("{base}/locks/{name}/hold"))
-        .json(&body)
-        .send()
-        .await;
+    let opened = open_stream(http, format!("{base}/locks/{name}/hold"), &body).await;
     let mut stream = match opened {
-        Ok(response) if response.status() == 200 => EventStream::read(response),
-        Ok(response) => {
-            let status = response.status().as_u16();
-            let body = response.json::<Value>().await.unwrap_or(Value::Null);
+        Ok(stream) => stream,
+        // Status 0, unknown: a grant may have been won before the connection broke (and is
+        // revoked by the server when it sees it closed).
+        Err((status, body)) => {
             let answered = recorder.started.elapsed();
             record(Kind::Grant, status, None, invoked, answered, &body);
-            return;
-        }
-        Err(_) => {
-            // Unknown: a grant may have been won before the connection broke (and is
-            // revoked by the server when it sees it closed).
-            let answered = recorder.started.elapsed();
-            record(Kind::Grant, 0, None, invoked, answered, &Value::Null);
             return;
         }
     };
@@ -191,6 +180,23 @@ async fn stream_round(
     // A blip, now and then, for streams held with a grace: the connection drops without a
     // revoke and the holder resumes through another replica.
     let mut blip = graced && rng.random_ratio(2, 3);
+    // From now on the holder relies on nothing: a revoke of unknown outcome.
+    let let_go = |replica| {
+        let at = recorder.started.elapsed();
+        record_at(replica, Kind::Revoke, 0, Some(&lease), at, at, &Value::Null);
+    };
+    // A resume is a renew through the replica that answered it.
+    let took_over = |r: &Resume| {
+        record_at(
+            r.replica,
+            Kind::Renew,
+            r.status,
+            Some(&lease),
+            r.invoked,
+            r.answered,
+            &r.body,
+        );
+    };
     while open {
         let Some(current) = stream.as_mut() else {
             break;
@@ -203,45 +209,22 @@ async fn stream_round(
                 // revoke nothing).
                 stream = None;
                 recorder.blips.fetch_add(1, Ordering::Relaxed);
-                // A resume that fails ends the holder's reliance at once (the grace's end
-                // revokes at the validity's).
-                let gave_up = |at_replica| {
-                    let at = recorder.started.elapsed();
-                    record_at(
-                        at_replica,
-                        Kind::Revoke,
-                        0,
-                        Some(&lease),
-                        at,
-                        at,
-                        &Value::Null,
-                    );
-                };
-                let resumed =
-                    resume_elsewhere(http, bases, name, &lease, at_replica, recorder).await;
-                let Some(resumed) = resumed else {
-                    gave_up(at_replica);
-                    open = false;
-                    continue;
-                };
-                record_at(
-                    resumed.replica,
-                    Kind::Renew,
-                    resumed.status,
-                    Some(&lease),
-                    resumed.invoked,
-                    resumed.answered,
-                    &resumed.body,
-                );
-                if let Some(next) = resumed.stream {
-                    stream = Some(next);
-                    at_replica = resumed.replica;
-                    until = tokio::time::Instant::now()
-                        + ttl / 3
-                        + Duration::from_millis(rng.random_range(0..100));
-                } else {
-                    gave_up(resumed.replica);
-                    open = false;
+                match resume_elsewhere(http, bases, name, &lease, at_replica, recorder, &took_over)
+                    .await
+                {
+                    Some((next, resumed)) => {
+                        stream = Some(resumed);
+                        at_replica = next;
+                        until = tokio::time::Instant::now()
+                            + ttl / 3
+                            + Duration::from_millis(rng.random_range(0..100));
+                    }
+                    // A resume that fails ends the holder's reliance at once (the grace's
+                    // end revokes at the validity's).
+                    None => {
+                        let_go(at_replica);
+                        open = false;
+                    }
                 }
             }
             Err(_) => break,
@@ -253,26 +236,16 @@ async fn stream_round(
                 // This release stopping: the holder resumes through another replica, which
                 // renews the lease at once (recorded as that renew).
                 "closed" if body["resume"] == true => {
-                    let resumed =
-                        resume_elsewhere(http, bases, name, &lease, at_replica, recorder).await;
-                    let Some(resumed) = resumed else {
-                        open = false;
-                        continue;
-                    };
-                    record_at(
-                        resumed.replica,
-                        Kind::Renew,
-                        resumed.status,
-                        Some(&lease),
-                        resumed.invoked,
-                        resumed.answered,
-                        &resumed.body,
-                    );
-                    if let Some(next) = resumed.stream {
-                        stream = Some(next);
-                        at_replica = resumed.replica;
-                    } else {
-                        open = false;
+                    match resume_elsewhere(
+                        http, bases, name, &lease, at_replica, recorder, &took_over,
+                    )
+                    .await
+                    {
+                        Some((next, resumed)) => {
+                            stream = Some(resumed);
+                            at_replica = next;
+                        }
+                        None => open = false,
                     }
                 }
                 "jeopardy" => {
@@ -281,8 +254,7 @@ async fn stream_round(
                 // The previous release revoked a held stream's lease when its replica
                 // stopped, and said so with `lost`: its holder relies on nothing from then.
                 "lost" if body["reason"] == "shutting_down" => {
-                    let at = recorder.started.elapsed();
-                    record(Kind::Revoke, 0, Some(&lease), at, at, &Value::Null);
+                    let_go(at_replica);
                     open = false;
                 }
                 // The hold is over (or left to lapse): nothing to revoke.
@@ -297,16 +269,7 @@ async fn stream_round(
         // Closing the stream is the holder's revoke: from now on it relies on nothing.
         // Recorded with an unknown outcome (status 0): the server revokes when it sees the
         // connection closed (or its grace ends), a moment the client does not learn.
-        let at = recorder.started.elapsed();
-        record_at(
-            at_replica,
-            Kind::Revoke,
-            0,
-            Some(&lease),
-            at,
-            at,
-            &Value::Null,
-        );
+        let_go(at_replica);
         drop(stream);
     }
     recorder.streams.fetch_add(1, Ordering::Relaxed);
@@ -319,11 +282,11 @@ struct Resume {
     answered: Duration,
     status: u16,
     body: Value,
-    /// The new stream, while it holds the lease.
-    stream: Option<EventStream>,
 }
 
-/// Resume `lease` through another live replica than `from` (none when there is none).
+/// Resume `lease` through another live replica than `from`, telling `took_over` what it
+/// answered: that replica and the new stream, while it holds the lease (none when the
+/// resume failed, or no other replica is up).
 async fn resume_elsewhere(
     http: &reqwest::Client,
     bases: &Bases,
@@ -331,7 +294,8 @@ async fn resume_elsewhere(
     lease: &str,
     from: usize,
     recorder: &Recorder,
-) -> Option<Resume> {
+    took_over: &(dyn Fn(&Resume) + Sync),
+) -> Option<(usize, EventStream)> {
     let (replica, base) = live_replicas(bases).into_iter().find(|(i, _)| *i != from)?;
     let invoked = recorder.started.elapsed();
     let (stream, answer) = resume(http, &base, name, lease).await;
@@ -344,14 +308,14 @@ async fn resume_elsewhere(
     recorder
         .resumes
         .fetch_add(usize::from(status == 200), Ordering::Relaxed);
-    Some(Resume {
+    took_over(&Resume {
         replica,
         invoked,
         answered,
         status,
         body,
-        stream,
-    })
+    });
+    stream.map(|s| (replica, s))
 }
 
 /// What a resume was answered.
@@ -364,6 +328,23 @@ enum Resumed {
     Unknown,
 }
 
+/// Open a held stream at `url`: the stream, or what refused it before any event (its
+/// status and body; 0 when no answer came).
+async fn open_stream(
+    http: &reqwest::Client,
+    url: String,
+    body: &Value,
+) -> Result<EventStream, (u16, Value)> {
+    match http.post(url).json(body).send().await {
+        Ok(response) if response.status() == 200 => Ok(EventStream::read(response)),
+        Ok(response) => {
+            let status = response.status().as_u16();
+            Err((status, response.json().await.unwrap_or(Value::Null)))
+        }
+        Err(_) => Err((0, Value::Null)),
+    }
+}
+
 /// Resume `lease` of `name` through the replica at `base`: the new stream, while it holds
 /// the lease, and what it answered.
 async fn resume(
@@ -372,19 +353,11 @@ async fn resume(
     name: &str,
     lease: &str,
 ) -> (Option<EventStream>, Resumed) {
-    let opened = http
-        .post(format!("{base}/locks/{name}/leases/{lease}/hold"))
-        .json(&json!({}))
-        .send()
-        .await;
-    let mut stream = match opened {
-        Ok(response) if response.status() == 200 => EventStream::read(response),
-        Ok(response) => {
-            let status = response.status().as_u16();
-            let body = response.json::<Value>().await.unwrap_or(Value::Null);
-            return (None, Resumed::Refused(status, body));
-        }
-        Err(_) => return (None, Resumed::Unknown),
+    let url = format!("{base}/locks/{name}/leases/{lease}/hold");
+    let mut stream = match open_stream(http, url, &json!({})).await {
+        Ok(stream) => stream,
+        Err((0, _)) => return (None, Resumed::Unknown),
+        Err((status, body)) => return (None, Resumed::Refused(status, body)),
     };
     match tokio::time::timeout(ANSWER_WITHIN, stream.next()).await {
         Ok(Some((event, body))) if event == "resumed" => (Some(stream), Resumed::Held(body)),

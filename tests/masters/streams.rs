@@ -217,28 +217,6 @@ async fn an_observers_stream_is_told_when_its_replica_shuts_down() {
     stopping.await.unwrap();
 }
 
-/// Waits until `app` has no held stream open: each stream's end (and its revoke) is over.
-async fn streams_done(app: &TestApp) {
-    let open = || async {
-        let metrics = app.text("/metrics").await;
-        metrics
-            .lines()
-            .find(|l| l.starts_with("redlockd_streams_active{kind=\"hold\"}"))
-            .and_then(|l| l.split_whitespace().last())
-            .map(str::to_owned)
-    };
-    common::within(
-        Duration::from_secs(10),
-        async {
-            while open().await.as_deref() != Some("0") {
-                tokio::time::sleep(common::POLL).await;
-            }
-        },
-        "every held stream ended",
-    )
-    .await;
-}
-
 /// A resume on real masters (renew.lua names the stream that keeps the lease, release.lua
 /// heeds it): the first stream's end, after its holder resumed through the other replica,
 /// revokes nothing; the resumed stream's end revokes the lease. For a lock and an election.
@@ -273,14 +251,14 @@ async fn a_resume_through_another_replica_keeps_the_lease_from_the_old_streams_e
         let body = resumed.expect("resumed").await;
         assert_eq!(body["fencing_token"], granted["fencing_token"], "{body}");
         drop(old);
-        streams_done(&a).await;
+        a.streams_done().await;
         let (code, other) = b.send("POST", route, Some(json!({"ttl_ms": 1000}))).await;
         assert_eq!(
             code, 409,
             "{route}: the old stream's end revoked it: {other}"
         );
         drop(resumed);
-        streams_done(&b).await;
+        b.streams_done().await;
         let (code, other) = b.send("POST", route, Some(json!({"ttl_ms": 1000}))).await;
         assert_eq!(
             code, 201,
