@@ -221,7 +221,9 @@ pub(crate) struct GrantRequest {
     /// ms (at most the largest TTL; default 0: revoked as the connection closes), so that
     /// its holder may resume it (`POST .../leases/{lease_id}/hold`) through any replica. It
     /// is renewed no further meanwhile: the grace never outlasts the validity last answered.
-    /// Ignored by a grant answered as JSON, which has no connection to outlive.
+    /// After a drop, rely on the lease no longer than the shorter of the last event's
+    /// `validity_ms` and the grace. Ignored by a grant answered as JSON, which has no
+    /// connection to outlive.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schema(value_type = Option<u64>, minimum = 0, maximum = 3600000)]
     pub grace_ms: Option<Whole>,
@@ -264,7 +266,9 @@ pub(crate) struct GroupRequest {
     /// ms (at most the largest TTL; default 0: revoked as the connection closes), so that
     /// its holder may resume it (`POST .../leases/{lease_id}/hold`) through any replica. It
     /// is renewed no further meanwhile: the grace never outlasts the validity last answered.
-    /// Ignored by a grant answered as JSON, which has no connection to outlive.
+    /// After a drop, rely on the lease no longer than the shorter of the last event's
+    /// `validity_ms` and the grace. Ignored by a grant answered as JSON, which has no
+    /// connection to outlive.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schema(value_type = Option<u64>, minimum = 0, maximum = 3600000)]
     pub grace_ms: Option<Whole>,
@@ -530,7 +534,9 @@ pub(crate) struct CampaignRequest {
     /// ms (at most the largest TTL; default 0: revoked as the connection closes), so that
     /// its holder may resume it (`POST .../leases/{lease_id}/hold`) through any replica. It
     /// is renewed no further meanwhile: the grace never outlasts the validity last answered.
-    /// Ignored by a grant answered as JSON, which has no connection to outlive.
+    /// After a drop, rely on the lease no longer than the shorter of the last event's
+    /// `validity_ms` and the grace. Ignored by a grant answered as JSON, which has no
+    /// connection to outlive.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schema(value_type = Option<u64>, minimum = 0, maximum = 3600000)]
     pub grace_ms: Option<Whole>,
@@ -692,7 +698,9 @@ pub(crate) struct SemaphoreRequest {
     /// ms (at most the largest TTL; default 0: revoked as the connection closes), so that
     /// its holder may resume it (`POST .../leases/{lease_id}/hold`) through any replica. It
     /// is renewed no further meanwhile: the grace never outlasts the validity last answered.
-    /// Ignored by a grant answered as JSON, which has no connection to outlive.
+    /// After a drop, rely on the lease no longer than the shorter of the last event's
+    /// `validity_ms` and the grace. Ignored by a grant answered as JSON, which has no
+    /// connection to outlive.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schema(value_type = Option<u64>, minimum = 0, maximum = 3600000)]
     pub grace_ms: Option<Whole>,
