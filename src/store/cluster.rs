@@ -399,7 +399,8 @@ impl Cluster {
                 .unwrap_or_else(|e| e.into_inner())
                 .contains(&shard.address)
         };
-        let mut failed_over: Vec<(Arc<Shard>, Vec<u16>)> = Vec::new();
+        // Slots whose owner changed, by new owner.
+        let mut moved: Vec<(Arc<Shard>, Vec<u16>)> = Vec::new();
         {
             // The owner each slot had when last it had one: a map read mid-failover may
             // show the slot unserved for a moment.
@@ -410,12 +411,24 @@ impl Cluster {
                     continue;
                 };
                 let was = owned_by[slot].replace(now.address.clone());
-                if was.is_some_and(|was| was != now.address) && failed_over_to(now) {
-                    match failed_over.iter_mut().find(|(s, _)| Arc::ptr_eq(s, now)) {
+                if was.is_some_and(|was| was != now.address) {
+                    match moved.iter_mut().find(|(s, _)| Arc::ptr_eq(s, now)) {
                         Some((_, slots)) => slots.push(slot as u16),
-                        None => failed_over.push((now.clone(), vec![slot as u16])),
+                        None => moved.push((now.clone(), vec![slot as u16])),
                     }
                 }
+            }
+        }
+        // A new owner listed as a replica in some earlier read failed over. One never seen
+        // as a replica may have been one all the same, attached and promoted between two
+        // reads of the map: its own replication info says so (a promoted replica keeps its
+        // old primary's replication history as its second one). Unanswered, it is taken
+        // for a failover: a shard quarantined for nothing costs less than one that lost
+        // locks and votes.
+        let mut failed_over: Vec<(Arc<Shard>, Vec<u16>)> = Vec::new();
+        for (shard, slots) in moved {
+            if failed_over_to(&shard) || self.was_promoted(&shard).await {
+                failed_over.push((shard, slots));
             }
         }
         for shard in &next.shards {
@@ -447,6 +460,23 @@ impl Cluster {
             }
         }
         Ok(())
+    }
+
+    /// Whether `shard` says it was a replica once (`INFO replication`: a second replication
+    /// offset, which only a promotion sets), or does not answer.
+    async fn was_promoted(&self, shard: &Shard) -> bool {
+        let mut conn = shard.conn.clone();
+        let info = tokio::time::timeout(
+            self.timeout,
+            redis::cmd("INFO")
+                .arg("replication")
+                .query_async::<String>(&mut conn),
+        )
+        .await;
+        match info {
+            Ok(Ok(info)) => promoted(&info),
+            _ => true,
+        }
     }
 
     /// Why the cluster cannot serve every slot, when it cannot.
@@ -836,6 +866,14 @@ fn info_field(info: &str, name: &str) -> String {
         .to_owned()
 }
 
+/// Whether a node's `INFO replication` shows a promotion: a `second_repl_offset` other
+/// than -1 (the offset up to which its old primary's history is its own).
+fn promoted(info: &str) -> bool {
+    info.lines()
+        .find_map(|l| l.trim().strip_prefix("second_repl_offset:"))
+        .is_some_and(|offset| offset.trim() != "-1")
+}
+
 /// `host:port` of a replica's line of `CLUSTER NODES` (`<id> <ip:port@bus> <flags> ...`).
 fn replica_address(line: &str) -> Option<String> {
     let mut fields = line.split(' ');
@@ -886,5 +924,21 @@ async fn query(
             redis::ErrorKind::Parse,
             "ASKING and a call were not answered twice",
         ))),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::promoted;
+
+    #[test]
+    fn a_promotion_shows_as_a_second_replication_offset() {
+        let never = "# Replication\r\nrole:master\r\nconnected_slaves:1\r\nmaster_replid:5f1c\r\nmaster_replid2:0000000000000000000000000000000000000000\r\nmaster_repl_offset:1204\r\nsecond_repl_offset:-1\r\n";
+        let promoted_once = "# Replication\r\nrole:master\r\nconnected_slaves:0\r\nmaster_replid:9a2e\r\nmaster_replid2:5f1c\r\nmaster_repl_offset:1310\r\nsecond_repl_offset:1205\r\n";
+        assert!(!promoted(never));
+        assert!(promoted(promoted_once));
+        // A node that does not say is not taken for promoted by this reading (the caller
+        // decides what an unanswered question means).
+        assert!(!promoted("# Replication\r\nrole:master\r\n"));
     }
 }

@@ -685,6 +685,26 @@ async fn a_failover_to_a_replica_is_refused_as_data_loss() {
     )
     .await;
     cs[0].fail_over(replica, slot).await;
+    // What redlockd also reads to tell a failover it did not see coming: the promoted node
+    // says it has a second replication history; a primary that never was a replica does not.
+    let second = |info: String| {
+        info.lines().find_map(|l| {
+            l.trim()
+                .strip_prefix("second_repl_offset:")
+                .map(str::to_owned)
+        })
+    };
+    let info: String = cs[0].shards[replica]
+        .cmd(&["INFO", "replication"])
+        .await
+        .unwrap();
+    assert_ne!(second(info.clone()).as_deref(), Some("-1"), "{info}");
+    let other = (0..cs[1].shards.len()).next().unwrap();
+    let info: String = cs[1].shards[other]
+        .cmd(&["INFO", "replication"])
+        .await
+        .unwrap();
+    assert_eq!(second(info.clone()).as_deref(), Some("-1"), "{info}");
     // A replica that sees the new slot map refuses the new primary as a shard that lost its
     // data, and says why (the other may see only its markers gone).
     refused_as_failed_over(&[&a, &b], &format!("127.0.0.1:{port}")).await;
