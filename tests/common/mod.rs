@@ -966,6 +966,24 @@ impl TestApp {
         })
     }
 
+    /// Wait until this replica hears every master's announcements (`/readyz` says each is
+    /// subscribed): before then, another replica's announcement may pass it by.
+    pub async fn hears_every_master(&self) {
+        wait_for(
+            "every master's announcements heard",
+            Duration::from_secs(10),
+            async || {
+                let (_, ready) = self.get("/readyz").await;
+                let masters = ready["masters"].as_array()?.clone();
+                masters
+                    .iter()
+                    .all(|m| m["subscribed"] == true)
+                    .then_some(())
+            },
+        )
+        .await;
+    }
+
     /// Wait until no held stream is open here: each stream's task (and what its end
     /// revokes) is over.
     pub async fn streams_done(&self) {

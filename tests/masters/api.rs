@@ -197,6 +197,9 @@ async fn observers_in_another_replica_see_an_observed_holds_grants_releases_and_
     use redlockd::lease::events::Observed;
     use redlockd::model::FencingToken;
     let (_ms, a, b) = two_replicas().await;
+    // Announcements are best effort: one made before a replica subscribed passes it by.
+    a.hears_every_master().await;
+    b.hears_every_master().await;
     // An election's terms are observed holds: their grants and ends are announced.
     let topic = "/elections/watched";
     let mut on_b = b.events.subscribe(topic);
