@@ -187,12 +187,7 @@ impl SessionId {
     }
 
     fn scoped(id: String, scope: &str) -> Self {
-        use sha2::{Digest, Sha256};
-        let scope = if scope.is_empty() {
-            String::new()
-        } else {
-            hex::encode(&Sha256::digest(scope.as_bytes())[..8])
-        };
+        let scope = scope_tag(scope);
         Self { id, scope }
     }
 
@@ -323,6 +318,30 @@ impl LeaseId {
 /// half of the id (see `LeaseId::attempt_of`).
 pub(crate) fn claimant_of(lease: &str) -> &str {
     lease.get(..MINTED_LEN / 2).unwrap_or(lease)
+}
+
+/// What the masters know a token by (its name's scope, `""` without authentication): 16 hex
+/// digits of its SHA-256, `""` for `""`. Names no token, and is as long whatever the name.
+fn scope_tag(scope: &str) -> String {
+    use sha2::{Digest, Sha256};
+    if scope.is_empty() {
+        String::new()
+    } else {
+        hex::encode(&Sha256::digest(scope.as_bytes())[..8])
+    }
+}
+
+/// A new name for a held stream on the masters (renew.lua's 'stream'), opened by the token
+/// named `scope`: `<opener>/<random>`, so that a master can refuse a resume by another
+/// token (the opener is `""` without authentication, and every resume is then allowed).
+pub(crate) fn stream_name(scope: &str) -> Arc<str> {
+    format!("{}/{}", scope_tag(scope), LeaseId::generate().as_str()).into()
+}
+
+/// The tag of the token that opened the held stream named `stream` (see `stream_name`):
+/// `""` for a name without one.
+pub(crate) fn opener_of(stream: &str) -> &str {
+    stream.split_once('/').map_or("", |(opener, _)| opener)
 }
 
 /// The length of the ids we mint (16 bytes in base64url).

@@ -208,6 +208,7 @@ impl From<LeaseError> for ApiError {
                 masters: why.masters,
             },
             LeaseError::ShuttingDown => ApiError::ShuttingDown,
+            e @ LeaseError::NotYours => ApiError::Forbidden(e.to_string()),
             LeaseError::TooMany { what } => ApiError::TooMany {
                 message: what,
                 retry_after: Duration::from_secs(1),

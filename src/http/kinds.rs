@@ -7,7 +7,8 @@
 //! beside them in `handlers` and `elections`.
 
 use std::collections::BTreeMap;
-use std::sync::LazyLock;
+use std::sync::{Arc, LazyLock};
+use std::time::Duration;
 
 use axum::Json;
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
@@ -19,7 +20,7 @@ use super::error::ApiError;
 use super::stream;
 use crate::auth::Caller;
 use crate::lease::Target;
-use crate::lease::{Lease, LeasePolicy, Ttl};
+use crate::lease::{Lease, LeasePolicy, StreamTerms, Ttl};
 use crate::model::{GrantKey, IdempotencyKey, LeaseId, LockName, Owner};
 use crate::model::{Kind, Mode, PermitLimit, SessionId};
 use crate::wire::{CampaignRequest, GrantRequest, ProclaimRequest, RenewRequest, whole};
@@ -297,7 +298,7 @@ pub(super) async fn grant_target<B: serde::Serialize + for<'a> From<&'a Lease>>(
     refine: Refine,
 ) -> Result<Response, ApiError> {
     if stream::wants_stream(headers) {
-        return hold_target(state, target, fields, headers, refine);
+        return hold_target(state, target, fields, headers, caller, refine);
     }
     // `grace_ms` is judged but not used: a grant answered as JSON has no connection to
     // outlive. (It is not refused: one operation's schema serves both answers.)
@@ -338,7 +339,7 @@ pub(super) fn hold(
 ) -> Result<Response, ApiError> {
     let policy = LeasePolicy::from(state.settings.leases);
     let target = fields.target(name, &policy, scope_of(caller))?;
-    hold_target(state, target, fields, headers, refine)
+    hold_target(state, target, fields, headers, caller, refine)
 }
 
 /// Hold `target` while the connection lives, as `hold` answers it.
@@ -347,6 +348,7 @@ fn hold_target(
     target: Target,
     fields: GrantFields<'_>,
     headers: &HeaderMap,
+    caller: Option<&Caller>,
     refine: Refine,
 ) -> Result<Response, ApiError> {
     let policy = LeasePolicy::from(state.settings.leases);
@@ -363,17 +365,28 @@ fn hold_target(
     let kind = target.name.kind();
     let events = state
         .service
-        .hold(target, ttl, wait, owner, grace)
+        .hold(target, ttl, wait, owner, stream_terms(grace, caller))
         .map_err(|e| refine(e.into()))?;
     Ok(stream::hold(kind, events).into_response())
 }
 
+/// What a held stream's holder asked of it: its grace, and the caller, who alone may resume
+/// it.
+fn stream_terms(grace: Duration, caller: Option<&Caller>) -> StreamTerms {
+    StreamTerms {
+        grace,
+        opener: caller.map_or_else(|| Arc::from(""), |c| c.name.clone()),
+    }
+}
+
 /// Hold lease `id` of `name`, granted before, through a new stream (a resume): its events
-/// start with `resumed` (or `failed`, when the lease is gone) and go on as a held stream's.
+/// start with `resumed` (or `failed`, when the lease is gone or its stream is another
+/// token's) and go on as a held stream's.
 pub(super) fn resume(
     state: &AppState,
     (name, id): (LockName, LeaseId),
     request: &ResumeRequest,
+    caller: Option<&Caller>,
     refine: Refine,
 ) -> Result<Response, ApiError> {
     let policy = LeasePolicy::from(state.settings.leases);
@@ -381,7 +394,7 @@ pub(super) fn resume(
     let kind = name.kind();
     let events = state
         .service
-        .resume(name, id, grace)
+        .resume(name, id, stream_terms(grace, caller))
         .map_err(|e| refine(e.into()))?;
     Ok(stream::hold(kind, events).into_response())
 }
@@ -592,9 +605,10 @@ macro_rules! kind_routes {
             pub(crate) async fn resume(
                 State(state): State<AppState>,
                 $lease_path(name, id): $lease_path,
+                caller: Option<Extension<Caller>>,
                 Fields(req): Fields<crate::wire::ResumeRequest>,
             ) -> Result<Response, ApiError> {
-                super::resume(&state, (name, id), &req, REFINE)
+                super::resume(&state, (name, id), &req, caller.as_deref(), REFINE)
             }
 
             #[utoipa::path(

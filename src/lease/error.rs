@@ -38,6 +38,12 @@ pub enum LeaseError {
     /// again later.
     #[error("{what}")]
     TooMany { what: String },
+    /// A resume by a token other than the one that opened the lease's held stream: only
+    /// that token may take the stream over.
+    #[error(
+        "this lease is held through a stream another token opened; only that token may resume it"
+    )]
+    NotYours,
     /// The process is stopping: waiting grants are answered at once.
     #[error("redlockd is shutting down; retry the grant, on another replica if there is one")]
     ShuttingDown,

@@ -26,7 +26,7 @@ use super::events::{LockEvent, Observed};
 use super::{Lease, LeaseError, LeaseService, Target, Ttl, WaitTime};
 use crate::metrics::StreamKind;
 use crate::model::Jeopardy;
-use crate::model::{LeaseId, LockName, Mode, Owner};
+use crate::model::{LeaseId, LockName, Mode, Owner, Unavailability, opener_of, stream_name};
 
 /// Events a held stream may have waiting for a slow reader. Heartbeats beyond it are
 /// dropped (the next one says the same, newer), so a client that never reads costs a
@@ -123,35 +123,45 @@ impl LostReason {
     }
 }
 
+/// What a held stream's holder asked of its stream beyond the lease: the grace its lease
+/// outlives a dropped connection by, and who opened it (the token's name, `""` without
+/// authentication), which is who alone may resume it.
+#[derive(Debug, Clone, Default)]
+pub struct StreamTerms {
+    pub grace: Duration,
+    pub opener: Arc<str>,
+}
+
 impl LeaseService {
     /// Grant `name` (waiting up to `wait`) and hold it until the returned receiver is
-    /// dropped (and `grace` more, for a resume), the lease is lost, or the process shuts
-    /// down.
+    /// dropped (and the stream's grace more, for a resume), the lease is lost, or the
+    /// process shuts down.
     pub fn hold(
         self: &Arc<Self>,
         target: impl Into<Target>,
         ttl: Ttl,
         wait: WaitTime,
         owner: Option<Owner>,
-        grace: Duration,
+        terms: StreamTerms,
     ) -> Result<mpsc::Receiver<HoldEvent>, LeaseError> {
         let target = target.into();
         self.stream(HOLD_BUFFER, |service, tx| {
-            service.hold_task(target, ttl, wait, owner, grace, tx)
+            service.hold_task(target, ttl, wait, owner, terms, tx)
         })
     }
 
     /// Take over lease `id` of `name`, granted before (through a stream on any replica, or
     /// not), and hold it as `hold` does: a resume. It is renewed at once, and from then on
-    /// only this stream's end revokes it.
+    /// only this stream's end revokes it. A lease held through a stream that another token
+    /// opened is not taken over (`NotYours`).
     pub fn resume(
         self: &Arc<Self>,
         name: LockName,
         id: LeaseId,
-        grace: Duration,
+        terms: StreamTerms,
     ) -> Result<mpsc::Receiver<HoldEvent>, LeaseError> {
         self.stream(HOLD_BUFFER, |service, tx| {
-            service.resume_task(name, id, grace, tx)
+            service.resume_task(name, id, terms, tx)
         })
     }
 
@@ -196,7 +206,7 @@ impl LeaseService {
         ttl: Ttl,
         wait: WaitTime,
         owner: Option<Owner>,
-        grace: Duration,
+        terms: StreamTerms,
         tx: mpsc::Sender<HoldEvent>,
     ) {
         let _open = self.metrics.stream_opened(StreamKind::Hold);
@@ -215,29 +225,66 @@ impl LeaseService {
                 return;
             }
         };
-        // The stream that granted the lease keeps it under the empty name (renew.lua).
+        let stream = match self.name_opener(&lease, &terms.opener).await {
+            Ok(stream) => stream,
+            Err(e) => {
+                // Not answered: nothing may be left held by a stream that failed.
+                let _ = self.revoke(lease.name.clone(), lease.id.clone()).await;
+                deliver(&tx, HoldEvent::Failed(e)).await;
+                return;
+            }
+        };
         let carried = Carried {
             lease,
             ttl: ttl.get(),
-            stream: Arc::from(""),
-            grace,
+            stream,
+            grace: terms.grace,
         };
         self.carry(carried, HoldEvent::Granted, &tx).await;
+    }
+
+    /// The name the stream that granted `lease` keeps it under on the masters. Without
+    /// authentication it is the empty name (renew.lua), and costs nothing. Under it, the
+    /// stream takes the lease under a name that carries its opener's tag before its holder
+    /// learns the lease id, so that a majority of masters refuse a resume by any other token
+    /// from the start.
+    async fn name_opener(&self, lease: &Lease, opener: &str) -> Result<Arc<str>, LeaseError> {
+        if opener.is_empty() {
+            return Ok(Arc::from(""));
+        }
+        let stream = stream_name(opener);
+        let named = self
+            .renew_with(
+                lease.name.clone(),
+                lease.id.clone(),
+                None,
+                None,
+                Some(stream.clone()),
+            )
+            .await?;
+        if named.kept_by.as_deref() == Some(&*stream) {
+            Ok(stream)
+        } else {
+            // A lease just granted has no other stream: only a majority that did not answer
+            // alike leaves this (the masters changed under the grant).
+            Err(LeaseError::NotFound)
+        }
     }
 
     async fn resume_task(
         self: Arc<Self>,
         name: LockName,
         id: LeaseId,
-        grace: Duration,
+        terms: StreamTerms,
         tx: mpsc::Sender<HoldEvent>,
     ) {
         let _open = self.metrics.stream_opened(StreamKind::Hold);
         // A name no other stream has: from this renew on, only this stream's end revokes.
-        let stream: Arc<str> = Arc::from(LeaseId::generate().as_str());
+        let stream = stream_name(&terms.opener);
         let resumed = self
             .renew_with(name, id, None, None, Some(stream.clone()))
-            .await;
+            .await
+            .and_then(|lease| taken_over(lease, &stream));
         let lease = match resumed {
             Ok(lease) => lease,
             Err(e) => {
@@ -250,7 +297,7 @@ impl LeaseService {
             lease,
             ttl,
             stream,
-            grace,
+            grace: terms.grace,
         };
         self.carry(carried, HoldEvent::Resumed, &tx).await;
     }
@@ -422,6 +469,24 @@ impl LeaseService {
                 },
             }
         }
+    }
+}
+
+/// The lease a resume's renew answered, if `stream` took it over. A lease that a stream of
+/// another token keeps was renewed and not taken (renew.lua): `NotYours`. Under
+/// authentication a majority must name `stream`, since a resume that only some masters
+/// took may have met, on the others, a stream another token opened. A stream of the same
+/// token that keeps it is another resume of the same holder, racing this one: the stream
+/// goes on and learns which won at its next renew.
+fn taken_over(lease: Lease, stream: &str) -> Result<Lease, LeaseError> {
+    match lease.kept_by.as_deref() {
+        Some(kept) if kept == stream => Ok(lease),
+        Some(kept) if opener_of(kept) != opener_of(stream) => Err(LeaseError::NotYours),
+        None if !opener_of(stream).is_empty() => Err(LeaseError::Unavailable(Unavailability {
+            reason: "the resume was not confirmed by a majority of masters; try again".into(),
+            masters: Vec::new(),
+        })),
+        _ => Ok(lease),
     }
 }
 

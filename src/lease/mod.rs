@@ -20,7 +20,7 @@ pub(crate) use election::LeaderChange;
 pub use error::LeaseError;
 pub use events::{Events, LockEvent};
 pub use granted::{Lease, LockHolder};
-pub use hold::{HoldEvent, LostReason};
+pub use hold::{HoldEvent, LostReason, StreamTerms};
 pub use kinds::{Hold, Target};
 pub use service::{LeaseService, Readiness};
 pub(crate) use sessions::{HeldThrough, Session, SessionEvent};

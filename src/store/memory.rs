@@ -23,7 +23,9 @@ use super::node::{
     Acquired, Announcement, Claim, Ending, Holding, ListPage, Listener, Listing, LockNode,
     NodeError, NodeResult, Owned, Probe, Renewal, SessionState, SessionStep,
 };
-use crate::model::{FencingToken, Idem, Kind, LeaseId, LockKey, Owner, SessionHold, claimant_of};
+use crate::model::{
+    FencingToken, Idem, Kind, LeaseId, LockKey, Owner, SessionHold, claimant_of, opener_of,
+};
 
 mod data;
 mod several;
@@ -501,8 +503,12 @@ impl LockNode for MemoryNode {
             let Some(entry) = data.live(key, now).filter(|e| e.lease == *lease) else {
                 return Ok(Owned::NotOwner);
             };
+            // As renew.lua: a stream another token opened keeps the lease.
             if let Some(stream) = stream {
-                entry.stream = Some(stream.to_owned());
+                let kept = entry.stream.as_deref().unwrap_or("");
+                if kept.is_empty() || opener_of(kept) == opener_of(stream) {
+                    entry.stream = Some(stream.to_owned());
+                }
             }
             if entry.session.is_some() {
                 // Held through a session: it lives as long as the session (see renew.lua).

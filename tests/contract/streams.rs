@@ -375,3 +375,82 @@ async fn a_resume_displaces_the_older_stream_still_open() {
     resumed.expect("heartbeat").await;
     assert_eq!(a.grant("twice", json!({})).await.0, 409);
 }
+
+/// Under authentication, only the token that opened a held stream may resume it: a lease
+/// id that leaked (a log line, a shared dashboard) does not let another client, or an
+/// administrator, take the stream over; they are told `forbidden` and the lease stays its
+/// opener's. A lease granted as JSON had no stream to open: its id is the capability, as
+/// for a renew, and any token that may hold the name resumes it.
+#[tokio::test]
+async fn only_the_token_that_opened_a_held_stream_may_resume_it() {
+    use redlockd::auth::{Role, new_token};
+    let (opener, o) = new_token("ci-jobs", Role::Client, vec!["jobs:".into()]);
+    let (other, t) = new_token("ci-other", Role::Client, vec!["jobs:".into()]);
+    let (admin, a) = new_token("oncall", Role::Admin, vec![]);
+    let file = tempfile::NamedTempFile::new().unwrap();
+    common::write_tokens(file.path(), &[o, t, a]);
+    let mut cfg = common::config(&[]);
+    cfg.auth_file = Some(file.path().to_str().unwrap().to_owned());
+    let nodes: Vec<Arc<MemoryNode>> = (0..3)
+        .map(|i| Arc::new(MemoryNode::new(format!("m{i}"))))
+        .collect();
+    let (a, b) = (
+        TestApp::with_nodes(cfg.clone(), &nodes).await,
+        TestApp::with_nodes(cfg, &nodes).await,
+    );
+    async fn resume_as(app: &TestApp, lease: &str, token: &str) -> EventStream {
+        app.call("POST", &format!("/locks/jobs:x/leases/{lease}/hold"))
+            .bearer(token)
+            .json(&json!({}))
+            .stream()
+            .await
+    }
+
+    let mut held = a
+        .call("POST", "/locks/jobs:x/hold")
+        .bearer(&opener)
+        .json(&json!({"ttl_ms": 1_500, "grace_ms": 20_000}))
+        .stream()
+        .await;
+    let granted = held.expect("granted").await;
+    let lease = granted["lease_id"].as_str().unwrap().to_owned();
+    for (token, who) in [(&other, "another client"), (&admin, "an administrator")] {
+        let mut taken = resume_as(&b, &lease, token).await;
+        assert_eq!(taken.status, 200);
+        let failed = taken.expect("failed").await;
+        assert_eq!(failed["error"], "forbidden", "{who}: {failed}");
+        assert!(taken.next().await.is_none(), "{who}'s stream ends");
+    }
+    // The opener's stream still keeps the lease (its next renew finds it its own, not
+    // displaced), and its end (a blip, with a grace) leaves it for the opener to resume
+    // through the other replica.
+    held.expect("heartbeat").await;
+    drop(held);
+    let mut resumed = resume_as(&b, &lease, &opener).await;
+    let body = resumed.expect("resumed").await;
+    assert_eq!(body["fencing_token"], granted["fencing_token"], "{body}");
+    let mut again = resume_as(&a, &lease, &other).await;
+    assert_eq!(again.expect("failed").await["error"], "forbidden");
+    resumed.expect("heartbeat").await;
+
+    // A lease granted as JSON: any token that may hold the name resumes it, and from then
+    // on that token alone.
+    let (status, json) = common::call_as(&a, "POST", "/locks/jobs:y", Some(&opener)).await;
+    assert_eq!(status, 201, "{json}");
+    let lease = json["lease_id"].as_str().unwrap().to_owned();
+    let path = format!("/locks/jobs:y/leases/{lease}/hold");
+    let mut taken = b
+        .call("POST", &path)
+        .bearer(&other)
+        .json(&json!({}))
+        .stream()
+        .await;
+    taken.expect("resumed").await;
+    let mut back = a
+        .call("POST", &path)
+        .bearer(&opener)
+        .json(&json!({}))
+        .stream()
+        .await;
+    assert_eq!(back.expect("failed").await["error"], "forbidden");
+}

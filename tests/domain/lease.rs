@@ -6,7 +6,9 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use redlockd::lease::{Events, Lease, LeaseError, LeasePolicy, LeaseService, Ttl, WaitTime};
+use redlockd::lease::{
+    Events, Lease, LeaseError, LeasePolicy, LeaseService, StreamTerms, Ttl, WaitTime,
+};
 use redlockd::metrics::Metrics;
 use redlockd::model::LockKey;
 use redlockd::model::LockName;
@@ -250,7 +252,13 @@ async fn a_held_stream_that_is_never_read_keeps_its_lease_and_a_bounded_buffer()
     let name = LockName::parse("unread").unwrap();
     let rx = bed
         .service
-        .hold(name, bed.ttl(300), bed.wait(0), None, Duration::ZERO)
+        .hold(
+            name,
+            bed.ttl(300),
+            bed.wait(0),
+            None,
+            StreamTerms::default(),
+        )
         .expect("hold");
     // Thirty TTLs later: renewed all along, a hundred heartbeats, and never more buffered
     // than the stream's small buffer.
@@ -280,7 +288,7 @@ async fn a_held_stream_says_lost_when_a_majority_of_masters_stop_answering() {
             bed.ttl(1_000),
             bed.wait(0),
             None,
-            Duration::ZERO,
+            StreamTerms::default(),
         )
         .expect("hold");
     let granted_at = match rx.recv().await {
@@ -323,7 +331,7 @@ async fn a_held_stream_queues_then_is_granted_when_the_holder_leaves() {
             bed.ttl(30_000),
             bed.wait(0),
             None,
-            Duration::ZERO,
+            StreamTerms::default(),
         )
         .expect("hold");
     let mut second = bed
@@ -333,7 +341,7 @@ async fn a_held_stream_queues_then_is_granted_when_the_holder_leaves() {
             bed.ttl(30_000),
             bed.wait(60_000),
             None,
-            Duration::ZERO,
+            StreamTerms::default(),
         )
         .expect("hold");
     assert!(matches!(
@@ -407,7 +415,7 @@ async fn waiting_grants_and_streams_past_their_caps_are_told_to_come_back() {
             base.ttl(30_000),
             base.wait(0),
             None,
-            Duration::ZERO,
+            StreamTerms::default(),
         )
         .expect("the first stream");
     let refused = service.hold(
@@ -415,14 +423,20 @@ async fn waiting_grants_and_streams_past_their_caps_are_told_to_come_back() {
         base.ttl(30_000),
         base.wait(0),
         None,
-        Duration::ZERO,
+        StreamTerms::default(),
     );
     assert!(matches!(refused, Err(LeaseError::TooMany { .. })));
     drop(open);
     tokio::time::sleep(Duration::from_millis(10)).await;
     assert!(
         service
-            .hold(name, base.ttl(30_000), base.wait(0), None, Duration::ZERO)
+            .hold(
+                name,
+                base.ttl(30_000),
+                base.wait(0),
+                None,
+                StreamTerms::default()
+            )
             .is_ok()
     );
 }

@@ -378,3 +378,62 @@ async fn fifty_streams_survive_their_replicas_stop_by_resuming_elsewhere() {
     let granted = contender.await.unwrap();
     assert!(granted.is_empty(), "granted meanwhile: {granted:?}");
 }
+
+/// Under authentication the masters themselves refuse a resume by a token other than the
+/// stream's opener (renew.lua compares the openers in the streams' names): the other
+/// token's stream fails `forbidden`, the opener's stream still keeps the lease, and its end
+/// still revokes it at once. For a lock and an election.
+#[tokio::test]
+async fn a_resume_by_another_token_is_refused_by_the_masters() {
+    use redlockd::auth::{Role, new_token};
+    let masters = masters(3);
+    let (opener, o) = new_token("ci-jobs", Role::Client, vec!["jobs:".into()]);
+    let (other, t) = new_token("ci-other", Role::Client, vec!["jobs:".into()]);
+    let file = tempfile::NamedTempFile::new().unwrap();
+    common::write_tokens(file.path(), &[o, t]);
+    let refs: Vec<&RedisMaster> = masters.iter().collect();
+    let mut cfg = config(&refs);
+    cfg.auth_file = Some(file.path().to_str().unwrap().to_owned());
+    let (a, b) = (TestApp::spawn(cfg.clone()).await, TestApp::spawn(cfg).await);
+    for (route, body, first) in [
+        ("/locks/jobs:m", json!({"ttl_ms": 30_000}), "granted"),
+        (
+            "/elections/jobs:m",
+            json!({"ttl_ms": 30_000, "value": "a"}),
+            "elected",
+        ),
+    ] {
+        let request = a
+            .http
+            .post(a.url(&format!("{route}/hold")))
+            .bearer_auth(&opener)
+            .json(&body);
+        let mut held = EventStream::open(request).await;
+        let granted = held.expect(first).await;
+        let lease = granted["lease_id"].as_str().unwrap().to_owned();
+        let mut taken = EventStream::open(
+            b.http
+                .post(b.url(&format!("{route}/leases/{lease}/hold")))
+                .bearer_auth(&other)
+                .json(&json!({})),
+        )
+        .await;
+        let failed = taken.expect("failed").await;
+        assert_eq!(failed["error"], "forbidden", "{route}: {failed}");
+        drop(held);
+        a.streams_done().await;
+        let granted = b
+            .http
+            .post(b.url(route))
+            .bearer_auth(&other)
+            .json(&json!({"ttl_ms": 1000}))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(
+            granted.status(),
+            201,
+            "{route}: the opener's stream no longer kept the lease after another token's resume"
+        );
+    }
+}

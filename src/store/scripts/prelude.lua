@@ -34,3 +34,9 @@ local function met(key, claim)
     if left > 0 then redis.call('SET', key, claim .. ' w', 'PX', left) end
   end
 end
+
+-- opener(stream): the tag of the token that opened a held stream, from the stream's name
+-- on the masters ('<opener>/<random>'; '' for a name without '/'): see renew.lua.
+local function opener(stream)
+  return string.match(stream, '^([^/]*)/') or ''
+end

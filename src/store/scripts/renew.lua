@@ -16,7 +16,12 @@
 --
 -- A resume ('stream' in the hash): the held stream that now keeps the lease. A stream's own
 -- end revokes the lease only while the stream is still the lease's (release.lua), so that a
--- connection that closes after its holder resumed elsewhere takes nothing with it.
+-- connection that closes after its holder resumed elsewhere takes nothing with it. A
+-- stream's name is '<opener>/<random>' (the opener: a tag of the token that opened the hold,
+-- '' without authentication; a name without '/' has the opener ''). A stream opened by
+-- another token does not take the lease over: the lease is renewed, and the answer names the
+-- stream that still keeps it, which is how the resume learns that it was refused. A lease no
+-- stream has kept yet (granted as JSON) is taken over by any.
 --
 -- Example: EVALSHA <sha> 3 redlockd:lock:a redlockd:marker redlockd:claim:a Zm9v 60000 ''
 -- Returns {1, token, ttl_ms, pttl_ms, owner, stream} when renewed (stream: the held
@@ -31,7 +36,10 @@ if holder[1] ~= ARGV[1] then
   return {0}
 end
 if ARGV[3] ~= '' then
-  redis.call('HSET', KEYS[1], 'stream', ARGV[3])
+  local kept = redis.call('HGET', KEYS[1], 'stream')
+  if not kept or kept == '' or opener(kept) == opener(ARGV[3]) then
+    redis.call('HSET', KEYS[1], 'stream', ARGV[3])
+  end
 end
 if holder[3] then
   if #ARGV == 4 then
