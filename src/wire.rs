@@ -720,6 +720,14 @@ pub(crate) struct SessionRequest {
     #[schema(max_length = 256)]
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub owner: Option<String>,
+    /// With `Accept: text/event-stream`: how long the session (and every hold through it)
+    /// outlives the stream's connection when it closes without a `DELETE` of the session,
+    /// so that its holder may resume it (`POST /sessions/{session_id}/hold`) through any
+    /// replica, in ms: at most the largest TTL; 0 (the default) ends it as the connection
+    /// closes. It is renewed no further meanwhile. Ignored by a session answered as JSON.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<u64>, minimum = 0, maximum = 3600000)]
+    pub grace_ms: Option<Whole>,
 }
 
 /// A session: what opening, renewing and reading it answer.

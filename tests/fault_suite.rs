@@ -342,6 +342,10 @@ struct Recorder {
     /// blips: connections of streams held with a grace, dropped without a revoke.
     resumes: std::sync::atomic::AtomicUsize,
     blips: std::sync::atomic::AtomicUsize,
+    /// Holds won through a session's held stream, and of the resumes, those of such a
+    /// stream.
+    session_streams: std::sync::atomic::AtomicUsize,
+    session_resumes: std::sync::atomic::AtomicUsize,
 }
 
 fn ms(v: &Value, field: &str) -> Option<Duration> {
@@ -361,8 +365,38 @@ impl Recorder {
             streams: Default::default(),
             resumes: Default::default(),
             blips: Default::default(),
+            session_streams: Default::default(),
+            session_resumes: Default::default(),
             jeopardies: Default::default(),
         })
+    }
+
+    /// Grant `name` through session `id` (waiting a little), recorded: the lease id won.
+    async fn grant_through(
+        &self,
+        http: &reqwest::Client,
+        replica: usize,
+        base: &str,
+        name: &str,
+        id: &str,
+        ttl: Duration,
+    ) -> Option<String> {
+        let body = json!({"session": id, "wait_ms": 300});
+        let (status, lease) = self
+            .call(
+                http,
+                replica,
+                base,
+                Kind::Grant,
+                name,
+                None,
+                body,
+                ttl,
+                None,
+            )
+            .await;
+        let won = lease["lease_id"].as_str().filter(|_| status == 201);
+        won.map(str::to_owned)
     }
 
     /// Add `event` to the history as it is.
@@ -665,6 +699,26 @@ async fn worker(
     }
 }
 
+/// What a session renew's answer `value` (a 200) says of the hold `lease`, as the status of
+/// a renew of it. A renew extends the hold only when it lists it in `kept`, as the clients
+/// read it: one it could not confirm (`unconfirmed`) is a renew that failed (its earlier
+/// validity stands, as after a lease's 503), and any other has ended (as a renew's 404
+/// says). Only a kept hold's renew counts as the holder's.
+fn session_renew_status(value: &Value, lease: Option<&str>) -> u16 {
+    let listed = |field: &str| {
+        value[field]
+            .as_array()
+            .is_some_and(|l| l.iter().any(|id| id.as_str() == lease))
+    };
+    if listed("kept") {
+        200
+    } else if listed("unconfirmed") {
+        503
+    } else {
+        404
+    }
+}
+
 /// One round of a worker that holds `name` through a session: open a session, grant the
 /// name through it, renew only the session for a while, then end the session (or revoke
 /// the hold first, or let the session lapse). The hold is recorded as a lease whose renews
@@ -697,22 +751,9 @@ async fn session_round(
     let Some(id) = session["session_id"].as_str().map(str::to_owned) else {
         return;
     };
-    let (status, lease) = recorder
-        .call(
-            http,
-            replica,
-            base,
-            Kind::Grant,
-            name,
-            None,
-            json!({"session": id, "wait_ms": 300}),
-            ttl,
-            None,
-        )
+    let held = recorder
+        .grant_through(http, replica, base, name, &id, ttl)
         .await;
-    let held = (status == 201)
-        .then(|| lease["lease_id"].as_str().map(str::to_owned))
-        .flatten();
     // A step of the session, recorded as that step of the hold (when there is one).
     let step = async |method: reqwest::Method, kind: Kind| {
         let invoked = recorder.started.elapsed();
@@ -727,19 +768,8 @@ async fn session_round(
             }
             Err(_) => (0, Value::Null),
         };
-        // A renew extends the hold only when it lists it in `kept`, as the clients read it:
-        // one it could not confirm (`unconfirmed`) is a renew that failed (its earlier
-        // validity stands, as after a lease's 503), and any other has ended (as a renew's
-        // 404 says). Only a kept hold's renew counts as the holder's.
-        let listed = |field: &str| {
-            value[field]
-                .as_array()
-                .is_some_and(|l| l.iter().any(|id| id.as_str() == held.as_deref()))
-        };
         let status = match (kind, status) {
-            (Kind::Renew, 200) if listed("kept") => 200,
-            (Kind::Renew, 200) if listed("unconfirmed") => 503,
-            (Kind::Renew, 200) => 404,
+            (Kind::Renew, 200) => session_renew_status(&value, held.as_deref()),
             (_, status) => status,
         };
         if let Some(lease) = &held {
@@ -1526,9 +1556,16 @@ async fn random_faults(seed: u64, length: Duration) {
     );
     let resumes = recorder.resumes.load(std::sync::atomic::Ordering::Relaxed);
     let blips = recorder.blips.load(std::sync::atomic::Ordering::Relaxed);
+    let session_resumes = recorder
+        .session_resumes
+        .load(std::sync::atomic::Ordering::Relaxed);
     eprintln!(
-        "fault suite: {blips} dropped connections of streams held with a grace, {resumes} resumes"
+        "fault suite: {blips} dropped connections of streams held with a grace, {resumes} resumes ({session_resumes} of a session's stream)"
     );
+    let session_streams = recorder
+        .session_streams
+        .load(std::sync::atomic::Ordering::Relaxed);
+    eprintln!("fault suite: {session_streams} holds through a session's held stream");
     assert!(blips > 2, "too few blips to judge resumes");
     assert!(streams > 5, "too few held streams to judge them");
     assert!(groups > 5, "too few leases on several names to judge them");

@@ -171,6 +171,11 @@ fn registry() -> Registry {
             Token(Hold),
         )
         .add(routes!(sessions::end), (Op::Revoke, "session"), Token(Hold))
+        .add(
+            routes!(sessions::resume),
+            (Op::Renew, "session"),
+            Token(Hold),
+        )
         .add(routes!(sessions::read), (Op::Check, "session"), Token(Hold))
         .unmetered(routes!(handlers::healthz), Open)
         .unmetered(routes!(handlers::readyz), Open)
@@ -210,7 +215,7 @@ async fn wrong_method(method: axum::http::Method, uri: axum::http::Uri) -> Respo
 fn method_hint(method: &axum::http::Method, path: &str) -> Option<&'static str> {
     let session = path.strip_prefix("/sessions/")?;
     (method == axum::http::Method::POST && !session.contains('/')).then_some(
-        "a session is opened with POST /sessions, and held while connected with `Accept: text/event-stream` on that call",
+        "a session is opened with POST /sessions, and held while connected with `Accept: text/event-stream` on that call; POST /sessions/{session_id}/hold resumes a session's held stream",
     )
 }
 

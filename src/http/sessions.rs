@@ -16,15 +16,15 @@ use super::AppState;
 use super::error::ApiError;
 use super::extract::Fields;
 use super::kinds::scope_of;
-use super::schema::{NoQuorum, Refusals, SessionIdParam, TtlMs};
+use super::schema::{GraceMs, NoQuorum, Refusals, SessionIdParam, TtlMs};
 use super::stream;
 use super::types::rfc3339;
 use crate::auth::Caller;
-use crate::lease::{HeldThrough, LeasePolicy, Session, SessionEvent};
+use crate::lease::{HeldThrough, LeasePolicy, Session, SessionEvent, SessionLost};
 use crate::model::{Kind, LeaseId, Owner, SessionId};
 use crate::wire::{
-    ErrorBody, JeopardyEvent, LockMode, LostEvent, NoFields, RenewRequest, SessionBody,
-    SessionHoldBody, SessionRequest, whole,
+    ErrorBody, JeopardyEvent, LockMode, LostEvent, NoFields, RenewRequest, ResumeRequest,
+    SessionBody, SessionHoldBody, SessionRequest, whole,
 };
 
 /// The `{session_id}` of a session's route, parsed.
@@ -96,11 +96,12 @@ impl From<&HeldThrough> for SessionHoldBody {
     params(
         ("ttl_ms" = inline(Option<TtlMs>), Query, description = "as the body field"),
         ("owner" = inline(Option<crate::model::Owner>), Query, description = "as the body field"),
+        ("grace_ms" = inline(Option<GraceMs>), Query, description = "as the body field"),
     ),
     request_body(content = Option<SessionRequest>, description = "May be empty: every field has a default"),
     responses(
         Refusals, NoQuorum,
-        (status = 201, description = "Opened. Grants that name it (`\"session\": \"<session_id>\"`) are held for as long as it is. With `Accept: text/event-stream`, the session lives while the connection does: events `opened` (`SessionBody`), `heartbeat` (`SessionBody`, after each renew at a third of the TTL), `jeopardy` (`JeopardyEvent`: renews are not getting through and less than a third of the TTL is left; told once) and `safe` (`JeopardyEvent`: one got through again), then `lost` (`LostEvent`: it could not be renewed) and the stream ends; closing the connection ends the session and releases what is held through it.", body = SessionBody,
+        (status = 201, description = "Opened. Grants that name it (`\"session\": \"<session_id>\"`) are held for as long as it is. With `Accept: text/event-stream`, the session lives while the connection does: events `opened` (`SessionBody`), `heartbeat` (`SessionBody`, after each renew at a third of the TTL), `jeopardy` (`JeopardyEvent`: renews are not getting through and less than a third of the TTL is left; told once) and `safe` (`JeopardyEvent`: one got through again), then `lost` (`LostEvent`: it could not be renewed) or `closed` (`LostEvent`: `shutting_down`, with `validity_ms` and `resume`, or `resumed`: another stream took it over) and the stream ends; closing the connection ends the session and releases what is held through it, at once or after `grace_ms` (renewed no further meanwhile) if no resume took it over by then.", body = SessionBody,
             headers(("Location" = String, description = "/sessions/{session_id}"))),
     )
 )]
@@ -113,9 +114,12 @@ pub(crate) async fn open(
     let policy = LeasePolicy::from(state.settings.leases);
     let ttl = policy.ttl(whole(req.ttl_ms))?;
     let owner = req.owner.as_deref().map(Owner::parse).transpose()?;
+    let grace = policy.grace(whole(req.grace_ms))?;
     let scope = scope_of(caller.as_deref());
     if stream::wants_stream(&headers) {
-        let events = state.service.hold_session(ttl, owner, scope.into())?;
+        let events = state
+            .service
+            .hold_session(ttl, owner, scope.into(), grace)?;
         return Ok(held(events).into_response());
     }
     let session = state.service.open_session(ttl, owner, scope).await?;
@@ -150,6 +154,32 @@ pub(crate) async fn renew(
     let ttl = LeasePolicy::from(state.settings.leases).renew_ttl(whole(req.ttl_ms))?;
     let session = state.service.renew_session(&id, ttl).await?;
     Ok(Json(SessionBody::from(&session)))
+}
+
+/// Hold a session, opened before, through a new stream (a resume).
+#[utoipa::path(
+    post, path = "/sessions/{session_id}/hold", tag = "sessions", operation_id = "resume_session",
+    summary = "Resume a session's held stream: hold the session through this stream from now on.",
+    params(
+        ("session_id" = inline(SessionIdParam), Path),
+        ("grace_ms" = inline(Option<GraceMs>), Query, description = "as the body field"),
+    ),
+    request_body(content = Option<ResumeRequest>, description = "May be empty: no grace"),
+    responses(
+        Refusals,
+        (status = 200, content_type = "text/event-stream", description = "The stream holds the session opened before: `resumed` (`SessionBody`, after a renew made at once), then as a session's held stream goes on (`heartbeat`, `jeopardy`, `safe`, `lost`, `closed`), or `failed` (`ErrorBody`: `session_not_found` when it expired or was ended, `quorum_unavailable`) and the end. From the resume on, only this stream's end ends the session: an older stream of it that closes later ends nothing, and one still open is told `closed` (`resumed`) at its next renew. Closing the connection ends the session at once, or after `grace_ms` (renewed no further meanwhile) if no resume took it over by then."),
+        (status = 400, description = "`invalid_request`: a malformed session id or a bad `grace_ms`", body = ErrorBody),
+        (status = 503, description = "`shutting_down`", body = ErrorBody),
+    )
+)]
+pub(crate) async fn resume(
+    State(state): State<AppState>,
+    SessionPath(id): SessionPath,
+    Fields(req): Fields<ResumeRequest>,
+) -> Result<Response, ApiError> {
+    let grace = LeasePolicy::from(state.settings.leases).grace(whole(req.grace_ms))?;
+    let events = state.service.resume_session(id, grace)?;
+    Ok(held(events).into_response())
 }
 
 /// End a session: release everything held through it.
@@ -208,6 +238,7 @@ fn held(
     let events = futures::stream::unfold(rx, |mut rx| async move {
         let next = match rx.recv().await? {
             SessionEvent::Opened(s) => event("opened", &SessionBody::from(&s)),
+            SessionEvent::Resumed(s) => event("resumed", &SessionBody::from(&s)),
             SessionEvent::Heartbeat(s) => event("heartbeat", &SessionBody::from(&s)),
             SessionEvent::Jeopardy { validity } => event(
                 "jeopardy",
@@ -236,8 +267,17 @@ fn held(
                 "closed",
                 &LostEvent {
                     reason: "shutting_down".to_owned(),
-                    message: "this replica is shutting down; the session was not ended: rely on it (and its holds) for validity_ms, and renew it through another replica to keep it".to_owned(),
+                    message: "this replica is shutting down; the session was not ended: rely on it (and its holds) for validity_ms, and resume it through another replica to keep it".to_owned(),
                     validity_ms: Some(crate::model::millis(validity)),
+                    resume: Some(true),
+                },
+            ),
+            SessionEvent::Displaced => event(
+                "closed",
+                &LostEvent {
+                    reason: SessionLost::Resumed.code().to_owned(),
+                    message: SessionLost::Resumed.message().to_owned(),
+                    validity_ms: None,
                     resume: None,
                 },
             ),

@@ -356,6 +356,22 @@ impl LeaseService {
     /// reconnect took. Stops once another stream keeps it (the holder resumed) or it is
     /// gone; never revokes.
     async fn keep_through_drain(&self, lease: &Lease, every: Duration, stream: &str) {
+        self.renew_through_drain(every, || async {
+            let renewed = self
+                .renew(lease.name.clone(), lease.id.clone(), None)
+                .await?;
+            Ok(displaced(&renewed, stream))
+        })
+        .await;
+    }
+
+    /// Call `renew` every `every` until this replica's drain deadline, or until it answers
+    /// that another stream keeps the hold (`true`) or fails other than for want of a
+    /// majority. The closed stream's hold, kept for a holder that resumes elsewhere.
+    pub(super) async fn renew_through_drain<F>(&self, every: Duration, mut renew: impl FnMut() -> F)
+    where
+        F: Future<Output = Result<bool, LeaseError>>,
+    {
         let Some(grace) = self.drain_grace.get() else {
             return;
         };
@@ -367,10 +383,9 @@ impl LeaseService {
                 return;
             }
             sleep_until(next).await;
-            let renew = self.renew(lease.name.clone(), lease.id.clone(), None);
-            match timeout_at(deadline, renew).await {
-                Ok(Ok(renewed)) if displaced(&renewed, stream) => return,
-                Ok(Ok(_)) | Ok(Err(LeaseError::Unavailable(_))) => {}
+            match timeout_at(deadline, renew()).await {
+                Ok(Ok(true)) => return,
+                Ok(Ok(false)) | Ok(Err(LeaseError::Unavailable(_))) => {}
                 Ok(Err(_)) | Err(_) => return,
             }
         }

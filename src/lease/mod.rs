@@ -23,7 +23,7 @@ pub use granted::{Lease, LockHolder};
 pub use hold::{HoldEvent, LostReason, StreamTerms};
 pub use kinds::{Hold, Target};
 pub use service::{LeaseService, Readiness};
-pub(crate) use sessions::{HeldThrough, Session, SessionEvent};
+pub(crate) use sessions::{HeldThrough, Session, SessionEvent, SessionLost};
 
 use std::time::Duration;
 

@@ -14,7 +14,7 @@ use tokio::time::{Instant, sleep_until, timeout_at};
 use super::events::LockEvent;
 use super::{Lease, LeaseError, LeaseService, Ttl};
 use crate::metrics::StreamKind;
-use crate::model::{FencingToken, Kind, LeaseId, LockKey, Owner, SessionId};
+use crate::model::{FencingToken, Kind, LeaseId, LockKey, Owner, SessionId, stream_name};
 use crate::model::{Jeopardy, SessionHold};
 use crate::redlock::{EngineError, SessionLease};
 
@@ -42,6 +42,9 @@ pub(crate) struct Session {
     /// Renew only: holds a majority of masters deny carrying (revoked, force-released,
     /// expired, or granted on only some of them): they ended, and were released.
     pub lost: Vec<LeaseId>,
+    /// Renew only: the held stream a majority of masters say keeps the session (`""`: the
+    /// one that opened it, or none).
+    pub kept_by: Option<Arc<str>>,
 }
 
 impl Session {
@@ -57,6 +60,7 @@ impl Session {
             kept: None,
             unconfirmed: lease.unconfirmed,
             lost: lease.lost,
+            kept_by: lease.kept_by,
         }
     }
 
@@ -160,6 +164,9 @@ pub(crate) enum SessionLost {
     QuorumLost,
     /// The replica is shutting down: told as `closed`, and the session is left to lapse.
     ShuttingDown,
+    /// Another stream resumed the session (a majority of masters say it keeps it now):
+    /// told as `closed`, and the session is left to that stream.
+    Resumed,
 }
 
 impl SessionLost {
@@ -168,6 +175,7 @@ impl SessionLost {
             SessionLost::NotFound => "session_not_found",
             SessionLost::QuorumLost => "quorum_lost",
             SessionLost::ShuttingDown => "shutting_down",
+            SessionLost::Resumed => "resumed",
         }
     }
 
@@ -182,6 +190,9 @@ impl SessionLost {
             SessionLost::ShuttingDown => {
                 "the replica holding the stream is shutting down; the session was not ended"
             }
+            SessionLost::Resumed => {
+                "the session was resumed through another stream; this one ends and ends nothing"
+            }
         }
     }
 }
@@ -190,6 +201,8 @@ impl SessionLost {
 #[derive(Debug)]
 pub(crate) enum SessionEvent {
     Opened(Session),
+    /// A resume took the session over (after a renew made at once).
+    Resumed(Session),
     Heartbeat(Session),
     /// Renews have not got through and less than a third of the TTL is left (told once).
     Jeopardy {
@@ -206,6 +219,8 @@ pub(crate) enum SessionEvent {
     Closed {
         validity: Duration,
     },
+    /// Another stream resumed the session: this one ends, and ends nothing.
+    Displaced,
     Failed(LeaseError),
 }
 
@@ -241,9 +256,20 @@ impl LeaseService {
         id: &SessionId,
         ttl: Option<Ttl>,
     ) -> Result<Session, LeaseError> {
+        self.renew_session_with(id, ttl, None).await
+    }
+
+    /// `renew_session`, and with `stream` (a resume), the session kept by that held stream
+    /// from now on.
+    async fn renew_session_with(
+        &self,
+        id: &SessionId,
+        ttl: Option<Ttl>,
+        stream: Option<Arc<str>>,
+    ) -> Result<Session, LeaseError> {
         let lease = self
             .engine()
-            .renew_session(&id.key(), ttl.map(Ttl::get))
+            .renew_session(&id.key(), ttl.map(Ttl::get), stream)
             .await
             .map_err(not_found)?;
         self.metrics.session_holds(lease.holds);
@@ -272,9 +298,19 @@ impl LeaseService {
     /// End session `id`: every hold made through it is released, and waiting grants on
     /// every replica are woken.
     pub(crate) async fn end_session(&self, id: &SessionId) -> Result<(), LeaseError> {
+        self.end_session_as(id, None).await
+    }
+
+    /// End session `id` as `end_session` does; with `stream` (a held stream's end), only
+    /// while that stream keeps it (`SessionNotFound` once another resumed it).
+    async fn end_session_as(
+        &self,
+        id: &SessionId,
+        stream: Option<Arc<str>>,
+    ) -> Result<(), LeaseError> {
         let holds = self
             .engine()
-            .end_session(&id.key())
+            .end_session(&id.key(), stream)
             .await
             .map_err(not_found)?;
         self.sessions.forget(id);
@@ -328,15 +364,30 @@ impl LeaseService {
     }
 
     /// Open a session held by a stream: renewed at a third of its TTL while the stream is
-    /// open, ended when the client leaves (every hold through it released).
+    /// open, ended when the client leaves (every hold through it released), or `grace`
+    /// after, for a resume.
     pub(crate) fn hold_session(
         self: &Arc<Self>,
         ttl: Ttl,
         owner: Option<Owner>,
         scope: Arc<str>,
+        grace: Duration,
     ) -> Result<mpsc::Receiver<SessionEvent>, LeaseError> {
         self.stream(SESSION_BUFFER, |service, tx| {
-            service.session_task(ttl, owner, scope, tx)
+            service.session_task(ttl, owner, scope, grace, tx)
+        })
+    }
+
+    /// Take over session `id`, held before (through a stream on any replica, or not), and
+    /// hold it as `hold_session` does: a resume. It is renewed at once, and from then on
+    /// only this stream's end ends it.
+    pub(crate) fn resume_session(
+        self: &Arc<Self>,
+        id: SessionId,
+        grace: Duration,
+    ) -> Result<mpsc::Receiver<SessionEvent>, LeaseError> {
+        self.stream(SESSION_BUFFER, |service, tx| {
+            service.resume_session_task(id, grace, tx)
         })
     }
 
@@ -345,6 +396,7 @@ impl LeaseService {
         ttl: Ttl,
         owner: Option<Owner>,
         scope: Arc<str>,
+        grace: Duration,
         tx: mpsc::Sender<SessionEvent>,
     ) {
         let _open = self.metrics.stream_opened(StreamKind::Session);
@@ -359,13 +411,51 @@ impl LeaseService {
                 return;
             }
         };
-        let id = session.id.clone();
+        // The stream that opened the session keeps it under the empty name (session.lua).
         let _ = tx.send(SessionEvent::Opened(session.clone())).await;
-        let every = ttl.get() / 3;
+        self.carry_session(session, Arc::from(""), grace, &tx).await;
+    }
+
+    async fn resume_session_task(
+        self: Arc<Self>,
+        id: SessionId,
+        grace: Duration,
+        tx: mpsc::Sender<SessionEvent>,
+    ) {
+        let _open = self.metrics.stream_opened(StreamKind::Session);
+        // A session is its token's alone (its id is scoped to it): no opener to check.
+        let stream = stream_name("");
+        let session = match self
+            .renew_session_with(&id, None, Some(stream.clone()))
+            .await
+        {
+            Ok(session) => session,
+            Err(e) => {
+                let _ = tx.send(SessionEvent::Failed(e)).await;
+                return;
+            }
+        };
+        let _ = tx.send(SessionEvent::Resumed(session.clone())).await;
+        self.carry_session(session, stream, grace, &tx).await;
+    }
+
+    /// Keep `session` renewed through the held stream named `stream` until it is lost, its
+    /// client leaves (and `grace` is up), another stream resumes it, or this replica stops;
+    /// then end it as the reason says.
+    async fn carry_session(
+        &self,
+        session: Session,
+        stream: Arc<str>,
+        grace: Duration,
+        tx: &mpsc::Sender<SessionEvent>,
+    ) {
+        let id = session.id.clone();
+        let ttl = session.ttl;
+        let every = ttl / 3;
         let retry = (every / 4).clamp(Duration::from_millis(20), Duration::from_secs(1));
         let mut valid_until = session.at + session.validity;
         let mut next = Instant::now() + every;
-        let mut jeopardy = Jeopardy::new(ttl.get());
+        let mut jeopardy = Jeopardy::new(ttl);
         let warn = |validity| {
             let _ = tx.try_send(SessionEvent::Jeopardy { validity });
         };
@@ -379,6 +469,9 @@ impl LeaseService {
                     let renew = timeout_at(valid_until, self.renew_session(&id, None));
                     match jeopardy.during(renew, valid_until, warn).await {
                         Err(_) => break Some(SessionLost::QuorumLost),
+                        Ok(Ok(renewed)) if displaced(&renewed, &stream) => {
+                            break Some(SessionLost::Resumed);
+                        }
                         Ok(Ok(renewed)) => {
                             valid_until = renewed.at + renewed.validity;
                             next = Instant::now() + every;
@@ -400,19 +493,53 @@ impl LeaseService {
         };
         let told = match lost {
             // A validity answered is kept: the session is not ended under its holds; it
-            // lapses at its TTL, or its holder renews it through another replica.
+            // lapses at its TTL, or its holder resumes it through another replica.
             Some(SessionLost::ShuttingDown) => SessionEvent::Closed {
                 validity: valid_until.saturating_duration_since(Instant::now()),
             },
+            Some(SessionLost::Resumed) => SessionEvent::Displaced,
             Some(reason) => SessionEvent::Lost(reason),
             None => {
-                let _ = self.end_session(&id).await;
+                // The client left: with a grace, its holder may resume the session through
+                // any replica until the grace (or the validity) is up; renewed no further.
+                if !grace.is_zero() {
+                    let until = valid_until.min(Instant::now() + grace);
+                    tokio::select! {
+                        () = sleep_until(until) => {}
+                        () = self.shutdown.cancelled() => return,
+                    }
+                }
+                let _ = self.end_session_as(&id, Some(stream)).await;
                 return;
             }
         };
         let _ = tokio::time::timeout(Duration::from_secs(1), tx.send(told)).await;
-        if lost == Some(SessionLost::QuorumLost) {
-            let _ = self.end_session(&id).await;
+        match lost {
+            Some(SessionLost::QuorumLost) => {
+                let _ = self.end_session_as(&id, Some(stream)).await;
+            }
+            Some(SessionLost::ShuttingDown) => {
+                self.keep_session_through_drain(&id, every, &stream).await;
+            }
+            _ => {}
         }
     }
+
+    /// After `closed`: renew session `id` every `every` until this replica's drain
+    /// deadline, so that a holder that resumes it through another replica finds it (and its
+    /// holds) kept however long its reconnect took. Stops once another stream keeps it or it
+    /// is gone; never ends it.
+    async fn keep_session_through_drain(&self, id: &SessionId, every: Duration, stream: &str) {
+        self.renew_through_drain(every, || async {
+            let renewed = self.renew_session(id, None).await?;
+            Ok(displaced(&renewed, stream))
+        })
+        .await;
+    }
+}
+
+/// Whether a renew of a session found that another held stream keeps it (a majority of
+/// masters name one other than `stream`).
+fn displaced(renewed: &Session, stream: &str) -> bool {
+    renewed.kept_by.as_deref().is_some_and(|k| k != stream)
 }

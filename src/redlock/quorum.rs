@@ -513,6 +513,26 @@ fn agree_on_stream(holders: &[&Holding], q: usize) -> Option<std::sync::Arc<str>
         .cloned()
 }
 
+/// The held stream that a majority of all `nodes` masters say keeps a session (renews
+/// say), if there is one: a session's stream that another resumed it from learns it so.
+pub(crate) fn agree_on_session_stream(
+    states: &[crate::store::node::SessionState],
+    nodes: usize,
+) -> Option<std::sync::Arc<str>> {
+    let q = majority(nodes);
+    states
+        .iter()
+        .filter_map(|s| s.stream.as_ref())
+        .find(|s| {
+            states
+                .iter()
+                .filter(|o| o.stream.as_ref() == Some(*s))
+                .count()
+                >= q
+        })
+        .cloned()
+}
+
 /// The token that a majority of all masters report for a lease, if there is one. A grant
 /// is only answered once a majority hold its token, so a majority read finds it unless a
 /// master that missed the confirmation answers in place of one that had it.

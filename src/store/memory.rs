@@ -651,6 +651,7 @@ impl LockNode for MemoryNode {
                     owner: owner.filter(|o| !o.is_empty()).cloned(),
                     expires: data.expiry(now, ttl_ms),
                     holds: Vec::new(),
+                    stream: None,
                 };
                 let state = data.session_state(&session, now, false);
                 data.sessions.insert(id.to_owned(), session);
@@ -663,7 +664,10 @@ impl LockNode for MemoryNode {
             };
             let state = match step {
                 SessionStep::Open { .. } => unreachable!("answered above"),
-                SessionStep::Renew { ttl_ms } => {
+                SessionStep::Renew { ttl_ms, stream } => {
+                    if let Some(stream) = stream.filter(|s| !s.is_empty()) {
+                        session.stream = Some(stream.to_owned());
+                    }
                     session.ttl_ms = ttl_ms.unwrap_or(session.ttl_ms);
                     session.expires = data.expiry(now, session.ttl_ms);
                     let (kept, gone): (Vec<SessionHold>, Vec<SessionHold>) =
@@ -674,6 +678,7 @@ impl LockNode for MemoryNode {
                     SessionState {
                         carried: session.holds.iter().map(|h| h.lease.clone()).collect(),
                         dropped: gone.into_iter().map(|h| h.lease).collect(),
+                        stream: Some(session.stream.as_deref().unwrap_or("").into()),
                         ..data.session_state(&session, now, false)
                     }
                 }
@@ -684,7 +689,11 @@ impl LockNode for MemoryNode {
                     state.holds.retain(|h| data.carries(h, now));
                     state
                 }
-                SessionStep::End => {
+                SessionStep::End { stream } => {
+                    // As session.lua: a held stream's end ends only a session it keeps.
+                    if stream.is_some_and(|s| s != session.stream.as_deref().unwrap_or("")) {
+                        return Ok(Owned::NotOwner);
+                    }
                     data.sessions.remove(id);
                     return Ok(Owned::Yes(data.session_state(&session, now, true)));
                 }

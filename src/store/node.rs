@@ -105,6 +105,9 @@ pub struct SessionState {
     /// An attach: whether the hold was here to attach (its grant may have reached only a
     /// majority of masters).
     pub attached: bool,
+    /// A renew: the held stream that keeps the session here (`""` for the one that opened
+    /// it, or none); `None` from other steps.
+    pub stream: Option<Arc<str>>,
 }
 
 /// One step of a session's life on one master.
@@ -115,12 +118,19 @@ pub enum SessionStep<'a> {
         ttl_ms: u64,
         owner: Option<&'a Owner>,
     },
-    /// Extend it, and every hold made through it, to `ttl_ms` (its own when `None`).
-    Renew { ttl_ms: Option<u64> },
+    /// Extend it, and every hold made through it, to `ttl_ms` (its own when `None`); with
+    /// `stream` (a resume of a session's held stream), the session kept from now on by
+    /// that stream (as `Renewal::stream` for a lease).
+    Renew {
+        ttl_ms: Option<u64>,
+        stream: Option<&'a str>,
+    },
     /// What it is and holds.
     Read,
-    /// Delete it, answering its holds, which the caller then releases.
-    End,
+    /// Delete it, answering its holds, which the caller then releases. With `stream` (a
+    /// held stream's end), only while that stream keeps the session (`""`: the stream that
+    /// opened it); else `NotOwner`, and nothing is done.
+    End { stream: Option<&'a str> },
     /// Make `hold` one of the session's: its keys live as long as the session from now.
     Attach { hold: &'a SessionHold },
 }

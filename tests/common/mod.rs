@@ -846,6 +846,16 @@ impl TestApp {
         Self::in_process_app(App::with_nodes(config, nodes).await.expect("app builds"))
     }
 
+    /// Two replicas in process over the same three memory masters, each with `config`.
+    pub async fn replicas_in_process(config: Config) -> (Self, Self) {
+        let nodes: Vec<std::sync::Arc<redlockd::store::memory::MemoryNode>> = (0..3)
+            .map(|i| std::sync::Arc::new(redlockd::store::memory::MemoryNode::new(format!("m{i}"))))
+            .collect();
+        let a = Self::with_nodes(config.clone(), &nodes).await;
+        let b = Self::with_nodes(config, &nodes).await;
+        (a, b)
+    }
+
     fn in_process_app(app: App) -> Self {
         Self {
             // Nothing listens: a request sent over a socket by mistake fails at once.
@@ -857,6 +867,27 @@ impl TestApp {
             stop: None,
             task: None,
         }
+    }
+
+    /// Open a session held by a stream, with `query` (`ttl_ms=…&grace_ms=…`): the stream,
+    /// past its `opened`, and the session's id.
+    pub async fn hold_session(&self, query: &str) -> (EventStream, String) {
+        let mut stream = self
+            .call("POST", &format!("/sessions?{query}"))
+            .header("accept", "text/event-stream")
+            .send_stream()
+            .await;
+        let opened = stream.expect("opened").await;
+        let id = opened["session_id"].as_str().unwrap().to_owned();
+        (stream, id)
+    }
+
+    /// Resume session `id`'s held stream through this replica (`body`: its fields).
+    pub async fn resume_session(&self, id: &str, body: Value) -> EventStream {
+        self.call("POST", &format!("/sessions/{id}/hold"))
+            .json(&body)
+            .send_stream()
+            .await
     }
 
     /// Another handle on the same app, over the same transport, for a request sent from a
@@ -987,11 +1018,21 @@ impl TestApp {
     /// Wait until no held stream is open here: each stream's task (and what its end
     /// revokes) is over.
     pub async fn streams_done(&self) {
+        self.streams_of_kind_done("hold").await;
+    }
+
+    /// Every held stream of a session on this replica has ended, its grace included.
+    pub async fn session_streams_done(&self) {
+        self.streams_of_kind_done("session").await;
+    }
+
+    async fn streams_of_kind_done(&self, kind: &str) {
+        let line = format!("redlockd_streams_active{{kind=\"{kind}\"}}");
         let open = || async {
             let metrics = self.text("/metrics").await;
             metrics
                 .lines()
-                .find(|l| l.starts_with("redlockd_streams_active{kind=\"hold\"}"))
+                .find(|l| l.starts_with(&line))
                 .and_then(|l| l.split_whitespace().last())
                 .map(str::to_owned)
         };
@@ -1178,6 +1219,28 @@ impl EventStream {
             Some((n, data)) if n == name => data,
             other => panic!("expected {name}, got {other:?}"),
         }
+    }
+
+    /// The `closed` event that ends a stream displaced by a resume elsewhere (at its next
+    /// renew), past any heartbeats before it; then the stream's end.
+    pub async fn displaced(&mut self) -> Value {
+        let closed = within(
+            Duration::from_secs(5),
+            async {
+                loop {
+                    match self.next().await {
+                        Some((event, body)) if event == "closed" => break body,
+                        Some((event, _)) if event == "heartbeat" => continue,
+                        other => panic!("expected closed, got {other:?}"),
+                    }
+                }
+            },
+            "the older stream is told it was displaced",
+        )
+        .await;
+        assert_eq!(closed["reason"], "resumed", "{closed}");
+        assert!(self.next().await.is_none(), "the older stream ends");
+        closed
     }
 }
 

@@ -306,3 +306,96 @@ async fn a_session_hold_reports_the_sessions_ttl_whether_checked_or_renewed() {
     common::scenarios::a_session_hold_reports_the_sessions_ttl_whether_checked_or_renewed(&app)
         .await;
 }
+
+/// Two replicas over the same in-process masters.
+async fn replicas() -> (TestApp, TestApp) {
+    TestApp::replicas_in_process(common::config(&[])).await
+}
+
+/// A blip: a session's stream with a grace drops, its holder resumes it through another
+/// replica, and the first stream's grace then ends nothing: the session and its holds stay
+/// (same fencing token) until the resumed stream's own end ends them. Without a grace the
+/// drop ends the session at once, and a resume finds nothing.
+#[tokio::test]
+async fn a_sessions_held_stream_with_a_grace_survives_its_connection_for_a_resume() {
+    let (a, b) = replicas().await;
+    let (first, id) = a.hold_session("ttl_ms=30000&grace_ms=1500").await;
+    let (status, lease) = a.grant("sr:lock", json!({"session": id})).await;
+    assert_eq!(status, 201, "{lease}");
+    drop(first);
+    let mut resumed = b.resume_session(&id, json!({})).await;
+    assert_eq!(resumed.status, 200);
+    let body = resumed.expect("resumed").await;
+    assert_eq!(body["session_id"], id.as_str(), "{body}");
+    // The first stream's grace runs out meanwhile: it ends nothing then.
+    a.session_streams_done().await;
+    let (status, held) = b.inspect("sr:lock").await;
+    assert_eq!(
+        held["held"], true,
+        "the old stream's grace ended the session"
+    );
+    assert_eq!(
+        held["fencing_token"], lease["fencing_token"],
+        "{status} {held}"
+    );
+    assert_eq!(b.get(&format!("/sessions/{id}")).await.0, 200);
+
+    // The resumed stream is a held stream: its end (no grace) ends the session at once.
+    drop(resumed);
+    wait_for("the lock to be freed", Duration::from_secs(2), async || {
+        (b.inspect("sr:lock").await.1["held"] == false).then_some(())
+    })
+    .await;
+    let mut late = a.resume_session(&id, json!({})).await;
+    assert_eq!(late.expect("failed").await["error"], "session_not_found");
+}
+
+/// A session's stream with a grace whose holder never comes back: the session (and its
+/// holds) go at the grace's end, not before, and a waiter is granted then.
+#[tokio::test]
+async fn a_sessions_stream_abandoned_past_its_grace_ends_the_session() {
+    let (a, b) = replicas().await;
+    let (first, id) = a.hold_session("ttl_ms=30000&grace_ms=400").await;
+    assert_eq!(a.grant("sg:lock", json!({"session": id})).await.0, 201);
+    let waiter = b.grant_in_background("sg:lock", json!({"wait_ms": 10_000}));
+    b.wait_for_contention("sg", 1).await;
+    let left = std::time::Instant::now();
+    drop(first);
+    let (status, body, answered) = waiter.await.unwrap();
+    assert_eq!(status, 201, "{body}");
+    let after = answered - left;
+    assert!(
+        after >= Duration::from_millis(400),
+        "granted {after:?} after the connection closed, within its grace"
+    );
+    assert_eq!(b.get(&format!("/sessions/{id}")).await.0, 404);
+}
+
+/// A resume displaces the session's older stream while that one is still open: its next
+/// renew finds another stream keeping the session, and it ends with `closed` (`resumed`),
+/// ending nothing. Bad fields are refused before any stream.
+#[tokio::test]
+async fn a_session_resume_displaces_the_older_stream_still_open() {
+    let (a, b) = replicas().await;
+    let (mut old, id) = a.hold_session("ttl_ms=300").await;
+    assert_eq!(a.grant("sd:lock", json!({"session": id})).await.0, 201);
+    let mut resumed = b.resume_session(&id, json!({})).await;
+    resumed.expect("resumed").await;
+    old.displaced().await;
+    a.session_streams_done().await;
+    resumed.expect("heartbeat").await;
+    assert_eq!(a.inspect("sd:lock").await.1["held"], true);
+
+    for bad in [json!({"grace_ms": 3_600_001}), json!({"ttl_ms": 1000})] {
+        let refused = b.resume_session(&id, bad.clone()).await;
+        assert_eq!(refused.status, 400, "{bad}");
+    }
+    let refused = b.resume_session("not!a!session", json!({})).await;
+    assert_eq!(refused.status, 400);
+    let refused = b
+        .call("POST", "/sessions?grace_ms=3600001")
+        .header("accept", "text/event-stream")
+        .send()
+        .await;
+    assert_eq!(refused.status, 400);
+}

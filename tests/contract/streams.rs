@@ -188,12 +188,7 @@ async fn the_hold_operations_stream_without_an_accept_header() {
 
 /// Replicas over the same in-process masters.
 async fn replicas() -> (TestApp, TestApp) {
-    let nodes: Vec<Arc<MemoryNode>> = (0..3)
-        .map(|i| Arc::new(MemoryNode::new(format!("m{i}"))))
-        .collect();
-    let a = TestApp::with_nodes(common::config(&[]), &nodes).await;
-    let b = TestApp::with_nodes(common::config(&[]), &nodes).await;
-    (a, b)
+    TestApp::replicas_in_process(common::config(&[])).await
 }
 
 async fn resume(app: &TestApp, name: &str, lease: &str, body: Value) -> EventStream {
@@ -356,22 +351,7 @@ async fn a_resume_displaces_the_older_stream_still_open() {
         .to_owned();
     let mut resumed = resume(&b, "twice", &lease, json!({})).await;
     resumed.expect("resumed").await;
-    let closed = common::within(
-        Duration::from_secs(5),
-        async {
-            loop {
-                match old.next().await {
-                    Some((event, body)) if event == "closed" => break body,
-                    Some((event, _)) if event == "heartbeat" => continue,
-                    other => panic!("expected closed, got {other:?}"),
-                }
-            }
-        },
-        "the older stream is told it was displaced",
-    )
-    .await;
-    assert_eq!(closed["reason"], "resumed", "{closed}");
-    assert!(old.next().await.is_none(), "the older stream ends");
+    old.displaced().await;
     resumed.expect("heartbeat").await;
     assert_eq!(a.grant("twice", json!({})).await.0, 409);
 }
@@ -391,13 +371,7 @@ async fn only_the_token_that_opened_a_held_stream_may_resume_it() {
     common::write_tokens(file.path(), &[o, t, a]);
     let mut cfg = common::config(&[]);
     cfg.auth_file = Some(file.path().to_str().unwrap().to_owned());
-    let nodes: Vec<Arc<MemoryNode>> = (0..3)
-        .map(|i| Arc::new(MemoryNode::new(format!("m{i}"))))
-        .collect();
-    let (a, b) = (
-        TestApp::with_nodes(cfg.clone(), &nodes).await,
-        TestApp::with_nodes(cfg, &nodes).await,
-    );
+    let (a, b) = TestApp::replicas_in_process(cfg).await;
     async fn resume_as(app: &TestApp, lease: &str, token: &str) -> EventStream {
         app.call("POST", &format!("/locks/jobs:x/leases/{lease}/hold"))
             .bearer(token)

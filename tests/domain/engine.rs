@@ -1188,7 +1188,7 @@ async fn a_session_renew_that_cannot_reach_a_carrier_leaves_the_hold_unconfirmed
         bed.nodes[1].set_fault(fault);
         let renewed = bed
             .engine
-            .renew_session("S", None)
+            .renew_session("S", None, None)
             .await
             .expect("the session is renewed on A, C");
         assert_eq!(renewed.unconfirmed, vec![id("H1")], "{fault:?}");
@@ -1205,7 +1205,11 @@ async fn a_session_renew_that_cannot_reach_a_carrier_leaves_the_hold_unconfirmed
             other.is_err(),
             "{fault:?}: the name went to another: {other:?}"
         );
-        let renewed = bed.engine.renew_session("S", None).await.expect("renewed");
+        let renewed = bed
+            .engine
+            .renew_session("S", None, None)
+            .await
+            .expect("renewed");
         assert_eq!(renewed.kept, vec![id("H1")], "{fault:?}");
         assert!(renewed.unconfirmed.is_empty() && renewed.lost.is_empty());
     }
@@ -1220,7 +1224,11 @@ async fn a_session_renew_that_skips_an_unverified_carrier_leaves_the_hold_unconf
     // A step fails on B, which makes it unverified; B is healthy again before the renew.
     let _ = bed.engine.read_session("S").await;
     bed.nodes[1].set_fault(Fault::None);
-    let renewed = bed.engine.renew_session("S", None).await.expect("renewed");
+    let renewed = bed
+        .engine
+        .renew_session("S", None, None)
+        .await
+        .expect("renewed");
     assert_eq!(renewed.unconfirmed, vec![id("H1")], "{renewed:?}");
     assert!(renewed.lost.is_empty() && renewed.released.is_empty());
     assert!(bed.nodes[0].holds("h", "H1") && bed.nodes[1].holds("h", "H1"));
@@ -1241,14 +1249,22 @@ async fn a_session_renew_releases_a_hold_only_when_a_majority_deny_it() {
         .await
         .expect("removed from A");
     bed.nodes[1].set_fault(Fault::Down);
-    let renewed = bed.engine.renew_session("S", None).await.expect("renewed");
+    let renewed = bed
+        .engine
+        .renew_session("S", None, None)
+        .await
+        .expect("renewed");
     assert_eq!(renewed.lost, vec![id("H1")]);
     assert!(renewed.unconfirmed.is_empty() && renewed.kept.is_empty());
     bed.nodes[1].set_fault(Fault::None);
     bed.reverify(&[&bed.engine]).await;
     // B's copy is still attached there: the next renew that reaches B finds it denied by
     // A and C again, and releases it.
-    let renewed = bed.engine.renew_session("S", None).await.expect("renewed");
+    let renewed = bed
+        .engine
+        .renew_session("S", None, None)
+        .await
+        .expect("renewed");
     assert_eq!(renewed.lost, vec![id("H1")]);
     bed.drain_backlogs().await;
     assert!(
@@ -1265,10 +1281,18 @@ async fn a_session_renew_releases_a_hold_only_when_a_majority_deny_it() {
 async fn a_session_renew_names_a_hold_force_released_everywhere_as_lost() {
     let bed = session_with_a_hold_on_a_and_b().await;
     bed.engine.evict(&key("h")).await.expect("force-released");
-    let renewed = bed.engine.renew_session("S", None).await.expect("renewed");
+    let renewed = bed
+        .engine
+        .renew_session("S", None, None)
+        .await
+        .expect("renewed");
     assert_eq!(renewed.lost, vec![id("H1")]);
     assert!(renewed.kept.is_empty());
-    let again = bed.engine.renew_session("S", None).await.expect("renewed");
+    let again = bed
+        .engine
+        .renew_session("S", None, None)
+        .await
+        .expect("renewed");
     assert!(!again.kept.contains(&id("H1")), "{again:?}");
     let (_, holds) = bed.engine.read_session("S").await.expect("read");
     assert!(holds.is_empty(), "a released hold is not listed: {holds:?}");
@@ -1293,7 +1317,11 @@ async fn a_session_renew_waits_for_a_slow_master_before_calling_a_hold_lost() {
     let bed = session_with_a_hold_on_a_and_b().await;
     // A and C answer at once, B (which carries the hold too) a little later.
     bed.nodes[1].set_fault(Fault::Slow(TIMEOUT / 2));
-    let renewed = bed.engine.renew_session("S", None).await.expect("renewed");
+    let renewed = bed
+        .engine
+        .renew_session("S", None, None)
+        .await
+        .expect("renewed");
     assert!(renewed.lost.is_empty(), "{:?}", renewed.lost);
     assert!(renewed.unconfirmed.is_empty(), "{:?}", renewed.unconfirmed);
     assert_eq!(renewed.holds, 1);

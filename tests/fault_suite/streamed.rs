@@ -1,6 +1,7 @@
-//! Rounds of a worker that holds a name through a held stream (`POST /locks/{name}/hold`):
-//! the server renews the lease while the connection lives, and the worker ends its hold by
-//! closing the connection, the holder's revoke.
+//! Rounds of a worker that holds a name through a held stream (`POST /locks/{name}/hold`,
+//! or a session's held stream that the name is granted through): the server renews the
+//! lease while the connection lives, and the worker ends its hold by closing the
+//! connection, the holder's revoke.
 //!
 //! A held stream's events are recorded as the steps they stand for, in the checker's terms:
 //! `granted` as a grant, each `heartbeat` as a renew, and the close as a revoke at the
@@ -26,7 +27,7 @@ use serde_json::{Value, json};
 
 use super::checker::{Event, Kind};
 use super::common::EventStream;
-use super::{Bases, Recorder, live_replicas, pick_live};
+use super::{Bases, Recorder, live_replicas, pick_live, session_renew_status};
 
 /// How long a grant of a held stream may take to be answered before the worker gives up on
 /// it (and closes it, which revokes whatever it may have won).
@@ -60,6 +61,7 @@ fn failed_status(error: &Value) -> u16 {
     match error["error"].as_str() {
         Some("lock_held" | "lock_delay") => 409,
         Some("quorum_unavailable" | "shutting_down") => 503,
+        Some("session_not_found") => 404,
         Some("too_many_requests") => 429,
         _ => 500,
     }
@@ -81,7 +83,13 @@ pub(super) async fn stream_worker(
     let http = stream_client();
     while !stop.load(Ordering::Acquire) {
         let name = STREAMED[rng.random_range(0..STREAMED.len())];
-        stream_round(&mut rng, &http, &bases, name, &recorder).await;
+        // Some of `job:c`'s turns hold it through a session's stream instead (`job:d`'s
+        // lock-delayed turns are left as many as they were).
+        if name == "job:c" && rng.random_bool(0.5) {
+            session_stream_round(&mut rng, &http, &bases, name, &recorder).await;
+        } else {
+            stream_round(&mut rng, &http, &bases, name, &recorder).await;
+        }
         tokio::time::sleep(Duration::from_millis(rng.random_range(5..40))).await;
     }
 }
@@ -228,14 +236,14 @@ async fn stream_round(
                 }
             }
             Err(_) => break,
-            Ok(Some((event, body))) => match event.as_str() {
-                "heartbeat" => {
+            Ok(Some((event, body))) => match told(&event, body, recorder) {
+                Told::Beat(body) => {
                     let at = recorder.started.elapsed();
                     record_at(at_replica, Kind::Renew, 200, Some(&lease), at, at, &body);
                 }
                 // This release stopping: the holder resumes through another replica, which
                 // renews the lease at once (recorded as that renew).
-                "closed" if body["resume"] == true => {
+                Told::Resume => {
                     match resume_elsewhere(
                         http, bases, name, &lease, at_replica, recorder, &took_over,
                     )
@@ -248,31 +256,291 @@ async fn stream_round(
                         None => open = false,
                     }
                 }
-                "jeopardy" => {
-                    recorder.jeopardies.fetch_add(1, Ordering::Relaxed);
-                }
-                // The previous release revoked a held stream's lease when its replica
-                // stopped, and said so with `lost`: its holder relies on nothing from then.
-                "lost" if body["reason"] == "shutting_down" => {
+                Told::LetGo => {
                     let_go(at_replica);
                     open = false;
                 }
-                // The hold is over (or left to lapse): nothing to revoke.
-                "lost" | "closed" => open = false,
-                _ => {}
+                Told::Over => open = false,
+                Told::Nothing => {}
             },
             // The replica went (killed): the lease lapses at its TTL.
             Ok(None) => open = false,
         }
     }
-    if open && stream.is_some() {
-        // Closing the stream is the holder's revoke: from now on it relies on nothing.
-        // Recorded with an unknown outcome (status 0): the server revokes when it sees the
-        // connection closed (or its grace ends), a moment the client does not learn.
+    // Closing the stream is the holder's revoke: from now on it relies on nothing.
+    // Recorded with an unknown outcome (status 0): the server revokes when it sees the
+    // connection closed (or its grace ends), a moment the client does not learn.
+    if open && stream.take().is_some() {
         let_go(at_replica);
-        drop(stream);
     }
     recorder.streams.fetch_add(1, Ordering::Relaxed);
+}
+
+/// One round of a worker that holds `name` through a session held by a stream
+/// (`POST /sessions` with `Accept: text/event-stream`): the grant names the session, the
+/// session's heartbeats are the hold's renews (when they list it as kept), a blip drops the
+/// session's connection (with a grace longer than its TTL) and resumes the session through
+/// another replica (`POST /sessions/{id}/hold`), and closing the stream ends the session:
+/// the holder's revoke.
+async fn session_stream_round(
+    rng: &mut StdRng,
+    http: &reqwest::Client,
+    bases: &Bases,
+    name: &'static str,
+    recorder: &Arc<Recorder>,
+) {
+    let Some((replica, base)) = pick_live(bases, rng).await else {
+        return;
+    };
+    let ttl = Duration::from_millis(rng.random_range(400..1500));
+    let graced = rng.random_bool(0.7);
+    let mut body = json!({"ttl_ms": ttl.as_millis() as u64});
+    if graced {
+        body["grace_ms"] = json!(ttl.as_millis() as u64 + 200);
+    }
+    let Ok(mut stream) = open_stream(http, format!("{base}/sessions"), &body).await else {
+        return;
+    };
+    let id = match tokio::time::timeout(ANSWER_WITHIN, stream.next()).await {
+        Ok(Some((event, body))) if event == "opened" => {
+            body["session_id"].as_str().map(str::to_owned)
+        }
+        _ => None,
+    };
+    let Some(id) = id else {
+        return;
+    };
+    let Some(lease) = recorder
+        .grant_through(http, replica, &base, name, &id, ttl)
+        .await
+    else {
+        // Closing the stream ends the session, and whatever a grant of unknown outcome won.
+        return;
+    };
+    recorder.session_streams.fetch_add(1, Ordering::Relaxed);
+    let record_at = |replica, status, invoked, answered, v: &Value| {
+        recorder.record(Event {
+            kind: Kind::Renew,
+            replica,
+            name: name.to_owned(),
+            lease: Some(lease.clone()),
+            invoked,
+            answered,
+            status,
+            token: None,
+            validity: on_timeline(recorder, v).map(|end| end.saturating_sub(invoked)),
+            ttl,
+            message: v["message"].as_str().map(str::to_owned),
+            limit: None,
+            shared: false,
+            lock_delay: None,
+            wait: Duration::ZERO,
+        })
+    };
+    // A session's renew extends the hold only when it lists it as kept; one it could not
+    // confirm is a renew that failed, and any other says the hold ended (as a session
+    // round's renews are read).
+    let status_of = |v: &Value| session_renew_status(v, Some(&lease));
+    let let_go = |replica| {
+        let at = recorder.started.elapsed();
+        recorder.record(Event {
+            kind: Kind::Revoke,
+            replica,
+            name: name.to_owned(),
+            lease: Some(lease.clone()),
+            invoked: at,
+            answered: at,
+            status: 0,
+            token: None,
+            validity: None,
+            ttl,
+            message: None,
+            limit: None,
+            shared: false,
+            lock_delay: None,
+            wait: Duration::ZERO,
+        });
+    };
+    let resume_elsewhere = async |from: usize| -> Option<(usize, EventStream)> {
+        let (replica, base) = live_replicas(bases).into_iter().find(|(i, _)| *i != from)?;
+        let invoked = recorder.started.elapsed();
+        let url = format!("{base}/sessions/{id}/hold");
+        let opened = open_stream(http, url, &json!({})).await;
+        let first = match opened {
+            Ok(mut stream) => match tokio::time::timeout(ANSWER_WITHIN, stream.next()).await {
+                Ok(Some((event, body))) if event == "resumed" => Ok((stream, body)),
+                Ok(Some((event, body))) if event == "failed" => Err((failed_status(&body), body)),
+                _ => Err((0, Value::Null)),
+            },
+            Err(refused) => Err(refused),
+        };
+        let answered = recorder.started.elapsed();
+        match first {
+            Ok((stream, body)) => {
+                let status = status_of(&body);
+                record_at(replica, status, invoked, answered, &body);
+                recorder.resumes.fetch_add(1, Ordering::Relaxed);
+                recorder.session_resumes.fetch_add(1, Ordering::Relaxed);
+                (status == 200).then_some((replica, stream))
+            }
+            Err((status, body)) => {
+                record_at(replica, status, invoked, answered, &body);
+                None
+            }
+        }
+    };
+    let hold = ttl / 3 * rng.random_range(1..5) + Duration::from_millis(rng.random_range(0..100));
+    let mut until = tokio::time::Instant::now() + hold;
+    let mut at_replica = replica;
+    let mut stream = Some(stream);
+    let mut blip = graced;
+    let mut open = true;
+    let mut contender = None;
+    while open {
+        let Some(current) = stream.as_mut() else {
+            break;
+        };
+        match tokio::time::timeout_at(until, current.next()).await {
+            Err(_) if blip => {
+                blip = false;
+                stream = None;
+                recorder.blips.fetch_add(1, Ordering::Relaxed);
+                match resume_elsewhere(at_replica).await {
+                    Some((next, resumed)) => {
+                        stream = Some(resumed);
+                        at_replica = next;
+                        // Half the time a waiter is there when the first stream's grace
+                        // ends: that end must free nothing the resume now holds.
+                        // Its own task: the stream's events are read (and recorded) as they
+                        // come meanwhile.
+                        if rng.random_bool(0.5) {
+                            let (http, bases, recorder) =
+                                (http.clone(), bases.clone(), recorder.clone());
+                            contender = Some(tokio::spawn(async move {
+                                contend(&http, &bases, name, ttl, &recorder).await;
+                            }));
+                        }
+                        // Held past the moment the first stream's grace (or validity) ends,
+                        // so that what that end does is judged against the resumed hold.
+                        until = tokio::time::Instant::now()
+                            + ttl
+                            + Duration::from_millis(rng.random_range(100..400));
+                    }
+                    None => {
+                        let_go(at_replica);
+                        open = false;
+                    }
+                }
+            }
+            Err(_) => break,
+            Ok(Some((event, body))) => match told(&event, body, recorder) {
+                Told::Beat(body) => {
+                    let at = recorder.started.elapsed();
+                    let status = status_of(&body);
+                    record_at(at_replica, status, at, at, &body);
+                    if status == 404 {
+                        // The hold ended: the session goes on, but holds nothing of ours.
+                        let_go(at_replica);
+                        open = false;
+                    }
+                }
+                Told::Resume => match resume_elsewhere(at_replica).await {
+                    Some((next, resumed)) => {
+                        stream = Some(resumed);
+                        at_replica = next;
+                    }
+                    None => open = false,
+                },
+                Told::LetGo => {
+                    let_go(at_replica);
+                    open = false;
+                }
+                Told::Over => open = false,
+                Told::Nothing => {}
+            },
+            Ok(None) => open = false,
+        }
+    }
+    if open && stream.take().is_some() {
+        let_go(at_replica);
+    }
+    if let Some(contender) = contender {
+        let _ = contender.await;
+    }
+    recorder.streams.fetch_add(1, Ordering::Relaxed);
+}
+
+/// What a held stream's event asks of its holder.
+enum Told {
+    /// A `heartbeat`: the renew it stands for (its body).
+    Beat(Value),
+    /// `closed` with `resume`: its replica is stopping; resume through another.
+    Resume,
+    /// The previous release revoked a held stream's lease when its replica stopped, and said
+    /// so with `lost` (`shutting_down`): its holder relies on nothing from then.
+    LetGo,
+    /// The hold is over (or left to lapse): nothing to revoke.
+    Over,
+    Nothing,
+}
+
+/// What the event `event` with `body` asks of a held stream's holder (a `jeopardy` is
+/// counted).
+fn told(event: &str, body: Value, recorder: &Recorder) -> Told {
+    match event {
+        "heartbeat" => Told::Beat(body),
+        "closed" if body["resume"] == true => Told::Resume,
+        "jeopardy" => {
+            recorder.jeopardies.fetch_add(1, Ordering::Relaxed);
+            Told::Nothing
+        }
+        "lost" if body["reason"] == "shutting_down" => Told::LetGo,
+        "lost" | "closed" => Told::Over,
+        _ => Told::Nothing,
+    }
+}
+
+/// A grant of `name` that waits past a dropped stream's grace (`ttl` and a little more),
+/// through any live replica, revoked at once if won.
+async fn contend(
+    http: &reqwest::Client,
+    bases: &Bases,
+    name: &str,
+    ttl: Duration,
+    recorder: &Recorder,
+) {
+    let Some((replica, base)) = live_replicas(bases).into_iter().next() else {
+        return;
+    };
+    let wait = ttl.as_millis() as u64 + 300;
+    let (status, lease) = recorder
+        .call(
+            http,
+            replica,
+            &base,
+            Kind::Grant,
+            name,
+            None,
+            json!({"ttl_ms": 1000, "wait_ms": wait}),
+            Duration::from_secs(1),
+            None,
+        )
+        .await;
+    if let Some(id) = lease["lease_id"].as_str().filter(|_| status == 201) {
+        recorder
+            .call(
+                http,
+                replica,
+                &base,
+                Kind::Revoke,
+                name,
+                Some(id),
+                json!({}),
+                Duration::from_secs(1),
+                None,
+            )
+            .await;
+    }
 }
 
 /// A resume through a live replica other than `from`, as answered.
@@ -335,7 +603,8 @@ async fn open_stream(
     url: String,
     body: &Value,
 ) -> Result<EventStream, (u16, Value)> {
-    match http.post(url).json(body).send().await {
+    let request = http.post(url).header("accept", "text/event-stream");
+    match request.json(body).send().await {
         Ok(response) if response.status() == 200 => Ok(EventStream::read(response)),
         Ok(response) => {
             let status = response.status().as_u16();

@@ -343,6 +343,31 @@ async fn every_kind_of_lock_works_on_clusters() {
         b.must_grant(name, json!({"ttl_ms": 5000})).await;
     }
 
+    // A session's held stream resumed through the other replica: the home record keeps
+    // which stream holds it, so the first stream's end (after its grace) ends nothing, and
+    // the resumed stream's end frees the holds in every slot.
+    let (first, id) = a.hold_session("ttl_ms=5000&grace_ms=300").await;
+    for name in ["t:1", "t:2", "t:3"] {
+        let (status, body) = a.grant(name, json!({"session": id})).await;
+        assert_eq!(status, 201, "{body}");
+    }
+    drop(first);
+    let mut resumed = b.resume_session(&id, json!({})).await;
+    resumed.expect("resumed").await;
+    a.session_streams_done().await;
+    for name in ["t:1", "t:2", "t:3"] {
+        let (status, body) = b.grant(name, json!({})).await;
+        assert_eq!(
+            status, 409,
+            "{name}: the first stream's end ended the session: {body}"
+        );
+    }
+    drop(resumed);
+    b.session_streams_done().await;
+    for name in ["t:1", "t:2", "t:3"] {
+        b.must_grant(name, json!({"ttl_ms": 5000})).await;
+    }
+
     // Lock-delay and Idempotency-Key.
     let (status, delayed) = a
         .grant("delayed", json!({"ttl_ms": 300, "lock_delay_ms": 800}))

@@ -277,3 +277,82 @@ async fn a_session_hold_reports_the_sessions_ttl_whether_checked_or_renewed() {
     let (a, _b) = common::two_replicas(&masters).await;
     common::scenarios::a_session_hold_reports_the_sessions_ttl_whether_checked_or_renewed(&a).await;
 }
+
+/// A session's held stream on real masters (session.lua keeps which stream holds the
+/// session, and a stream's end ends only a session it keeps): a blip with a grace, resumed
+/// through the other replica, keeps the session and its holds after the first stream's
+/// grace is up; a replica that stops tells its session stream `closed` with `resume` and
+/// keeps the session renewed past its TTL until the holder resumes it elsewhere; the resumed
+/// stream's own end frees the holds.
+#[tokio::test]
+async fn a_sessions_held_stream_resumes_through_the_other_replica() {
+    let masters = masters(3);
+    let (a, b) = common::two_replicas(&masters).await;
+    let (first, session) = a.hold_session("ttl_ms=600&grace_ms=500").await;
+    hold_three(&b, &session).await;
+    drop(first);
+    let mut resumed = b.resume_session(&session, json!({})).await;
+    resumed.expect("resumed").await;
+    a.session_streams_done().await;
+    // Past the first stream's grace and the session's TTL: held by the resumed stream.
+    resumed.expect("heartbeat").await;
+    resumed.expect("heartbeat").await;
+    assert_eq!(
+        free_count(&a).await,
+        0,
+        "the first stream's grace ended the session"
+    );
+
+    // A rolling deploy: the replica holding the stream stops, and the holder takes longer
+    // than the session's TTL to come back; the stopping replica kept it renewed meanwhile.
+    let stopping = tokio::spawn(b.stop());
+    let closed = resumed.expect("closed").await;
+    assert_eq!(closed["resume"], true, "{closed}");
+    // Longer than the session would have lived on its last renew.
+    tokio::time::sleep(Duration::from_millis(1200)).await;
+    let mut again = a.resume_session(&session, json!({})).await;
+    again.expect("resumed").await;
+    assert_eq!(
+        free_count(&a).await,
+        0,
+        "the session lapsed during the deploy"
+    );
+    common::within(
+        Duration::from_secs(5),
+        stopping,
+        "the stopping replica ends once its session stream was resumed",
+    )
+    .await
+    .unwrap();
+    drop(again);
+    wait_for("the holds to be free", Duration::from_secs(2), async || {
+        (free_count(&a).await == 3).then_some(())
+    })
+    .await;
+}
+
+/// A waiter is there when a dropped session stream's grace ends, after its holder resumed
+/// it through the other replica: that end frees nothing, so the waiter is not granted
+/// while the resumed stream keeps the session.
+#[tokio::test]
+async fn a_dropped_session_streams_grace_end_frees_nothing_the_resume_holds() {
+    let masters = masters(3);
+    let (a, b) = common::two_replicas(&masters).await;
+    let (mut first, id) = a.hold_session("ttl_ms=900&grace_ms=1100").await;
+    assert_eq!(a.grant("w:lock", json!({"session": id})).await.0, 201);
+    first.expect("heartbeat").await;
+    let dropped = Instant::now();
+    drop(first);
+    let mut resumed = b.resume_session(&id, json!({})).await;
+    resumed.expect("resumed").await;
+    let (status, body) = a
+        .grant("w:lock", json!({"ttl_ms": 1000, "wait_ms": 1500}))
+        .await;
+    assert_eq!(
+        status,
+        409,
+        "a waiter was granted {:?} after the first stream dropped: {body}",
+        dropped.elapsed()
+    );
+    resumed.expect("heartbeat").await;
+}

@@ -36,6 +36,9 @@ pub struct SessionLease {
     pub lost: Vec<LeaseId>,
     /// Those of them found again (their keys) and released.
     pub released: Vec<SessionHold>,
+    /// A renew: the held stream that a majority of all masters say keeps the session
+    /// (`""`: the one that opened it, or none), if a majority agree on one.
+    pub kept_by: Option<Arc<str>>,
 }
 
 impl SessionLease {
@@ -59,6 +62,7 @@ impl SessionLease {
             unconfirmed: Vec::new(),
             lost: Vec::new(),
             released: Vec::new(),
+            kept_by: None,
         }
     }
 }
@@ -66,11 +70,21 @@ impl SessionLease {
 /// Which of a session's steps, as the engine asks for it (the node's step borrows).
 #[derive(Clone)]
 enum Op {
-    Open { ttl_ms: u64, owner: Option<Owner> },
-    Renew { ttl_ms: Option<u64> },
+    Open {
+        ttl_ms: u64,
+        owner: Option<Owner>,
+    },
+    Renew {
+        ttl_ms: Option<u64>,
+        stream: Option<Arc<str>>,
+    },
     Read,
-    End,
-    Attach { hold: Arc<SessionHold> },
+    End {
+        stream: Option<Arc<str>>,
+    },
+    Attach {
+        hold: Arc<SessionHold>,
+    },
 }
 
 impl Op {
@@ -79,7 +93,7 @@ impl Op {
             Op::Open { .. } => "session open",
             Op::Renew { .. } => "session renew",
             Op::Read => "session read",
-            Op::End => "session end",
+            Op::End { .. } => "session end",
             Op::Attach { .. } => "session attach",
         }
     }
@@ -97,7 +111,7 @@ impl Redlock {
         match self.session_step(id, Op::Open { ttl_ms, owner }).await {
             Ok((states, started, _)) => self.lease_of(&states, started, None),
             Err(e) => {
-                let _ = self.session_step(id, Op::End).await;
+                let _ = self.session_step(id, Op::End { stream: None }).await;
                 Err(match e {
                     EngineError::NotFound => unavailable("the session could not be made", vec![]),
                     e => e,
@@ -107,15 +121,18 @@ impl Redlock {
     }
 
     /// Extend session `id`, and every hold made through it, to `ttl` (its own when `None`):
-    /// one call per master.
+    /// one call per master. With `stream` (a resume), that held stream keeps the session
+    /// from now on: only its end ends it (`end_session`).
     pub async fn renew_session(
         &self,
         id: &str,
         ttl: Option<Duration>,
+        stream: Option<Arc<str>>,
     ) -> Result<SessionLease, EngineError> {
         let ttl_ms = ttl.map(crate::model::millis);
-        let (states, started, _) = self.session_step(id, Op::Renew { ttl_ms }).await?;
+        let (states, started, _) = self.session_step(id, Op::Renew { ttl_ms, stream }).await?;
         let mut lease = self.lease_of(&states, started, None)?;
+        lease.kept_by = quorum::agree_on_session_stream(&states, self.nodes.len());
         let verdicts = quorum::judge_session_holds(&states, self.nodes.len());
         lease.holds = verdicts.kept.len();
         lease.kept = verdicts.kept;
@@ -159,8 +176,18 @@ impl Redlock {
 
     /// End session `id`: its record goes from every master, and every hold any master
     /// listed for it is released (announced, as a revoke is). The holds released.
-    pub(crate) async fn end_session(&self, id: &str) -> Result<Vec<SessionHold>, EngineError> {
-        let (states, _, _) = self.session_step(id, Op::End).await?;
+    ///
+    /// With `stream` (a held stream's end), only the masters where that stream still keeps
+    /// the session end it, and the holds are released only when a majority did: a resume
+    /// answered through another stream was claimed on a majority, which then refuse this
+    /// end (two majorities share a master, and each master takes the claim or the end
+    /// whole, in one order), so its holds stay. `NotFound` when a majority refused.
+    pub(crate) async fn end_session(
+        &self,
+        id: &str,
+        stream: Option<Arc<str>>,
+    ) -> Result<Vec<SessionHold>, EngineError> {
+        let (states, _, _) = self.session_step(id, Op::End { stream }).await?;
         let mut holds: Vec<SessionHold> = Vec::new();
         for hold in states.into_iter().flat_map(|s| s.holds) {
             if !holds.contains(&hold) {
@@ -222,9 +249,14 @@ impl Redlock {
                                 ttl_ms: *ttl_ms,
                                 owner: owner.as_ref(),
                             },
-                            Op::Renew { ttl_ms } => SessionStep::Renew { ttl_ms: *ttl_ms },
+                            Op::Renew { ttl_ms, stream } => SessionStep::Renew {
+                                ttl_ms: *ttl_ms,
+                                stream: stream.as_deref(),
+                            },
                             Op::Read => SessionStep::Read,
-                            Op::End => SessionStep::End,
+                            Op::End { stream } => SessionStep::End {
+                                stream: stream.as_deref(),
+                            },
                             Op::Attach { hold } => SessionStep::Attach { hold },
                         };
                         node.session(&id, step).await

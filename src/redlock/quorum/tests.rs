@@ -254,6 +254,27 @@ fn the_stream_that_keeps_a_lease_is_the_one_a_majority_name() {
     );
 }
 
+/// A session's stream is learnt the same way: a majority of all masters (not of those
+/// that answered) must name it.
+#[test]
+fn the_stream_that_keeps_a_session_is_the_one_a_majority_of_all_masters_name() {
+    let renewed = |stream: &str| crate::store::node::SessionState {
+        stream: Some(stream.into()),
+        ..Default::default()
+    };
+    let kept_by = |states: &[crate::store::node::SessionState]| {
+        agree_on_session_stream(states, 5).map(|s| s.to_string())
+    };
+    assert_eq!(
+        kept_by(&[renewed("s2"), renewed("s2"), renewed("s2")]).as_deref(),
+        Some("s2")
+    );
+    assert_eq!(kept_by(&[renewed("s2"), renewed("s2"), renewed("")]), None);
+    assert_eq!(kept_by(&[renewed("s2"), renewed("s2")]), None);
+    let unsaid = crate::store::node::SessionState::default();
+    assert_eq!(kept_by(&[unsaid.clone(), unsaid.clone(), unsaid]), None);
+}
+
 #[test]
 fn read_finds_the_majority_holder_and_its_token() {
     let outcome = decide_read(&[holding("a", 4, 900), holding("a", 4, 800), None], None);

@@ -40,6 +40,8 @@ pub(super) struct Session {
     pub(super) owner: Option<Owner>,
     pub(super) expires: Instant,
     pub(super) holds: Vec<SessionHold>,
+    /// The held stream that keeps the session since a resume (session.lua's 'stream').
+    pub(super) stream: Option<String>,
 }
 
 impl Entry {
@@ -415,6 +417,7 @@ impl Data {
             carried: Vec::new(),
             dropped: Vec::new(),
             attached: false,
+            stream: None,
         }
     }
 

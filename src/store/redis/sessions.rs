@@ -22,9 +22,9 @@ impl RedisNode {
                 ttl_ms,
                 owner: owner.map(Owner::as_str),
             },
-            (SessionStep::Renew { ttl_ms }, None) => SessionOp::Renew { ttl_ms },
+            (SessionStep::Renew { ttl_ms, stream }, None) => SessionOp::Renew { ttl_ms, stream },
             (SessionStep::Read, None) => SessionOp::Read,
-            (SessionStep::End, None) => SessionOp::End,
+            (SessionStep::End { stream }, None) => SessionOp::End { stream },
             (SessionStep::Attach { hold }, None) => {
                 attached = self.keys.session_entry(hold);
                 SessionOp::Attach {
@@ -76,7 +76,8 @@ impl RedisNode {
     ) -> NodeResult<(Owned<SessionState>, Vec<u16>)> {
         let reply = self.step(call).await?;
         match reply.status()? {
-            0 => return Ok((Owned::NotOwner, Vec::new())),
+            // 3: a held stream's end, and another stream keeps the session.
+            0 | 3 => return Ok((Owned::NotOwner, Vec::new())),
             2 => return Ok((Owned::Yes(SessionState::default()), Vec::new())),
             _ => {}
         }
@@ -88,6 +89,7 @@ impl RedisNode {
             carried: Vec::new(),
             dropped: Vec::new(),
             attached: matches!(step, SessionStep::Attach { .. }),
+            stream: None,
         };
         let mut slots = Vec::new();
         if !lists {
@@ -95,7 +97,9 @@ impl RedisNode {
         }
         for at in 4..reply.0.len() {
             let text = reply.string(at)?;
-            if let Some(slot) = text.strip_prefix('@') {
+            if let Some(stream) = text.strip_prefix('=') {
+                state.stream = Some(stream.into());
+            } else if let Some(slot) = text.strip_prefix('@') {
                 slots.push(
                     slot.parse().map_err(|_| {
                         NodeError::Script(format!("a session's slot reads {text:?}"))
@@ -190,17 +194,21 @@ impl RedisNode {
                 }
                 Ok(attached)
             }
-            SessionStep::Renew { .. } | SessionStep::Read | SessionStep::End => {
+            SessionStep::Renew { .. } | SessionStep::Read | SessionStep::End { .. } => {
                 let (answer, slots) = self
                     .session_record(&record_key, &marker, step, None)
                     .await?;
                 let Owned::Yes(mut state) = answer else {
                     return Ok(Owned::NotOwner);
                 };
+                // The home record decided (which stream keeps the session, whether this
+                // stream's end may end it): the slots' records follow it.
                 let step = match step {
                     SessionStep::Renew { .. } => SessionStep::Renew {
                         ttl_ms: Some(state.ttl_ms),
+                        stream: None,
                     },
+                    SessionStep::End { .. } => SessionStep::End { stream: None },
                     other => other,
                 };
                 let parts = futures::future::join_all(slots.iter().map(|&slot| {

@@ -243,12 +243,16 @@ pub(super) enum SessionOp<'a> {
         ttl_ms: u64,
         owner: Option<&'a str>,
     },
-    /// `None`: the session's own TTL.
+    /// `None`: the session's own TTL; with `stream`, a resume's claim.
     Renew {
         ttl_ms: Option<u64>,
+        stream: Option<&'a str>,
     },
     Read,
-    End,
+    /// With `stream`, only while that held stream keeps the session.
+    End {
+        stream: Option<&'a str>,
+    },
     /// The hold `lease`, described by `entry`, whose keys here are `keys`; on a cluster's
     /// slot record, made first from `create` (the home's state) when missing.
     Attach {
@@ -270,18 +274,24 @@ pub(super) fn session(record: &str, marker: &str, op: SessionOp<'_>) -> Step {
         SessionOp::Open { ttl_ms, owner } => {
             step.arg("open").arg(ttl_ms).arg(owner.unwrap_or(""));
         }
-        SessionOp::Renew { ttl_ms } => {
+        SessionOp::Renew { ttl_ms, stream } => {
             step.arg("renew");
             match ttl_ms {
                 Some(ttl) => step.arg(ttl),
                 None => step.arg(""),
             };
+            if let Some(stream) = stream {
+                step.arg(stream);
+            }
         }
         SessionOp::Read => {
             step.arg("read");
         }
-        SessionOp::End => {
+        SessionOp::End { stream } => {
             step.arg("end");
+            if let Some(stream) = stream {
+                step.arg(stream);
+            }
         }
         SessionOp::Attach {
             lease,
@@ -512,10 +522,21 @@ mod tests {
                 ttl_ms: 30_000,
                 owner: None,
             },
-            SessionOp::Renew { ttl_ms: None },
-            SessionOp::Renew { ttl_ms: Some(5000) },
+            SessionOp::Renew {
+                ttl_ms: None,
+                stream: None,
+            },
+            SessionOp::Renew {
+                ttl_ms: Some(5000),
+                stream: None,
+            },
+            SessionOp::Renew {
+                ttl_ms: None,
+                stream: Some("/s"),
+            },
             SessionOp::Read,
-            SessionOp::End,
+            SessionOp::End { stream: None },
+            SessionOp::End { stream: Some("") },
             SessionOp::Note(7),
             SessionOp::Attach {
                 lease: "L",

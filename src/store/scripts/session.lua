@@ -24,8 +24,13 @@
 -- ARGV[1] the operation:
 --   'open' ttl owner            make the session (its TTL and owner text)
 --   'renew' ttl                 extend it and its holds ('' keeps its TTL)
+--   'renew' ttl stream          the same, and the held stream `stream` keeps it from now
+--                               on (a resume: 'stream' in the hash, a home record's only)
 --   'read'                      what it is and holds
 --   'end'                       delete it; answers its holds (the caller releases them)
+--   'end' stream                the same, only while the held stream `stream` keeps it
+--                               ('' for the stream that opened it); else {3}, and nothing
+--                               is done (its holder resumed it through another stream)
 --   'attach' lease entry        add the hold `lease` described by `entry` (its lines): its
 --                               keys named with 'k' that the lease holds are given what is
 --                               left of the session, and its lock-delay claim moves along
@@ -39,8 +44,9 @@
 -- when an attached hold is not held here (its grant did not reach this master), else
 -- {1, pttl_ms, ttl_ms, owner, holds...} where holds are '<lease>\n<entry>' each ('read',
 -- only those whose keys are still their own here, and 'end', all of them); 'renew' answers
--- the lease ids of the holds it carried instead, and '!<lease>' for each hold it found
--- gone here (and took off the session); the others nothing. A renew's caller counts, for
+-- the lease ids of the holds it carried instead, '!<lease>' for each hold it found gone
+-- here (and took off the session), and '=<stream>' for the held stream that keeps the
+-- session ('=' alone: the one that opened it, or none); the others nothing. A renew's caller counts, for
 -- each hold, the masters that carried it and those that have the session without it: a hold
 -- carried by a majority of all masters is kept, one denied by a majority has ended, and any
 -- other (a carrier did not answer) is unconfirmed and left where it is.
@@ -119,9 +125,11 @@ end
 if op == 'renew' then
   local ttl = tonumber(ARGV[2] ~= '' and ARGV[2] or fields[1])
   if ARGV[2] ~= '' then redis.call('HSET', session, 'ttl', ttl) end
+  if ARGV[3] and ARGV[3] ~= '' then redis.call('HSET', session, 'stream', ARGV[3]) end
   redis.call('PEXPIRE', session, ttl)
   local all = redis.call('HGETALL', session)
   answer[2], answer[3] = ttl, ttl
+  answer[5] = '=' .. (redis.call('HGET', session, 'stream') or '')
   for i = 1, #all, 2 do
     local field = all[i]
     if string.sub(field, 1, 2) == 'h:' then
@@ -136,6 +144,10 @@ if op == 'renew' then
     end
   end
   return answer
+end
+
+if op == 'end' and ARGV[2] and (redis.call('HGET', session, 'stream') or '') ~= ARGV[2] then
+  return {3}
 end
 
 if op == 'read' or op == 'end' then
