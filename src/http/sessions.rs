@@ -23,8 +23,8 @@ use crate::auth::Caller;
 use crate::lease::{HeldThrough, LeasePolicy, Session, SessionEvent, SessionLost};
 use crate::model::{Kind, LeaseId, Owner, SessionId};
 use crate::wire::{
-    ErrorBody, JeopardyEvent, LockMode, LostEvent, NoFields, RenewRequest, ResumeRequest,
-    SessionBody, SessionHoldBody, SessionRequest, whole,
+    ErrorBody, LockMode, NoFields, RenewRequest, ResumeRequest, SessionBody, SessionHoldBody,
+    SessionRequest, whole,
 };
 
 /// The `{session_id}` of a session's route, parsed.
@@ -240,46 +240,17 @@ fn held(
             SessionEvent::Opened(s) => event("opened", &SessionBody::from(&s)),
             SessionEvent::Resumed(s) => event("resumed", &SessionBody::from(&s)),
             SessionEvent::Heartbeat(s) => event("heartbeat", &SessionBody::from(&s)),
-            SessionEvent::Jeopardy { validity } => event(
-                "jeopardy",
-                &JeopardyEvent {
-                    validity_ms: crate::model::millis(validity),
-                    message: stream::JEOPARDY_MESSAGE.to_owned(),
-                },
+            SessionEvent::Jeopardy { validity } => stream::jeopardy(validity),
+            SessionEvent::Safe { validity } => stream::safe(validity),
+            SessionEvent::Lost(reason) => stream::ended("lost", reason.code(), reason.message()),
+            SessionEvent::Closed { validity } => stream::closed(
+                "this replica is shutting down; the session was not ended: rely on it (and its holds) for validity_ms, and resume it through another replica to keep it",
+                validity,
             ),
-            SessionEvent::Safe { validity } => event(
-                "safe",
-                &JeopardyEvent {
-                    validity_ms: crate::model::millis(validity),
-                    message: stream::SAFE_MESSAGE.to_owned(),
-                },
-            ),
-            SessionEvent::Lost(reason) => event(
-                "lost",
-                &LostEvent {
-                    reason: reason.code().to_owned(),
-                    message: reason.message().to_owned(),
-                    validity_ms: None,
-                    resume: None,
-                },
-            ),
-            SessionEvent::Closed { validity } => event(
+            SessionEvent::Displaced => stream::ended(
                 "closed",
-                &LostEvent {
-                    reason: "shutting_down".to_owned(),
-                    message: "this replica is shutting down; the session was not ended: rely on it (and its holds) for validity_ms, and resume it through another replica to keep it".to_owned(),
-                    validity_ms: Some(crate::model::millis(validity)),
-                    resume: Some(true),
-                },
-            ),
-            SessionEvent::Displaced => event(
-                "closed",
-                &LostEvent {
-                    reason: SessionLost::Resumed.code().to_owned(),
-                    message: SessionLost::Resumed.message().to_owned(),
-                    validity_ms: None,
-                    resume: None,
-                },
+                SessionLost::Resumed.code(),
+                SessionLost::Resumed.message(),
             ),
             SessionEvent::Failed(e) => event("failed", &ApiError::from(e).body()),
         };

@@ -46,8 +46,8 @@ pub(crate) fn wants_stream(headers: &HeaderMap) -> bool {
 pub(super) const CLOSED_MESSAGE: &str = "this replica is shutting down; the hold was not revoked: rely on it for validity_ms, and resume it (POST its lease's /hold) through another replica to keep it";
 
 /// What `jeopardy` and `safe` tell the holder.
-pub(super) const JEOPARDY_MESSAGE: &str = "renews are not getting through; less than a third of the TTL is left: stop what the lease guards unless `safe` comes before validity_ms is up";
-pub(super) const SAFE_MESSAGE: &str = "a renew got through: the lease is held again";
+const JEOPARDY_MESSAGE: &str = "renews are not getting through; less than a third of the TTL is left: stop what the lease guards unless `safe` comes before validity_ms is up";
+const SAFE_MESSAGE: &str = "a renew got through: the lease is held again";
 
 fn event<T: Serialize>(name: &'static str, data: &T) -> Event {
     Event::default()
@@ -76,46 +76,14 @@ fn hold_event(kind: Kind, e: HoldEvent) -> Event {
         HoldEvent::Granted(l) => lease("granted", &l),
         HoldEvent::Resumed(l) => lease("resumed", &l),
         HoldEvent::Renewed(l) => lease("heartbeat", &l),
-        HoldEvent::Jeopardy { validity } => event(
-            "jeopardy",
-            &JeopardyEvent {
-                validity_ms: crate::model::millis(validity),
-                message: JEOPARDY_MESSAGE.to_owned(),
-            },
-        ),
-        HoldEvent::Safe { validity } => event(
-            "safe",
-            &JeopardyEvent {
-                validity_ms: crate::model::millis(validity),
-                message: SAFE_MESSAGE.to_owned(),
-            },
-        ),
-        HoldEvent::Lost(reason) => event(
-            "lost",
-            &LostEvent {
-                reason: reason.code().to_owned(),
-                message: reason.message().to_owned(),
-                validity_ms: None,
-                resume: None,
-            },
-        ),
-        HoldEvent::Closed { validity } => event(
+        HoldEvent::Jeopardy { validity } => jeopardy(validity),
+        HoldEvent::Safe { validity } => safe(validity),
+        HoldEvent::Lost(reason) => ended("lost", reason.code(), reason.message()),
+        HoldEvent::Closed { validity } => closed(CLOSED_MESSAGE, validity),
+        HoldEvent::Displaced => ended(
             "closed",
-            &LostEvent {
-                reason: "shutting_down".to_owned(),
-                message: CLOSED_MESSAGE.to_owned(),
-                validity_ms: Some(crate::model::millis(validity)),
-                resume: Some(true),
-            },
-        ),
-        HoldEvent::Displaced => event(
-            "closed",
-            &LostEvent {
-                reason: LostReason::Resumed.code().to_owned(),
-                message: LostReason::Resumed.message().to_owned(),
-                validity_ms: None,
-                resume: None,
-            },
+            LostReason::Resumed.code(),
+            LostReason::Resumed.message(),
         ),
         HoldEvent::Failed(e) => {
             let e = ApiError::from(e);
@@ -127,6 +95,47 @@ fn hold_event(kind: Kind, e: HoldEvent) -> Event {
             event("failed", &e.body())
         }
     }
+}
+
+/// `jeopardy`: renews are not getting through, and `validity` is left.
+pub(super) fn jeopardy(validity: Duration) -> Event {
+    warning("jeopardy", JEOPARDY_MESSAGE, validity)
+}
+
+/// `safe`: a renew got through after `jeopardy`, and `validity` is left.
+pub(super) fn safe(validity: Duration) -> Event {
+    warning("safe", SAFE_MESSAGE, validity)
+}
+
+fn warning(name: &'static str, message: &str, validity: Duration) -> Event {
+    let body = JeopardyEvent {
+        validity_ms: crate::model::millis(validity),
+        message: message.to_owned(),
+    };
+    event(name, &body)
+}
+
+/// `name` (`lost`, or `closed` without a resume) that ends a stream, for `reason`.
+pub(super) fn ended(name: &'static str, reason: &str, message: &str) -> Event {
+    let body = LostEvent {
+        reason: reason.to_owned(),
+        message: message.to_owned(),
+        validity_ms: None,
+        resume: None,
+    };
+    event(name, &body)
+}
+
+/// `closed` as this replica stops: the hold is not ended, `validity` is left, and its
+/// holder may resume it through another replica.
+pub(super) fn closed(message: &str, validity: Duration) -> Event {
+    let body = LostEvent {
+        reason: "shutting_down".to_owned(),
+        message: message.to_owned(),
+        validity_ms: Some(crate::model::millis(validity)),
+        resume: Some(true),
+    };
+    event("closed", &body)
 }
 
 /// The SSE response for a held lease's events.
@@ -144,15 +153,10 @@ pub(crate) fn hold(
 fn leader_event(name: &str, change: LeaderChange) -> Event {
     let (kind, term, value) = match change {
         LeaderChange::ShuttingDown => {
-            return event(
+            return ended(
                 "closed",
-                &LostEvent {
-                    reason: "shutting_down".to_owned(),
-                    message: "this replica is shutting down; reconnect to another replica"
-                        .to_owned(),
-                    validity_ms: None,
-                    resume: None,
-                },
+                "shutting_down",
+                "this replica is shutting down; reconnect to another replica",
             );
         }
         LeaderChange::Elected { term, value } => ("elected", Some(term), value),
