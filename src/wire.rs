@@ -706,93 +706,6 @@ pub(crate) struct SemaphoreRequest {
     pub grace_ms: Option<Whole>,
 }
 
-/// Fields of a session's opening; each may also be given as a query parameter.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, ToSchema)]
-#[serde(deny_unknown_fields)]
-#[schema(example = json!({"ttl_ms": 15000, "owner": "ingest-worker-7"}))]
-pub(crate) struct SessionRequest {
-    /// Session TTL in ms: from 100 to the configured maximum (default 3600000). Default
-    /// 30000. Every hold made through the session lives this long unless it is renewed.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schema(value_type = Option<u64>, minimum = 100, maximum = 3600000)]
-    pub ttl_ms: Option<Whole>,
-    /// Free text naming the holder (at most 256 bytes).
-    #[schema(max_length = 256)]
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub owner: Option<String>,
-    /// With `Accept: text/event-stream`: how long the session (and every hold through it)
-    /// outlives the stream's connection when it closes without a `DELETE` of the session,
-    /// so that its holder may resume it (`POST /sessions/{session_id}/hold`) through any
-    /// replica, in ms: at most the largest TTL; 0 (the default) ends it as the connection
-    /// closes. It is renewed no further meanwhile. Ignored by a session answered as JSON.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schema(value_type = Option<u64>, minimum = 0, maximum = 3600000)]
-    pub grace_ms: Option<Whole>,
-}
-
-/// A session: what opening, renewing and reading it answer.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
-#[schema(example = json!({
-    "session_id": "k2VdY1Qm0sJx9a7bTf4r3w", "ttl_ms": 15000, "validity_ms": 14840,
-    "expires_at": "2026-11-25T03:00:15.000Z", "owner": "ingest-worker-7"
-}))]
-pub(crate) struct SessionBody {
-    /// Opaque; whoever knows it can renew and end the session, and hold through it. Keep it
-    /// secret.
-    pub session_id: String,
-    /// The TTL the session was opened or last renewed with.
-    #[schema(minimum = 100, maximum = 3600000)]
-    pub ttl_ms: u64,
-    /// How long the session (and every hold made through it) may be relied on from the
-    /// moment this response was written.
-    pub validity_ms: u64,
-    /// When the session lapses unless renewed.
-    pub expires_at: String,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub owner: Option<String>,
-    /// With `GET /sessions/{session_id}`: what is held through it.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub holds: Option<Vec<SessionHoldBody>>,
-    /// With a renew: the lease ids of the holds it kept. Only these are valid for the new
-    /// `validity_ms`; a hold through the session that is not listed here was not extended
-    /// (it is `unconfirmed`, or it has ended).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub kept: Option<Vec<String>>,
-    /// With a renew: the lease ids of holds it could neither confirm nor deny (a master that
-    /// carries one did not answer). Each is still held where it was and not released, but
-    /// its validity was not extended: rely on it only until what the last answer that kept
-    /// it said. A later renew keeps it again or lists it in `lost`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub unconfirmed: Option<Vec<String>>,
-    /// With a renew: the lease ids of holds a majority of masters deny carrying (revoked,
-    /// force-released, expired, or their grant reached only some of the masters). They have
-    /// ended, as a lease whose renew is 404 has.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub lost: Option<Vec<String>>,
-}
-
-/// One hold made through a session.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
-pub(crate) struct SessionHoldBody {
-    /// `lock`, `semaphore` or `election`.
-    pub kind: String,
-    /// The lock's, semaphore's or election's name (a lease on several names: the first).
-    pub name: String,
-    /// Its lease id (a permit's, a term's): renew is not needed, revoke releases it alone.
-    pub lease_id: String,
-    #[schema(value_type = u64)]
-    pub fencing_token: FencingToken,
-    /// A lease on several names: all of them.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub names: Option<Vec<String>>,
-    /// A permit's slot.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub slot: Option<u16>,
-    /// A lock's lease: how it holds the lock.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub mode: Option<LockMode>,
-}
-
 /// A permit: what taking and renewing a semaphore's permit answer. A lease body with the
 /// permit's slot and the limit it was granted with.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
@@ -869,91 +782,6 @@ pub(crate) struct ForceReleased {
     pub fencing_token: Option<FencingToken>,
 }
 
-/// `/healthz`.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
-#[schema(example = json!({"status": "ok"}))]
-pub(crate) struct Health {
-    pub status: String,
-}
-
-/// One master in `/readyz`.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
-pub(crate) struct MasterReport {
-    /// The master's URL without credentials.
-    pub address: String,
-    pub up: bool,
-    /// How long its last answer took.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub latency_ms: Option<f64>,
-    /// Whether its answers count towards a majority.
-    pub voting: bool,
-    /// Set while the master is quarantined after losing its data: when it votes again.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub quarantined_until: Option<String>,
-    /// A Redis Cluster master (`redis+cluster://`): each primary, as the cluster's slot map
-    /// names it. A shard votes for the names in its slots only.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub shards: Option<Vec<ShardReport>>,
-    /// Why the master does not vote, in words, when there is more to say than `up` and
-    /// `quarantined_until`: its clock jumped (`clock jumped +20.3 s`), or was first met too
-    /// far from this replica's; it keeps a data layout this release does not know (a later
-    /// release's); for a Redis Cluster, why its slot map is not whole.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub problem: Option<String>,
-    /// The master's clock (its `TIME`) against this replica's wall clock, as last read, in
-    /// ms: positive when the master's is ahead. Absent for a Redis Cluster (each shard
-    /// has its own) and before the first answer.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub clock_offset_ms: Option<f64>,
-    /// Whether this replica hears the master's announcements now (every channel
-    /// subscribed). Until it does (just after start, or after a subscription dropped),
-    /// waiting grants here are woken by releases on other replicas only when they look
-    /// again (at the holder's remaining TTL). Absent for the embedded store.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub subscribed: Option<bool>,
-}
-
-/// One primary of a Redis Cluster master in `/readyz`.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
-pub(crate) struct ShardReport {
-    /// `host:port`, as the cluster names the node.
-    pub address: String,
-    pub up: bool,
-    /// Whether it votes for the names in its slots (it answers and kept its data).
-    pub voting: bool,
-    /// How many of the 16384 hash slots it serves.
-    pub slots: usize,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub latency_ms: Option<f64>,
-    /// Set while the shard is quarantined after losing its data: when it votes again.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub quarantined_until: Option<String>,
-    /// While it does not vote: why (restarted empty, went back to an old snapshot, a
-    /// replica took over its slots, its clock jumped, it keeps a data layout this release
-    /// does not know), in words.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub problem: Option<String>,
-    /// The shard's clock against this replica's wall clock, as last read, in ms.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub clock_offset_ms: Option<f64>,
-}
-
-/// `/readyz`: ready while a majority of masters answer and vote.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
-#[schema(example = json!({"ready": true, "backend": "redis", "masters": [
-    {"address": "redis://10.0.0.5:6379", "up": true, "latency_ms": 0.21, "voting": true}
-]}))]
-pub(crate) struct Readiness {
-    pub ready: bool,
-    /// `redis`, or `embedded` for the in-process store (one process, not distributed).
-    pub backend: String,
-    /// When not ready for a reason beyond masters being down (a new deployment waiting for
-    /// every master, a majority that lost its data): what is wrong and what to do, in words.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub problem: Option<String>,
-    pub masters: Vec<MasterReport>,
-}
-
 /// Every error body: `{"error": "<code>", "message": "<text for a person>"}`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 #[schema(example = json!({"error": "lock_held", "message": "the lock is held by another lease", "retry_after_ms": 12000}))]
@@ -983,6 +811,12 @@ pub(crate) struct MasterError {
     /// master whose answer the step did not wait for is not listed.
     pub error: String,
 }
+
+mod ops;
+mod sessions;
+
+pub(crate) use ops::{Health, MasterReport, Readiness, ShardReport};
+pub(crate) use sessions::{SessionBody, SessionHoldBody, SessionRequest};
 
 #[cfg(test)]
 mod tests;

@@ -36,9 +36,14 @@ use super::clock_floor;
 use super::layout::{Keys, SLOTS};
 
 mod health;
+mod listen;
+mod replies;
+
 use super::node::{NodeError, NodeResult};
 use super::redis::steps;
 use crate::model::{ClusterStatus, ShardStatus};
+use listen::{Heard, listen_on};
+use replies::{info_field, node_address, promoted, replica_address};
 
 /// How long one pipelined chunk of a shard's upkeep (a restore of 512 slots) may take: a
 /// restore that stops half-way leaves its shard unmarked, which a loaded machine must not
@@ -767,86 +772,6 @@ impl Cluster {
     }
 }
 
-/// What a primary's subscription thread reports.
-enum Heard {
-    /// Every channel of its slots is subscribed.
-    Subscribed,
-    Message(String, String),
-    /// The subscription ended (the node went away, a slot moved, or it was stopped).
-    Ended(Option<String>),
-}
-
-/// How long a shard's subscription waits for each confirmation of its thousands of
-/// channels: on a loaded machine a burst of them can stall for seconds, and giving up only
-/// starts the burst again (seen: subscriptions that never completed within 30 s on two
-/// busy cores, each attempt timing out after 2 s).
-const SUBSCRIBE_WAIT: Duration = Duration::from_secs(10);
-/// How long a quiet subscription waits for the answer to its ping before it counts the
-/// shard as gone: a shard busy with another replica's burst of subscriptions can be slow to
-/// answer, and subscribing again would add a burst of its own.
-const PONG_WAIT: Duration = Duration::from_secs(5);
-
-/// One primary's subscription (see `Cluster::listen`), until `stop` or an error.
-fn listen_on(
-    url: &str,
-    channels: &[[String; 2]],
-    tx: &tokio::sync::mpsc::UnboundedSender<Heard>,
-    stop: &std::sync::atomic::AtomicBool,
-) -> redis::RedisResult<()> {
-    let client = redis::Client::open(url)?;
-    let mut conn = client.get_connection_with_timeout(Duration::from_secs(2))?;
-    conn.set_read_timeout(Some(SUBSCRIBE_WAIT))?;
-    let mut packed = Vec::new();
-    for pair in channels {
-        packed.extend(redis::cmd("SSUBSCRIBE").arg(&pair[..]).get_packed_command());
-    }
-    conn.send_packed_command(&packed)?;
-    for _ in 0..channels.len() * 2 {
-        conn.recv_response()?;
-    }
-    let _ = tx.send(Heard::Subscribed);
-    conn.set_read_timeout(Some(Duration::from_millis(500)))?;
-    let mut pinged: Option<std::time::Instant> = None;
-    while !stop.load(std::sync::atomic::Ordering::Relaxed) {
-        match conn.recv_response() {
-            Ok(Value::Array(parts)) => {
-                pinged = None;
-                let text = |v: &Value| redis::from_redis_value_ref::<String>(v).ok();
-                let kind = parts.first().and_then(text).unwrap_or_default();
-                match kind.as_str() {
-                    "smessage" => {
-                        if let (Some(channel), Some(payload)) =
-                            (parts.get(1).and_then(text), parts.get(2).and_then(text))
-                        {
-                            let _ = tx.send(Heard::Message(channel, payload));
-                        }
-                    }
-                    // The server drops a slot's channels when the slot moves away.
-                    "sunsubscribe" => {
-                        return Err(redis::RedisError::from((
-                            redis::ErrorKind::Io,
-                            "a slot moved; subscribing again",
-                        )));
-                    }
-                    _ => {}
-                }
-            }
-            Ok(_) => pinged = None,
-            Err(e) if e.is_timeout() => match pinged {
-                // Quiet: a ping shows whether the node is still there.
-                None => {
-                    conn.send_packed_command(&redis::cmd("PING").get_packed_command())?;
-                    pinged = Some(std::time::Instant::now());
-                }
-                Some(at) if at.elapsed() > PONG_WAIT => return Err(e),
-                Some(_) => {}
-            },
-            Err(e) => return Err(e),
-        }
-    }
-    Ok(())
-}
-
 /// What a probe of the whole cluster tells the engine.
 #[derive(Debug, Default)]
 pub(crate) struct ClusterProbe {
@@ -856,49 +781,6 @@ pub(crate) struct ClusterProbe {
     pub fence: u64,
     /// The least uptime of any shard.
     pub uptime: Option<Duration>,
-}
-
-fn info_field(info: &str, name: &str) -> String {
-    info.lines()
-        .find_map(|l| l.strip_prefix(name))
-        .unwrap_or_default()
-        .trim()
-        .to_owned()
-}
-
-/// Whether a node's `INFO replication` shows a promotion: a `second_repl_offset` other
-/// than -1 (the offset up to which its old primary's history is its own).
-fn promoted(info: &str) -> bool {
-    info.lines()
-        .find_map(|l| l.trim().strip_prefix("second_repl_offset:"))
-        .is_some_and(|offset| offset.trim() != "-1")
-}
-
-/// `host:port` of a replica's line of `CLUSTER NODES` (`<id> <ip:port@bus> <flags> ...`).
-fn replica_address(line: &str) -> Option<String> {
-    let mut fields = line.split(' ');
-    let (_, address, flags) = (fields.next()?, fields.next()?, fields.next()?);
-    flags
-        .split(',')
-        .any(|f| f == "slave" || f == "replica")
-        .then(|| address.split(['@', ',']).next().map(str::to_owned))
-        .flatten()
-}
-
-/// `host:port` of a node as `CLUSTER SLOTS` lists it: `[host, port, id, ...]`.
-fn node_address(node: &Value) -> Option<String> {
-    let Value::Array(parts) = node else {
-        return None;
-    };
-    let host = match parts.first()? {
-        Value::BulkString(b) => String::from_utf8_lossy(b).into_owned(),
-        Value::SimpleString(s) => s.clone(),
-        _ => return None,
-    };
-    let Value::Int(port) = parts.get(1)? else {
-        return None;
-    };
-    Some(format!("{host}:{port}"))
 }
 
 /// Send one batch's call (after `ASKING` when following an ASK), its reply taken as
@@ -924,21 +806,5 @@ async fn query(
             redis::ErrorKind::Parse,
             "ASKING and a call were not answered twice",
         ))),
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::promoted;
-
-    #[test]
-    fn a_promotion_shows_as_a_second_replication_offset() {
-        let never = "# Replication\r\nrole:master\r\nconnected_slaves:1\r\nmaster_replid:5f1c\r\nmaster_replid2:0000000000000000000000000000000000000000\r\nmaster_repl_offset:1204\r\nsecond_repl_offset:-1\r\n";
-        let promoted_once = "# Replication\r\nrole:master\r\nconnected_slaves:0\r\nmaster_replid:9a2e\r\nmaster_replid2:5f1c\r\nmaster_repl_offset:1310\r\nsecond_repl_offset:1205\r\n";
-        assert!(!promoted(never));
-        assert!(promoted(promoted_once));
-        // A node that does not say is not taken for promoted by this reading (the caller
-        // decides what an unanswered question means).
-        assert!(!promoted("# Replication\r\nrole:master\r\n"));
     }
 }
