@@ -890,6 +890,29 @@ impl TestApp {
             .await
     }
 
+    /// Drop `stream` (its connection closes without a revoke) while a grant of `name`
+    /// (lock class `class`) waits on this replica: the waiter is granted, and no sooner
+    /// than `grace` after the drop, which the hold outlived its connection by.
+    pub async fn granted_after_grace(
+        &self,
+        name: &str,
+        class: &str,
+        stream: EventStream,
+        grace: Duration,
+    ) {
+        let waiter = self.grant_in_background(name, json!({"wait_ms": 10_000}));
+        self.wait_for_contention(class, 1).await;
+        let left = std::time::Instant::now();
+        drop(stream);
+        let (status, body, answered) = waiter.await.unwrap();
+        assert_eq!(status, 201, "{body}");
+        let after = answered - left;
+        assert!(
+            after >= grace,
+            "granted {after:?} after the connection closed, within its grace"
+        );
+    }
+
     /// Another handle on the same app, over the same transport, for a request sent from a
     /// task of its own (the app stays owned by `self`).
     pub fn handle(&self) -> Self {

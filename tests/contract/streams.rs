@@ -265,17 +265,8 @@ async fn a_resume_with_a_grace_keeps_the_lease_past_its_connection_and_no_longer
     let (lease, _) = a.must_grant("blip", json!({"ttl_ms": 30_000})).await;
     let mut first = resume(&a, "blip", &lease, json!({"grace_ms": 400})).await;
     first.expect("resumed").await;
-    let waiter = b.grant_in_background("blip", json!({"wait_ms": 10_000}));
-    b.wait_for_contention("blip", 1).await;
-    let left = Instant::now();
-    drop(first);
-    let (status, body, answered) = waiter.await.unwrap();
-    assert_eq!(status, 201, "{body}");
-    let after = answered - left;
-    assert!(
-        after >= Duration::from_millis(400),
-        "granted {after:?} after the connection closed, within its grace"
-    );
+    b.granted_after_grace("blip", "blip", first, Duration::from_millis(400))
+        .await;
 
     // Within its grace, a resume takes it over: the grace's end then revokes nothing.
     let (lease, _) = a.must_grant("blip2", json!({"ttl_ms": 3_000})).await;
