@@ -398,6 +398,26 @@ async fn only_the_token_that_opened_a_held_stream_may_resume_it() {
     assert_eq!(again.expect("failed").await["error"], "forbidden");
     resumed.expect("heartbeat").await;
 
+    // A permit's stream is its opener's alike.
+    let mut permit = a
+        .call("POST", "/semaphores/jobs:s/hold")
+        .bearer(&opener)
+        .json(&json!({"limit": 2, "ttl_ms": 30_000}))
+        .stream()
+        .await;
+    let id = permit.expect("granted").await["lease_id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let mut taken = b
+        .call("POST", &format!("/semaphores/jobs:s/leases/{id}/hold"))
+        .bearer(&other)
+        .json(&json!({}))
+        .stream()
+        .await;
+    assert_eq!(taken.expect("failed").await["error"], "forbidden");
+    drop(permit);
+
     // A lease granted as JSON: any token that may hold the name resumes it, and from then
     // on that token alone.
     let (status, json) = common::call_as(&a, "POST", "/locks/jobs:y", Some(&opener)).await;
