@@ -816,7 +816,7 @@ mod ops;
 mod sessions;
 
 pub(crate) use ops::{Health, MasterReport, Readiness, ShardReport};
-pub(crate) use sessions::{SessionBody, SessionHoldBody, SessionRequest};
+pub(crate) use sessions::{SessionBody, SessionHoldBody, SessionRequest, SessionStreamData};
 
 #[cfg(test)]
 mod tests;

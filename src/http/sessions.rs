@@ -24,7 +24,7 @@ use crate::lease::{HeldThrough, LeasePolicy, Session, SessionEvent, SessionLost}
 use crate::model::{Kind, LeaseId, Owner, SessionId};
 use crate::wire::{
     ErrorBody, LockMode, NoFields, RenewRequest, ResumeRequest, SessionBody, SessionHoldBody,
-    SessionRequest, whole,
+    SessionRequest, SessionStreamData, whole,
 };
 
 /// The `{session_id}` of a session's route, parsed.
@@ -167,7 +167,7 @@ pub(crate) async fn renew(
     request_body(content = Option<ResumeRequest>, description = "May be empty: no grace"),
     responses(
         Refusals,
-        (status = 200, content_type = "text/event-stream", description = "The stream holds the session opened before: `resumed` (`SessionBody`, after a renew made at once), then as a session's held stream goes on (`heartbeat`, `jeopardy`, `safe`, `lost`, `closed`), or `failed` (`ErrorBody`: `session_not_found` when it expired or was ended, `quorum_unavailable`) and the end. From the resume on, only this stream's end ends the session: an older stream of it that closes later ends nothing, and one still open is told `closed` (`resumed`) at its next renew. Closing the connection ends the session at once, or after `grace_ms` (renewed no further meanwhile) if no resume took it over by then."),
+        (status = 200, content_type = "text/event-stream", body = SessionStreamData, description = "The stream holds the session opened before: `resumed` (`SessionBody`, after a renew made at once), then as a session's held stream goes on (`heartbeat`, `jeopardy`, `safe`, `lost`, `closed`), or `failed` (`ErrorBody`: `session_not_found` when it expired or was ended, `quorum_unavailable`) and the end. From the resume on, only this stream's end ends the session: an older stream of it that closes later ends nothing, and one still open is told `closed` (`resumed`) at its next renew. Closing the connection ends the session at once, or after `grace_ms` (renewed no further meanwhile) if no resume took it over by then."),
         (status = 400, description = "`invalid_request`: a malformed session id or a bad `grace_ms`", body = ErrorBody),
         (status = 503, description = "`shutting_down`", body = ErrorBody),
     )

@@ -93,3 +93,18 @@ pub(crate) struct SessionHoldBody {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub mode: Option<LockMode>,
 }
+
+/// The `data` of a session's held stream events, by event: `opened`, `resumed` and
+/// `heartbeat` (`SessionBody`), `jeopardy` and `safe` (`JeopardyEvent`), `lost` and
+/// `closed` (`LostEvent`), `failed` (`ErrorBody`).
+// Documents the stream for the OpenAPI document; never built (each event is written from
+// its own body type).
+#[derive(Serialize, ToSchema)]
+#[serde(untagged)]
+#[allow(dead_code)]
+pub(crate) enum SessionStreamData {
+    Session(SessionBody),
+    Jeopardy(super::JeopardyEvent),
+    Lost(super::LostEvent),
+    Failed(super::ErrorBody),
+}
