@@ -303,9 +303,12 @@ async fn inside_redis(master: &RedisMaster, cycles: usize, rounds: usize) {
         ("release", "return 1"),
     ]);
     let dealing = redis::Script::new(&(noop_definitions + &dispatch));
-    // A step calls the prelude's functions (defined before the steps in a batch): a script
-    // of its own defines them first.
-    let prelude = include_str!("../src/store/scripts/prelude.lua");
+    // A step calls the prelude's functions, and the prelude the layout's (both defined
+    // before the steps in a batch): a script of its own defines them first.
+    let prelude = concat!(
+        include_str!("../src/store/scripts/layout.lua"),
+        include_str!("../src/store/scripts/prelude.lua")
+    );
     let acquire = redis::Script::new(
         &(prelude.to_owned() + include_str!("../src/store/scripts/acquire.lua")),
     );
