@@ -500,17 +500,7 @@ pub(crate) fn agree(holdings: &[Holding], n: usize) -> Option<Agreed> {
 /// The held stream that a majority of all masters say keeps a lease (renews say; reads
 /// do not), if there is one: a stream that another resumed the lease from learns it so.
 fn agree_on_stream(holders: &[&Holding], q: usize) -> Option<std::sync::Arc<str>> {
-    holders
-        .iter()
-        .filter_map(|h| h.stream.as_ref())
-        .find(|s| {
-            holders
-                .iter()
-                .filter(|h| h.stream.as_ref() == Some(*s))
-                .count()
-                >= q
-        })
-        .cloned()
+    named_by(holders.iter().map(|h| h.stream.as_ref()), q)
 }
 
 /// The held stream that a majority of all `nodes` masters say keeps a session (renews
@@ -519,17 +509,18 @@ pub(crate) fn agree_on_session_stream(
     states: &[crate::store::node::SessionState],
     nodes: usize,
 ) -> Option<std::sync::Arc<str>> {
-    let q = majority(nodes);
-    states
-        .iter()
-        .filter_map(|s| s.stream.as_ref())
-        .find(|s| {
-            states
-                .iter()
-                .filter(|o| o.stream.as_ref() == Some(*s))
-                .count()
-                >= q
-        })
+    named_by(states.iter().map(|s| s.stream.as_ref()), majority(nodes))
+}
+
+/// The stream at least `q` of the answers name (`None`: the answer did not say).
+fn named_by<'a>(
+    named: impl Iterator<Item = Option<&'a std::sync::Arc<str>>> + Clone,
+    q: usize,
+) -> Option<std::sync::Arc<str>> {
+    named
+        .clone()
+        .flatten()
+        .find(|s| named.clone().filter(|o| *o == Some(*s)).count() >= q)
         .cloned()
 }
 
