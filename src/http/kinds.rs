@@ -7,7 +7,7 @@
 //! beside them in `handlers` and `elections`.
 
 use std::collections::BTreeMap;
-use std::sync::{Arc, LazyLock};
+use std::sync::LazyLock;
 use std::time::Duration;
 
 use axum::Json;
@@ -375,7 +375,7 @@ fn hold_target(
 fn stream_terms(grace: Duration, caller: Option<&Caller>) -> StreamTerms {
     StreamTerms {
         grace,
-        opener: caller.map_or_else(|| Arc::from(""), |c| c.name.clone()),
+        opener: scope_of(caller).into(),
     }
 }
 
