@@ -291,6 +291,28 @@ impl LeaseId {
         Self(format!("{}{rest}", claimant_of(claimant.as_str())).into())
     }
 
+    /// What the masters know the holder named `identity` by (a Dapr `lockOwner`), for the
+    /// token named `scope`, on `name`: a hash of the three in a minted id's shape. A grant
+    /// made for that holder takes its lease ids from it as an attempt takes its claimant's
+    /// (`attempt_of`), so that the holder's lease is told from others' by its first half
+    /// (`claimant_of`) while each grant's id is still its own. The identity itself is kept
+    /// nowhere: it is a capability, as a lease id is.
+    pub(crate) fn of_holder(scope: &str, name: &LockName, identity: &str) -> Self {
+        use sha2::{Digest, Sha256};
+        let mut h = Sha256::new();
+        for part in [
+            b"holder".as_slice(),
+            scope.as_bytes(),
+            name.as_str().as_bytes(),
+        ] {
+            // Length-prefixed, so that no two different lists of parts hash alike.
+            h.update((part.len() as u64).to_be_bytes());
+            h.update(part);
+        }
+        h.update(identity.as_bytes());
+        Self(b64(&h.finalize()[..LEASE_ID_BYTES]).into())
+    }
+
     /// Whether the id is a shared hold's.
     pub(crate) fn is_shared(&self) -> bool {
         self.0.get(MINTED_LEN..) == Some(SHARED_TAIL)

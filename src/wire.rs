@@ -52,6 +52,12 @@ pub(crate) mod schema {
         )
     }
 
+    /// A Dapr lock store's name: the first bytes of its locks' names.
+    pub(crate) fn store_name() -> Object {
+        let max = super::MAX_STORE_BYTES;
+        text(1, max, Some(format!("^[{NAME_CHARS}]{{1,{max}}}$")))
+    }
+
     /// Several lock names as a query parameter: separated by commas (no name has one).
     pub(crate) fn name_list() -> Object {
         let max = crate::model::MAX_GROUP_NAMES;
@@ -812,9 +818,14 @@ pub(crate) struct MasterError {
     pub error: String,
 }
 
+mod dapr;
 mod ops;
 mod sessions;
 
+pub(crate) use dapr::{
+    DaprErrorBody, DaprLockRequest, DaprLockResponse, DaprMetadata, DaprUnlockRequest,
+    DaprUnlockResponse, MAX_RESOURCE_BYTES, MAX_STORE_BYTES,
+};
 pub(crate) use ops::{Health, MasterReport, Readiness, ShardReport};
 pub(crate) use sessions::{SessionBody, SessionHoldBody, SessionRequest, SessionStreamData};
 

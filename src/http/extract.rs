@@ -14,7 +14,7 @@ use crate::model::{FencingToken, LeaseId, LockName};
 
 /// The parsed name, if the caller's token may use it (always, without authentication).
 /// The request is logged under it either way (`middleware::Named`).
-fn in_scope(parts: &Parts, name: LockName) -> Result<LockName, ApiError> {
+pub(super) fn in_scope(parts: &Parts, name: LockName) -> Result<LockName, ApiError> {
     if let Some(named) = parts.extensions.get::<Named>() {
         named.set(&name);
     }

@@ -135,6 +135,13 @@ pub(crate) async fn authorize(
             v.strip_prefix("Bearer ")
                 .or_else(|| v.strip_prefix("bearer "))
         })
+        .or_else(|| {
+            // Dapr's SDKs send their API token in a header of their own.
+            let dapr = route.as_deref().is_some_and(|r| r.starts_with("/v1.0"));
+            dapr.then(|| request.headers().get("dapr-api-token"))
+                .flatten()
+                .and_then(|v| v.to_str().ok())
+        })
         .map(str::trim);
     let Some(presented) = presented.filter(|t| !t.is_empty()) else {
         return ApiError::Unauthorized(Credentials::Missing).into_response();

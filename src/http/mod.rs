@@ -1,6 +1,7 @@
 //! The HTTP surface: routes, state, and the OpenAPI document generated from the same
 //! route definitions (utoipa-axum), so the document cannot drift from what is served.
 
+mod dapr;
 mod elections;
 mod error;
 mod extract;
@@ -128,6 +129,7 @@ pub(crate) struct AppState {
         (name = "semaphores", description = "At most `limit` holders: take, renew, release and inspect permits"),
         (name = "sessions", description = "One heartbeat for many holds: open, renew, read and end a session"),
         (name = "operations", description = "Health, readiness and metrics"),
+        (name = "dapr", description = "Dapr's distributed lock API (v1.0-alpha1), for Dapr's SDKs"),
     )
 )]
 struct ApiDoc;
@@ -177,6 +179,11 @@ fn registry() -> Registry {
             Token(Hold),
         )
         .add(routes!(sessions::read), (Op::Check, "session"), Token(Hold))
+        .add(routes!(dapr::lock), (Op::Grant, "lock"), Token(Hold))
+        .add(routes!(dapr::unlock), (Op::Revoke, "lock"), Token(Hold))
+        .unmetered(routes!(dapr::metadata), Open)
+        .unmetered(routes!(dapr::healthz), Open)
+        .unmetered(routes!(dapr::outbound), Open)
         .unmetered(routes!(handlers::healthz), Open)
         .unmetered(routes!(handlers::readyz), Open)
         .unmetered(routes!(handlers::metrics), Operations)

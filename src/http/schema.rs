@@ -42,6 +42,8 @@ pub(crate) struct LockDelayMs;
 pub(crate) struct GraceMs;
 /// A session id, in a path or as the `session` query parameter.
 pub(crate) struct SessionIdParam;
+/// A Dapr lock store's name, in a path.
+pub(crate) struct StoreName;
 
 schema_of! {
     LockName => lock_name,
@@ -58,6 +60,7 @@ schema_of! {
     LockDelayMs => lock_delay_ms,
     GraceMs => grace_ms,
     SessionIdParam => lease_id,
+    StoreName => store_name,
 }
 
 /// An answer with the contract's error body.

@@ -22,6 +22,7 @@ pub use events::{Events, LockEvent};
 pub use granted::{Lease, LockHolder};
 pub use hold::{HoldEvent, LostReason, StreamTerms};
 pub use kinds::{Hold, Target};
+pub(crate) use service::OwnedRevoke;
 pub use service::{LeaseService, Readiness};
 pub(crate) use sessions::{HeldThrough, Session, SessionEvent, SessionLost};
 
@@ -91,6 +92,11 @@ impl LeasePolicy {
                 "lock_delay_ms must be at most {max}, got {ms}"
             )))
         }
+    }
+
+    /// The largest TTL a grant may ask for.
+    pub(crate) fn max_ttl(&self) -> Duration {
+        self.max_ttl
     }
 
     /// A grant's TTL: `ttl_ms`, or the default when it names none.

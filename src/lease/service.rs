@@ -14,6 +14,7 @@ use super::kinds::{self, Grant, Target};
 use super::{LeaseError, Ttl, WaitTime};
 use crate::config::Caps;
 use crate::metrics::Metrics;
+use crate::model::claimant_of;
 use crate::model::{FencingToken, GrantKey, LeaseId, LockName, NamePrefix, Owner, millis};
 use crate::model::{GrantTerms, Kind, Listeners, MasterStatus, News, Traffic};
 use crate::redlock::{EngineError, Redlock};
@@ -30,6 +31,17 @@ pub struct Readiness {
 
 /// How many times a grant that met a split vote tries again within the request.
 const SPLIT_RETRIES: u32 = 4;
+
+/// What `revoke_held_by` found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum OwnedRevoke {
+    /// The holder's lease held the lock and is revoked.
+    Revoked,
+    /// No lease holds the lock.
+    Free,
+    /// Another holder's lease holds it: left as it is.
+    Others,
+}
 
 /// The random pause before the `attempt`-th retry after a split vote: up to 2 ms, doubling
 /// each time, so that contenders that collided spread out.
@@ -252,7 +264,7 @@ impl LeaseService {
         }
         let mut ticket = Line(tickets);
         // What the masters know this grant's claims by, from one attempt to the next.
-        let claimant = LeaseId::generate();
+        let claimant = target.holder.clone().unwrap_or_else(LeaseId::generate);
         let mut reported = 0;
         // Queued behind another waiter, this grant has found its lock contended already.
         if !ticket.is_first() {
@@ -439,6 +451,29 @@ impl LeaseService {
 
     pub async fn revoke(&self, name: LockName, id: LeaseId) -> Result<(), LeaseError> {
         self.end_lease(name, id, None).await
+    }
+
+    /// Revoke the lease that holds lock `name` if the holder `identity` names holds it
+    /// (`Target::held_by`): Dapr's unlock, which names its holder, not a lease. The holder
+    /// a majority agree on is told by its lease id's first half; between that read and the
+    /// revoke the lease may end and another take the name, but the revoke is by the lease
+    /// id the masters compare, so it never ends that other one (it answers `Free`).
+    pub(crate) async fn revoke_held_by(
+        &self,
+        name: LockName,
+        identity: &LeaseId,
+    ) -> Result<OwnedRevoke, LeaseError> {
+        let Some(holder) = self.engine.inspect(&name.key()).await? else {
+            return Ok(OwnedRevoke::Free);
+        };
+        if claimant_of(holder.lease.as_str()) != claimant_of(identity.as_str()) {
+            return Ok(OwnedRevoke::Others);
+        }
+        match self.revoke(name, holder.lease).await {
+            Ok(()) => Ok(OwnedRevoke::Revoked),
+            Err(LeaseError::NotFound) => Ok(OwnedRevoke::Free),
+            Err(e) => Err(e),
+        }
     }
 
     /// Revoke a lease as the held stream `stream` ends, only while that stream keeps it

@@ -8,6 +8,7 @@ mod common;
 
 mod auth;
 mod conformance;
+mod dapr;
 mod elections;
 mod groups;
 mod lock_delay;

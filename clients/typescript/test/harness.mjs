@@ -86,8 +86,9 @@ function firstLine(stream) {
 /** Masters and `redlockd` replicas over them, from scripts/client-bed (the launcher every
  * client's suite uses). */
 export class Cluster {
-  static async start({ masters = 3, replicas = 1 } = {}) {
+  static async start({ masters = 3, replicas = 1, env = {} } = {}) {
     const args = [BED, "--masters", String(masters), "--replicas", String(replicas)];
+    for (const [key, value] of Object.entries(env)) args.push("--env", `${key}=${value}`);
     const bed = spawn("python3", args, { stdio: ["pipe", "pipe", "inherit"] });
     const started = JSON.parse(await firstLine(bed.stdout));
     const c = new Cluster();

@@ -56,6 +56,10 @@ pub struct Target {
     pub lock_delay: Duration,
     /// The session the hold is made through, if any: it lives as long as the session.
     pub session: Option<SessionId>,
+    /// Who holds it, when the holder is named by an identity rather than by a lease id
+    /// (a Dapr `lockOwner`): `LeaseId::of_holder`, the first half of every id the grant
+    /// tries (see `Grant::base_id`).
+    pub holder: Option<LeaseId>,
 }
 
 impl From<LockName> for Target {
@@ -69,6 +73,7 @@ impl From<LockName> for Target {
             hold,
             lock_delay: Duration::ZERO,
             session: None,
+            holder: None,
         }
     }
 }
@@ -114,6 +119,14 @@ impl Target {
     pub(crate) fn in_session(self, id: SessionId) -> Self {
         Self {
             session: Some(id),
+            ..self
+        }
+    }
+
+    /// The same target, held by the holder `identity` names (`LeaseId::of_holder`).
+    pub(crate) fn held_by(self, identity: LeaseId) -> Self {
+        Self {
+            holder: Some(identity),
             ..self
         }
     }
@@ -170,9 +183,10 @@ pub(super) struct Grant<'a> {
 impl Grant<'_> {
     /// The lease id an attempt asks under, before its kind's tail: the key's for a keyed
     /// grant; else the attempt's own (a late undo of one attempt must never take what
-    /// another won), whose first half is the claimant's.
+    /// another won), whose first half is the claimant's, or the holder's for a grant that
+    /// names its holder (a waiting one's claimant is its holder then).
     pub(super) fn base_id(&self) -> LeaseId {
-        match (self.keyed, self.claimant) {
+        match (self.keyed, self.claimant.or(self.target.holder.as_ref())) {
             (Some((id, _)), _) => id.clone(),
             (None, Some(claimant)) => LeaseId::attempt_of(claimant),
             (None, None) => LeaseId::generate(),
