@@ -72,7 +72,7 @@ fn engine_config(settings: &Settings) -> EngineConfig {
         ..EngineConfig::new(
             settings.master_timeout,
             settings.drift_factor,
-            settings.leases.max_ttl,
+            settings.leases.longest(),
         )
     }
 }

@@ -70,7 +70,7 @@ pub(crate) enum Command {
     /// After a majority of the masters in REDLOCKD_REDIS_URLS lost their data at once: put
     /// every master back in service with its fencing counter above any token that can have
     /// been granted. Refuses while a master that lost its data restarted less than
-    /// REDLOCKD_MAX_TTL_MS ago.
+    /// REDLOCKD_MAX_TTL_MS (REDLOCKD_MAX_KEPT_HOLD_MS when kept holds are on) ago.
     Recover(RecoverArgs),
     /// Run a command while holding a lock: grant NAME, run CMD with the lease in its
     /// environment, renew the lease while CMD runs, end CMD if the lease is lost, release

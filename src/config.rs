@@ -36,9 +36,17 @@ pub struct Config {
     #[arg(long, env = "REDLOCKD_DEFAULT_TTL_MS", default_value_t = 30_000)]
     pub default_ttl_ms: u64,
 
-    /// Largest TTL accepted, in ms; also how long a master that lost its data is quarantined.
+    /// Largest TTL accepted, in ms; also how long a master that lost its data is quarantined
+    /// (REDLOCKD_MAX_KEPT_HOLD_MS when kept holds are on).
     #[arg(long, env = "REDLOCKD_MAX_TTL_MS", default_value_t = DEFAULT_MAX_TTL_MS)]
     pub max_ttl_ms: u64,
+
+    /// How long a kept hold (`kept: true`, renewed by no one) lives at most, in ms: its keys'
+    /// TTL on the masters. Default: twice REDLOCKD_MAX_TTL_MS (2 h). Must be more than
+    /// REDLOCKD_MAX_TTL_MS, which it then replaces as how long a master that lost its data
+    /// is quarantined; 0 (or not more) turns kept holds off.
+    #[arg(long, env = "REDLOCKD_MAX_KEPT_HOLD_MS")]
+    pub max_kept_hold_ms: Option<u64>,
 
     /// Largest wait_ms accepted.
     #[arg(long, env = "REDLOCKD_MAX_WAIT_MS", default_value_t = DEFAULT_MAX_WAIT_MS)]
@@ -312,6 +320,12 @@ impl Config {
                 max_ttl: ms(self.max_ttl_ms),
                 max_wait: ms(self.max_wait_ms),
                 max_lock_delay: ms(self.max_lock_delay_ms),
+                max_kept: Some(
+                    self.max_kept_hold_ms
+                        .unwrap_or(self.max_ttl_ms.saturating_mul(2)),
+                )
+                .filter(|&kept| kept > self.max_ttl_ms)
+                .map(ms),
             },
             drift_factor: self.drift_factor,
             master_timeout: ms(self.master_timeout_ms),
@@ -395,6 +409,16 @@ pub(crate) struct LeaseBounds {
     pub max_ttl: Duration,
     pub max_wait: Duration,
     pub max_lock_delay: Duration,
+    /// How long a kept hold lives: more than `max_ttl`, so that a hold whose TTL is longer
+    /// than any a client may ask is a kept one. `None`: kept holds are off.
+    pub max_kept: Option<Duration>,
+}
+
+impl LeaseBounds {
+    /// The longest any lease may live on the masters: a kept hold's, or the largest TTL.
+    pub(crate) fn longest(&self) -> Duration {
+        self.max_kept.unwrap_or(self.max_ttl)
+    }
 }
 
 /// Caps on what one replica holds open for its clients, so that no client can make it

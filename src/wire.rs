@@ -183,6 +183,39 @@ impl<'de> Deserialize<'de> for Whole {
     }
 }
 
+/// A yes-or-no field given as a JSON boolean or, from a query string, as `true` or `false`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(transparent)]
+pub(crate) struct Flag(pub bool);
+
+impl<'de> Deserialize<'de> for Flag {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct Visit;
+        impl serde::de::Visitor<'_> for Visit {
+            type Value = Flag;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("true or false")
+            }
+            fn visit_bool<E: serde::de::Error>(self, v: bool) -> Result<Flag, E> {
+                Ok(Flag(v))
+            }
+            fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<Flag, E> {
+                match v {
+                    "true" => Ok(Flag(true)),
+                    "false" => Ok(Flag(false)),
+                    _ => Err(E::invalid_value(serde::de::Unexpected::Str(v), &self)),
+                }
+            }
+        }
+        d.deserialize_any(Visit)
+    }
+}
+
+/// The value of an optional yes-or-no field (absent: no).
+pub(crate) fn flag(field: Option<Flag>) -> bool {
+    field.is_some_and(|f| f.0)
+}
+
 /// The value of an optional whole-number field.
 pub(crate) fn whole(field: Option<Whole>) -> Option<u64> {
     field.map(|w| w.0)
@@ -222,6 +255,12 @@ pub(crate) struct GrantRequest {
     /// when the session ends or expires (its `ttl_ms`, if any, is the session's then).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub session: Option<String>,
+    /// Kept by the server (`true`): the hold needs no renew and lives until revoked, at most
+    /// REDLOCKD_MAX_KEPT_HOLD_MS (default 2 h); its `ttl_ms` is that maximum. Not with
+    /// `ttl_ms`, `session` or a held stream (each says how long it lives). Default false.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<bool>)]
+    pub kept: Option<Flag>,
     /// For a held stream (`/hold`, or `Accept: text/event-stream`): how long the lease
     /// outlives the stream's connection when it closes without a `DELETE` of the lease, in
     /// ms (at most the largest TTL; default 0: revoked as the connection closes), so that
@@ -267,6 +306,12 @@ pub(crate) struct GroupRequest {
     /// when the session ends or expires (its `ttl_ms`, if any, is the session's then).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub session: Option<String>,
+    /// Kept by the server (`true`): the hold needs no renew and lives until revoked, at most
+    /// REDLOCKD_MAX_KEPT_HOLD_MS (default 2 h); its `ttl_ms` is that maximum. Not with
+    /// `ttl_ms`, `session` or a held stream (each says how long it lives). Default false.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<bool>)]
+    pub kept: Option<Flag>,
     /// For a held stream (`/hold`, or `Accept: text/event-stream`): how long the lease
     /// outlives the stream's connection when it closes without a `DELETE` of the lease, in
     /// ms (at most the largest TTL; default 0: revoked as the connection closes), so that
@@ -404,6 +449,10 @@ pub(crate) struct LockStatus {
     pub ttl_remaining_ms: Option<u64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub owner: Option<String>,
+    /// A kept hold's (`kept: true`): when it ends unless revoked, RFC 3339. Absent for a
+    /// lease its holder renews.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kept_until: Option<String>,
     /// A shared lock's holders (never their lease ids).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub holders: Option<Vec<SharedHolder>>,
@@ -421,6 +470,10 @@ pub(crate) struct SharedHolder {
     pub ttl_remaining_ms: u64,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub owner: Option<String>,
+    /// A kept hold's (`kept: true`): when it ends unless revoked, RFC 3339. Absent for a
+    /// lease its holder renews.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kept_until: Option<String>,
 }
 
 /// Whether a fencing token is current: a lease with that token holds the name on a
@@ -443,6 +496,10 @@ pub(crate) struct LockEntry {
     pub ttl_remaining_ms: u64,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub owner: Option<String>,
+    /// A kept hold's (`kept: true`): when it ends unless revoked, RFC 3339. Absent for a
+    /// lease its holder renews.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kept_until: Option<String>,
 }
 
 /// Held locks, sorted by name.
@@ -535,6 +592,12 @@ pub(crate) struct CampaignRequest {
     /// when the session ends or expires (its `ttl_ms`, if any, is the session's then).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub session: Option<String>,
+    /// Kept by the server (`true`): the hold needs no renew and lives until revoked, at most
+    /// REDLOCKD_MAX_KEPT_HOLD_MS (default 2 h); its `ttl_ms` is that maximum. Not with
+    /// `ttl_ms`, `session` or a held stream (each says how long it lives). Default false.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<bool>)]
+    pub kept: Option<Flag>,
     /// For a held stream (`/hold`, or `Accept: text/event-stream`): how long the lease
     /// outlives the stream's connection when it closes without a `DELETE` of the lease, in
     /// ms (at most the largest TTL; default 0: revoked as the connection closes), so that
@@ -598,6 +661,10 @@ pub(crate) struct Leader {
     pub term: Option<FencingToken>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub value: Option<String>,
+    /// A kept hold's (`kept: true`): when it ends unless revoked, RFC 3339. Absent for a
+    /// lease its holder renews.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kept_until: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub ttl_remaining_ms: Option<u64>,
     /// While vacant: how long a lock-delay still refuses campaigns (the last term ended
@@ -699,6 +766,12 @@ pub(crate) struct SemaphoreRequest {
     /// when the session ends or expires (its `ttl_ms`, if any, is the session's then).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub session: Option<String>,
+    /// Kept by the server (`true`): the hold needs no renew and lives until revoked, at most
+    /// REDLOCKD_MAX_KEPT_HOLD_MS (default 2 h); its `ttl_ms` is that maximum. Not with
+    /// `ttl_ms`, `session` or a held stream (each says how long it lives). Default false.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<bool>)]
+    pub kept: Option<Flag>,
     /// For a held stream (`/hold`, or `Accept: text/event-stream`): how long the lease
     /// outlives the stream's connection when it closes without a `DELETE` of the lease, in
     /// ms (at most the largest TTL; default 0: revoked as the connection closes), so that
@@ -751,6 +824,10 @@ pub(crate) struct PermitHolder {
     pub ttl_remaining_ms: u64,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub owner: Option<String>,
+    /// A kept hold's (`kept: true`): when it ends unless revoked, RFC 3339. Absent for a
+    /// lease its holder renews.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kept_until: Option<String>,
 }
 
 /// A semaphore as inspect shows it: the permits a majority of masters hold, by slot.

@@ -42,6 +42,9 @@ const MASTERS: usize = 3;
 const REPLICAS: usize = 3;
 /// The largest TTL.
 const MAX_TTL: Duration = Duration::from_millis(3000);
+/// How long a kept hold lives (and so a master that lost its data sits out, with the
+/// largest lock-delay).
+const MAX_KEPT: Duration = Duration::from_millis(4000);
 /// The largest lock-delay: a master that lost its data is quarantined for this and the
 /// largest TTL.
 const MAX_LOCK_DELAY: Duration = Duration::from_millis(1000);
@@ -196,6 +199,10 @@ impl Replica {
             .env("REDLOCKD_REDIS_URLS", urls.join(","))
             .env("REDLOCKD_MAX_TTL_MS", MAX_TTL.as_millis().to_string())
             .env(
+                "REDLOCKD_MAX_KEPT_HOLD_MS",
+                MAX_KEPT.as_millis().to_string(),
+            )
+            .env(
                 "REDLOCKD_MAX_LOCK_DELAY_MS",
                 MAX_LOCK_DELAY.as_millis().to_string(),
             )
@@ -332,6 +339,8 @@ struct Recorder {
     stale: Mutex<Vec<(String, String)>>,
     /// Grants won by a retry with the first attempt's Idempotency-Key.
     retried: std::sync::atomic::AtomicUsize,
+    /// Kept holds granted (`kept: true`: renewed by no one).
+    kept: std::sync::atomic::AtomicUsize,
     /// Rounds of a worker holding a name through a session.
     sessions: std::sync::atomic::AtomicUsize,
     /// Rounds of a worker holding a name through a held stream, and the `jeopardy` events
@@ -361,6 +370,7 @@ impl Recorder {
             events: Mutex::new(Vec::new()),
             stale: Mutex::new(Vec::new()),
             retried: Default::default(),
+            kept: Default::default(),
             sessions: Default::default(),
             streams: Default::default(),
             resumes: Default::default(),
@@ -614,6 +624,9 @@ async fn worker(
         // holds every later grant of job:d to it. (Held streams take job:d too: at one in
         // two, a slow run judged as few as 5 delayed leases.)
         let delayed = name == "job:d" && rng.random_ratio(3, 4);
+        // One grant in eight is kept by the server: no renew needed, held until revoked or
+        // its maximum (a fifth are never revoked, and end there, leaving their delay).
+        let kept = rng.random_ratio(1, 8);
         let mut tries = if key.is_some() { 3 } else { 1 };
         let mut replica = replica;
         let mut base = base;
@@ -630,6 +643,10 @@ async fn worker(
                         let mut body = json!({"ttl_ms": ttl.as_millis() as u64, "wait_ms": wait});
                         if delayed {
                             body["lock_delay_ms"] = json!(LOCK_DELAY_MS);
+                        }
+                        if kept {
+                            body["kept"] = json!(true);
+                            body.as_object_mut().map(|b| b.remove("ttl_ms"));
                         }
                         body
                     }),
@@ -658,6 +675,11 @@ async fn worker(
         if status != 201 {
             tokio::time::sleep(Duration::from_millis(rng.random_range(5..40))).await;
             continue;
+        }
+        if kept {
+            recorder
+                .kept
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         }
         let id = lease["lease_id"].as_str().unwrap_or_default().to_owned();
         let name = held_name(name, &lease);
@@ -1575,6 +1597,9 @@ async fn random_faults(seed: u64, length: Duration) {
     eprintln!(
         "fault suite: {retried} grants won by a retry with the first attempt's Idempotency-Key"
     );
+    let kept = recorder.kept.load(std::sync::atomic::Ordering::Relaxed);
+    eprintln!("fault suite: {kept} kept holds granted");
+    assert!(kept > 5, "too few kept holds to judge them");
     assert!(terms > 5, "too few election terms to judge the elections");
     // The steps ran in batches under these faults: some call carried several.
     assert!(

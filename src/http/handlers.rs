@@ -72,6 +72,7 @@ pub(crate) async fn check_permit(
         ("wait_ms" = inline(Option<WaitMs>), Query, description = "as the body field"),
         ("owner" = inline(Option<Owner>), Query, description = "as the body field"),
         ("session" = inline(Option<SessionIdParam>), Query, description = "as the body field"),
+        ("kept" = inline(Option<bool>), Query, description = "as the body field"),
         ("grace_ms" = inline(Option<GraceMs>), Query, description = "as the body field: with `Accept: text/event-stream` only"),
         ("Idempotency-Key" = inline(Option<IdempotencyKey>), Header, nullable = false, description = "as for a lock's grant; the request is the names, ttl_ms and owner"),
     ),
@@ -158,11 +159,12 @@ pub(crate) async fn list(
     let (locks, next) = state.service.list(&prefix, &after, limit as usize).await?;
     // Only names the caller's token may see; the cursor still moves past the others.
     let visible = |name: &str| caller.as_ref().is_none_or(|c| c.covers(name));
+    let policy = crate::lease::LeasePolicy::from(state.settings.leases);
     Ok(Json(LockList {
         locks: locks
             .into_iter()
             .filter(|l| visible(&l.name))
-            .map(LockEntry::from)
+            .map(|h| LockEntry::new(h, &policy))
             .collect(),
         next,
     }))

@@ -23,7 +23,7 @@ use crate::lease::Target;
 use crate::lease::{Lease, LeasePolicy, StreamTerms, Ttl};
 use crate::model::{GrantKey, IdempotencyKey, LeaseId, LockName, Owner};
 use crate::model::{Kind, Mode, PermitLimit, SessionId};
-use crate::wire::{CampaignRequest, GrantRequest, ProclaimRequest, RenewRequest, whole};
+use crate::wire::{CampaignRequest, GrantRequest, ProclaimRequest, RenewRequest, flag, whole};
 use crate::wire::{ForceReleased, GroupRequest, ResumeRequest, SemaphoreRequest};
 
 // How each kind's request bodies read: a grant's `ttl_ms`, `wait_ms` and holder text (a
@@ -40,6 +40,7 @@ impl GrantRequest {
             lock_delay_ms: whole(self.lock_delay_ms),
             session: self.session.as_deref(),
             grace_ms: whole(self.grace_ms),
+            kept: flag(self.kept),
         }
     }
 }
@@ -55,6 +56,7 @@ impl CampaignRequest {
             lock_delay_ms: whole(self.lock_delay_ms),
             session: self.session.as_deref(),
             grace_ms: whole(self.grace_ms),
+            kept: flag(self.kept),
         }
     }
 }
@@ -71,6 +73,7 @@ impl GroupRequest {
             lock_delay_ms: None,
             session: self.session.as_deref(),
             grace_ms: whole(self.grace_ms),
+            kept: flag(self.kept),
         }
     }
 }
@@ -86,6 +89,7 @@ impl SemaphoreRequest {
             lock_delay_ms: None,
             session: self.session.as_deref(),
             grace_ms: whole(self.grace_ms),
+            kept: flag(self.kept),
         }
     }
 }
@@ -181,6 +185,8 @@ pub(super) struct GrantFields<'a> {
     session: Option<&'a str>,
     /// A held stream's grace.
     grace_ms: Option<u64>,
+    /// Kept by the server: no renews, until revoked or the kept maximum.
+    kept: bool,
 }
 
 impl GrantFields<'_> {
@@ -188,6 +194,19 @@ impl GrantFields<'_> {
     /// it reports: its own `ttl_ms` is not used, so it is not judged either (it was refused
     /// when out of range, though the contract says it does not count).
     pub(super) fn ttl(&self, policy: &LeasePolicy) -> Result<Ttl, ApiError> {
+        if self.kept {
+            return match (self.ttl_ms, self.session) {
+                (Some(_), _) => Err(ApiError::Invalid(
+                    "a kept hold lives until revoked, at most REDLOCKD_MAX_KEPT_HOLD_MS: \
+                     it takes no ttl_ms"
+                        .into(),
+                )),
+                (_, Some(_)) => Err(ApiError::Invalid(
+                    "a kept hold is kept by the server, not through a session".into(),
+                )),
+                _ => Ok(policy.kept_ttl()?),
+            };
+        }
         let asked = if self.session.is_some() {
             None
         } else {
@@ -351,6 +370,12 @@ fn hold_target(
     caller: Option<&Caller>,
     refine: Refine,
 ) -> Result<Response, ApiError> {
+    if fields.kept {
+        return Err(ApiError::Invalid(
+            "a held stream renews its lease while connected: kept is for a grant answered as JSON"
+                .into(),
+        ));
+    }
     let policy = LeasePolicy::from(state.settings.leases);
     let ttl = fields.ttl(&policy)?;
     let wait = policy.wait(fields.wait_ms)?;
@@ -508,6 +533,7 @@ macro_rules! kind_routes {
                     $(($limit = inline(Option<super::super::schema::PermitLimitParam>), Query, description = "as the body field (required in one or the other)"),)?
                     $(($delay = inline(Option<super::super::schema::LockDelayMs>), Query, description = "as the body field"),)?
                     ("session" = inline(Option<super::super::schema::SessionIdParam>), Query, description = "as the body field"),
+                    ("kept" = inline(Option<bool>), Query, description = "as the body field"),
                     ("Idempotency-Key" = inline(Option<IdempotencyKey>), Header, nullable = false, description = words().grant.idempotency_key()),
                 ),
                 request_body(content = Option<$grant>, description = words().grant.body()),
@@ -650,7 +676,8 @@ macro_rules! kind_routes {
                 } else {
                     None
                 };
-                Ok(Json(<$status>::new(name.as_str(), holders, delay)))
+                let policy = crate::lease::LeasePolicy::from(state.settings.leases);
+                Ok(Json(<$status>::new(name.as_str(), holders, delay, &policy)))
             }
 
             #[utoipa::path(

@@ -8,7 +8,7 @@ use serde::de::DeserializeOwned;
 use serde_json::{Map, Value};
 
 use super::error::ApiError;
-use crate::lease::{Lease, LockHolder};
+use crate::lease::{Lease, LeasePolicy, LockHolder};
 use crate::model::{MasterStatus, Mode, Slot, millis as ms_of};
 use crate::wire::{ElectionLease, Leader, LeaseBody, LockEntry, LockStatus, MasterReport};
 use crate::wire::{LockMode, PermitBody, PermitHolder, SemaphoreStatus, ShardReport, SharedHolder};
@@ -66,13 +66,19 @@ impl ElectionLease {
 impl Leader {
     /// The leader `holders` name, or a vacancy (with the lock-delay that `delay` says still
     /// refuses campaigns).
-    pub(crate) fn new(name: &str, holders: Vec<LockHolder>, delay: Option<Duration>) -> Self {
+    pub(crate) fn new(
+        name: &str,
+        holders: Vec<LockHolder>,
+        delay: Option<Duration>,
+        policy: &LeasePolicy,
+    ) -> Self {
         match holders.into_iter().next() {
             Some(h) => Self {
                 name: name.to_owned(),
                 vacant: false,
                 term: Some(h.token),
                 value: h.owner.as_deref().map(str::to_owned),
+                kept_until: kept_until(&h, policy),
                 ttl_remaining_ms: Some(ms_of(h.remaining)),
                 lock_delay_remaining_ms: None,
             },
@@ -81,6 +87,7 @@ impl Leader {
                 vacant: true,
                 term: None,
                 value: None,
+                kept_until: None,
                 ttl_remaining_ms: None,
                 lock_delay_remaining_ms: delay.map(ms_of),
             },
@@ -91,7 +98,12 @@ impl Leader {
 impl LockStatus {
     /// The lock `holders` hold, or a free one (with the lock-delay that `delay` says still
     /// refuses grants).
-    pub(crate) fn new(name: &str, holders: Vec<LockHolder>, delay: Option<Duration>) -> Self {
+    pub(crate) fn new(
+        name: &str,
+        holders: Vec<LockHolder>,
+        delay: Option<Duration>,
+        policy: &LeasePolicy,
+    ) -> Self {
         let free = Self {
             name: name.to_owned(),
             held: false,
@@ -99,6 +111,7 @@ impl LockStatus {
             fencing_token: None,
             ttl_remaining_ms: None,
             owner: None,
+            kept_until: None,
             holders: None,
             lock_delay_remaining_ms: None,
         };
@@ -117,6 +130,7 @@ impl LockStatus {
                 fencing_token: Some(h.token),
                 ttl_remaining_ms: Some(ms_of(h.remaining)),
                 owner: h.owner.as_deref().map(str::to_owned),
+                kept_until: kept_until(&h, policy),
                 ..free
             };
         }
@@ -131,6 +145,7 @@ impl LockStatus {
                     .map(|h| SharedHolder {
                         fencing_token: h.token,
                         ttl_remaining_ms: ms_of(h.remaining),
+                        kept_until: kept_until(&h, policy),
                         owner: h.owner.as_deref().map(str::to_owned),
                     })
                     .collect(),
@@ -160,7 +175,12 @@ impl From<&Lease> for PermitBody {
 impl SemaphoreStatus {
     /// A semaphore's permits by slot. Permits take no lock-delay: `delay` is always `None`
     /// for a semaphore (the service reads none).
-    pub(crate) fn new(name: &str, holders: Vec<LockHolder>, delay: Option<Duration>) -> Self {
+    pub(crate) fn new(
+        name: &str,
+        holders: Vec<LockHolder>,
+        delay: Option<Duration>,
+        policy: &LeasePolicy,
+    ) -> Self {
         debug_assert!(delay.is_none(), "a semaphore has no lock-delay");
         Self {
             name: name.to_owned(),
@@ -170,6 +190,7 @@ impl SemaphoreStatus {
                     slot: h.slot.unwrap_or_default(),
                     fencing_token: h.token,
                     ttl_remaining_ms: ms_of(h.remaining),
+                    kept_until: kept_until(&h, policy),
                     owner: h.owner.as_deref().map(str::to_owned),
                 })
                 .collect(),
@@ -177,15 +198,24 @@ impl SemaphoreStatus {
     }
 }
 
-impl From<LockHolder> for LockEntry {
-    fn from(h: LockHolder) -> Self {
+impl LockEntry {
+    pub(crate) fn new(h: LockHolder, policy: &LeasePolicy) -> Self {
         Self {
+            kept_until: kept_until(&h, policy),
             name: h.name,
             fencing_token: h.token,
             ttl_remaining_ms: ms_of(h.remaining),
             owner: h.owner.as_deref().map(str::to_owned),
         }
     }
+}
+
+/// When a kept hold ends unless revoked, by this replica's clock; `None` for a lease its
+/// holder renews.
+fn kept_until(h: &LockHolder, policy: &LeasePolicy) -> Option<String> {
+    policy
+        .is_kept(h.ttl)
+        .then(|| rfc3339(SystemTime::now() + h.remaining))
 }
 
 /// A clock offset in seconds as `/readyz` shows it: ms, to the tenth.

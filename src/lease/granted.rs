@@ -105,6 +105,9 @@ pub struct LockHolder {
     pub token: FencingToken,
     /// How long until its keys expire on a majority, unless renewed.
     pub remaining: Duration,
+    /// The TTL it was granted or last renewed with: longer than any a client may ask for a
+    /// kept hold (`LeasePolicy::is_kept`).
+    pub ttl: Duration,
     pub owner: Option<Owner>,
 }
 
@@ -116,6 +119,7 @@ impl From<Holder> for LockHolder {
             mode: Mode::Exclusive,
             token: h.token,
             remaining: h.remaining,
+            ttl: h.ttl,
             owner: h.owner,
         }
     }

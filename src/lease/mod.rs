@@ -59,12 +59,15 @@ pub struct LeasePolicy {
     max_ttl: Duration,
     max_wait: Duration,
     max_lock_delay: Duration,
+    /// A kept hold's TTL, longer than `max_ttl` (`None`: kept holds are off).
+    max_kept: Option<Duration>,
 }
 
 impl From<LeaseBounds> for LeasePolicy {
     fn from(b: LeaseBounds) -> Self {
         Self {
             max_lock_delay: b.max_lock_delay,
+            max_kept: b.max_kept,
             ..Self::new(b.default_ttl, b.max_ttl, b.max_wait)
         }
     }
@@ -78,7 +81,25 @@ impl LeasePolicy {
             max_ttl,
             max_wait,
             max_lock_delay: Duration::from_millis(MAX_LOCK_DELAY_MS),
+            max_kept: None,
         }
+    }
+
+    /// A kept hold's TTL: it lives until revoked, at most this long, renewed by no one.
+    pub(crate) fn kept_ttl(&self) -> Result<Ttl, InvalidInput> {
+        self.max_kept.map(Ttl).ok_or_else(|| {
+            InvalidInput(
+                "kept holds are off on this server: REDLOCKD_MAX_KEPT_HOLD_MS is not more than \
+                 REDLOCKD_MAX_TTL_MS"
+                    .into(),
+            )
+        })
+    }
+
+    /// Whether a hold granted (or last renewed) with `ttl` is a kept one: no client may ask
+    /// a TTL that long.
+    pub(crate) fn is_kept(&self, ttl: Duration) -> bool {
+        self.max_kept.is_some() && ttl > self.max_ttl
     }
 
     /// A grant's lock-delay: `lock_delay_ms`, or none.

@@ -133,17 +133,25 @@ pub struct Holder {
     pub lease: LeaseId,
     pub token: FencingToken,
     pub remaining: Duration,
+    /// The TTL it was granted or last renewed with.
+    pub ttl: Duration,
     pub owner: Option<Owner>,
 }
 
 impl Holder {
     /// The holder a majority agree on, its remaining time less `elapsed` since the read.
     fn of(key: &LockKey, agreed: quorum::Agreed, elapsed: Duration) -> Self {
+        Self::named(key.name.to_string(), agreed, elapsed)
+    }
+
+    /// The holder of `name` (a lock's, or a semaphore's slot's) a majority agree on.
+    pub(crate) fn named(name: String, agreed: quorum::Agreed, elapsed: Duration) -> Self {
         Self {
-            name: key.name.to_string(),
+            name,
             token: agreed.token,
             lease: agreed.lease,
             remaining: Duration::from_millis(agreed.pttl_ms).saturating_sub(elapsed),
+            ttl: Duration::from_millis(agreed.ttl_ms),
             owner: agreed.owner,
         }
     }

@@ -16,6 +16,7 @@ fn every_body_reads_back_what_it_writes() {
         lock_delay_ms: Some(Whole(2000)),
         session: Some("k2VdY1Qm0sJx9a7bTf4r3w".into()),
         grace_ms: Some(Whole(3000)),
+        kept: Some(Flag(false)),
     });
     round_trip(GrantRequest::default());
     round_trip(ResumeRequest {
@@ -47,6 +48,7 @@ fn every_body_reads_back_what_it_writes() {
             fencing_token: FencingToken::new(7),
             ttl_remaining_ms: 2900,
             owner: Some("w".into()),
+            kept_until: Some("2026-11-22T05:00:30.000Z".into()),
         }],
         next: Some("a".into()),
     });

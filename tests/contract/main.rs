@@ -11,6 +11,7 @@ mod conformance;
 mod dapr;
 mod elections;
 mod groups;
+mod kept;
 mod lock_delay;
 mod locks;
 mod ops;

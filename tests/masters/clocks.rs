@@ -202,6 +202,8 @@ async fn a_clock_that_stood_off_while_watched_is_counted_at_once_by_a_new_replic
     // quarantine first (2 s here) before counting it.
     let mut short = cfg.clone();
     short.max_ttl_ms = 2_000;
+    // Kept holds off: the quarantine is the largest TTL a client may ask.
+    short.max_kept_hold_ms = Some(0);
     short.default_ttl_ms = 1_000;
     short.max_lock_delay_ms = 0;
     let a = TestApp::spawn(short).await;

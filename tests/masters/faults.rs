@@ -171,6 +171,8 @@ async fn a_master_that_restarts_empty_is_quarantined_for_the_largest_ttl() {
     let mut ms = masters(3);
     let mut cfg = config(&ms.iter().collect::<Vec<_>>());
     cfg.max_ttl_ms = 2000;
+    // Kept holds off: the quarantine is the largest TTL a client may ask.
+    cfg.max_kept_hold_ms = Some(0);
     cfg.default_ttl_ms = 1000;
     // No lock-delays here: the quarantine is the largest TTL alone (a delay would add its
     // largest; see domain::engine).
@@ -300,6 +302,8 @@ async fn with_no_lock_delay_in_force_empty_restarts_cost_the_largest_ttl_not_the
     let mut ms = masters(3);
     let mut cfg = config(&ms.iter().collect::<Vec<_>>());
     cfg.max_ttl_ms = 2000;
+    // Kept holds off: the quarantine is the largest TTL a client may ask.
+    cfg.max_kept_hold_ms = Some(0);
     cfg.default_ttl_ms = 1000;
     cfg.master_timeout_ms = 200;
     assert_eq!(cfg.max_lock_delay_ms, 60_000, "the default");
@@ -342,6 +346,8 @@ async fn an_empty_restart_sits_out_the_lock_delay_in_force_on_the_others() {
     let mut ms = masters(3);
     let mut cfg = config(&ms.iter().collect::<Vec<_>>());
     cfg.max_ttl_ms = 2000;
+    // Kept holds off: the quarantine is the largest TTL a client may ask.
+    cfg.max_kept_hold_ms = Some(0);
     cfg.default_ttl_ms = 1000;
     cfg.master_timeout_ms = 200;
     let app = TestApp::spawn(cfg).await;

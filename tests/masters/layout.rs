@@ -132,6 +132,8 @@ async fn a_master_in_a_layout_this_release_does_not_know_is_never_restored_by_it
     let mut cfg = config(&ms.iter().collect::<Vec<_>>());
     // A quarantine of the largest TTL alone, two seconds.
     cfg.max_ttl_ms = 2000;
+    // Kept holds off: the quarantine is the largest TTL a client may ask.
+    cfg.max_kept_hold_ms = Some(0);
     cfg.default_ttl_ms = 1000;
     cfg.max_lock_delay_ms = 0;
     let app = TestApp::spawn(cfg).await;

@@ -21,6 +21,7 @@ mod faults;
 mod fences;
 mod groups;
 mod idempotency;
+mod kept;
 mod layout;
 mod lock_delay;
 mod ops;

@@ -222,16 +222,7 @@ impl Redlock {
             .into_iter()
             .filter_map(|(slot, a)| {
                 let slot = slot.parse().ok()?;
-                Some((
-                    slot,
-                    Holder {
-                        name: format!("{name}/{slot}"),
-                        lease: a.lease,
-                        token: a.token,
-                        remaining: Duration::from_millis(a.pttl_ms).saturating_sub(elapsed),
-                        owner: a.owner,
-                    },
-                ))
+                Some((slot, Holder::named(format!("{name}/{slot}"), a, elapsed)))
             })
             .collect();
         slots.sort_by_key(|(slot, _)| *slot);
@@ -277,13 +268,7 @@ impl Redlock {
         let elapsed = started.elapsed();
         let holders = held
             .into_iter()
-            .map(|(name, a)| Holder {
-                name,
-                lease: a.lease,
-                token: a.token,
-                remaining: Duration::from_millis(a.pttl_ms).saturating_sub(elapsed),
-                owner: a.owner,
-            })
+            .map(|(name, a)| Holder::named(name, a, elapsed))
             .collect();
         Ok((holders, next))
     }

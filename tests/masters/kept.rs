@@ -1,0 +1,50 @@
+//! Kept holds on real masters: no one renews them, so a kept hold outlives the replica that
+//! granted it and a master's restart with nothing in it, and ends at its maximum as an
+//! expired lease does.
+
+use crate::common;
+
+use std::time::{Duration, Instant};
+
+use common::{TestApp, config, masters, wait_for};
+use serde_json::json;
+
+#[tokio::test]
+async fn a_kept_hold_outlives_its_replica_and_a_master_restart_and_ends_at_its_maximum() {
+    let mut ms = masters(3);
+    let refs: Vec<_> = ms.iter().collect();
+    let mut cfg = config(&refs);
+    cfg.master_timeout_ms = 200;
+    cfg.default_ttl_ms = 300;
+    cfg.max_ttl_ms = 500;
+    cfg.max_kept_hold_ms = Some(4_000);
+    let a = TestApp::spawn(cfg.clone()).await;
+    let b = TestApp::spawn(cfg).await;
+    let granted = Instant::now();
+    let (status, lease) = a
+        .grant("kept", json!({"kept": true, "owner": "node-7"}))
+        .await;
+    assert_eq!(status, 201, "{lease}");
+    let token = lease["fencing_token"].clone();
+    // The replica that granted it is gone, and one master comes back empty; past any TTL a
+    // client may ask, with no renew sent, the hold is still there.
+    a.stop().await;
+    ms[1].restart_empty();
+    tokio::time::sleep(Duration::from_millis(1_000)).await;
+    let (status, seen) = b.inspect("kept").await;
+    assert_eq!((status, &seen["fencing_token"]), (200, &token), "{seen}");
+    assert!(seen["kept_until"].is_string(), "{seen}");
+    let (status, body) = b.grant("kept", json!({})).await;
+    common::assert_error(status, &body, 409, "lock_held");
+    // Free again at its maximum, not before.
+    let (taken, _) = wait_for("the kept hold's end", Duration::from_secs(10), async || {
+        let (status, body) = b.grant("kept", json!({})).await;
+        (status == 201).then_some((Instant::now(), body))
+    })
+    .await;
+    let held = taken - granted;
+    assert!(
+        held >= Duration::from_millis(3_900),
+        "granted again {held:?} after a kept hold of 4 s"
+    );
+}
