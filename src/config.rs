@@ -139,6 +139,13 @@ pub struct Config {
     #[arg(long, env = "REDLOCKD_TLS_KEY")]
     pub tls_key: Option<String>,
 
+    /// FleetLock's groups (`/fleetlock`, for Zincati and Flatcar's reboot coordination): a
+    /// comma-separated list of `group=slots`, each group a semaphore of that many slots
+    /// (1 to 1000) whose permits are kept holds; a group not listed is refused. Empty: no
+    /// group is served.
+    #[arg(long, env = "REDLOCKD_FLEETLOCK_GROUPS", default_value = "default=1")]
+    pub fleetlock_groups: String,
+
     /// A JSON file of bearer tokens (name, SHA-256 of the token, role, name prefixes; see
     /// docs/security.md). Unset: no authentication (logged at start). Re-read on SIGHUP.
     #[arg(long, env = "REDLOCKD_AUTH_FILE")]
@@ -356,6 +363,7 @@ impl Config {
                 }
             },
             auth_file: self.auth_file.clone().filter(|f| !f.is_empty()),
+            fleetlock_groups: fleetlock_groups(&self.fleetlock_groups)?,
             book_dir,
             auth_protect_operations: self.auth_protect_operations,
             auth_rate: NonZeroU32::new(self.auth_rate).map(|rate| {
@@ -368,6 +376,42 @@ impl Config {
 
 fn ms(v: u64) -> Duration {
     Duration::from_millis(v)
+}
+
+/// `group=slots,...`: FleetLock's group names (`^[a-zA-Z0-9.-]+$`, as the protocol says)
+/// and their slots.
+fn fleetlock_groups(raw: &str) -> Result<std::collections::BTreeMap<String, u16>, ConfigError> {
+    let mut groups = std::collections::BTreeMap::new();
+    for entry in raw.split(',').map(str::trim).filter(|e| !e.is_empty()) {
+        let parsed = entry.split_once('=').and_then(|(group, slots)| {
+            let group = group.trim();
+            let named = (1..=128).contains(&group.len())
+                && group
+                    .bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b == b'.' || b == b'-');
+            let slots = slots
+                .trim()
+                .parse::<u16>()
+                .ok()
+                .filter(|s| (1..=1000).contains(s))?;
+            named.then(|| (group.to_owned(), slots))
+        });
+        let Some((group, slots)) = parsed else {
+            return Err(bad(
+                "REDLOCKD_FLEETLOCK_GROUPS",
+                format!(
+                    "{entry:?} is not group=slots (a group name of 1 to 128 bytes of A-Z a-z 0-9 . -, 1 to 1000 slots)"
+                ),
+            ));
+        };
+        if groups.insert(group.clone(), slots).is_some() {
+            return Err(bad(
+                "REDLOCKD_FLEETLOCK_GROUPS",
+                format!("the group {group:?} is listed twice"),
+            ));
+        }
+    }
+    Ok(groups)
 }
 
 /// The configuration, parsed: what the program runs with.
@@ -395,6 +439,8 @@ pub(crate) struct Settings {
     pub tls: Option<(String, String)>,
     /// The token file, when authentication is on.
     pub auth_file: Option<String>,
+    /// FleetLock's groups and their slots.
+    pub fleetlock_groups: std::collections::BTreeMap<String, u16>,
     /// The built docs site, served at /book/ when given.
     pub book_dir: Option<std::path::PathBuf>,
     pub auth_protect_operations: bool,

@@ -58,6 +58,16 @@ pub(crate) mod schema {
         text(1, max, Some(format!("^[{NAME_CHARS}]{{1,{max}}}$")))
     }
 
+    /// A FleetLock reboot group, as the protocol names one.
+    pub(crate) fn fleetlock_group() -> Object {
+        text(1, 128, Some("^[a-zA-Z0-9.-]{1,128}$".to_owned()))
+    }
+
+    /// FleetLock's `fleet-lock-protocol` header: `true`.
+    pub(crate) fn fleetlock_header() -> Object {
+        text(4, 4, Some("^[Tt][Rr][Uu][Ee]$".to_owned()))
+    }
+
     /// Several lock names as a query parameter: separated by commas (no name has one).
     pub(crate) fn name_list() -> Object {
         let max = crate::model::MAX_GROUP_NAMES;
@@ -896,6 +906,7 @@ pub(crate) struct MasterError {
 }
 
 mod dapr;
+mod fleetlock;
 mod ops;
 mod sessions;
 
@@ -903,6 +914,7 @@ pub(crate) use dapr::{
     DaprErrorBody, DaprLockRequest, DaprLockResponse, DaprMetadata, DaprUnlockRequest,
     DaprUnlockResponse, MAX_RESOURCE_BYTES, MAX_STORE_BYTES,
 };
+pub(crate) use fleetlock::{FleetLockAnswer, FleetLockError, FleetLockRequest};
 pub(crate) use ops::{Health, MasterReport, Readiness, ShardReport};
 pub(crate) use sessions::{SessionBody, SessionHoldBody, SessionRequest, SessionStreamData};
 

@@ -143,10 +143,23 @@ pub(crate) async fn authorize(
                 .and_then(|v| v.to_str().ok())
         })
         .map(str::trim);
+    // Flatcar's fleetlock client sends HTTP Basic: the token's name and the token.
+    let basic = route
+        .as_deref()
+        .is_some_and(|r| r.starts_with("/fleetlock/"))
+        .then(|| basic_credentials(request.headers()))
+        .flatten();
+    let presented = presented
+        .map(str::to_owned)
+        .or_else(|| basic.as_ref().map(|(_, t)| t.clone()));
     let Some(presented) = presented.filter(|t| !t.is_empty()) else {
         return ApiError::Unauthorized(Credentials::Missing).into_response();
     };
-    let Some(caller) = auth.tokens().authenticate(presented) else {
+    let Some(caller) = auth
+        .tokens()
+        .authenticate(&presented)
+        .filter(|c| basic.as_ref().is_none_or(|(user, _)| **user == *c.name))
+    else {
         return ApiError::Unauthorized(Credentials::Unknown).into_response();
     };
     let name = CallerName(caller.name.clone());
@@ -175,6 +188,21 @@ pub(crate) async fn authorize(
     let mut response = next.run(request).await;
     response.extensions_mut().insert(name);
     response
+}
+
+/// The user and password of an `Authorization: Basic` header, if it has one.
+fn basic_credentials(headers: &axum::http::HeaderMap) -> Option<(String, String)> {
+    use base64::Engine as _;
+    let encoded = headers
+        .get(axum::http::header::AUTHORIZATION)?
+        .to_str()
+        .ok()?
+        .strip_prefix("Basic ")?;
+    let decoded = base64::engine::general_purpose::STANDARD
+        .decode(encoded.trim())
+        .ok()?;
+    let (user, password) = std::str::from_utf8(&decoded).ok()?.split_once(':')?;
+    Some((user.to_owned(), password.to_owned()))
 }
 
 /// One log line per request, and for lock routes the request's op, outcome and latency in

@@ -5,6 +5,7 @@ mod dapr;
 mod elections;
 mod error;
 mod extract;
+mod fleetlock;
 mod handlers;
 mod kinds;
 mod middleware;
@@ -130,6 +131,7 @@ pub(crate) struct AppState {
         (name = "sessions", description = "One heartbeat for many holds: open, renew, read and end a session"),
         (name = "operations", description = "Health, readiness and metrics"),
         (name = "dapr", description = "Dapr's distributed lock API (v1.0-alpha1), for Dapr's SDKs"),
+        (name = "fleetlock", description = "FleetLock: reboot slots for Zincati and Flatcar's fleetlock client"),
     )
 )]
 struct ApiDoc;
@@ -140,7 +142,7 @@ struct ApiDoc;
 /// of `kinds` registers its own routes (`kind_routes!` writes them).
 fn registry() -> Registry {
     use Access::{Open, Operations, Token};
-    use Need::{Hold, Read};
+    use Need::{Admin, Hold, Read};
     let registry = [
         kinds::locks::register,
         kinds::elections::register,
@@ -181,6 +183,21 @@ fn registry() -> Registry {
         .add(routes!(sessions::read), (Op::Check, "session"), Token(Hold))
         .add(routes!(dapr::lock), (Op::Grant, "lock"), Token(Hold))
         .add(routes!(dapr::unlock), (Op::Revoke, "lock"), Token(Hold))
+        .add(
+            routes!(fleetlock::pre_reboot),
+            (Op::Grant, "semaphore"),
+            Token(Hold),
+        )
+        .add(
+            routes!(fleetlock::steady_state),
+            (Op::Revoke, "semaphore"),
+            Token(Hold),
+        )
+        .add(
+            routes!(fleetlock::release_node),
+            (Op::ForceRelease, "semaphore"),
+            Token(Admin),
+        )
         .unmetered(routes!(dapr::metadata), Open)
         .unmetered(routes!(dapr::healthz), Open)
         .unmetered(routes!(dapr::outbound), Open)

@@ -44,6 +44,10 @@ pub(crate) struct GraceMs;
 pub(crate) struct SessionIdParam;
 /// A Dapr lock store's name, in a path.
 pub(crate) struct StoreName;
+/// A FleetLock reboot group, in a path.
+pub(crate) struct GroupName;
+/// FleetLock's `fleet-lock-protocol` header.
+pub(crate) struct FleetLockHeader;
 
 schema_of! {
     LockName => lock_name,
@@ -61,6 +65,8 @@ schema_of! {
     GraceMs => grace_ms,
     SessionIdParam => lease_id,
     StoreName => store_name,
+    GroupName => fleetlock_group,
+    FleetLockHeader => fleetlock_header,
 }
 
 /// An answer with the contract's error body.

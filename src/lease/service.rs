@@ -14,7 +14,6 @@ use super::kinds::{self, Grant, Target};
 use super::{LeaseError, Ttl, WaitTime};
 use crate::config::Caps;
 use crate::metrics::Metrics;
-use crate::model::claimant_of;
 use crate::model::{FencingToken, GrantKey, LeaseId, LockName, NamePrefix, Owner, millis};
 use crate::model::{GrantTerms, Kind, Listeners, MasterStatus, News, Traffic};
 use crate::redlock::{EngineError, Redlock};
@@ -453,23 +452,27 @@ impl LeaseService {
         self.end_lease(name, id, None).await
     }
 
-    /// Revoke the lease that holds lock `name` if the holder `identity` names holds it
-    /// (`Target::held_by`): Dapr's unlock, which names its holder, not a lease. The holder
-    /// a majority agree on is told by its lease id's first half; between that read and the
-    /// revoke the lease may end and another take the name, but the revoke is by the lease
-    /// id the masters compare, so it never ends that other one (it answers `Free`).
+    /// Revoke the lease of `name` that the holder `identity` names holds (`held_by`): Dapr's
+    /// unlock and FleetLock's steady-state, which name their holder, not a lease. `Others`
+    /// when someone else holds the lock (a semaphore is never `Others`: its other permits
+    /// are not this holder's business). Between the read and the revoke the lease may end
+    /// and another take the name, but the revoke is by the lease id the masters compare, so
+    /// it never ends that other one (it answers `Free`).
     pub(crate) async fn revoke_held_by(
         &self,
         name: LockName,
         identity: &LeaseId,
     ) -> Result<OwnedRevoke, LeaseError> {
-        let Some(holder) = self.engine.inspect(&name.key()).await? else {
-            return Ok(OwnedRevoke::Free);
+        let Some(lease) = self.held_by(&name, identity).await? else {
+            let others =
+                name.kind() != Kind::Semaphore && self.engine.inspect(&name.key()).await?.is_some();
+            return Ok(if others {
+                OwnedRevoke::Others
+            } else {
+                OwnedRevoke::Free
+            });
         };
-        if claimant_of(holder.lease.as_str()) != claimant_of(identity.as_str()) {
-            return Ok(OwnedRevoke::Others);
-        }
-        match self.revoke(name, holder.lease).await {
+        match self.revoke(name, lease).await {
             Ok(()) => Ok(OwnedRevoke::Revoked),
             Err(LeaseError::NotFound) => Ok(OwnedRevoke::Free),
             Err(e) => Err(e),

@@ -10,6 +10,7 @@ mod auth;
 mod conformance;
 mod dapr;
 mod elections;
+mod fleetlock;
 mod groups;
 mod kept;
 mod lock_delay;

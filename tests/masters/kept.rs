@@ -1,6 +1,6 @@
 //! Kept holds on real masters: no one renews them, so a kept hold outlives the replica that
 //! granted it and a master's restart with nothing in it, and ends at its maximum as an
-//! expired lease does.
+//! expired lease does. FleetLock's reboot slots are kept holds, and do the same.
 
 use crate::common;
 
@@ -47,4 +47,43 @@ async fn a_kept_hold_outlives_its_replica_and_a_master_restart_and_ends_at_its_m
         held >= Duration::from_millis(3_900),
         "granted again {held:?} after a kept hold of 4 s"
     );
+}
+
+/// `op` (`pre-reboot` or `steady-state`) for node `id` of the default group, as Zincati
+/// sends it: the status and FleetLock's `kind`, if any.
+async fn fleet(app: &TestApp, op: &str, id: &str) -> (u16, Option<String>) {
+    let answer = app
+        .call("POST", &format!("/fleetlock/v1/{op}"))
+        .header("fleet-lock-protocol", "true")
+        .json(&json!({"client_params": {"id": id, "group": "default"}}))
+        .send()
+        .await;
+    let kind = answer.json()["kind"].as_str().map(str::to_owned);
+    (answer.status, kind)
+}
+
+#[tokio::test]
+async fn a_nodes_reboot_slot_outlives_the_replica_it_took_it_through_and_a_master_restart() {
+    let mut ms = masters(3);
+    let refs: Vec<_> = ms.iter().collect();
+    let mut cfg = config(&refs);
+    cfg.master_timeout_ms = 200;
+    let a = TestApp::spawn(cfg.clone()).await;
+    let b = TestApp::spawn(cfg).await;
+    assert_eq!(fleet(&a, "pre-reboot", "node-a").await.0, 200);
+    a.stop().await;
+    ms[0].restart_empty();
+    // Through the other replica: the slot is node-a's still, whoever asks.
+    assert_eq!(
+        fleet(&b, "pre-reboot", "node-b").await,
+        (423, Some("failed_lock_semaphore_full".to_owned()))
+    );
+    assert_eq!(
+        fleet(&b, "pre-reboot", "node-a").await.0,
+        200,
+        "node-a's own slot again"
+    );
+    assert_eq!(fleet(&b, "steady-state", "node-b").await.0, 200);
+    assert_eq!(fleet(&b, "steady-state", "node-a").await.0, 200);
+    assert_eq!(fleet(&b, "pre-reboot", "node-b").await.0, 200);
 }

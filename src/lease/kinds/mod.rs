@@ -24,7 +24,8 @@ use super::events::Events;
 use super::granted::{Lease, LockHolder};
 use super::{LeaseError, LeaseService};
 use crate::model::{
-    GrantTerms, Idem, Kind, LeaseId, LockKey, LockName, Owner, PermitLimit, SessionId, millis,
+    GrantTerms, Idem, Kind, LeaseId, LockKey, LockName, Owner, PermitLimit, SessionId, claimant_of,
+    millis,
 };
 use crate::redlock::{EngineError, Holder, Redlock};
 
@@ -276,6 +277,22 @@ impl LeaseService {
             Kind::Mutex | Kind::Election => Ok(self.engine().lock_delay(&name.key()).await?),
             _ => Ok(None),
         }
+    }
+
+    /// The lease of `name` that the holder `identity` names holds (`Target::held_by`), if
+    /// a majority agree on one: a lock's holder, or one of a semaphore's permits.
+    pub(crate) async fn held_by(
+        &self,
+        name: &LockName,
+        identity: &LeaseId,
+    ) -> Result<Option<LeaseId>, LeaseError> {
+        if name.kind() == Kind::Semaphore {
+            return permit::held_by(self, name, identity).await;
+        }
+        let holder = self.engine().inspect(&name.key()).await?;
+        Ok(holder
+            .map(|h| h.lease)
+            .filter(|lease| claimant_of(lease.as_str()) == claimant_of(identity.as_str())))
     }
 
     /// The keys a force-release of `name` removes: every hold of it.

@@ -6,7 +6,7 @@ use std::time::Duration;
 use super::Grant;
 use crate::lease::granted::{Lease, LockHolder};
 use crate::lease::{LeaseError, LeaseService};
-use crate::model::{Kind, LeaseId, LockKey, LockName, MAX_PERMITS, PermitLimit, Slot};
+use crate::model::{Kind, LeaseId, LockKey, LockName, MAX_PERMITS, PermitLimit, Slot, claimant_of};
 use crate::redlock::{EngineError, Holder};
 
 /// One attempt at a permit: the slots a majority hold are read, and the free ones below
@@ -23,9 +23,12 @@ pub(super) async fn attempt(
     let name = &grant.target.name;
     let limit = limit.get();
     let holders = service.engine().slots(name.as_str(), limit).await?;
-    let base = match grant.keyed {
-        Some((id, _)) => id.clone(),
-        None => LeaseId::generate(),
+    let base = match (grant.keyed, &grant.target.holder) {
+        (Some((id, _)), _) => id.clone(),
+        // A permit of a holder named by an identity: told from others' by its id's first
+        // half (see `LeaseId::of_holder`).
+        (None, Some(holder)) => LeaseId::attempt_of(holder),
+        (None, None) => LeaseId::generate(),
     };
     let mut taken = vec![false; usize::from(limit)];
     let mut earliest: Option<Duration> = None;
@@ -111,6 +114,21 @@ pub(super) async fn keys(
         .into_iter()
         .map(|(slot, _)| LockKey::slot(name.as_str(), slot))
         .collect())
+}
+
+/// The lease id of the permit of semaphore `name` that the holder `identity` names holds
+/// (`Target::held_by`), if a majority hold one.
+pub(super) async fn held_by(
+    service: &LeaseService,
+    name: &LockName,
+    identity: &LeaseId,
+) -> Result<Option<LeaseId>, LeaseError> {
+    let holder = claimant_of(identity.as_str());
+    Ok(all_slots(service, name)
+        .await?
+        .into_iter()
+        .map(|(_, h)| h.lease)
+        .find(|lease| claimant_of(lease.as_str()) == holder))
 }
 
 /// Every slot of semaphore `name` that a majority hold, whatever the limits they were
