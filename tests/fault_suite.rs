@@ -18,6 +18,8 @@ mod checker;
 mod common;
 #[path = "fault_suite/fenced.rs"]
 mod fenced;
+#[path = "fault_suite/fleet.rs"]
+mod fleet;
 #[path = "fault_suite/net.rs"]
 mod net;
 #[path = "fault_suite/streamed.rs"]
@@ -44,7 +46,7 @@ const REPLICAS: usize = 3;
 const MAX_TTL: Duration = Duration::from_millis(3000);
 /// How long a kept hold lives (and so a master that lost its data sits out, with the
 /// largest lock-delay).
-const MAX_KEPT: Duration = Duration::from_millis(4000);
+pub(crate) const MAX_KEPT: Duration = Duration::from_millis(4000);
 /// The largest lock-delay: a master that lost its data is quarantined for this and the
 /// largest TTL.
 const MAX_LOCK_DELAY: Duration = Duration::from_millis(1000);
@@ -201,6 +203,14 @@ impl Replica {
             .env(
                 "REDLOCKD_MAX_KEPT_HOLD_MS",
                 MAX_KEPT.as_millis().to_string(),
+            )
+            .env(
+                "REDLOCKD_FLEETLOCK_GROUPS",
+                fleet::GROUPS
+                    .iter()
+                    .map(|(group, slots)| format!("{group}={slots}"))
+                    .collect::<Vec<_>>()
+                    .join(","),
             )
             .env(
                 "REDLOCKD_MAX_LOCK_DELAY_MS",
@@ -1292,7 +1302,8 @@ async fn inject_faults(
             cluster.snapshots[m] = Some(cluster.logs.path().join(format!("snap-{m}.rdb")));
         }
         let r = rng.random_range(0..2);
-        let quarantine = MAX_TTL + MAX_LOCK_DELAY;
+        // A kept hold is the longest lease: a master that lost its data sits out as long.
+        let quarantine = MAX_KEPT + MAX_LOCK_DELAY;
         let data_ok = last_data_loss
             .is_none_or(|t| t.elapsed() > quarantine + Duration::from_secs(1))
             && cluster.all_voting().await;
@@ -1870,6 +1881,60 @@ async fn fenced_set(seed: u64, length: Duration) {
     );
     assert_no_violations("fenced_set", seed, &violations, &cluster.logs());
 }
+
+/// FleetLock nodes (`fleet`) rebooting under the random faults: no group may ever have
+/// more nodes rebooting than slots, though the slots are kept holds no one renews.
+async fn fleetlock_nodes(seed: u64, length: Duration) {
+    common::init_test_logging();
+    eprintln!("fault suite: FleetLock nodes, seed {seed} (replay with REDLOCKD_FAULT_SEED={seed})");
+    let started = Instant::now();
+    let mut cluster = Cluster::start(started).await;
+    let shared = Arc::new(fleet::Shared::default());
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let nodes: Vec<_> = (0..6)
+        .map(|n| {
+            let (group, _) = fleet::GROUPS[n % fleet::GROUPS.len()];
+            tokio::spawn(fleet::node(
+                seed * 100 + n as u64,
+                group,
+                cluster.bases.clone(),
+                shared.clone(),
+                started,
+                stop.clone(),
+            ))
+        })
+        .collect();
+    let applied = inject_faults(&mut cluster, seed, started, length, None).await;
+    cluster.firewall.clear();
+    stop.store(true, std::sync::atomic::Ordering::Release);
+    for n in nodes {
+        n.await.expect("node");
+    }
+    let reboots = shared.reboots.lock().unwrap().clone();
+    let violations = fleet::judge(&reboots);
+    eprintln!(
+        "fault suite: FleetLock nodes, seed {seed}: {} reboots in {:?}, {} faults, {} violations",
+        reboots.len(),
+        started.elapsed(),
+        applied.len(),
+        violations.len()
+    );
+    // The reboots are this scenario's history: kept with the faults.
+    let faults = format!("{}\n\nreboots:\n{reboots:#?}", faults_text(&applied));
+    keep_if_violated(
+        "fleetlock_nodes",
+        seed,
+        &[],
+        &faults,
+        &violations,
+        &cluster.logs(),
+    );
+    assert!(reboots.len() > 10, "too few reboots to judge the groups");
+    assert_no_violations("fleetlock_nodes", seed, &violations, &cluster.logs());
+}
+
+seeded!(fleetlock_nodes for Duration::from_secs(25) =>
+    fleetlock_nodes_seed_1, fleetlock_nodes_seed_2, fleetlock_nodes_many_seeds);
 
 /// The forward clock jumps the replicas saw, from every replica process's log (crashed
 /// ones included: a replica restarted after a jump meets the master afresh).
