@@ -98,6 +98,8 @@ pub struct Metrics {
     request_duration: HistogramVec,
     wait_duration: Histogram,
     contention: IntCounterVec,
+    /// Kept holds granted, by kind of lock.
+    kept: IntCounterVec,
     master_up: IntGaugeVec,
     master_duration: HistogramVec,
     master_errors: IntCounterVec,
@@ -216,6 +218,11 @@ impl Metrics {
                 "redlockd_contention_total",
                 "Grants that found their lock held, by lock class",
                 &["lock_class"],
+            ),
+            kept: define.counters(
+                "redlockd_kept_holds_granted_total",
+                "Kept holds granted (kept: true, FleetLock's slots), by kind of lock: held until revoked or REDLOCKD_MAX_KEPT_HOLD_MS, renewed by no one",
+                &["kind"],
             ),
             master_up: define.gauges(
                 "redlockd_master_up",
@@ -349,6 +356,11 @@ impl Metrics {
         let gauge = self.streams_active.with_label_values(&[kind.as_str()]);
         gauge.inc();
         StreamGuard(gauge)
+    }
+
+    /// A kept hold of `kind` granted (`lock`, `election`, `semaphore`).
+    pub(crate) fn kept_granted(&self, kind: &'static str) {
+        self.kept.with_label_values(&[kind]).inc();
     }
 
     pub(crate) fn waited(&self, took: Duration) {

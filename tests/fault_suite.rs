@@ -1920,7 +1920,12 @@ async fn fleetlock_nodes(seed: u64, length: Duration) {
         violations.len()
     );
     // The reboots are this scenario's history: kept with the faults.
-    let faults = format!("{}\n\nreboots:\n{reboots:#?}", faults_text(&applied));
+    let calls = shared.calls.lock().unwrap().clone();
+    let faults = format!(
+        "{}\n\nreboots:\n{reboots:#?}\n\ncalls:\n{}",
+        faults_text(&applied),
+        calls.iter().map(|c| format!("{c}\n")).collect::<String>()
+    );
     keep_if_violated(
         "fleetlock_nodes",
         seed,

@@ -200,7 +200,8 @@ pub(crate) async fn unlock(
     let req: DaprUnlockRequest = body(&bytes)?;
     let name = lock_name(&parts, &store, &req.resource_id)?;
     let holder = holder(&parts, &name, &req.lock_owner)?;
-    let status = match state.service.revoke_held_by(name, &holder).await {
+    let target = Target::from(name).held_by(holder);
+    let status = match state.service.revoke_held_by(&target).await {
         Ok(OwnedRevoke::Revoked) => 0,
         Ok(OwnedRevoke::Free) => 1,
         Ok(OwnedRevoke::Others) => 2,

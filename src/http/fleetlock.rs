@@ -115,11 +115,18 @@ impl Call {
         })
     }
 
-    /// What the masters know the node by: its id alone, whichever token it calls with, so
-    /// that an administrator can release its slot by the id.
-    fn holder(&self) -> LeaseId {
-        LeaseId::of_holder("", &self.name, &self.id)
+    /// A slot of the group, held by the node: the masters know it by its id alone,
+    /// whichever token it calls with, so that an administrator can release it by the id.
+    fn target(&self) -> Result<Target, Failed> {
+        slot_of(&self.name, self.slots, &self.id)
     }
+}
+
+/// A slot of the group whose semaphore is `name`, held by node `id`.
+fn slot_of(name: &LockName, slots: u16, id: &str) -> Result<Target, Failed> {
+    let limit = PermitLimit::parse(u64::from(slots)).map_err(|e| Failed::BadRequest(e.0))?;
+    let holder = LeaseId::of_holder("", name, id);
+    Ok(Target::permit(name.clone(), limit).held_by(holder))
 }
 
 /// The semaphore of reboot group `group` and its slots: 400 for a name the protocol does
@@ -152,7 +159,7 @@ fn group_of(state: &AppState, group: &str) -> Result<(LockName, u16), Failed> {
     params(("fleet-lock-protocol" = inline(FleetLockHeader), Header, description = "must be `true`")),
     request_body(content = FleetLockRequest, content_type = "application/json"),
     responses(
-        (status = 200, description = "The node holds a slot, kept by the server until its steady-state (at most REDLOCKD_MAX_KEPT_HOLD_MS)", body = FleetLockAnswer),
+        (status = 200, description = "The node holds a slot, kept by the server until its steady-state, at most REDLOCKD_MAX_KEPT_HOLD_MS from this answer (a second pre-reboot keeps the same slot that long again)", body = FleetLockAnswer),
         (status = 400, description = "`bad_request`: no `fleet-lock-protocol: true`, or not the protocol's body", body = FleetLockError),
         (status = 404, description = "`failed_unknown_group`: a group REDLOCKD_FLEETLOCK_GROUPS does not list", body = FleetLockError),
         (status = 401, description = "`unauthorized`: with REDLOCKD_AUTH_FILE, no token (bearer, or Basic with the token's name and the token) or an unknown one", body = ErrorBody),
@@ -171,31 +178,42 @@ pub(crate) async fn pre_reboot(
     bytes: Bytes,
 ) -> Result<Json<FleetLockAnswer>, Failed> {
     let call = Call::read(&state, &parts, &bytes)?;
-    let holder = call.holder();
+    let target = call.target()?;
     let answer = |lease: &LeaseId| FleetLockAnswer {
         group: call.group.clone(),
         slot: lease.slot().map(|s| s.index),
     };
-    // Recursive: a node that holds a slot already is answered with it.
+    let policy = LeasePolicy::from(state.settings.leases);
+    let ttl = policy.kept_ttl().map_err(|e| Failed::KeptOff(e.0))?;
+    // Recursive: a node that holds a slot already is answered with it, kept for the whole
+    // maximum from now (its earlier pre-reboot's slot may be near its end).
     if let Some(lease) = state
         .service
-        .held_by(&call.name, &holder)
+        .held_by(&target)
         .await
         .map_err(Failed::Service)?
     {
-        return Ok(Json(answer(&lease)));
+        match state
+            .service
+            .renew(call.name.clone(), lease.clone(), Some(ttl))
+            .await
+        {
+            Ok(_) => return Ok(Json(answer(&lease))),
+            // It ended meanwhile: take one as any node would.
+            Err(LeaseError::NotFound) => {}
+            Err(e) => return Err(Failed::Service(e)),
+        }
     }
-    let policy = LeasePolicy::from(state.settings.leases);
-    let ttl = policy.kept_ttl().map_err(|e| Failed::KeptOff(e.0))?;
-    let limit = PermitLimit::parse(u64::from(call.slots)).map_err(|e| Failed::BadRequest(e.0))?;
     let owner = Owner::parse(&call.id).map_err(|e| Failed::BadRequest(e.0))?;
-    let target = Target::permit(call.name.clone(), limit).held_by(holder);
     match state
         .service
         .grant(target, ttl, WaitTime::NONE, Some(owner))
         .await
     {
-        Ok(lease) => Ok(Json(answer(&lease.id))),
+        Ok(lease) => {
+            state.metrics.kept_granted("semaphore");
+            Ok(Json(answer(&lease.id)))
+        }
         Err(LeaseError::Held { .. } | LeaseError::Delayed { .. }) => Err(Failed::Full(format!(
             "every slot of the group {} is held ({} of {})",
             call.group, call.slots, call.slots
@@ -228,7 +246,7 @@ pub(crate) async fn steady_state(
     bytes: Bytes,
 ) -> Result<Json<FleetLockAnswer>, Failed> {
     let call = Call::read(&state, &parts, &bytes)?;
-    release(&state, &call.name, &call.holder()).await?;
+    release(&state, &call.target()?).await?;
     Ok(Json(FleetLockAnswer {
         group: call.group,
         slot: None,
@@ -257,8 +275,8 @@ pub(crate) async fn release_node(
     State(state): State<AppState>,
     Path((group, id)): Path<(String, String)>,
 ) -> Result<Json<crate::wire::ForceReleased>, Failed> {
-    let (name, _) = group_of(&state, &group)?;
-    let released = release(&state, &name, &LeaseId::of_holder("", &name, &id)).await?;
+    let (name, slots) = group_of(&state, &group)?;
+    let released = release(&state, &slot_of(&name, slots, &id)?).await?;
     tracing::info!(group, "an administrator released a node's FleetLock slot");
     Ok(Json(crate::wire::ForceReleased {
         name: name.to_string(),
@@ -267,8 +285,8 @@ pub(crate) async fn release_node(
     }))
 }
 
-async fn release(state: &AppState, name: &LockName, holder: &LeaseId) -> Result<bool, Failed> {
-    match state.service.revoke_held_by(name.clone(), holder).await {
+async fn release(state: &AppState, slot: &Target) -> Result<bool, Failed> {
+    match state.service.revoke_held_by(slot).await {
         Ok(OwnedRevoke::Revoked) => Ok(true),
         Ok(OwnedRevoke::Free | OwnedRevoke::Others) => Ok(false),
         Err(e) => Err(Failed::Service(e)),

@@ -327,11 +327,21 @@ pub(super) async fn grant_target<B: serde::Serialize + for<'a> From<&'a Lease>>(
     let wait = policy.wait(fields.wait_ms)?;
     let owner = fields.holder.map(Owner::parse).transpose()?;
     let key = idempotency_key(headers, caller)?;
+    let kept = fields.kept;
     let lease = state
         .service
         .grant_keyed(target, ttl, wait, owner, key)
         .await
         .map_err(|e| refine(e.into()))?;
+    if kept {
+        // The `kind` label of the request metrics.
+        let kind = match lease.name.kind() {
+            Kind::Election => "election",
+            Kind::Semaphore => "semaphore",
+            _ => "lock",
+        };
+        state.metrics.kept_granted(kind);
+    }
     let location = format!(
         "/{}/{}/leases/{}",
         lease.name.kind().route(),

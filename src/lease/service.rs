@@ -452,20 +452,17 @@ impl LeaseService {
         self.end_lease(name, id, None).await
     }
 
-    /// Revoke the lease of `name` that the holder `identity` names holds (`held_by`): Dapr's
-    /// unlock and FleetLock's steady-state, which name their holder, not a lease. `Others`
-    /// when someone else holds the lock (a semaphore is never `Others`: its other permits
-    /// are not this holder's business). Between the read and the revoke the lease may end
-    /// and another take the name, but the revoke is by the lease id the masters compare, so
-    /// it never ends that other one (it answers `Free`).
-    pub(crate) async fn revoke_held_by(
-        &self,
-        name: LockName,
-        identity: &LeaseId,
-    ) -> Result<OwnedRevoke, LeaseError> {
-        let Some(lease) = self.held_by(&name, identity).await? else {
-            let others =
-                name.kind() != Kind::Semaphore && self.engine.inspect(&name.key()).await?.is_some();
+    /// Revoke the lease that `target`'s holder holds (`held_by`): Dapr's unlock and
+    /// FleetLock's steady-state, which name their holder, not a lease. `Others` when someone
+    /// else holds the lock (never for a semaphore: its other permits are not this holder's
+    /// business). Between the read and the revoke the lease may end and another take the
+    /// name, but the revoke is by the lease id the masters compare, so it never ends that
+    /// other one (it answers `Free`).
+    pub(crate) async fn revoke_held_by(&self, target: &Target) -> Result<OwnedRevoke, LeaseError> {
+        let name = target.name.clone();
+        let Some(lease) = self.held_by(target).await? else {
+            let others = !matches!(target.hold, kinds::Hold::Permit { .. })
+                && self.engine.inspect(&name.key()).await?.is_some();
             return Ok(if others {
                 OwnedRevoke::Others
             } else {

@@ -207,6 +207,16 @@ async fn a_slot_is_kept_without_renews_until_its_maximum() {
         fleet(&app, "pre-reboot", params("next", None)).await.status,
         200
     );
+    // A second pre-reboot keeps the slot for the whole maximum again, from its answer.
+    tokio::time::sleep(Duration::from_millis(4_000)).await;
+    let again = fleet(&app, "pre-reboot", params("next", None)).await;
+    assert_eq!(again.status, 200);
+    tokio::time::sleep(Duration::from_millis(4_000)).await;
+    let third = fleet(&app, "pre-reboot", params("third", None)).await;
+    failed(&third, 423, "failed_lock_semaphore_full");
+    tokio::time::sleep(Duration::from_millis(1_100)).await;
+    let third = fleet(&app, "pre-reboot", params("third", None)).await;
+    assert_eq!(third.status, 200);
 }
 
 #[tokio::test]

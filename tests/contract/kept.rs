@@ -35,6 +35,11 @@ async fn a_kept_hold_needs_no_renew_and_ends_at_its_maximum() {
     );
     let (_, seen) = app.inspect("k").await;
     assert!(seen["kept_until"].is_string(), "{seen}");
+    let metrics = app.text("/metrics").await;
+    assert!(
+        metrics.contains(r#"redlockd_kept_holds_granted_total{kind="lock"} 1"#),
+        "{metrics}"
+    );
     // Past any TTL a client may ask, no renew sent: still held.
     sleep_ms(2_900).await;
     assert_error(

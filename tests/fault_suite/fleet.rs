@@ -30,18 +30,40 @@ pub struct Reboot {
     pub until: Duration,
 }
 
+/// One call a node made, for the kept history.
+#[derive(Debug, Clone)]
+pub struct Asked {
+    pub node: String,
+    pub op: &'static str,
+    pub base: String,
+    pub invoked: Duration,
+    pub answered: Duration,
+    /// 0: no answer.
+    pub status: u16,
+}
+
+impl std::fmt::Display for Asked {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{} {} via {} {:?}..{:?}: {}",
+            self.node, self.op, self.base, self.invoked, self.answered, self.status
+        )
+    }
+}
+
 #[derive(Default)]
 pub struct Shared {
     pub reboots: Mutex<Vec<Reboot>>,
+    pub calls: Mutex<Vec<Asked>>,
 }
 
 /// Ask `op` for `node` of `group` until a replica answers 200 or `stop` is set: when the
 /// first ask was sent, and whether one answered 200 (then when).
 async fn until_done(
-    http: &reqwest::Client,
-    bases: &Bases,
+    (http, bases, shared): (&reqwest::Client, &Bases, &Shared),
     rng: &mut StdRng,
-    op: &str,
+    op: &'static str,
     (node, group): (&str, &str),
     started: Instant,
     stop: &std::sync::atomic::AtomicBool,
@@ -51,13 +73,23 @@ async fn until_done(
         let Some((_, base)) = pick_live(bases, rng).await else {
             continue;
         };
+        let invoked = started.elapsed();
         let answer = http
             .post(format!("{base}/fleetlock/v1/{op}"))
             .header("fleet-lock-protocol", "true")
             .json(&json!({"client_params": {"id": node, "group": group}}))
             .send()
             .await;
-        if answer.is_ok_and(|a| a.status() == 200) {
+        let status = answer.as_ref().map_or(0, |a| a.status().as_u16());
+        shared.calls.lock().unwrap().push(Asked {
+            node: node.to_owned(),
+            op,
+            base,
+            invoked,
+            answered: started.elapsed(),
+            status,
+        });
+        if status == 200 {
             return (first, Some(started.elapsed()));
         }
         tokio::time::sleep(Duration::from_millis(rng.random_range(20..120))).await;
@@ -81,12 +113,11 @@ pub async fn node(
     let promised = MAX_KEPT - MAX_KEPT / 100 - Duration::from_millis(2);
     while !stop.load(std::sync::atomic::Ordering::Acquire) {
         let ids = (node.as_str(), group);
-        let (asked, taken) =
-            until_done(&http, &bases, &mut rng, "pre-reboot", ids, started, &stop).await;
+        let with = (&http, &bases, &*shared);
+        let (asked, taken) = until_done(with, &mut rng, "pre-reboot", ids, started, &stop).await;
         let Some(taken) = taken else { break };
         tokio::time::sleep(Duration::from_millis(rng.random_range(50..1500))).await;
-        let (leaving, _) =
-            until_done(&http, &bases, &mut rng, "steady-state", ids, started, &stop).await;
+        let (leaving, _) = until_done(with, &mut rng, "steady-state", ids, started, &stop).await;
         shared.reboots.lock().unwrap().push(Reboot {
             group,
             node: node.clone(),

@@ -156,6 +156,13 @@ impl Bed {
             permit["lease_id"].as_str().expect("a permit")
         );
         assert_eq!(self.status(reqwest::Method::DELETE, &release).await, 204);
+        // A kept hold, granted and revoked.
+        let kept: Value = self.post("/locks/dash:kept?kept=true").value().await;
+        let revoke = format!(
+            "/locks/dash:kept/leases/{}",
+            kept["lease_id"].as_str().expect("a kept hold")
+        );
+        assert_eq!(self.status(reqwest::Method::DELETE, &revoke).await, 204);
         // A held stream, a campaign and an observer, open while Prometheus scrapes.
         let hold = common::EventStream::open(
             self.post("/locks/dash:stream")
@@ -204,6 +211,16 @@ impl Bed {
                 let _ = call(reqwest::Method::GET, "/locks?prefix=dash").await;
                 let _ = call(reqwest::Method::GET, "/elections/dash:lead").await;
                 let _ = call(reqwest::Method::DELETE, &lease).await;
+                // A kept hold, granted and revoked.
+                if let Ok(kept) = call(reqwest::Method::POST, "/locks/dash:kept?kept=true").await {
+                    let kept: Value = kept.json().await.unwrap_or_default();
+                    let id = kept["lease_id"].as_str().unwrap_or("none");
+                    let _ = call(
+                        reqwest::Method::DELETE,
+                        &format!("/locks/dash:kept/leases/{id}"),
+                    )
+                    .await;
+                }
                 // A session with a lock held through it: opened, renewed, read, ended.
                 let Ok(opened) = call(reqwest::Method::POST, "/sessions?ttl_ms=5000").await else {
                     continue;

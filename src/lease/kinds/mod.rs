@@ -279,15 +279,16 @@ impl LeaseService {
         }
     }
 
-    /// The lease of `name` that the holder `identity` names holds (`Target::held_by`), if
-    /// a majority agree on one: a lock's holder, or one of a semaphore's permits.
-    pub(crate) async fn held_by(
-        &self,
-        name: &LockName,
-        identity: &LeaseId,
-    ) -> Result<Option<LeaseId>, LeaseError> {
-        if name.kind() == Kind::Semaphore {
-            return permit::held_by(self, name, identity).await;
+    /// The lease that `target`'s holder (`Target::held_by`) holds of its name, if a
+    /// majority agree on one: a lock's holder, or one of a semaphore's permits below the
+    /// target's limit. `None` for a target that names no holder.
+    pub(crate) async fn held_by(&self, target: &Target) -> Result<Option<LeaseId>, LeaseError> {
+        let Some(identity) = &target.holder else {
+            return Ok(None);
+        };
+        let name = &target.name;
+        if let Hold::Permit { limit } = target.hold {
+            return permit::held_by(self, name, limit, identity).await;
         }
         let holder = self.engine().inspect(&name.key()).await?;
         Ok(holder

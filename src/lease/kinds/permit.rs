@@ -116,18 +116,25 @@ pub(super) async fn keys(
         .collect())
 }
 
-/// The lease id of the permit of semaphore `name` that the holder `identity` names holds
-/// (`Target::held_by`), if a majority hold one.
+/// The lease id of the permit of semaphore `name` below `limit` that the holder
+/// `identity` names holds (`Target::held_by`), if a majority hold one. Each slot is read as
+/// a lock is, so that a slot whose holder a majority cannot tell is a 503, never "none".
 pub(super) async fn held_by(
     service: &LeaseService,
     name: &LockName,
+    limit: PermitLimit,
     identity: &LeaseId,
 ) -> Result<Option<LeaseId>, LeaseError> {
+    let reads = (0..limit.get()).map(|slot| {
+        let key = LockKey::slot(name.as_str(), slot);
+        async move { service.engine().inspect(&key).await }
+    });
     let holder = claimant_of(identity.as_str());
-    Ok(all_slots(service, name)
+    Ok(futures::future::try_join_all(reads)
         .await?
         .into_iter()
-        .map(|(_, h)| h.lease)
+        .flatten()
+        .map(|h| h.lease)
         .find(|lease| claimant_of(lease.as_str()) == holder))
 }
 
