@@ -19,7 +19,7 @@ use super::AppState;
 use super::error::{ApiError, Outcome};
 use super::extract::in_scope;
 use super::kinds::scope_of;
-use super::schema::StoreName;
+use super::schema::{Refusals, StoreName};
 use crate::auth::Caller;
 use crate::lease::{LeaseError, LeasePolicy, OwnedRevoke, Target, WaitTime};
 use crate::model::{LeaseId, LockName, MAX_OWNER_BYTES, millis};
@@ -27,7 +27,7 @@ use crate::wire::{
     DaprErrorBody, DaprLockRequest, DaprLockResponse, DaprMetadata, DaprUnlockRequest,
     DaprUnlockResponse,
 };
-use crate::wire::{ErrorBody, MAX_RESOURCE_BYTES, MAX_STORE_BYTES};
+use crate::wire::{MAX_RESOURCE_BYTES, MAX_STORE_BYTES};
 
 /// Why a Dapr call failed, answered in Dapr's error body.
 #[derive(Debug)]
@@ -36,7 +36,8 @@ pub(crate) enum DaprError {
     /// its bounds.
     Malformed(String),
     /// A refusal in redlockd's own error body, as the middleware's refusals before the
-    /// call is read are: a name outside the token's prefixes (403 `forbidden`).
+    /// call is read are: a name outside the token's prefixes (403 `forbidden`), past a cap
+    /// (429).
     Refused(ApiError),
     /// 500 `ERR_TRY_LOCK` or `ERR_UNLOCK`: the lease service could not answer (too few
     /// masters, shutting down, past a cap).
@@ -128,13 +129,9 @@ fn holder(parts: &Parts, name: &LockName, lock_owner: &str) -> Result<LeaseId, D
     params(("store" = inline(StoreName), Path, description = "the lock store's name: a namespace of lock names")),
     request_body(content = DaprLockRequest, content_type = "application/json"),
     responses(
+        Refusals,
         (status = 200, description = "Taken (`true`), or held by anyone (`false`)", body = DaprLockResponse),
         (status = 400, description = "Not this call's body, or a field out of its bounds", body = DaprErrorBody),
-        (status = 401, description = "`unauthorized`: with REDLOCKD_AUTH_FILE, no token (bearer or `dapr-api-token`) or an unknown one", body = ErrorBody),
-        (status = 403, description = "`forbidden`: the token's role, or a lock name outside its prefixes", body = ErrorBody),
-        (status = 408, description = "`request_timeout`: the body did not arrive in time", body = ErrorBody),
-        (status = 413, description = "`invalid_request`: the body is too large", body = ErrorBody),
-        (status = 429, description = "`too_many_requests`: past the token's rate", body = ErrorBody),
         (status = 500, description = "Too few masters answered (`ERR_TRY_LOCK`)", body = DaprErrorBody),
     )
 )]
@@ -170,6 +167,7 @@ pub(crate) async fn lock(
                 .insert(Outcome(ApiError::from(e).code()));
             Ok(response)
         }
+        Err(e @ LeaseError::TooMany { .. }) => Err(DaprError::Refused(e.into())),
         Err(e) => Err(DaprError::Failed("ERR_TRY_LOCK", e)),
     }
 }
@@ -181,13 +179,9 @@ pub(crate) async fn lock(
     params(("store" = inline(StoreName), Path, description = "the lock store's name: a namespace of lock names")),
     request_body(content = DaprUnlockRequest, content_type = "application/json"),
     responses(
+        Refusals,
         (status = 200, description = "`0` released, `1` nobody holds the lock, `2` another owner does (left held)", body = DaprUnlockResponse),
         (status = 400, description = "Not this call's body, or a field out of its bounds", body = DaprErrorBody),
-        (status = 401, description = "`unauthorized`: with REDLOCKD_AUTH_FILE, no token (bearer or `dapr-api-token`) or an unknown one", body = ErrorBody),
-        (status = 403, description = "`forbidden`: the token's role, or a lock name outside its prefixes", body = ErrorBody),
-        (status = 408, description = "`request_timeout`: the body did not arrive in time", body = ErrorBody),
-        (status = 413, description = "`invalid_request`: the body is too large", body = ErrorBody),
-        (status = 429, description = "`too_many_requests`: past the token's rate", body = ErrorBody),
         (status = 500, description = "Too few masters answered (`ERR_UNLOCK`)", body = DaprErrorBody),
     )
 )]
@@ -205,6 +199,7 @@ pub(crate) async fn unlock(
         Ok(OwnedRevoke::Revoked) => 0,
         Ok(OwnedRevoke::Free) => 1,
         Ok(OwnedRevoke::Others) => 2,
+        Err(e @ LeaseError::TooMany { .. }) => return Err(DaprError::Refused(e.into())),
         Err(e) => return Err(DaprError::Failed("ERR_UNLOCK", e)),
     };
     Ok(Json(DaprUnlockResponse { status }))

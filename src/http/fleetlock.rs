@@ -18,10 +18,10 @@ use axum::response::{IntoResponse, Response};
 use super::AppState;
 use super::error::{ApiError, Outcome};
 use super::extract::in_scope;
-use super::schema::{FleetLockHeader, GroupName};
+use super::schema::{AdminOnly, FleetLockHeader, GroupName, Refusals};
 use crate::lease::{LeaseError, LeasePolicy, OwnedRevoke, Target, WaitTime};
 use crate::model::{LeaseId, LockName, Owner, PermitLimit};
-use crate::wire::{ErrorBody, FleetLockAnswer, FleetLockError, FleetLockRequest};
+use crate::wire::{FleetLockAnswer, FleetLockError, FleetLockRequest};
 
 /// Why a FleetLock call failed, in FleetLock's error body.
 #[derive(Debug)]
@@ -35,8 +35,8 @@ pub(crate) enum Failed {
     /// 500 `kept_holds_off`: REDLOCKD_MAX_KEPT_HOLD_MS turned kept holds off, and a slot
     /// must be kept while its node reboots.
     KeptOff(String),
-    /// What the lease service could not do: 429 `too_many_requests`, 503
-    /// `quorum_unavailable` or `shutting_down`.
+    /// What the lease service could not do: 503 `quorum_unavailable` or `shutting_down`
+    /// (past a cap, 429 in redlockd's own body).
     Service(LeaseError),
     /// A refusal in redlockd's own error body, as the middleware's are (a group outside
     /// the token's prefixes: 403 `forbidden`).
@@ -53,11 +53,13 @@ impl IntoResponse for Failed {
             Failed::Service(e) => {
                 let value = e.to_string();
                 let api = ApiError::from(e);
-                let (status, kind) = match api.code() {
-                    "too_many_requests" => (StatusCode::TOO_MANY_REQUESTS, "too_many_requests"),
-                    "shutting_down" => (StatusCode::SERVICE_UNAVAILABLE, "shutting_down"),
-                    _ => (StatusCode::SERVICE_UNAVAILABLE, "quorum_unavailable"),
+                let kind = match api.code() {
+                    // Past a cap: a refusal as every route's, in redlockd's body.
+                    "too_many_requests" => return api.into_response(),
+                    "shutting_down" => "shutting_down",
+                    _ => "quorum_unavailable",
                 };
+                let status = StatusCode::SERVICE_UNAVAILABLE;
                 (status, kind, value)
             }
             Failed::Refused(refusal) => return refusal.into_response(),
@@ -159,15 +161,11 @@ fn group_of(state: &AppState, group: &str) -> Result<(LockName, u16), Failed> {
     params(("fleet-lock-protocol" = inline(FleetLockHeader), Header, description = "must be `true`")),
     request_body(content = FleetLockRequest, content_type = "application/json"),
     responses(
+        Refusals,
         (status = 200, description = "The node holds a slot, kept by the server until its steady-state, at most REDLOCKD_MAX_KEPT_HOLD_MS from this answer (a second pre-reboot keeps the same slot that long again)", body = FleetLockAnswer),
         (status = 400, description = "`bad_request`: no `fleet-lock-protocol: true`, or not the protocol's body", body = FleetLockError),
         (status = 404, description = "`failed_unknown_group`: a group REDLOCKD_FLEETLOCK_GROUPS does not list", body = FleetLockError),
-        (status = 401, description = "`unauthorized`: with REDLOCKD_AUTH_FILE, no token (bearer, or Basic with the token's name and the token) or an unknown one", body = ErrorBody),
-        (status = 403, description = "`forbidden`: the token's role, or a group outside its prefixes (`fleetlock:<group>`)", body = ErrorBody),
-        (status = 408, description = "`request_timeout`: the body did not arrive in time", body = ErrorBody),
-        (status = 413, description = "`invalid_request`: the body is too large", body = ErrorBody),
         (status = 423, description = "`failed_lock_semaphore_full`: every slot is held by other nodes", body = FleetLockError),
-        (status = 429, description = "`too_many_requests`", body = FleetLockError),
         (status = 500, description = "`kept_holds_off`: REDLOCKD_MAX_KEPT_HOLD_MS turned kept holds off", body = FleetLockError),
         (status = 503, description = "`quorum_unavailable` or `shutting_down`", body = FleetLockError),
     )
@@ -229,14 +227,10 @@ pub(crate) async fn pre_reboot(
     params(("fleet-lock-protocol" = inline(FleetLockHeader), Header, description = "must be `true`")),
     request_body(content = FleetLockRequest, content_type = "application/json"),
     responses(
+        Refusals,
         (status = 200, description = "The node holds no slot of its group (any it held is released)", body = FleetLockAnswer),
         (status = 400, description = "`bad_request`: no `fleet-lock-protocol: true`, or not the protocol's body", body = FleetLockError),
         (status = 404, description = "`failed_unknown_group`: a group REDLOCKD_FLEETLOCK_GROUPS does not list", body = FleetLockError),
-        (status = 401, description = "`unauthorized`", body = ErrorBody),
-        (status = 403, description = "`forbidden`", body = ErrorBody),
-        (status = 408, description = "`request_timeout`", body = ErrorBody),
-        (status = 413, description = "`invalid_request`: the body is too large", body = ErrorBody),
-        (status = 429, description = "`too_many_requests`", body = FleetLockError),
         (status = 503, description = "`quorum_unavailable` or `shutting_down`", body = FleetLockError),
     )
 )]
@@ -263,11 +257,10 @@ pub(crate) async fn steady_state(
         ("id" = String, Path, description = "the node's id"),
     ),
     responses(
+        Refusals, AdminOnly,
         (status = 200, description = "`{\"released\": true}` when the node held a slot", body = crate::wire::ForceReleased),
         (status = 400, description = "`bad_request`: no `fleet-lock-protocol: true`, or not the protocol's body", body = FleetLockError),
         (status = 404, description = "`failed_unknown_group`: a group REDLOCKD_FLEETLOCK_GROUPS does not list", body = FleetLockError),
-        (status = 401, description = "`unauthorized`", body = ErrorBody),
-        (status = 403, description = "`forbidden`: an admin token is required", body = ErrorBody),
         (status = 503, description = "`quorum_unavailable` or `shutting_down`", body = FleetLockError),
     )
 )]

@@ -846,6 +846,30 @@ impl TestApp {
         Self::in_process_app(App::with_nodes(config, nodes).await.expect("app builds"))
     }
 
+    /// In process over three fresh memory nodes, once its first probe has counted them
+    /// (`until_ready`): the nodes, for a test to fail.
+    pub async fn over_three_nodes(
+        config: Config,
+    ) -> (
+        Self,
+        Vec<std::sync::Arc<redlockd::store::memory::MemoryNode>>,
+    ) {
+        let nodes: Vec<_> = (0..3)
+            .map(|i| std::sync::Arc::new(redlockd::store::memory::MemoryNode::new(format!("m{i}"))))
+            .collect();
+        let app = Self::with_nodes(config, &nodes).await;
+        app.until_ready().await;
+        (app, nodes)
+    }
+
+    /// Wait (bounded) until `/readyz` answers 200: the nodes are probed and vote.
+    pub async fn until_ready(&self) {
+        wait_for("readiness", Duration::from_secs(30), async || {
+            (self.get("/readyz").await.0 == 200).then_some(())
+        })
+        .await;
+    }
+
     /// Two replicas in process over the same three memory masters, each with `config`.
     pub async fn replicas_in_process(config: Config) -> (Self, Self) {
         let nodes: Vec<std::sync::Arc<redlockd::store::memory::MemoryNode>> = (0..3)

@@ -5,11 +5,10 @@
 
 use crate::common;
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use common::{TestApp, config, tokens};
-use redlockd::store::memory::{Fault, MemoryNode};
+use redlockd::store::memory::Fault;
 use serde_json::{Value, json};
 
 async fn lock(app: &TestApp, store: &str, body: Value) -> (u16, Value) {
@@ -200,14 +199,7 @@ async fn under_authentication_daprs_token_header_is_read_and_a_tokens_prefixes_h
 
 #[tokio::test(start_paused = true)]
 async fn without_a_majority_a_lock_and_an_unlock_are_500s_and_nothing_is_left_held() {
-    let nodes: Vec<Arc<MemoryNode>> = (0..3)
-        .map(|i| Arc::new(MemoryNode::new(format!("m{i}"))))
-        .collect();
-    let app = TestApp::with_nodes(config(&[]), &nodes).await;
-    common::wait_for("the masters probed", Duration::from_secs(30), async || {
-        (app.get("/readyz").await.0 == 200).then_some(())
-    })
-    .await;
+    let (app, nodes) = TestApp::over_three_nodes(config(&[])).await;
     assert!(took(&app, "held", "a", 30).await);
     for node in &nodes[1..] {
         node.set_fault(Fault::Down);
@@ -225,10 +217,7 @@ async fn without_a_majority_a_lock_and_an_unlock_are_500s_and_nothing_is_left_he
     for node in &nodes {
         node.set_fault(Fault::None);
     }
-    common::wait_for("the masters back", Duration::from_secs(30), async || {
-        (app.get("/readyz").await.0 == 200).then_some(())
-    })
-    .await;
+    app.until_ready().await;
     // The failed lock left nothing behind; the failed unlock left its lock held.
     assert!(took(&app, "q", "b", 30).await);
     assert_eq!(unlocked(&app, "held", "a").await, 0);

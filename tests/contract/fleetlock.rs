@@ -6,13 +6,12 @@
 
 use crate::common;
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use base64::Engine as _;
 use common::{Answer, TestApp, config};
 use redlockd::auth::{Role, new_token};
-use redlockd::store::memory::{Fault, MemoryNode};
+use redlockd::store::memory::Fault;
 use serde_json::{Value, json};
 
 fn params(id: &str, group: Option<&str>) -> Value {
@@ -315,14 +314,7 @@ async fn under_authentication_basic_and_bearer_tokens_hold_and_an_administrator_
 
 #[tokio::test(start_paused = true)]
 async fn without_a_majority_a_pre_reboot_is_a_503_and_takes_nothing() {
-    let nodes: Vec<Arc<MemoryNode>> = (0..3)
-        .map(|i| Arc::new(MemoryNode::new(format!("m{i}"))))
-        .collect();
-    let app = TestApp::with_nodes(config(&[]), &nodes).await;
-    common::wait_for("the masters probed", Duration::from_secs(30), async || {
-        (app.get("/readyz").await.0 == 200).then_some(())
-    })
-    .await;
+    let (app, nodes) = TestApp::over_three_nodes(config(&[])).await;
     for node in &nodes[1..] {
         node.set_fault(Fault::Down);
     }
@@ -339,10 +331,7 @@ async fn without_a_majority_a_pre_reboot_is_a_503_and_takes_nothing() {
     for node in &nodes {
         node.set_fault(Fault::None);
     }
-    common::wait_for("the masters back", Duration::from_secs(30), async || {
-        (app.get("/readyz").await.0 == 200).then_some(())
-    })
-    .await;
+    app.until_ready().await;
     assert_eq!(
         app.get("/semaphores/fleetlock:default").await.1["holders"],
         json!([])

@@ -15,23 +15,7 @@ use serde_json::{Value, json};
 
 /// An app over three memory nodes, their first probe done.
 async fn three() -> (TestApp, Vec<Arc<MemoryNode>>) {
-    let nodes: Vec<Arc<MemoryNode>> = (0..3)
-        .map(|i| Arc::new(MemoryNode::new(format!("m{i}"))))
-        .collect();
-    let app = TestApp::with_nodes(config(&[]), &nodes).await;
-    ready(&app).await;
-    (app, nodes)
-}
-
-/// Wait (in paused time, bounded) until `/readyz` answers 200: the nodes are probed.
-async fn ready(app: &TestApp) {
-    for _ in 0..100 {
-        if app.get("/readyz").await.0 == 200 {
-            return;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    panic!("never ready: {:?}", app.get("/readyz").await);
+    TestApp::over_three_nodes(config(&[])).await
 }
 
 fn fail(nodes: &[Arc<MemoryNode>], fault: Fault) {
@@ -46,7 +30,7 @@ async fn heal(app: &TestApp, nodes: &[Arc<MemoryNode>]) {
     for node in nodes {
         node.set_fault(Fault::None);
     }
-    ready(app).await;
+    app.until_ready().await;
 }
 
 /// The masters a 503 body names, as `address kind`.
