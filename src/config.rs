@@ -378,6 +378,15 @@ fn ms(v: u64) -> Duration {
     Duration::from_millis(v)
 }
 
+/// Whether `group` names a FleetLock reboot group: 1 to 128 bytes matching the protocol's
+/// `^[a-zA-Z0-9.-]+$`.
+pub(crate) fn is_fleetlock_group(group: &str) -> bool {
+    (1..=128).contains(&group.len())
+        && group
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'.' || b == b'-')
+}
+
 /// `group=slots,...`: FleetLock's group names (`^[a-zA-Z0-9.-]+$`, as the protocol says)
 /// and their slots.
 fn fleetlock_groups(raw: &str) -> Result<std::collections::BTreeMap<String, u16>, ConfigError> {
@@ -385,10 +394,7 @@ fn fleetlock_groups(raw: &str) -> Result<std::collections::BTreeMap<String, u16>
     for entry in raw.split(',').map(str::trim).filter(|e| !e.is_empty()) {
         let parsed = entry.split_once('=').and_then(|(group, slots)| {
             let group = group.trim();
-            let named = (1..=128).contains(&group.len())
-                && group
-                    .bytes()
-                    .all(|b| b.is_ascii_alphanumeric() || b == b'.' || b == b'-');
+            let named = is_fleetlock_group(group);
             let slots = slots
                 .trim()
                 .parse::<u16>()

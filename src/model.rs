@@ -59,7 +59,8 @@ impl Serialize for LockName {
 /// Longest lock name and longest lock-name prefix, in bytes.
 pub(crate) const MAX_NAME_BYTES: usize = 256;
 
-fn is_name_byte(b: u8) -> bool {
+/// Whether `b` may stand in a lock name.
+pub(crate) fn is_name_byte(b: u8) -> bool {
     b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b':' | b'~' | b'-')
 }
 

@@ -22,7 +22,7 @@ use super::kinds::scope_of;
 use super::schema::{Refusals, StoreName};
 use crate::auth::Caller;
 use crate::lease::{LeaseError, LeasePolicy, OwnedRevoke, Target, WaitTime};
-use crate::model::{LeaseId, LockName, MAX_OWNER_BYTES, millis};
+use crate::model::{LeaseId, LockName, MAX_OWNER_BYTES, Owner, is_name_byte, millis};
 use crate::wire::{
     DaprErrorBody, DaprLockRequest, DaprLockResponse, DaprMetadata, DaprUnlockRequest,
     DaprUnlockResponse,
@@ -91,10 +91,7 @@ fn lock_name(parts: &Parts, store: &str, resource_id: &str) -> Result<LockName, 
         ("the store's name", store, MAX_STORE_BYTES),
         ("resourceId", resource_id, MAX_RESOURCE_BYTES),
     ] {
-        let fits = (1..=max).contains(&value.len())
-            && value
-                .bytes()
-                .all(|b| b.is_ascii_alphanumeric() || b".:_~-".contains(&b));
+        let fits = (1..=max).contains(&value.len()) && value.bytes().all(is_name_byte);
         if !fits {
             return Err(DaprError::Malformed(format!(
                 "{what} must be 1 to {max} bytes of A-Z a-z 0-9 . _ : ~ -, got {value:?}"
@@ -110,9 +107,7 @@ fn lock_name(parts: &Parts, store: &str, resource_id: &str) -> Result<LockName, 
 /// capability (whoever sends it unlocks), so it is kept apart from the display `owner` that
 /// inspect shows, and never shown or logged.
 fn holder(parts: &Parts, name: &LockName, lock_owner: &str) -> Result<LeaseId, DaprError> {
-    let fits = (1..=MAX_OWNER_BYTES).contains(&lock_owner.len())
-        && !lock_owner.chars().any(char::is_control);
-    if !fits {
+    if lock_owner.is_empty() || Owner::parse(lock_owner).is_err() {
         return Err(DaprError::Malformed(format!(
             "lockOwner must be 1 to {MAX_OWNER_BYTES} bytes without control characters"
         )));

@@ -19,7 +19,7 @@ use super::AppState;
 use super::error::{ApiError, Outcome};
 use super::extract::in_scope;
 use super::schema::{AdminOnly, FleetLockHeader, GroupName, Refusals};
-use crate::lease::{LeaseError, LeasePolicy, OwnedRevoke, Target, WaitTime};
+use crate::lease::{HeldBy, LeaseError, LeasePolicy, OwnedRevoke, Target, WaitTime};
 use crate::model::{LeaseId, LockName, Owner, PermitLimit};
 use crate::wire::{FleetLockAnswer, FleetLockError, FleetLockRequest};
 
@@ -134,11 +134,7 @@ fn slot_of(name: &LockName, slots: u16, id: &str) -> Result<Target, Failed> {
 /// The semaphore of reboot group `group` and its slots: 400 for a name the protocol does
 /// not allow, 404 for a group not served.
 fn group_of(state: &AppState, group: &str) -> Result<(LockName, u16), Failed> {
-    let named = (1..=128).contains(&group.len())
-        && group
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b == b'.' || b == b'-');
-    if !named {
+    if !crate::config::is_fleetlock_group(group) {
         return Err(Failed::BadRequest(format!(
             "a group is 1 to 128 bytes of A-Z a-z 0-9 . - (^[a-zA-Z0-9.-]+$), got {group:?}"
         )));
@@ -185,7 +181,7 @@ pub(crate) async fn pre_reboot(
     let ttl = policy.kept_ttl().map_err(|e| Failed::KeptOff(e.0))?;
     // Recursive: a node that holds a slot already is answered with it, kept for the whole
     // maximum from now (its earlier pre-reboot's slot may be near its end).
-    if let Some(lease) = state
+    if let HeldBy::Holder(lease) = state
         .service
         .held_by(&target)
         .await

@@ -149,15 +149,13 @@ pub(crate) async fn authorize(
         .is_some_and(|r| r.starts_with("/fleetlock/"))
         .then(|| basic_credentials(request.headers()))
         .flatten();
-    let presented = presented
-        .map(str::to_owned)
-        .or_else(|| basic.as_ref().map(|(_, t)| t.clone()));
+    let presented = presented.or(basic.as_ref().map(|(_, token)| token.as_str()));
     let Some(presented) = presented.filter(|t| !t.is_empty()) else {
         return ApiError::Unauthorized(Credentials::Missing).into_response();
     };
     let Some(caller) = auth
         .tokens()
-        .authenticate(&presented)
+        .authenticate(presented)
         .filter(|c| basic.as_ref().is_none_or(|(user, _)| **user == *c.name))
     else {
         return ApiError::Unauthorized(Credentials::Unknown).into_response();

@@ -21,6 +21,7 @@ pub use error::LeaseError;
 pub use events::{Events, LockEvent};
 pub use granted::{Lease, LockHolder};
 pub use hold::{HoldEvent, LostReason, StreamTerms};
+pub(crate) use kinds::HeldBy;
 pub use kinds::{Hold, Target};
 pub(crate) use service::OwnedRevoke;
 pub use service::{LeaseService, Readiness};

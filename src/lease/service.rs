@@ -459,17 +459,12 @@ impl LeaseService {
     /// name, but the revoke is by the lease id the masters compare, so it never ends that
     /// other one (it answers `Free`).
     pub(crate) async fn revoke_held_by(&self, target: &Target) -> Result<OwnedRevoke, LeaseError> {
-        let name = target.name.clone();
-        let Some(lease) = self.held_by(target).await? else {
-            let others = !matches!(target.hold, kinds::Hold::Permit { .. })
-                && self.engine.inspect(&name.key()).await?.is_some();
-            return Ok(if others {
-                OwnedRevoke::Others
-            } else {
-                OwnedRevoke::Free
-            });
+        let lease = match self.held_by(target).await? {
+            kinds::HeldBy::Holder(lease) => lease,
+            kinds::HeldBy::Another => return Ok(OwnedRevoke::Others),
+            kinds::HeldBy::Nobody => return Ok(OwnedRevoke::Free),
         };
-        match self.revoke(name, lease).await {
+        match self.revoke(target.name.clone(), lease).await {
             Ok(()) => Ok(OwnedRevoke::Revoked),
             Err(LeaseError::NotFound) => Ok(OwnedRevoke::Free),
             Err(e) => Err(e),

@@ -169,6 +169,17 @@ impl Target {
     }
 }
 
+/// What `LeaseService::held_by` finds of a name.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum HeldBy {
+    /// The target's holder holds it, by this lease.
+    Holder(LeaseId),
+    /// Another holder does.
+    Another,
+    /// Nobody does (of a semaphore: the holder holds no permit).
+    Nobody,
+}
+
 /// One grant's terms, the same for every attempt and every key it tries.
 pub(super) struct Grant<'a> {
     pub target: &'a Target,
@@ -279,21 +290,26 @@ impl LeaseService {
         }
     }
 
-    /// The lease that `target`'s holder (`Target::held_by`) holds of its name, if a
-    /// majority agree on one: a lock's holder, or one of a semaphore's permits below the
-    /// target's limit. `None` for a target that names no holder.
-    pub(crate) async fn held_by(&self, target: &Target) -> Result<Option<LeaseId>, LeaseError> {
+    /// Whose hold of its name `target`'s holder (`Target::held_by`) finds, as a majority
+    /// agree: its own lease (a lock's, or one of a semaphore's permits below the target's
+    /// limit), another holder's, or nobody's. A semaphore's other permits are not this
+    /// holder's business: it is `Nobody` there when the holder has none.
+    pub(crate) async fn held_by(&self, target: &Target) -> Result<HeldBy, LeaseError> {
         let Some(identity) = &target.holder else {
-            return Ok(None);
+            return Ok(HeldBy::Nobody);
         };
         let name = &target.name;
         if let Hold::Permit { limit } = target.hold {
-            return permit::held_by(self, name, limit, identity).await;
+            let ours = permit::held_by(self, name, limit, identity).await?;
+            return Ok(ours.map_or(HeldBy::Nobody, HeldBy::Holder));
         }
-        let holder = self.engine().inspect(&name.key()).await?;
-        Ok(holder
-            .map(|h| h.lease)
-            .filter(|lease| claimant_of(lease.as_str()) == claimant_of(identity.as_str())))
+        Ok(match self.engine().inspect(&name.key()).await? {
+            None => HeldBy::Nobody,
+            Some(h) if claimant_of(h.lease.as_str()) == claimant_of(identity.as_str()) => {
+                HeldBy::Holder(h.lease)
+            }
+            Some(_) => HeldBy::Another,
+        })
     }
 
     /// The keys a force-release of `name` removes: every hold of it.
