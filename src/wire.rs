@@ -158,108 +158,105 @@ pub(crate) mod schema {
     }
 }
 
-/// Fields of a grant; each may also be given as a query parameter of the same name.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, ToSchema)]
-#[serde(deny_unknown_fields)]
-#[schema(example = json!({"ttl_ms": 60000, "wait_ms": 5000, "owner": "report-worker-3"}))]
-pub(crate) struct GrantRequest {
-    /// Lease TTL in ms: from 100 to the configured maximum (default 3600000). Default 30000.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schema(value_type = Option<u64>, minimum = 100, maximum = 3600000)]
-    pub ttl_ms: Option<Whole>,
-    /// How long to wait while another lease holds the lock, in ms (default 0: do not wait).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schema(value_type = Option<u64>, minimum = 0, maximum = 60000)]
-    pub wait_ms: Option<Whole>,
-    /// Free text naming the holder (at most 256 bytes), shown by inspect and list.
-    #[schema(max_length = 256)]
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub owner: Option<String>,
-    /// `exclusive` (the default: one holder) or `shared`: shared grants of a name hold it
-    /// together, an exclusive grant excludes every other grant. A waiting exclusive grant
-    /// is not overtaken by shared grants that come after it, on any replica.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub mode: Option<LockMode>,
-    /// Lock-delay in ms (0 to the configured maximum, default 60000; default 0): when this
-    /// lease ends other than by its holder's revoke (it expires, or is force-released), the
-    /// name is not granted again until this long after, judged by the masters' clocks;
-    /// grants meanwhile are 409 `lock_delay`. For an exclusive lease on one name.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schema(value_type = Option<u64>, minimum = 0, maximum = 60000)]
-    pub lock_delay_ms: Option<Whole>,
-    /// A session (`POST /sessions`) to hold this through instead of its own renews: it is
-    /// held for as long as the session is, renewed by the session's renews, and released
-    /// when the session ends or expires (its `ttl_ms`, if any, is the session's then).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub session: Option<String>,
-    /// Kept by the server (`true`): the hold needs no renew and lives until revoked, at most
-    /// REDLOCKD_MAX_KEPT_HOLD_MS (default 2 h); its `ttl_ms` is that maximum. Not with
-    /// `ttl_ms`, `session` or a held stream (each says how long it lives). Default false.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schema(value_type = Option<bool>)]
-    pub kept: Option<Flag>,
-    /// For a held stream (`/hold`, or `Accept: text/event-stream`): how long the lease
-    /// outlives the stream's connection when it closes without a `DELETE` of the lease, in
-    /// ms (at most the largest TTL; default 0: revoked as the connection closes), so that
-    /// its holder may resume it (`POST .../leases/{lease_id}/hold`) through any replica. It
-    /// is renewed no further meanwhile: the grace never outlasts the validity last answered.
-    /// After a drop, rely on the lease no longer than the shorter of the last event's
-    /// `validity_ms` and the grace. Ignored by a grant answered as JSON, which has no
-    /// connection to outlive.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schema(value_type = Option<u64>, minimum = 0, maximum = 3600000)]
-    pub grace_ms: Option<Whole>,
+/// Declares the body of a grant of some kind: the kind's own fields, then the terms every
+/// hold takes, written once here so that each kind's grant states them alike (its `ttl_ms`
+/// and `wait_ms` with the kind's own words; `session`, `kept` and `grace_ms` word for word).
+macro_rules! hold_request {
+    (
+        $(#[$meta:meta])*
+        struct $name:ident { $($own:tt)* }
+        $(#[$ttl:meta])* ttl_ms,
+        $(#[$wait:meta])* wait_ms,
+    ) => {
+        #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, ToSchema)]
+        #[serde(deny_unknown_fields)]
+        $(#[$meta])*
+        pub(crate) struct $name {
+            $($own)*
+            $(#[$ttl])*
+            #[serde(default, skip_serializing_if = "Option::is_none")]
+            #[schema(value_type = Option<u64>, minimum = 100, maximum = 3600000)]
+            pub ttl_ms: Option<Whole>,
+            $(#[$wait])*
+            #[serde(default, skip_serializing_if = "Option::is_none")]
+            #[schema(value_type = Option<u64>, minimum = 0, maximum = 60000)]
+            pub wait_ms: Option<Whole>,
+            /// A session (`POST /sessions`) to hold this through instead of its own renews: it is
+            /// held for as long as the session is, renewed by the session's renews, and released
+            /// when the session ends or expires (its `ttl_ms`, if any, is the session's then).
+            #[serde(default, skip_serializing_if = "Option::is_none")]
+            pub session: Option<String>,
+            /// Kept by the server (`true`): the hold needs no renew and lives until revoked, at most
+            /// REDLOCKD_MAX_KEPT_HOLD_MS (default 2 h); its `ttl_ms` is that maximum. Not with
+            /// `ttl_ms`, `session` or a held stream (each says how long it lives). Default false.
+            #[serde(default, skip_serializing_if = "Option::is_none")]
+            #[schema(value_type = Option<bool>)]
+            pub kept: Option<Flag>,
+            /// For a held stream (`/hold`, or `Accept: text/event-stream`): how long the lease
+            /// outlives the stream's connection when it closes without a `DELETE` of the lease, in
+            /// ms (at most the largest TTL; default 0: revoked as the connection closes), so that
+            /// its holder may resume it (`POST .../leases/{lease_id}/hold`) through any replica. It
+            /// is renewed no further meanwhile: the grace never outlasts the validity last answered.
+            /// After a drop, rely on the lease no longer than the shorter of the last event's
+            /// `validity_ms` and the grace. Ignored by a grant answered as JSON, which has no
+            /// connection to outlive.
+            #[serde(default, skip_serializing_if = "Option::is_none")]
+            #[schema(value_type = Option<u64>, minimum = 0, maximum = 3600000)]
+            pub grace_ms: Option<Whole>,
+        }
+    };
 }
 
-/// Fields of a grant of several names under one lease (`POST /locks`); each but `names`
-/// may also be a query parameter.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, ToSchema)]
-#[serde(deny_unknown_fields)]
-#[schema(example = json!({"names": ["account:17", "account:4"], "ttl_ms": 10000, "wait_ms": 5000, "owner": "transfer-81"}))]
-pub(crate) struct GroupRequest {
-    /// 1 to 64 distinct lock names, in any order: the server orders them itself, so that
-    /// two grants listing the same names in opposite orders never deadlock. (As a query
-    /// parameter: the names separated by commas.)
-    #[schema(min_items = 1, max_items = 64)]
-    #[serde(deserialize_with = "names_or_list")]
-    pub names: Vec<String>,
+hold_request! {
+    /// Fields of a grant; each may also be given as a query parameter of the same name.
+    #[schema(example = json!({"ttl_ms": 60000, "wait_ms": 5000, "owner": "report-worker-3"}))]
+    struct GrantRequest {
+        /// Free text naming the holder (at most 256 bytes), shown by inspect and list.
+        #[schema(max_length = 256)]
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        pub owner: Option<String>,
+        /// `exclusive` (the default: one holder) or `shared`: shared grants of a name hold it
+        /// together, an exclusive grant excludes every other grant. A waiting exclusive grant
+        /// is not overtaken by shared grants that come after it, on any replica.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        pub mode: Option<LockMode>,
+        /// Lock-delay in ms (0 to the configured maximum, default 60000; default 0): when this
+        /// lease ends other than by its holder's revoke (it expires, or is force-released), the
+        /// name is not granted again until this long after, judged by the masters' clocks;
+        /// grants meanwhile are 409 `lock_delay`. For an exclusive lease on one name.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        #[schema(value_type = Option<u64>, minimum = 0, maximum = 60000)]
+        pub lock_delay_ms: Option<Whole>,
+    }
     /// Lease TTL in ms: from 100 to the configured maximum (default 3600000). Default 30000.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schema(value_type = Option<u64>, minimum = 100, maximum = 3600000)]
-    pub ttl_ms: Option<Whole>,
+    ttl_ms,
+    /// How long to wait while another lease holds the lock, in ms (default 0: do not wait).
+    wait_ms,
+}
+
+hold_request! {
+    /// Fields of a grant of several names under one lease (`POST /locks`); each but `names`
+    /// may also be a query parameter.
+    #[schema(example = json!({"names": ["account:17", "account:4"], "ttl_ms": 10000, "wait_ms": 5000, "owner": "transfer-81"}))]
+    struct GroupRequest {
+        /// 1 to 64 distinct lock names, in any order: the server orders them itself, so that
+        /// two grants listing the same names in opposite orders never deadlock. (As a query
+        /// parameter: the names separated by commas.)
+        #[schema(min_items = 1, max_items = 64)]
+        #[serde(deserialize_with = "names_or_list")]
+        pub names: Vec<String>,
+        /// Free text naming the holder (at most 256 bytes), shown by inspect and list.
+        #[schema(max_length = 256)]
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        pub owner: Option<String>,
+        /// `exclusive` only (the default): a lease on several names is exclusive.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        pub mode: Option<LockMode>,
+    }
+    /// Lease TTL in ms: from 100 to the configured maximum (default 3600000). Default 30000.
+    ttl_ms,
     /// How long to wait while another lease holds any of the names, in ms (default 0).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schema(value_type = Option<u64>, minimum = 0, maximum = 60000)]
-    pub wait_ms: Option<Whole>,
-    /// Free text naming the holder (at most 256 bytes), shown by inspect and list.
-    #[schema(max_length = 256)]
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub owner: Option<String>,
-    /// `exclusive` only (the default): a lease on several names is exclusive.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub mode: Option<LockMode>,
-    /// A session (`POST /sessions`) to hold this through instead of its own renews: it is
-    /// held for as long as the session is, renewed by the session's renews, and released
-    /// when the session ends or expires (its `ttl_ms`, if any, is the session's then).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub session: Option<String>,
-    /// Kept by the server (`true`): the hold needs no renew and lives until revoked, at most
-    /// REDLOCKD_MAX_KEPT_HOLD_MS (default 2 h); its `ttl_ms` is that maximum. Not with
-    /// `ttl_ms`, `session` or a held stream (each says how long it lives). Default false.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schema(value_type = Option<bool>)]
-    pub kept: Option<Flag>,
-    /// For a held stream (`/hold`, or `Accept: text/event-stream`): how long the lease
-    /// outlives the stream's connection when it closes without a `DELETE` of the lease, in
-    /// ms (at most the largest TTL; default 0: revoked as the connection closes), so that
-    /// its holder may resume it (`POST .../leases/{lease_id}/hold`) through any replica. It
-    /// is renewed no further meanwhile: the grace never outlasts the validity last answered.
-    /// After a drop, rely on the lease no longer than the shorter of the last event's
-    /// `validity_ms` and the grace. Ignored by a grant answered as JSON, which has no
-    /// connection to outlive.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schema(value_type = Option<u64>, minimum = 0, maximum = 3600000)]
-    pub grace_ms: Option<Whole>,
+    wait_ms,
 }
 
 /// `names` as a JSON array, or as one string of names separated by commas (a query
@@ -500,52 +497,26 @@ pub(crate) struct ResumeRequest {
     pub grace_ms: Option<Whole>,
 }
 
-/// Fields of a campaign; each may also be given as a query parameter of the same name.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, ToSchema)]
-#[serde(deny_unknown_fields)]
-#[schema(example = json!({"value": "10.0.0.7:9000", "ttl_ms": 10000, "wait_ms": 60000}))]
-pub(crate) struct CampaignRequest {
-    /// What the leader publishes while it leads (its address, say): at most 256 bytes.
-    #[schema(max_length = 256)]
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub value: Option<String>,
+hold_request! {
+    /// Fields of a campaign; each may also be given as a query parameter of the same name.
+    #[schema(example = json!({"value": "10.0.0.7:9000", "ttl_ms": 10000, "wait_ms": 60000}))]
+    struct CampaignRequest {
+        /// What the leader publishes while it leads (its address, say): at most 256 bytes.
+        #[schema(max_length = 256)]
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        pub value: Option<String>,
+        /// Lock-delay in ms (default 0): when this term ends other than by the leader's resign
+        /// (it expires, or is force-released), no candidate is elected until this long after;
+        /// campaigns meanwhile are 409 `lock_delay`.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        #[schema(value_type = Option<u64>, minimum = 0, maximum = 60000)]
+        pub lock_delay_ms: Option<Whole>,
+    }
     /// Term TTL in ms, renewed like a lease's: from 100 to the configured maximum.
     /// Default 30000.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schema(value_type = Option<u64>, minimum = 100, maximum = 3600000)]
-    pub ttl_ms: Option<Whole>,
+    ttl_ms,
     /// How long to wait while another candidate leads, in ms (default 0).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schema(value_type = Option<u64>, minimum = 0, maximum = 60000)]
-    pub wait_ms: Option<Whole>,
-    /// Lock-delay in ms (default 0): when this term ends other than by the leader's resign
-    /// (it expires, or is force-released), no candidate is elected until this long after;
-    /// campaigns meanwhile are 409 `lock_delay`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schema(value_type = Option<u64>, minimum = 0, maximum = 60000)]
-    pub lock_delay_ms: Option<Whole>,
-    /// A session (`POST /sessions`) to hold this through instead of its own renews: it is
-    /// held for as long as the session is, renewed by the session's renews, and released
-    /// when the session ends or expires (its `ttl_ms`, if any, is the session's then).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub session: Option<String>,
-    /// Kept by the server (`true`): the hold needs no renew and lives until revoked, at most
-    /// REDLOCKD_MAX_KEPT_HOLD_MS (default 2 h); its `ttl_ms` is that maximum. Not with
-    /// `ttl_ms`, `session` or a held stream (each says how long it lives). Default false.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schema(value_type = Option<bool>)]
-    pub kept: Option<Flag>,
-    /// For a held stream (`/hold`, or `Accept: text/event-stream`): how long the lease
-    /// outlives the stream's connection when it closes without a `DELETE` of the lease, in
-    /// ms (at most the largest TTL; default 0: revoked as the connection closes), so that
-    /// its holder may resume it (`POST .../leases/{lease_id}/hold`) through any replica. It
-    /// is renewed no further meanwhile: the grace never outlasts the validity last answered.
-    /// After a drop, rely on the lease no longer than the shorter of the last event's
-    /// `validity_ms` and the grace. Ignored by a grant answered as JSON, which has no
-    /// connection to outlive.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schema(value_type = Option<u64>, minimum = 0, maximum = 3600000)]
-    pub grace_ms: Option<Whole>,
+    wait_ms,
 }
 
 /// Fields of a leader's renew; with `value`, the leader proclaims a new value and keeps
@@ -676,50 +647,24 @@ pub(crate) struct LeaderEvent {
     pub value: Option<String>,
 }
 
-/// Fields of a semaphore's grant (taking a permit); each may also be given as a query
-/// parameter of the same name.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, ToSchema)]
-#[serde(deny_unknown_fields)]
-#[schema(example = json!({"limit": 3, "ttl_ms": 60000, "wait_ms": 5000, "owner": "pool-worker-3"}))]
-pub(crate) struct SemaphoreRequest {
-    /// How many permits of this name may be held at once: 1 to 1000. Required. Grants with
-    /// different limits share the slots: a permit is one of slots 0 to `limit` - 1.
-    #[schema(value_type = u64, minimum = 1, maximum = 1000)]
-    pub limit: Option<Whole>,
+hold_request! {
+    /// Fields of a semaphore's grant (taking a permit); each may also be given as a query
+    /// parameter of the same name.
+    #[schema(example = json!({"limit": 3, "ttl_ms": 60000, "wait_ms": 5000, "owner": "pool-worker-3"}))]
+    struct SemaphoreRequest {
+        /// How many permits of this name may be held at once: 1 to 1000. Required. Grants with
+        /// different limits share the slots: a permit is one of slots 0 to `limit` - 1.
+        #[schema(value_type = u64, minimum = 1, maximum = 1000)]
+        pub limit: Option<Whole>,
+        /// Free text naming the holder (at most 256 bytes), shown by inspect.
+        #[schema(max_length = 256)]
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        pub owner: Option<String>,
+    }
     /// Permit TTL in ms: from 100 to the configured maximum (default 3600000). Default 30000.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schema(value_type = Option<u64>, minimum = 100, maximum = 3600000)]
-    pub ttl_ms: Option<Whole>,
+    ttl_ms,
     /// How long to wait while every permit is taken, in ms (default 0: do not wait).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schema(value_type = Option<u64>, minimum = 0, maximum = 60000)]
-    pub wait_ms: Option<Whole>,
-    /// Free text naming the holder (at most 256 bytes), shown by inspect.
-    #[schema(max_length = 256)]
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub owner: Option<String>,
-    /// A session (`POST /sessions`) to hold this through instead of its own renews: it is
-    /// held for as long as the session is, renewed by the session's renews, and released
-    /// when the session ends or expires (its `ttl_ms`, if any, is the session's then).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub session: Option<String>,
-    /// Kept by the server (`true`): the hold needs no renew and lives until revoked, at most
-    /// REDLOCKD_MAX_KEPT_HOLD_MS (default 2 h); its `ttl_ms` is that maximum. Not with
-    /// `ttl_ms`, `session` or a held stream (each says how long it lives). Default false.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schema(value_type = Option<bool>)]
-    pub kept: Option<Flag>,
-    /// For a held stream (`/hold`, or `Accept: text/event-stream`): how long the lease
-    /// outlives the stream's connection when it closes without a `DELETE` of the lease, in
-    /// ms (at most the largest TTL; default 0: revoked as the connection closes), so that
-    /// its holder may resume it (`POST .../leases/{lease_id}/hold`) through any replica. It
-    /// is renewed no further meanwhile: the grace never outlasts the validity last answered.
-    /// After a drop, rely on the lease no longer than the shorter of the last event's
-    /// `validity_ms` and the grace. Ignored by a grant answered as JSON, which has no
-    /// connection to outlive.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schema(value_type = Option<u64>, minimum = 0, maximum = 3600000)]
-    pub grace_ms: Option<Whole>,
+    wait_ms,
 }
 
 /// A permit: what taking and renewing a semaphore's permit answer. A lease body with the
