@@ -40,7 +40,8 @@
 //! `REDLOCKD_BENCH_AB="K=V ..."` compares redlockd with and without them, row against row
 //! in one run (with `REDLOCKD_BENCH_AB_BIN=<path>`, B is another redlockd binary: a build
 //! of an earlier commit, so that a change is measured against what came before; `""`
-//! compares the binaries alone).
+//! compares the binaries alone; `REDLOCKD_BENCH_AB_CLIENTS=N` runs its rows with N clients
+//! rather than 16).
 
 #[path = "../tests/common/mod.rs"]
 mod common;
@@ -2021,8 +2022,8 @@ async fn uncontended(
     notes
 }
 
-/// `REDLOCKD_BENCH_AB="K=V ..."`: the 16-client HTTP row on two redlockd processes over the
-/// same masters, one as configured and one with these variables, alternating three times,
+/// `REDLOCKD_BENCH_AB="K=V ..."`: the 16-client HTTP row (`REDLOCKD_BENCH_AB_CLIENTS=N`:
+/// N clients) on two redlockd processes over the same masters, one as configured and one with these variables, alternating three times,
 /// so that a change is compared within one run rather than across noisy runs.
 /// With `REDLOCKD_BENCH_AB_BIN=<path>`, B is that redlockd binary (a build of an earlier
 /// commit, say), so that a change is measured against what came before in one run.
@@ -2032,6 +2033,11 @@ async fn ab(masters: &[RedisMaster], b_env: &str, plan: Plan) {
     let b_bin = std::env::var("REDLOCKD_BENCH_AB_BIN").unwrap_or_else(|_| BIN.to_owned());
     let b = Arc::new(Server::start_binary(&b_bin, &urls, b_env).await);
     let redis = pids(masters);
+    let clients = std::env::var("REDLOCKD_BENCH_AB_CLIENTS")
+        .ok()
+        .and_then(|n| n.parse::<usize>().ok())
+        .filter(|&n| n > 0)
+        .unwrap_or(16);
     print_header();
     for _ in 0..3 {
         for (server, label) in [(&a, "A: as configured"), (&b, "B: with the variables")] {
@@ -2041,8 +2047,8 @@ async fn ab(masters: &[RedisMaster], b_env: &str, plan: Plan) {
                 masters: &redis,
             };
             let s = server.clone();
-            let workload = format!("uncontended, 16 clients, {label}");
-            measure("redlockd", workload, 16, &at, None, move |i| {
+            let workload = format!("uncontended, {clients} clients, {label}");
+            measure("redlockd", workload, clients, &at, None, move |i| {
                 http_cycle(s.clone(), i, 0)
             })
             .await;
