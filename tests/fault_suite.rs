@@ -402,19 +402,7 @@ impl Recorder {
         ttl: Duration,
     ) -> Option<String> {
         let body = json!({"session": id, "wait_ms": 300});
-        let (status, lease) = self
-            .call(
-                http,
-                replica,
-                base,
-                Kind::Grant,
-                name,
-                None,
-                body,
-                ttl,
-                None,
-            )
-            .await;
+        let (status, lease) = self.grant(http, (replica, base), name, body, ttl).await;
         let won = lease["lease_id"].as_str().filter(|_| status == 201);
         won.map(str::to_owned)
     }
@@ -422,6 +410,31 @@ impl Recorder {
     /// Add `event` to the history as it is.
     fn record(&self, event: Event) {
         self.events.lock().unwrap().push(event);
+    }
+
+    /// A grant of `name` with `body` (its TTL `ttl`, no Idempotency-Key) on replica `at`
+    /// (index, base URL).
+    async fn grant(
+        &self,
+        http: &reqwest::Client,
+        at: (usize, &str),
+        name: &str,
+        body: Value,
+        ttl: Duration,
+    ) -> (u16, Value) {
+        let (replica, base) = at;
+        self.call(
+            http,
+            replica,
+            base,
+            Kind::Grant,
+            name,
+            None,
+            body,
+            ttl,
+            None,
+        )
+        .await
     }
 
     /// A renew or revoke of lease `id` of `name`, with no body, on replica `at` (index,
@@ -1397,17 +1410,7 @@ async fn behind_a_claim(bases: &Bases, recorder: &Recorder) {
         let http = http.clone();
         async move {
             let (status, lease) = recorder
-                .call(
-                    &http,
-                    r,
-                    &base,
-                    Kind::Grant,
-                    CLAIMED,
-                    None,
-                    body(wait),
-                    ttl,
-                    None,
-                )
+                .grant(&http, (r, &base), CLAIMED, body(wait), ttl)
                 .await;
             (status == 201).then(|| lease["lease_id"].as_str().unwrap_or_default().to_owned())
         }
@@ -1421,16 +1424,12 @@ async fn behind_a_claim(bases: &Bases, recorder: &Recorder) {
         }
     };
     let held = recorder
-        .call(
+        .grant(
             &http,
-            r1,
-            &b1,
-            Kind::Grant,
+            (r1, &b1),
             CLAIMED,
-            None,
             grant_body(CLAIMED, json!({"ttl_ms": 1000})),
             Duration::from_secs(1),
-            None,
         )
         .await;
     if held.0 != 201 {
@@ -1695,16 +1694,12 @@ async fn session_worker(
         }
         let ttl = Duration::from_millis(rng.random_range(400..1500));
         let (status, lease) = recorder
-            .call(
+            .grant(
                 &http,
-                replica,
-                &base,
-                Kind::Grant,
+                (replica, &base),
                 name,
-                None,
                 json!({"ttl_ms": ttl.as_millis() as u64, "wait_ms": 300}),
                 ttl,
-                None,
             )
             .await;
         if status != 201 {
@@ -2269,16 +2264,12 @@ async fn restart_empty_under_a_live_lease(unsafe_switch: bool) -> Vec<String> {
     let ttl = MAX_TTL;
     let l1_invoked = started.elapsed();
     let (status, l1) = recorder
-        .call(
+        .grant(
             &http,
-            0,
-            &base(0),
-            Kind::Grant,
+            (0, &base(0)),
             "x",
-            None,
             json!({"ttl_ms": MAX_TTL.as_millis() as u64}),
             ttl,
-            None,
         )
         .await;
     assert_eq!(status, 201, "{l1}");
@@ -2300,17 +2291,7 @@ async fn restart_empty_under_a_live_lease(unsafe_switch: bool) -> Vec<String> {
     let mut second = (0, Value::Null);
     while started.elapsed() < valid_until && second.0 != 201 {
         second = recorder
-            .call(
-                &http,
-                1,
-                &base(1),
-                Kind::Grant,
-                "x",
-                None,
-                json!({"ttl_ms": 2500}),
-                ttl,
-                None,
-            )
+            .grant(&http, (1, &base(1)), "x", json!({"ttl_ms": 2500}), ttl)
             .await;
         tokio::time::sleep(common::POLL).await;
     }

@@ -134,16 +134,12 @@ pub async fn worker(
         let ttl = Duration::from_millis(rng.random_range(300..1200));
         let asked = Instant::now();
         let (status, lease) = recorder
-            .call(
+            .grant(
                 &http,
-                replica,
-                &base,
-                Kind::Grant,
+                (replica, &base),
                 NAME,
-                None,
                 json!({"ttl_ms": ttl.as_millis() as u64, "wait_ms": 500}),
                 ttl,
-                None,
             )
             .await;
         if status != 201 {

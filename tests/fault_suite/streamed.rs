@@ -514,16 +514,12 @@ async fn contend(
     };
     let wait = ttl.as_millis() as u64 + 300;
     let (status, lease) = recorder
-        .call(
+        .grant(
             http,
-            replica,
-            &base,
-            Kind::Grant,
+            (replica, &base),
             name,
-            None,
             json!({"ttl_ms": 1000, "wait_ms": wait}),
             Duration::from_secs(1),
-            None,
         )
         .await;
     if let Some(id) = lease["lease_id"].as_str().filter(|_| status == 201) {
