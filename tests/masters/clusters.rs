@@ -202,6 +202,66 @@ async fn a_waiting_grant_on_the_other_replica_is_woken_by_a_release() {
     }
 }
 
+/// The ids of the connections subscribed to a shard's channels (`CLIENT LIST`, `ssub` > 0).
+async fn subscribers(node: &common::RedisMaster) -> Vec<String> {
+    let list: String = node.cmd(&["CLIENT", "LIST"]).await.expect("CLIENT LIST");
+    let mut ids: Vec<String> = list
+        .lines()
+        .filter(|l| {
+            l.split(' ')
+                .any(|f| f.starts_with("ssub=") && f != "ssub=0")
+        })
+        .filter_map(|l| {
+            l.split(' ')
+                .find_map(|f| f.strip_prefix("id="))
+                .map(str::to_owned)
+        })
+        .collect();
+    ids.sort();
+    ids
+}
+
+/// A replica keeps one subscription per shard while the shard is up, quiet or not: one made
+/// again costs the shard two `SSUBSCRIBE`s per slot it serves, and an announcement that
+/// arrives after a quiet spell must still reach the waiters (it once went to redis-rs's
+/// count of late replies to skip, and the quiet subscription was re-made every 5.5 s).
+#[tokio::test]
+async fn a_quiet_subscription_stays_up_and_its_announcements_still_wake_waiters() {
+    let cs = clusters(1);
+    let (a, b) = replicas(&cs).await;
+    let before: Vec<Vec<String>> = {
+        let mut all = Vec::new();
+        for shard in &cs[0].shards {
+            let ids = subscribers(shard).await;
+            assert_eq!(ids.len(), 2, "one subscription per replica");
+            all.push(ids);
+        }
+        all
+    };
+    // The quiet spell is the subject: longer than a subscription waits for an answer to
+    // its liveness check (5 s), with nothing published meanwhile.
+    tokio::time::sleep(Duration::from_secs(7)).await;
+    for (shard, ids) in cs[0].shards.iter().zip(&before) {
+        assert_eq!(
+            &subscribers(shard).await,
+            ids,
+            "a quiet subscription was made again"
+        );
+    }
+    let (lease, _) = a.must_grant("quiet", json!({"ttl_ms": 20000})).await;
+    let waiter = b.grant_in_background("quiet", json!({"ttl_ms": 5000, "wait_ms": 10000}));
+    b.wait_for_contention("quiet", 1).await;
+    let released = Instant::now();
+    assert_eq!(a.revoke("quiet", &lease).await.0, 204);
+    let (status, body, at) = waiter.await.expect("waiter");
+    assert_eq!(status, 201, "{body}");
+    let took = at.duration_since(released);
+    assert!(
+        took < Duration::from_millis(500),
+        "woken {took:?} after the release: polled, not announced"
+    );
+}
+
 #[tokio::test]
 async fn every_kind_of_lock_works_on_clusters() {
     let cs = clusters(3);
