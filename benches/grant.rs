@@ -277,6 +277,9 @@ enum Inside {
     Plain,
     /// `acquire.lua` and `release.lua`, each an `EVALSHA` of its own.
     Alone,
+    /// Each step as a cluster sends it: its own script with `single.lua` (its answer and the
+    /// master's `TIME`), an `EVALSHA` of its own.
+    Single,
     /// The batch script (`batch.lua` and the steps), `steps` steps a call.
     Batch { steps: usize },
     /// The batch as a Redis function, its steps defined once when the library is loaded.
@@ -316,6 +319,10 @@ async fn inside_redis(master: &RedisMaster, cycles: usize, rounds: usize) {
     let release = redis::Script::new(
         &(prelude.to_owned() + include_str!("../src/store/scripts/release.lua")),
     );
+    let single = |name: &str| {
+        redis::Script::new(&redlockd::store::redis::single_script_text(name).unwrap_or_default())
+    };
+    let (single_acquire, single_release) = (single("acquire"), single("release"));
     let unlock = redis::Script::new(
         "if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end \
          return 0",
@@ -331,7 +338,15 @@ async fn inside_redis(master: &RedisMaster, cycles: usize, rounds: usize) {
         .query_async::<String>(&mut conn)
         .await
         .is_ok();
-    for script in [&batch, &dealing, &acquire, &release, &unlock] {
+    for script in [
+        &batch,
+        &dealing,
+        &acquire,
+        &release,
+        &single_acquire,
+        &single_release,
+        &unlock,
+    ] {
         let _: redis::RedisResult<String> = script.prepare_invoke().load_async(&mut conn).await;
     }
     // A step's keys and arguments as acquire.lua's and release.lua's headers list them.
@@ -399,6 +414,10 @@ async fn inside_redis(master: &RedisMaster, cycles: usize, rounds: usize) {
         ),
         ("the step scripts, a call each", Inside::Alone),
         ("the batch, one step a call", Inside::Batch { steps: 1 }),
+        (
+            "a step alone as a cluster sends it (single.lua)",
+            Inside::Single,
+        ),
         ("the batch, 8 steps a call", Inside::Batch { steps: 8 }),
         (
             "the batch, 8 steps a call, steps that do nothing (dealing out alone)",
@@ -416,7 +435,7 @@ async fn inside_redis(master: &RedisMaster, cycles: usize, rounds: usize) {
         for (w, (_, way)) in ways.iter().enumerate() {
             let _: redis::RedisResult<()> = master.cmd(&["CONFIG", "RESETSTAT"]).await;
             let per_call = match way {
-                Inside::Plain | Inside::Alone => 8,
+                Inside::Plain | Inside::Alone | Inside::Single => 8,
                 Inside::Batch { steps }
                 | Inside::Function { steps }
                 | Inside::Dealing { steps } => *steps,
@@ -444,6 +463,18 @@ async fn inside_redis(master: &RedisMaster, cycles: usize, rounds: usize) {
                             pipe.add_command(evalsha(&acquire).arg(k.len()).arg(k).arg(a).clone());
                             let (k, a) = release_step(name);
                             pipe.add_command(evalsha(&release).arg(k.len()).arg(k).arg(a).clone());
+                        }
+                    }
+                    Inside::Single => {
+                        for name in &names {
+                            let (k, a) = acquire_step(name);
+                            pipe.add_command(
+                                evalsha(&single_acquire).arg(k.len()).arg(k).arg(a).clone(),
+                            );
+                            let (k, a) = release_step(name);
+                            pipe.add_command(
+                                evalsha(&single_release).arg(k.len()).arg(k).arg(a).clone(),
+                            );
                         }
                     }
                     Inside::Batch { .. } | Inside::Dealing { .. } | Inside::Function { .. } => {
@@ -478,7 +509,7 @@ async fn inside_redis(master: &RedisMaster, cycles: usize, rounds: usize) {
                 let first = match (way, answers.first()) {
                     (Inside::Alone, Some(answer)) => Some(answer),
                     (
-                        Inside::Batch { .. } | Inside::Function { .. },
+                        Inside::Batch { .. } | Inside::Function { .. } | Inside::Single,
                         Some(redis::Value::Array(a)),
                     ) => a.first(),
                     _ => None,
@@ -810,7 +841,7 @@ impl Plain {
 
 /// What each Redis command cost the masters per cycle, from `INFO commandstats` (reset
 /// before a row): calls and microseconds inside Redis.
-async fn commandstats_reset(masters: &[RedisMaster]) {
+async fn commandstats_reset<'a>(masters: impl IntoIterator<Item = &'a RedisMaster>) {
     for m in masters {
         let _: redis::RedisResult<()> = m.cmd(&["CONFIG", "RESETSTAT"]).await;
     }
@@ -830,8 +861,8 @@ const SCRIPT_CALLS: [&str; 6] = [
 /// The masters' time per cycle (the script calls, which include their inner calls, and the
 /// commands in `direct`, which the row's client sends outside any script), and every
 /// command's calls and time per cycle.
-async fn commandstats_per_cycle(
-    masters: &[RedisMaster],
+async fn commandstats_per_cycle<'a>(
+    masters: impl IntoIterator<Item = &'a RedisMaster>,
     cycles: usize,
     direct: &[&str],
 ) -> (f64, String) {
@@ -2063,7 +2094,8 @@ async fn clusters_next_to_masters(masters: &[RedisMaster], plan: Plan) {
     let clusters: Vec<common::RedisCluster> =
         (0..3).map(|_| common::RedisCluster::start(3)).collect();
     let urls: Vec<String> = clusters.iter().map(common::RedisCluster::url).collect();
-    let over_clusters = Arc::new(Server::start_over(&urls, "").await);
+    let extra = std::env::var("REDLOCKD_BENCH_SERVER_ENV").unwrap_or_default();
+    let over_clusters = Arc::new(Server::start_over(&urls, &extra).await);
     let over_masters = Arc::new(Server::start(masters).await);
     let shard_pids: Vec<u32> = clusters
         .iter()
@@ -2076,7 +2108,8 @@ async fn clusters_next_to_masters(masters: &[RedisMaster], plan: Plan) {
         masters: &pids(masters),
     };
     let s = over_masters.clone();
-    let base = measure(
+    commandstats_reset(masters).await;
+    let single_row = measure(
         "redlockd, 3 single masters",
         "uncontended, 16 clients".into(),
         16,
@@ -2084,8 +2117,38 @@ async fn clusters_next_to_masters(masters: &[RedisMaster], plan: Plan) {
         None,
         move |c| http_cycle(s.clone(), c, 0),
     )
-    .await
-    .rate();
+    .await;
+    let base = single_row.rate();
+    let (single_inside, single_each) =
+        commandstats_per_cycle(masters, single_row.tally.cycles, &[]).await;
+    let shards: Vec<&RedisMaster> = clusters.iter().flat_map(|c| c.shards.iter()).collect();
+    // The replica subscribes to every slot's two shard channels (16 384 `SSUBSCRIBE`s a
+    // cluster) when it starts; that burst is a start's cost, not a cycle's, so the row waits
+    // for it to end.
+    let everything = clusters.len() * 2 * 16_384;
+    let subscribed = async || {
+        let mut channels = 0;
+        for shard in &shards {
+            let names: Vec<String> = shard
+                .cmd(&["PUBSUB", "SHARDCHANNELS"])
+                .await
+                .unwrap_or_default();
+            channels += names.len();
+        }
+        channels
+    };
+    let deadline = Instant::now() + Duration::from_secs(120);
+    let mut channels = subscribed().await;
+    while channels < everything && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        channels = subscribed().await;
+    }
+    if channels < everything {
+        println!(
+            "(the replica's shard channels: {channels} of {everything} subscribed after 120 s)"
+        );
+    }
+    commandstats_reset(shards.iter().copied()).await;
     let before: Vec<Duration> = shard_pids.iter().map(|p| cpu_of(*p)).collect();
     let clustered = Setup {
         length: plan.row,
@@ -2118,6 +2181,14 @@ async fn clusters_next_to_masters(masters: &[RedisMaster], plan: Plan) {
             .map(|c| c.join(" / "))
             .collect::<Vec<_>>()
             .join(" · ")
+    );
+    let (clustered_inside, clustered_each) =
+        commandstats_per_cycle(shards.iter().copied(), row.tally.cycles, &[]).await;
+    println!(
+        "Inside Redis per cycle (`INFO commandstats`; `evalsha` includes the commands its \
+         script calls): 3 single masters {single_inside:.1} µs ({single_each}); 3 clusters \
+         {clustered_inside:.1} µs ({clustered_each}): {:.2}×\n",
+        clustered_inside / single_inside.max(f64::MIN_POSITIVE)
     );
 }
 

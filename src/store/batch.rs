@@ -100,16 +100,22 @@ impl Step {
         invocation
     }
 
-    /// The step as one `EVALSHA` of `script` in `pipe`, its answer ignored.
-    pub(crate) fn pipe_to(&self, pipe: &mut redis::Pipeline, script: &Script) {
-        let keys = self.keys.args_iter().count();
-        let cmd = pipe.cmd("EVALSHA").arg(script.get_hash()).arg(keys);
+    /// The step as one `EVALSHA` of `script`, its keys and arguments as they are.
+    pub(crate) fn evalsha(&self, script: &Script) -> Cmd {
+        let mut cmd = redis::cmd("EVALSHA");
+        cmd.arg(script.get_hash())
+            .arg(self.keys.args_iter().count());
         for part in self.keys.args_iter().chain(self.args.args_iter()) {
             if let redis::Arg::Simple(bytes) = part {
                 cmd.arg(bytes);
             }
         }
-        cmd.ignore();
+        cmd
+    }
+
+    /// The step as one `EVALSHA` of `script` in `pipe`, its answer ignored.
+    pub(crate) fn pipe_to(&self, pipe: &mut redis::Pipeline, script: &Script) {
+        pipe.add_command(self.evalsha(script)).ignore();
     }
 
     /// The step's first key: on a cluster, its slot is the step's.
@@ -430,6 +436,17 @@ pub(crate) fn pack<'a>(script: &Script, batch: impl IntoIterator<Item = &'a Step
 /// arguments, then `batch.lua`, which deals them out.
 pub(crate) fn compose(steps: &[(&str, &str)], dispatch: &str) -> String {
     definitions(steps) + dispatch
+}
+
+/// The script of one step sent as a call of its own (`single.lua`, a cluster's steps):
+/// `layout.lua`, `prelude.lua`, the step's own script as the function `step`, and nothing of
+/// the other steps.
+pub(crate) fn single(body: &str) -> String {
+    let mut script = String::from(include_str!("scripts/layout.lua"));
+    script.push_str(include_str!("scripts/prelude.lua"));
+    script.push_str(&format!("local function step(KEYS, ARGV)\n{body}\nend\n"));
+    script.push_str(include_str!("scripts/single.lua"));
+    script
 }
 
 /// What `compose` puts before the dispatch: `layout.lua`, `prelude.lua` and the step

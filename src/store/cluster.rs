@@ -6,7 +6,8 @@
 //! a `MOVED` answer (a slot moved for good) refreshes it and the step is sent once more to
 //! the new owner, an `ASK` (a slot being migrated) is followed with `ASKING`. A slot's
 //! fencing counter and marker are keys of that slot, so a migration carries them with its
-//! locks. Steps are not batched: a batch's keys would span slots.
+//! locks. Steps are not batched: a batch's keys would span slots. Each is sent as its own
+//! script's call (`scripts/single.lua`), not as a batch of one.
 //!
 //! Shard health, the cluster's part of promise 7: the engine's monitor judges the cluster as
 //! one master, and this module judges each shard (primary) inside it, so that one shard's

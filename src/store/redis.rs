@@ -78,6 +78,33 @@ const STEPS: [(&str, &str); 11] = [
 static BATCH: LazyLock<Script> =
     LazyLock::new(|| Script::new(&batch::compose(&STEPS, include_str!("scripts/batch.lua"))));
 
+/// Each batched step's script as a call of its own (`batch::single`): how a cluster sends
+/// its steps, which are not batched.
+static SINGLES: LazyLock<Vec<(&'static str, Script)>> = LazyLock::new(|| {
+    STEPS
+        .iter()
+        .map(|&(name, body)| (name, Script::new(&batch::single(body))))
+        .collect()
+});
+
+/// The script that runs the step `name` as a call of its own.
+fn single_script(name: &str) -> Option<&'static Script> {
+    SINGLES
+        .iter()
+        .find(|(n, _)| *n == name)
+        .map(|(_, script)| script)
+}
+
+/// The script a cluster sends the step `name` as (`single.lua` after the step's own), for
+/// the benchmark's look inside Redis.
+#[doc(hidden)]
+pub fn single_script_text(name: &str) -> Option<String> {
+    STEPS
+        .iter()
+        .find(|(n, _)| *n == name)
+        .map(|(_, body)| batch::single(body))
+}
+
 /// The batch script in its two parts (the step functions, then `batch.lua`), with the steps
 /// named in `replace` given those bodies in place of their own scripts: for the benchmark's
 /// look inside Redis, which weighs what dealing steps out costs against what the steps do.
@@ -250,15 +277,18 @@ fn parse_hold(text: &str) -> Option<SessionHold> {
 
 impl RedisNode {
     /// One step of a lock's life: on a master, sent with whatever else is queued for it; on
-    /// a cluster, to the primary of its first key's slot (every key of a step shares it).
+    /// a cluster, to the primary of its first key's slot (every key of a step shares it), as
+    /// a call of its own script (`single.lua`), since a batch's keys would span slots.
     async fn step(&self, step: Step) -> NodeResult<Reply> {
         match &self.wire {
             Wire::Master(master) => Reply::of(master.batch.send(step).await?),
             Wire::Cluster(cluster) => {
                 let slot = step.first_key().map_or(0, layout::slot_of);
-                let call = batch::pack(&BATCH, [&step]);
+                let script = single_script(step.name())
+                    .ok_or_else(|| NodeError::Other(format!("no step script {}", step.name())))?;
+                let call = step.evalsha(script);
                 Reply::of(batch::single_answer(
-                    cluster.call(slot, &call, &BATCH, 1).await?,
+                    cluster.call(slot, &call, script, 1).await?,
                 )?)
             }
         }
