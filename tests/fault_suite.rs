@@ -422,19 +422,8 @@ impl Recorder {
         body: Value,
         ttl: Duration,
     ) -> (u16, Value) {
-        let (replica, base) = at;
-        self.call(
-            http,
-            replica,
-            base,
-            Kind::Grant,
-            name,
-            None,
-            body,
-            ttl,
-            None,
-        )
-        .await
+        self.call(http, at, Kind::Grant, name, None, body, ttl, None)
+            .await
     }
 
     /// A renew or revoke of lease `id` of `name`, with no body, on replica `at` (index,
@@ -448,27 +437,15 @@ impl Recorder {
         id: &str,
         ttl: Duration,
     ) -> (u16, Value) {
-        let (replica, base) = at;
-        self.call(
-            http,
-            replica,
-            base,
-            kind,
-            name,
-            Some(id),
-            json!({}),
-            ttl,
-            None,
-        )
-        .await
+        self.call(http, at, kind, name, Some(id), json!({}), ttl, None)
+            .await
     }
 
     #[allow(clippy::too_many_arguments)]
     async fn call(
         &self,
         http: &reqwest::Client,
-        replica: usize,
-        base: &str,
+        at: (usize, &str),
         kind: Kind,
         name: &str,
         lease: Option<&str>,
@@ -476,6 +453,7 @@ impl Recorder {
         ttl: Duration,
         idempotency_key: Option<&str>,
     ) -> (u16, Value) {
+        let (replica, base) = at;
         let path = route(name);
         let request = match (kind, lease) {
             (Kind::Grant, _) => {
@@ -611,8 +589,7 @@ async fn worker(
             recorder
                 .call(
                     &http,
-                    replica,
-                    &base,
+                    (replica, &base),
                     kind,
                     &name,
                     Some(&lease),
@@ -657,8 +634,7 @@ async fn worker(
             let (status, lease) = recorder
                 .call(
                     &http,
-                    replica,
-                    &base,
+                    (replica, &base),
                     Kind::Grant,
                     name,
                     None,
@@ -718,8 +694,7 @@ async fn worker(
             let (status, _) = recorder
                 .call(
                     &http,
-                    replica,
-                    &base,
+                    (replica, &base),
                     Kind::Renew,
                     name,
                     Some(&id),
@@ -853,8 +828,7 @@ async fn session_round(
             recorder
                 .call(
                     http,
-                    replica,
-                    base,
+                    (replica, base),
                     Kind::Revoke,
                     name,
                     Some(lease),

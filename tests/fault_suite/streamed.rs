@@ -526,8 +526,7 @@ async fn contend(
         recorder
             .call(
                 http,
-                replica,
-                &base,
+                (replica, &base),
                 Kind::Revoke,
                 name,
                 Some(id),
