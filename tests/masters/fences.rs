@@ -24,46 +24,27 @@ async fn lock_permit_shared_and_election_tokens_are_current_on_the_other_replica
         )
         .await;
     let (_, reader) = a.grant("fenced:r", json!({"mode": "shared"})).await;
+    // (the route asked about the token, the token, the lease's route for its revoke)
+    let case = |route: &str, body: &serde_json::Value, token: &str, leases: &str| {
+        let token = body[token].as_u64().unwrap();
+        let lease = format!("{leases}/leases/{}", body["lease_id"].as_str().unwrap());
+        (route.to_owned(), token, lease)
+    };
     let cases = [
-        (
-            "/locks/fenced",
-            lock["fencing_token"].as_u64().unwrap(),
-            format!(
-                "/locks/fenced/leases/{}",
-                lock["lease_id"].as_str().unwrap()
-            ),
-        ),
-        (
+        case("/locks/fenced", &lock, "fencing_token", "/locks/fenced"),
+        case(
             "/semaphores/fenced",
-            permit["fencing_token"].as_u64().unwrap(),
-            format!(
-                "/semaphores/fenced/leases/{}",
-                permit["lease_id"].as_str().unwrap()
-            ),
+            &permit,
+            "fencing_token",
+            "/semaphores/fenced",
         ),
-        (
-            "/elections/fenced",
-            term["term"].as_u64().unwrap(),
-            format!(
-                "/elections/fenced/leases/{}",
-                term["lease_id"].as_str().unwrap()
-            ),
-        ),
-        (
-            "/locks/fenced:2",
-            pair["fencing_token"].as_u64().unwrap(),
-            format!(
-                "/locks/fenced:1/leases/{}",
-                pair["lease_id"].as_str().unwrap()
-            ),
-        ),
-        (
+        case("/elections/fenced", &term, "term", "/elections/fenced"),
+        case("/locks/fenced:2", &pair, "fencing_token", "/locks/fenced:1"),
+        case(
             "/locks/fenced:r",
-            reader["fencing_token"].as_u64().unwrap(),
-            format!(
-                "/locks/fenced:r/leases/{}",
-                reader["lease_id"].as_str().unwrap()
-            ),
+            &reader,
+            "fencing_token",
+            "/locks/fenced:r",
         ),
     ];
     for (route, token, lease) in cases {

@@ -424,6 +424,7 @@ fn the_docs_name_no_variable_the_binary_lacks() {
         "REDLOCKD_FAULT_SEED",
         "REDLOCKD_BENCH_AB",
         "REDLOCKD_BENCH_AB_BIN",
+        "REDLOCKD_BENCH_AB_CLIENTS",
         "REDLOCKD_BENCH_TOKEN",
         "REDLOCKD_SLOT",
     ];
