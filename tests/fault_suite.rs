@@ -426,6 +426,25 @@ impl Recorder {
             .await
     }
 
+    /// A worker's grant (as `grant`): the lease when granted, or `None` after a pause.
+    async fn granted(
+        &self,
+        http: &reqwest::Client,
+        at: (usize, &str),
+        grant: (&str, Value),
+        ttl: Duration,
+        rng: &mut StdRng,
+    ) -> Option<Value> {
+        let (name, body) = grant;
+        match self.grant(http, at, name, body, ttl).await {
+            (201, lease) => Some(lease),
+            _ => {
+                back_off(rng).await;
+                None
+            }
+        }
+    }
+
     /// A renew or revoke of lease `id` of `name`, with no body, on replica `at` (index,
     /// base URL).
     async fn on_lease(
@@ -544,6 +563,11 @@ fn live_replicas(bases: &Bases) -> Vec<(usize, String)> {
 
 /// A live replica drawn at random, or none (after a pause, so that a worker waiting for
 /// one does not spin) while every replica is down.
+/// A worker's short random pause after a refusal, so that it does not spin.
+async fn back_off(rng: &mut StdRng) {
+    tokio::time::sleep(Duration::from_millis(rng.random_range(5..40))).await;
+}
+
 async fn pick_live(bases: &Bases, rng: &mut StdRng) -> Option<(usize, String)> {
     let live = live_replicas(bases);
     if live.is_empty() {
@@ -669,10 +693,10 @@ async fn worker(
             {
                 (replica, base) = (*r, b.clone());
             }
-            tokio::time::sleep(Duration::from_millis(rng.random_range(5..40))).await;
+            back_off(&mut rng).await;
         };
         if status != 201 {
-            tokio::time::sleep(Duration::from_millis(rng.random_range(5..40))).await;
+            back_off(&mut rng).await;
             continue;
         }
         if kept {
@@ -1667,19 +1691,14 @@ async fn session_worker(
             continue;
         }
         let ttl = Duration::from_millis(rng.random_range(400..1500));
-        let (status, lease) = recorder
-            .grant(
-                &http,
-                (replica, &base),
-                name,
-                json!({"ttl_ms": ttl.as_millis() as u64, "wait_ms": 300}),
-                ttl,
-            )
-            .await;
-        if status != 201 {
-            tokio::time::sleep(Duration::from_millis(rng.random_range(5..40))).await;
+        let body = json!({"ttl_ms": ttl.as_millis() as u64, "wait_ms": 300});
+        let at = (replica, base.as_str());
+        let Some(lease) = recorder
+            .granted(&http, at, (name, body), ttl, &mut rng)
+            .await
+        else {
             continue;
-        }
+        };
         let id = lease["lease_id"].as_str().unwrap_or_default().to_owned();
         tokio::time::sleep(Duration::from_millis(rng.random_range(0..100))).await;
         recorder

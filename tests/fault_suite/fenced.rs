@@ -133,19 +133,14 @@ pub async fn worker(
         };
         let ttl = Duration::from_millis(rng.random_range(300..1200));
         let asked = Instant::now();
-        let (status, lease) = recorder
-            .grant(
-                &http,
-                (replica, &base),
-                NAME,
-                json!({"ttl_ms": ttl.as_millis() as u64, "wait_ms": 500}),
-                ttl,
-            )
-            .await;
-        if status != 201 {
-            tokio::time::sleep(Duration::from_millis(rng.random_range(5..40))).await;
+        let body = json!({"ttl_ms": ttl.as_millis() as u64, "wait_ms": 500});
+        let at = (replica, base.as_str());
+        let Some(lease) = recorder
+            .granted(&http, at, (NAME, body), ttl, &mut rng)
+            .await
+        else {
             continue;
-        }
+        };
         let (Some(id), Some(token), Some(validity)) = (
             lease["lease_id"].as_str().map(str::to_owned),
             lease["fencing_token"].as_u64(),

@@ -27,7 +27,7 @@ use serde_json::{Value, json};
 
 use super::checker::{Event, Kind};
 use super::common::EventStream;
-use super::{Bases, Recorder, live_replicas, pick_live, session_renew_status};
+use super::{Bases, Recorder, back_off, live_replicas, pick_live, session_renew_status};
 
 /// How long a grant of a held stream may take to be answered before the worker gives up on
 /// it (and closes it, which revokes whatever it may have won).
@@ -90,7 +90,7 @@ pub(super) async fn stream_worker(
         } else {
             stream_round(&mut rng, &http, &bases, name, &recorder).await;
         }
-        tokio::time::sleep(Duration::from_millis(rng.random_range(5..40))).await;
+        back_off(&mut rng).await;
     }
 }
 
