@@ -529,6 +529,16 @@ impl Kind {
         }
     }
 
+    /// The kind as the API and the metrics' `kind` label name it: `lock` (exclusive,
+    /// shared or several names), `semaphore` or `election`.
+    pub(crate) fn label(self) -> &'static str {
+        match self {
+            Kind::Election => "election",
+            Kind::Semaphore => "semaphore",
+            Kind::Mutex | Kind::Reader | Kind::Group => "lock",
+        }
+    }
+
     /// The kind as one word, as a session's record of its holds writes it (session.lua).
     pub(crate) fn word(self) -> &'static str {
         match self {

@@ -20,7 +20,7 @@ use super::error::{ApiError, Outcome};
 use super::extract::in_scope;
 use super::schema::{AdminOnly, FleetLockHeader, GroupName, Refusals};
 use crate::lease::{HeldBy, LeaseError, LeasePolicy, OwnedRevoke, Target, WaitTime};
-use crate::model::{LeaseId, LockName, Owner, PermitLimit};
+use crate::model::{Kind, LeaseId, LockName, Owner, PermitLimit};
 use crate::wire::{FleetLockAnswer, FleetLockError, FleetLockRequest};
 
 /// Why a FleetLock call failed, in FleetLock's error body.
@@ -205,7 +205,7 @@ pub(crate) async fn pre_reboot(
         .await
     {
         Ok(lease) => {
-            state.metrics.kept_granted("semaphore");
+            state.metrics.kept_granted(Kind::Semaphore.label());
             Ok(Json(answer(&lease.id)))
         }
         Err(LeaseError::Held { .. } | LeaseError::Delayed { .. }) => Err(Failed::Full(format!(

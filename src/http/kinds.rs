@@ -334,13 +334,7 @@ pub(super) async fn grant_target<B: serde::Serialize + for<'a> From<&'a Lease>>(
         .await
         .map_err(|e| refine(e.into()))?;
     if kept {
-        // The `kind` label of the request metrics.
-        let kind = match lease.name.kind() {
-            Kind::Election => "election",
-            Kind::Semaphore => "semaphore",
-            _ => "lock",
-        };
-        state.metrics.kept_granted(kind);
+        state.metrics.kept_granted(lease.name.kind().label());
     }
     let location = format!(
         "/{}/{}/leases/{}",

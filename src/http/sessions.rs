@@ -69,12 +69,7 @@ fn ids(leases: &[LeaseId]) -> Vec<String> {
 impl From<&HeldThrough> for SessionHoldBody {
     fn from(hold: &HeldThrough) -> Self {
         Self {
-            kind: match hold.kind {
-                Kind::Election => "election",
-                Kind::Semaphore => "semaphore",
-                _ => "lock",
-            }
-            .to_owned(),
+            kind: hold.kind.label().to_owned(),
             name: hold.name.clone(),
             lease_id: hold.lease.as_str().to_owned(),
             fencing_token: hold.token,

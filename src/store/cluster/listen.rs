@@ -60,6 +60,11 @@ pub(super) fn listen_on(
     }
     let _ = tx.send(Heard::Subscribed);
     let Some([check, _]) = channels.first() else {
+        // A primary that serves no slot has nothing to announce: it waits to be stopped, as
+        // a subscription would, rather than end and be made again at once.
+        while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+            std::thread::sleep(QUIET);
+        }
         return Ok(());
     };
     let check = redis::cmd("SSUBSCRIBE").arg(check).get_packed_command();
