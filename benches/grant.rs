@@ -14,6 +14,15 @@
 //!   health checks, no backlog, no HTTP. What the scripts cost over plain Redlock.
 //! - **engine**: the Redlock engine in this process, without HTTP.
 //! - **http**: redlockd over HTTP/1.1 keep-alive.
+//! - **redlockd, embedded store**: the same requests to a redlockd with no masters, and
+//!   **bare axum, canned answers**: this binary run again as an axum router with no
+//!   middleware and no lease service (`REDLOCKD_BENCH_BARE`), answering the same requests
+//!   with answers of the same shape: the least an HTTP/1.1 service costs on these cores
+//!   beside this load generator, the ceiling the embedded store is read against.
+//!
+//! The look inside one master (`inside`) also runs a batch of the least steps a fenced
+//! Redlock needs (marker, `SET NX PX`, a fencing counter; compare-and-delete): the floor
+//! under any data layout of the project's, sent as its steps are.
 //!
 //! Workloads: uncontended grant → release cycles at 1, 16 and 64 clients (each its own
 //! name); 16 clients on one name waiting for it (hand-off time, re-grants to the previous
@@ -286,7 +295,24 @@ enum Inside {
     Function { steps: usize },
     /// The batch with steps that answer at once: what dealing steps out costs alone.
     Dealing { steps: usize },
+    /// The batch with the least steps a fenced Redlock needs (see `MINIMAL_ACQUIRE`): the
+    /// floor under any layout of ours, batched the same way.
+    Minimal { steps: usize },
 }
+
+/// The least a grant step can do and keep README's guarantees for a plain lock: refuse on a
+/// master that lost its data (the marker), set the lock only if free, for its TTL, and take
+/// a fencing token from the master's counter. No hold record (so no inspect, no renew of
+/// the lease's terms, no owner), no index of names, no waiters' marks, no claims, no
+/// Idempotency-Key: everything else acquire.lua does is a feature on top of this.
+const MINIMAL_ACQUIRE: &str = "if not marked(KEYS[2]) then return {-1} end\n\
+    if not redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then return {0} end\n\
+    return {1, redis.call('INCR', KEYS[3])}";
+
+/// The least a release step can do: on a master that kept its data, compare and delete.
+const MINIMAL_RELEASE: &str = "if not marked(KEYS[2]) then return -1 end\n\
+    if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end\n\
+    return 0";
 
 /// What a grant + release cycle costs inside one master, in µs (`INFO commandstats`: the
 /// script calls, which include the commands they run, and plain Redlock's `SET`), for each
@@ -307,6 +333,11 @@ async fn inside_redis(master: &RedisMaster, cycles: usize, rounds: usize) {
         ("release", "return 1"),
     ]);
     let dealing = redis::Script::new(&(noop_definitions + &dispatch));
+    let (minimal_definitions, _) = redlockd::store::redis::batch_script_parts(&[
+        ("acquire", MINIMAL_ACQUIRE),
+        ("release", MINIMAL_RELEASE),
+    ]);
+    let minimal = redis::Script::new(&(minimal_definitions + &dispatch));
     // A step calls the prelude's functions, and the prelude the layout's (both defined
     // before the steps in a batch): a script of its own defines them first.
     let prelude = concat!(
@@ -341,6 +372,7 @@ async fn inside_redis(master: &RedisMaster, cycles: usize, rounds: usize) {
     for script in [
         &batch,
         &dealing,
+        &minimal,
         &acquire,
         &release,
         &single_acquire,
@@ -423,6 +455,10 @@ async fn inside_redis(master: &RedisMaster, cycles: usize, rounds: usize) {
             "the batch, 8 steps a call, steps that do nothing (dealing out alone)",
             Inside::Dealing { steps: 8 },
         ),
+        (
+            "the batch, 8 steps a call, the least steps a fenced Redlock needs",
+            Inside::Minimal { steps: 8 },
+        ),
     ];
     if functions {
         ways.push((
@@ -438,7 +474,8 @@ async fn inside_redis(master: &RedisMaster, cycles: usize, rounds: usize) {
                 Inside::Plain | Inside::Alone | Inside::Single => 8,
                 Inside::Batch { steps }
                 | Inside::Function { steps }
-                | Inside::Dealing { steps } => *steps,
+                | Inside::Dealing { steps }
+                | Inside::Minimal { steps } => *steps,
             };
             let mut done = 0;
             while done < cycles {
@@ -494,6 +531,28 @@ async fn inside_redis(master: &RedisMaster, cycles: usize, rounds: usize) {
                         pipe.add_command(packed(head(), &grants));
                         pipe.add_command(packed(head(), &releases));
                     }
+                    Inside::Minimal { .. } => {
+                        let keys = |name: &str, fence: bool| {
+                            let mut keys = vec![format!("{P}min:{name}"), format!("{P}marker")];
+                            keys.extend(fence.then(|| format!("{P}fence")));
+                            keys
+                        };
+                        let grants: Vec<_> = names
+                            .iter()
+                            .map(|n| {
+                                (
+                                    "acquire",
+                                    (keys(n, true), vec![format!("lease-{n}"), "30000".into()]),
+                                )
+                            })
+                            .collect();
+                        let releases: Vec<_> = names
+                            .iter()
+                            .map(|n| ("release", (keys(n, false), vec![format!("lease-{n}")])))
+                            .collect();
+                        pipe.add_command(packed(evalsha(&minimal), &grants));
+                        pipe.add_command(packed(evalsha(&minimal), &releases));
+                    }
                 }
                 let answers: redis::RedisResult<Vec<redis::Value>> =
                     pipe.query_async(&mut conn).await;
@@ -509,7 +568,10 @@ async fn inside_redis(master: &RedisMaster, cycles: usize, rounds: usize) {
                 let first = match (way, answers.first()) {
                     (Inside::Alone, Some(answer)) => Some(answer),
                     (
-                        Inside::Batch { .. } | Inside::Function { .. } | Inside::Single,
+                        Inside::Batch { .. }
+                        | Inside::Function { .. }
+                        | Inside::Single
+                        | Inside::Minimal { .. },
                         Some(redis::Value::Array(a)),
                     ) => a.first(),
                     _ => None,
@@ -1094,6 +1156,13 @@ impl Server {
         server
     }
 
+    /// The HTTP ceiling of these cores: this benchmark's binary run again as [`bare_server`].
+    async fn start_bare() -> Self {
+        let exe = std::env::current_exe().expect("this benchmark's binary");
+        let exe = exe.to_str().expect("a UTF-8 path");
+        Self::start_binary(exe, &[], "REDLOCKD_BENCH_BARE=1").await
+    }
+
     fn pid(&self) -> u32 {
         self.child.id()
     }
@@ -1147,6 +1216,51 @@ impl Server {
             .await;
         expect_status("revoke", sent, 204).await
     }
+}
+
+/// A bare HTTP server on `REDLOCKD_LISTEN`: axum's router alone, no middleware, no lease
+/// service, no store. A grant (`POST /locks/{name}`, its JSON body read) is answered 201 with
+/// a lease of redlockd's shape and size and a `Location`, a revoke (`DELETE
+/// /locks/{name}/leases/{id}`) 204: the same requests and answers as redlockd's, so the
+/// least an HTTP/1.1 service can cost them on these cores, with this load generator on the
+/// same cores. The row it makes is what the embedded store's is measured against.
+async fn bare_server() {
+    use axum::http::{StatusCode, header};
+    use axum::routing::{delete, get, post};
+    static TOKENS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+    async fn grant(
+        axum::extract::Path(name): axum::extract::Path<String>,
+        axum::Json(body): axum::Json<Value>,
+    ) -> impl axum::response::IntoResponse {
+        let token = TOKENS.fetch_add(1, Ordering::Relaxed);
+        let ttl = body["ttl_ms"].as_u64().unwrap_or(30_000);
+        let lease = format!("{token:0>22}");
+        let location = format!("/locks/{name}/leases/{lease}");
+        let answer = json!({
+            "name": name, "lease_id": lease, "fencing_token": token, "ttl_ms": ttl,
+            "validity_ms": ttl.saturating_sub(100), "expires_at": "2026-11-28T12:57:39.931Z",
+            "mode": "exclusive",
+        });
+        (
+            StatusCode::CREATED,
+            [(header::LOCATION, location)],
+            axum::Json(answer),
+        )
+    }
+    let app = axum::Router::new()
+        .route("/readyz", get(|| async { "ready" }))
+        .route("/locks/{name}", post(grant))
+        .route(
+            "/locks/{name}/leases/{id}",
+            delete(|| async { StatusCode::NO_CONTENT }),
+        );
+    let listen = std::env::var("REDLOCKD_LISTEN").expect("REDLOCKD_LISTEN");
+    let listener = tokio::net::TcpListener::bind(listen).await.expect("bind");
+    // As redlockd's listener does (src/http/serve.rs).
+    let listener = axum::serve::ListenerExt::tap_io(listener, |tcp| {
+        let _ = tcp.set_nodelay(true);
+    });
+    axum::serve(listener, app).await.expect("serve");
 }
 
 /// Whether the answer has the expected status; the first few that do not are shown on
@@ -1916,6 +2030,7 @@ async fn uncontended(
     redlock.monitor().probe_round(&nodes).await;
     let server = Arc::new(Server::start(masters).await);
     let embedded = Arc::new(Server::start(&[]).await);
+    let bare = Arc::new(Server::start_bare().await);
     let (me, redis) = ([std::process::id()], pids(masters));
     let mine = Setup {
         length: plan.row,
@@ -2044,6 +2159,21 @@ async fn uncontended(
             workload.clone(),
             c,
             &floor,
+            Some(base),
+            move |i| http_cycle(s.clone(), i, 0),
+        )
+        .await;
+        let s = bare.clone();
+        let ceiling = Setup {
+            service: &[bare.pid()],
+            masters: &[],
+            ..mine
+        };
+        measure(
+            "bare axum, canned answers",
+            workload.clone(),
+            c,
+            &ceiling,
             Some(base),
             move |i| http_cycle(s.clone(), i, 0),
         )
@@ -2196,6 +2326,10 @@ async fn clusters_next_to_masters(masters: &[RedisMaster], plan: Plan) {
 async fn main() {
     if cfg!(redis_missing) {
         eprintln!("grant bench: skipped, no redis-server installed (build.rs)");
+        return;
+    }
+    if std::env::var_os("REDLOCKD_BENCH_BARE").is_some() {
+        bare_server().await;
         return;
     }
     let plan = Plan::from_env();

@@ -426,6 +426,7 @@ fn the_docs_name_no_variable_the_binary_lacks() {
         "REDLOCKD_BENCH_AB_BIN",
         "REDLOCKD_BENCH_AB_CLIENTS",
         "REDLOCKD_BENCH_TOKEN",
+        "REDLOCKD_BENCH_BARE",
         "REDLOCKD_SLOT",
     ];
     let known = variables();
