@@ -2148,36 +2148,22 @@ async fn uncontended(
         if !tag.is_empty() {
             continue;
         }
-        let s = embedded.clone();
-        let floor = Setup {
-            service: &[embedded.pid()],
-            masters: &[],
-            ..mine
-        };
-        measure(
-            "redlockd, embedded store",
-            workload.clone(),
-            c,
-            &floor,
-            Some(base),
-            move |i| http_cycle(s.clone(), i, 0),
-        )
-        .await;
-        let s = bare.clone();
-        let ceiling = Setup {
-            service: &[bare.pid()],
-            masters: &[],
-            ..mine
-        };
-        measure(
-            "bare axum, canned answers",
-            workload.clone(),
-            c,
-            &ceiling,
-            Some(base),
-            move |i| http_cycle(s.clone(), i, 0),
-        )
-        .await;
+        // And the HTTP ceiling: the same requests to a bare axum server (`bare_server`).
+        for (label, floor) in [
+            ("redlockd, embedded store", &embedded),
+            ("bare axum, canned answers", &bare),
+        ] {
+            let s = floor.clone();
+            let at = Setup {
+                service: &[floor.pid()],
+                masters: &[],
+                ..mine
+            };
+            measure(label, workload.clone(), c, &at, Some(base), move |i| {
+                http_cycle(s.clone(), i, 0)
+            })
+            .await;
+        }
         commandstats_reset(masters).await;
     }
     notes
