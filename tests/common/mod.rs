@@ -575,6 +575,47 @@ pub fn problem_says(shown: Value, words: &str) -> Option<Value> {
         .then_some(shown)
 }
 
+/// A grant sent in the background (`TestApp::grant_in_background`), which must be granted:
+/// its lease, and how long after `since` it was answered.
+pub async fn granted_since(
+    waiter: tokio::task::JoinHandle<(u16, Value, Instant)>,
+    since: Instant,
+) -> (Value, Duration) {
+    let (status, lease, at) = waiter.await.expect("the waiting grant");
+    assert_eq!(status, 201, "{lease}");
+    (lease, at.saturating_duration_since(since))
+}
+
+/// A waiting grant woken by what happened at `since` (a release, a stream's end): granted
+/// within `bound` of it (an announcement, not a poll or a TTL), with a token above
+/// `above` when given. Its lease.
+pub async fn woken_within(
+    waiter: tokio::task::JoinHandle<(u16, Value, Instant)>,
+    since: Instant,
+    bound: Duration,
+    above: Option<u64>,
+) -> Value {
+    let (lease, took) = granted_since(waiter, since).await;
+    eprintln!("granted {took:?} after the release");
+    assert!(
+        took < bound,
+        "granted {took:?} after the release: not woken by it"
+    );
+    if let Some(above) = above {
+        assert!(lease["fencing_token"].as_u64().unwrap() > above, "{lease}");
+    }
+    lease
+}
+
+/// The `field` of each item of the array `list` (a listing's names, `/readyz`'s addresses).
+pub fn each<'a>(list: &'a Value, field: &str) -> Vec<&'a str> {
+    list.as_array()
+        .expect("an array")
+        .iter()
+        .map(|item| item[field].as_str().expect("a string"))
+        .collect()
+}
+
 /// Master `m` as `/readyz` (`ready`) lists it.
 pub fn master_in<'a>(ready: &'a Value, m: &RedisMaster) -> &'a Value {
     let address = format!("redis://127.0.0.1:{}", m.port);
@@ -928,9 +969,7 @@ impl TestApp {
         self.wait_for_contention(class, 1).await;
         let left = std::time::Instant::now();
         drop(stream);
-        let (status, body, answered) = waiter.await.unwrap();
-        assert_eq!(status, 201, "{body}");
-        let after = answered - left;
+        let (_, after) = granted_since(waiter, left).await;
         assert!(
             after >= grace,
             "granted {after:?} after the connection closed, within its grace"

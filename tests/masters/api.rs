@@ -334,12 +334,7 @@ async fn operations_endpoints() {
     let (status, ready) = app.get("/readyz").await;
     assert_eq!(status, 200, "{ready}");
     assert_eq!(ready["backend"], "redis");
-    let addresses: Vec<&str> = ready["masters"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|m| m["address"].as_str().unwrap())
-        .collect();
+    let addresses = common::each(&ready["masters"], "address");
     for m in &ms {
         assert!(
             addresses.contains(&format!("redis://127.0.0.1:{}", m.port).as_str()),
@@ -413,12 +408,7 @@ async fn names_of_ended_locks_stay_a_bounded_share_of_the_index() {
     // And listing shows only what is held.
     let (status, page) = app.get("/locks").await;
     assert_eq!(status, 200);
-    let names: Vec<&str> = page["locks"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|l| l["name"].as_str().unwrap())
-        .collect();
+    let names = common::each(&page["locks"], "name");
     assert_eq!(names, ["still-held"]);
     assert_eq!(app.revoke("still-held", &held).await.0, 204);
 }

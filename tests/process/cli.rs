@@ -494,12 +494,7 @@ async fn inspect_and_list_print_a_table_or_json() {
 
     let out = bed.run(&["list", "report:", "--json"]).await;
     let all: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
-    let names: Vec<&str> = all["locks"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|l| l["name"].as_str().unwrap())
-        .collect();
+    let names = common::each(&all["locks"], "name");
     assert_eq!(names, ["report:1", "report:2"]);
     let out = bed.run(&["list"]).await;
     let text = String::from_utf8(out.stdout).unwrap();
