@@ -1177,6 +1177,13 @@ impl TestApp {
         self.json_call(method, path, body.as_ref()).await
     }
 
+    /// `POST path` with `body`, which must be answered 201: the answer.
+    pub async fn created(&self, path: &str, body: Value) -> Value {
+        let (status, answer) = self.json_call("POST", path, Some(&body)).await;
+        assert_eq!(status, 201, "POST {path}: {answer}");
+        answer
+    }
+
     async fn json_call(&self, method: &str, path: &str, body: Option<&Value>) -> (u16, Value) {
         let mut call = self.call(method, path);
         if let Some(body) = body {

@@ -88,10 +88,7 @@ where
 /// `ttl_ms` into account, not even to refuse it (a renew answered what was left as its TTL,
 /// and an out-of-range `ttl_ms` was refused though unused).
 pub async fn a_session_hold_reports_the_sessions_ttl_whether_checked_or_renewed(app: &TestApp) {
-    let (status, session) = app
-        .send("POST", "/sessions", Some(json!({"ttl_ms": 15_000})))
-        .await;
-    assert_eq!(status, 201, "{session}");
+    let session = app.created("/sessions", json!({"ttl_ms": 15_000})).await;
     let id = session["session_id"].as_str().unwrap();
     let (status, held) = app
         .send(
@@ -155,14 +152,11 @@ pub async fn inspect_shows_a_lock_delay_while_it_refuses_grants(app: &TestApp) {
     let (_, body) = app.inspect("ld:released").await;
     assert!(body.get("lock_delay_remaining_ms").is_none(), "{body}");
 
-    let (status, term) = app
-        .send(
-            "POST",
-            "/elections/ld:lead",
-            Some(json!({"value": "a", "ttl_ms": 200, "lock_delay_ms": 3_000})),
-        )
-        .await;
-    assert_eq!(status, 201, "{term}");
+    app.created(
+        "/elections/ld:lead",
+        json!({"value": "a", "ttl_ms": 200, "lock_delay_ms": 3_000}),
+    )
+    .await;
     let body = super::wait_for("the term to lapse", Duration::from_secs(5), async || {
         let (_, body) = app.send("GET", "/elections/ld:lead", None).await;
         (body["vacant"] == true).then_some(body)

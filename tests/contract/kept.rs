@@ -100,34 +100,16 @@ async fn a_kept_hold_is_revoked_and_force_released_as_any_lease() {
 async fn every_kind_of_hold_may_be_kept_and_says_so_in_inspect_and_list() {
     let app = app().await;
     let kept = |v: &Value| v["kept_until"].is_string();
-    let (status, body) = app
-        .send(
-            "POST",
-            "/semaphores/pool",
-            Some(json!({"limit": 2, "kept": true})),
-        )
+    app.created("/semaphores/pool", json!({"limit": 2, "kept": true}))
         .await;
-    assert_eq!(status, 201, "{body}");
     let (_, seen) = app.get("/semaphores/pool").await;
     assert!(kept(&seen["holders"][0]), "{seen}");
-    let (status, body) = app
-        .send(
-            "POST",
-            "/elections/lead",
-            Some(json!({"value": "a", "kept": true})),
-        )
+    app.created("/elections/lead", json!({"value": "a", "kept": true}))
         .await;
-    assert_eq!(status, 201, "{body}");
     let (_, seen) = app.get("/elections/lead").await;
     assert!(kept(&seen), "{seen}");
-    let (status, body) = app
-        .send(
-            "POST",
-            "/locks",
-            Some(json!({"names": ["g1", "g2"], "kept": true})),
-        )
+    app.created("/locks", json!({"names": ["g1", "g2"], "kept": true}))
         .await;
-    assert_eq!(status, 201, "{body}");
     let (status, body) = app
         .send("POST", "/locks/s?mode=shared&kept=true", None)
         .await;

@@ -139,14 +139,11 @@ async fn shared_and_several_name_grants_are_refused_during_a_delay() {
 #[tokio::test]
 async fn an_elections_term_may_carry_a_lock_delay() {
     let app = TestApp::embedded().await;
-    let (status, term) = app
-        .send(
-            "POST",
-            "/elections/primary",
-            Some(json!({"ttl_ms": 60000, "lock_delay_ms": 5000, "value": "a"})),
-        )
-        .await;
-    assert_eq!(status, 201, "{term}");
+    app.created(
+        "/elections/primary",
+        json!({"ttl_ms": 60000, "lock_delay_ms": 5000, "value": "a"}),
+    )
+    .await;
     app.send("DELETE", "/elections/primary", None).await;
     let (status, body) = app
         .send("POST", "/elections/primary", Some(json!({"value": "b"})))

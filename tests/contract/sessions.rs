@@ -12,14 +12,9 @@ use common::{TestApp, wait_for};
 use serde_json::{Value, json};
 
 async fn open(app: &TestApp, ttl_ms: u64) -> String {
-    let (status, session) = app
-        .send(
-            "POST",
-            "/sessions",
-            Some(json!({"ttl_ms": ttl_ms, "owner": "w1"})),
-        )
+    let session = app
+        .created("/sessions", json!({"ttl_ms": ttl_ms, "owner": "w1"}))
         .await;
-    assert_eq!(status, 201, "{session}");
     assert_eq!(session["owner"], "w1");
     assert_eq!(session["ttl_ms"], ttl_ms);
     assert!(session["validity_ms"].as_u64().unwrap() <= ttl_ms);
@@ -275,14 +270,12 @@ async fn sessions_are_counted_in_the_metrics() {
 async fn a_leader_elected_through_a_session_proclaims_and_is_deposed_with_it() {
     let app = TestApp::embedded().await;
     let session = open(&app, 5000).await;
-    let (status, term) = app
-        .send(
-            "POST",
+    let term = app
+        .created(
             "/elections/e:lead",
-            Some(json!({"session": session, "value": "a"})),
+            json!({"session": session, "value": "a"}),
         )
         .await;
-    assert_eq!(status, 201, "{term}");
     let lease = term["lease_id"].as_str().unwrap();
     let (status, proclaimed) = app
         .send(

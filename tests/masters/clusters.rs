@@ -309,14 +309,9 @@ async fn every_kind_of_lock_works_on_clusters() {
         let (lease, _) = a.must_grant("acct:1", json!({})).await;
         assert_eq!(a.revoke("acct:1", &lease).await.0, 204);
     }
-    let (status, group) = a
-        .send(
-            "POST",
-            "/locks",
-            Some(json!({"names": names, "ttl_ms": 10000})),
-        )
+    let group = a
+        .created("/locks", json!({"names": names, "ttl_ms": 10000}))
         .await;
-    assert_eq!(status, 201, "{group}");
     let group_token = group["fencing_token"].as_u64().unwrap();
     let (held, body) = b.grant("acct:3", json!({})).await;
     assert_eq!(
@@ -345,23 +340,14 @@ async fn every_kind_of_lock_works_on_clusters() {
     a.must_grant("free:2", json!({})).await;
 
     // An election: one leader.
-    let (status, led) = a
-        .send(
-            "POST",
-            "/elections/primary",
-            Some(json!({"ttl_ms": 10000, "value": "a"})),
-        )
+    a.created("/elections/primary", json!({"ttl_ms": 10000, "value": "a"}))
         .await;
-    assert_eq!(status, 201, "{led}");
     let (status, leader) = b.get("/elections/primary").await;
     assert_eq!(status, 200);
     assert_eq!(leader["value"], "a", "{leader}");
 
     // A session carries holds in several slots; ending it frees them.
-    let (status, session) = a
-        .send("POST", "/sessions", Some(json!({"ttl_ms": 1000})))
-        .await;
-    assert_eq!(status, 201, "{session}");
+    let session = a.created("/sessions", json!({"ttl_ms": 1000})).await;
     let id = session["session_id"].as_str().unwrap().to_owned();
     for name in ["s:1", "s:2", "s:3"] {
         let (status, body) = a.grant(name, json!({"session": id})).await;

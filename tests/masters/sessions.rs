@@ -16,10 +16,7 @@ use common::{TestApp, masters, wait_for};
 use serde_json::{Value, json};
 
 async fn open(app: &TestApp, ttl_ms: u64) -> String {
-    let (status, session) = app
-        .send("POST", "/sessions", Some(json!({"ttl_ms": ttl_ms})))
-        .await;
-    assert_eq!(status, 201, "{session}");
+    let session = app.created("/sessions", json!({"ttl_ms": ttl_ms})).await;
     session["session_id"].as_str().unwrap().to_owned()
 }
 
@@ -190,10 +187,9 @@ async fn a_session_hold_whose_carrier_dies_is_kept_until_its_validity_ends() {
         let mut ms = masters(3);
         let (a, b) = common::two_replicas(&ms).await;
         let session = open(&a, 2000).await;
-        let (status, lease) = a
-            .send("POST", "/locks/m:lock", Some(json!({"session": session})))
+        let lease = a
+            .created("/locks/m:lock", json!({"session": session}))
             .await;
-        assert_eq!(status, 201, "{lease}");
         let lease_id = lease["lease_id"].as_str().unwrap().to_owned();
         // The hold's key is gone from C: only A and B carry it.
         let deleted: u64 = ms[2].cmd(&["DEL", "redlockd:lock:m:lock"]).await.unwrap();
@@ -244,14 +240,9 @@ async fn a_session_names_holds_that_ended_lost_and_lists_only_live_ones() {
     let session = open(&a, 5000).await;
     let mut ids = Vec::new();
     for name in ["m:one", "m:two"] {
-        let (status, lease) = a
-            .send(
-                "POST",
-                &format!("/locks/{name}"),
-                Some(json!({"session": session})),
-            )
+        let lease = a
+            .created(&format!("/locks/{name}"), json!({"session": session}))
             .await;
-        assert_eq!(status, 201, "{lease}");
         ids.push(lease["lease_id"].as_str().unwrap().to_owned());
     }
     assert_eq!(a.revoke("m:one", &ids[0]).await.0, 204);
