@@ -14,6 +14,24 @@ pub async fn revoke(app: &TestApp, name: &str, lease: &Value) {
     assert_eq!(status, 204, "{body}");
 }
 
+/// A hold taken and let go, as a worker's loop does: `POST path` with `body` (which must
+/// be granted), held for `hold`, then revoked through the name `name`. Its lease, and the
+/// moments it was surely held from and to (its grant answered, its revoke not yet sent).
+pub async fn hold_then_revoke(
+    app: &TestApp,
+    path: &str,
+    name: &str,
+    body: Value,
+    hold: std::time::Duration,
+) -> (Value, std::time::Instant, std::time::Instant) {
+    let lease = app.created(path, body).await;
+    let from = std::time::Instant::now();
+    tokio::time::sleep(hold).await;
+    let to = std::time::Instant::now();
+    revoke(app, name, &lease).await;
+    (lease, from, to)
+}
+
 /// Three single grants of `hot` wait behind a holder, then a grant of `hot` and `cold`.
 /// When the holder leaves, the grant of both has claimed `hot`: the singles ahead of it in
 /// this replica's line find it claimed, it takes both names, and the singles go on after.

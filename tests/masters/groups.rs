@@ -28,12 +28,9 @@ async fn opposite_orders_on_two_replicas_never_deadlock_nor_overlap() {
         workers.push(tokio::spawn(async move {
             for _ in 0..8 {
                 let body = json!({"names": names, "ttl_ms": 5000, "wait_ms": 20_000});
-                let (status, lease) = app.send("POST", "/locks", Some(body)).await;
-                assert_eq!(status, 201, "{lease}");
-                let from = Instant::now();
-                tokio::time::sleep(Duration::from_millis(5)).await;
-                let to = Instant::now();
-                revoke(&app, names[1], &lease).await;
+                let hold = Duration::from_millis(5);
+                let (lease, from, to) =
+                    scenarios::hold_then_revoke(&app, "/locks", names[1], body, hold).await;
                 let _ = tx.send((from, to, lease["fencing_token"].as_u64().unwrap()));
             }
         }));
@@ -81,10 +78,7 @@ async fn a_waiting_grant_of_several_names_is_not_starved_by_single_grants_of_one
         singles.push(tokio::spawn(async move {
             while !stop.load(std::sync::atomic::Ordering::Relaxed) {
                 let body = json!({"ttl_ms": 5000, "wait_ms": 20_000});
-                let (status, lease) = app.grant("hot", body).await;
-                assert_eq!(status, 201, "{lease}");
-                tokio::time::sleep(HOLD).await;
-                revoke(&app, "hot", &lease).await;
+                scenarios::hold_then_revoke(&app, "/locks/hot", "hot", body, HOLD).await;
             }
         }));
     }
@@ -239,10 +233,8 @@ async fn single_grants_on_one_replica_are_served_beside_several_name_grants_cycl
             let until = Instant::now() + Duration::from_secs(8);
             while !stop.load(std::sync::atomic::Ordering::Relaxed) && Instant::now() < until {
                 let body = json!({"names": order, "ttl_ms": 5000, "wait_ms": 4000});
-                let (status, lease) = app.send("POST", "/locks", Some(body)).await;
-                assert_eq!(status, 201, "{lease}");
-                tokio::time::sleep(Duration::from_millis(5)).await;
-                revoke(&app, "r", &lease).await;
+                let hold = Duration::from_millis(5);
+                scenarios::hold_then_revoke(&app, "/locks", "r", body, hold).await;
             }
         }));
     }

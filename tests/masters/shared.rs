@@ -8,7 +8,7 @@ use crate::common;
 use std::time::{Duration, Instant};
 
 use common::masters;
-use common::scenarios::{revoke, workers_on_two};
+use common::scenarios::{self, revoke, workers_on_two};
 use serde_json::json;
 
 /// One hold as its client saw it: from the grant's answer to the revoke being sent.
@@ -33,12 +33,9 @@ async fn writers_never_overlap_anyone_and_readers_overlap_each_other_on_two_repl
                 body["mode"] = json!("shared");
             }
             let invoked = Instant::now();
-            let (status, lease) = app.grant("file", body).await;
-            assert_eq!(status, 201, "{lease}");
-            let from = Instant::now();
-            tokio::time::sleep(Duration::from_millis(10)).await;
-            let to = Instant::now();
-            revoke(&app, "file", &lease).await;
+            let hold = Duration::from_millis(10);
+            let (lease, from, to) =
+                scenarios::hold_then_revoke(&app, "/locks/file", "file", body, hold).await;
             held.push(Held {
                 shared,
                 token: lease["fencing_token"].as_u64().unwrap(),
@@ -87,10 +84,7 @@ async fn a_writer_behind_a_stream_of_overlapping_readers_is_granted_within_about
             tokio::time::sleep(HOLD / 6 * i).await;
             while !stop.load(std::sync::atomic::Ordering::Relaxed) {
                 let body = json!({"mode": "shared", "ttl_ms": 5000, "wait_ms": 20_000});
-                let (status, lease) = app.grant("stream", body).await;
-                assert_eq!(status, 201, "{lease}");
-                tokio::time::sleep(HOLD).await;
-                revoke(&app, "stream", &lease).await;
+                scenarios::hold_then_revoke(&app, "/locks/stream", "stream", body, HOLD).await;
             }
         }));
     }
