@@ -32,6 +32,35 @@ pub async fn hold_then_revoke(
     (lease, from, to)
 }
 
+/// Holds through `session`, their names starting `prefix`: a lock (`<prefix>lock`), a permit
+/// of the semaphore `<prefix>pool` of `limit`, and a shared lock (`<prefix>doc`); with
+/// `more`, also a lease on `<prefix>a` and `<prefix>b` and a term of the election
+/// `<prefix>lead`. Each must be granted; their leases.
+pub async fn hold_through(
+    app: &TestApp,
+    session: &str,
+    prefix: &str,
+    limit: u32,
+    more: bool,
+) -> Vec<Value> {
+    let mut holds = vec![
+        (format!("/locks/{prefix}lock"), json!({})),
+        (format!("/semaphores/{prefix}pool"), json!({"limit": limit})),
+        (format!("/locks/{prefix}doc"), json!({"mode": "shared"})),
+    ];
+    if more {
+        let names = [format!("{prefix}a"), format!("{prefix}b")];
+        holds.push(("/locks".to_owned(), json!({"names": names})));
+        holds.push((format!("/elections/{prefix}lead"), json!({"value": "me"})));
+    }
+    let mut held = Vec::new();
+    for (path, mut body) in holds {
+        body["session"] = json!(session);
+        held.push(app.created(&path, body).await);
+    }
+    held
+}
+
 /// Three single grants of `hot` wait behind a holder, then a grant of `hot` and `cold`.
 /// When the holder leaves, the grant of both has claimed `hot`: the singles ahead of it in
 /// this replica's line find it claimed, it takes both names, and the singles go on after.

@@ -9,7 +9,7 @@ use crate::common;
 use std::time::Duration;
 
 use common::{TestApp, wait_for};
-use serde_json::{Value, json};
+use serde_json::json;
 
 async fn open(app: &TestApp, ttl_ms: u64) -> String {
     let session = app
@@ -19,36 +19,6 @@ async fn open(app: &TestApp, ttl_ms: u64) -> String {
     assert_eq!(session["ttl_ms"], ttl_ms);
     assert!(session["validity_ms"].as_u64().unwrap() <= ttl_ms);
     session["session_id"].as_str().unwrap().to_owned()
-}
-
-/// A lock, a permit, a shared lock, a lease on two names and an election term through
-/// `session`.
-async fn hold_everything(app: &TestApp, session: &str) -> Vec<Value> {
-    let mut held = Vec::new();
-    for (path, body) in [
-        ("/locks/s:lock", json!({"session": session})),
-        (
-            "/semaphores/s:pool",
-            json!({"session": session, "limit": 2}),
-        ),
-        (
-            "/locks/s:doc",
-            json!({"session": session, "mode": "shared"}),
-        ),
-        (
-            "/locks",
-            json!({"session": session, "names": ["s:a", "s:b"]}),
-        ),
-        (
-            "/elections/s:lead",
-            json!({"session": session, "value": "me"}),
-        ),
-    ] {
-        let (status, lease) = app.send("POST", path, Some(body)).await;
-        assert_eq!(status, 201, "{path}: {lease}");
-        held.push(lease);
-    }
-    held
 }
 
 async fn all_held(app: &TestApp) -> bool {
@@ -82,7 +52,7 @@ async fn none_held(app: &TestApp) -> bool {
 async fn holds_of_every_kind_live_as_long_as_their_session_and_go_when_it_ends() {
     let app = TestApp::embedded().await;
     let session = open(&app, 400).await;
-    let held = hold_everything(&app, &session).await;
+    let held = common::scenarios::hold_through(&app, &session, "s:", 2, true).await;
     // The holds' validity is the session's.
     for lease in &held {
         let ttl = lease["ttl_ms"].as_u64().unwrap();
@@ -151,7 +121,7 @@ async fn holds_of_every_kind_live_as_long_as_their_session_and_go_when_it_ends()
 async fn an_expired_sessions_holds_are_free() {
     let app = TestApp::embedded().await;
     let session = open(&app, 300).await;
-    hold_everything(&app, &session).await;
+    common::scenarios::hold_through(&app, &session, "s:", 2, true).await;
     wait_for(
         "the session to expire",
         Duration::from_secs(5),

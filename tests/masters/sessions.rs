@@ -20,23 +20,6 @@ async fn open(app: &TestApp, ttl_ms: u64) -> String {
     session["session_id"].as_str().unwrap().to_owned()
 }
 
-async fn hold_three(app: &TestApp, session: &str) {
-    for (path, body) in [
-        ("/locks/m:lock", json!({"session": session})),
-        (
-            "/semaphores/m:pool",
-            json!({"session": session, "limit": 1}),
-        ),
-        (
-            "/locks/m:doc",
-            json!({"session": session, "mode": "shared"}),
-        ),
-    ] {
-        let (status, lease) = app.send("POST", path, Some(body)).await;
-        assert_eq!(status, 201, "{path}: {lease}");
-    }
-}
-
 /// How many of the three nobody holds, as inspect on `app` sees them.
 async fn free_count(app: &TestApp) -> usize {
     let (_, lock) = app.inspect("m:lock").await;
@@ -52,7 +35,7 @@ async fn holds_live_while_only_their_session_is_renewed_on_another_replica_and_e
     let masters = masters(3);
     let (a, b) = common::two_replicas(&masters).await;
     let session = open(&a, 500).await;
-    hold_three(&a, &session).await;
+    common::scenarios::hold_through(&a, &session, "m:", 1, false).await;
     let started = Instant::now();
     while started.elapsed() < Duration::from_millis(1000) {
         let (status, renewed) = b.send("PUT", &format!("/sessions/{session}"), None).await;
@@ -92,7 +75,7 @@ async fn an_expired_sessions_holds_are_free_on_every_replica() {
     let masters = masters(3);
     let (a, b) = common::two_replicas(&masters).await;
     let session = open(&a, 300).await;
-    hold_three(&a, &session).await;
+    common::scenarios::hold_through(&a, &session, "m:", 1, false).await;
     assert_eq!(free_count(&b).await, 0);
     wait_for(
         "the session's holds to lapse",
@@ -117,7 +100,7 @@ async fn a_streamed_sessions_holds_are_freed_within_a_second_of_its_connection_c
         .await;
     let opened = stream.expect("opened").await;
     let session = opened["session_id"].as_str().unwrap().to_owned();
-    hold_three(&b, &session).await;
+    common::scenarios::hold_through(&b, &session, "m:", 1, false).await;
     drop(stream);
     let closed = Instant::now();
     wait_for("the holds to be free", Duration::from_secs(1), async || {
@@ -274,7 +257,7 @@ async fn a_sessions_held_stream_resumes_through_the_other_replica() {
     let masters = masters(3);
     let (a, b) = common::two_replicas(&masters).await;
     let (first, session) = a.hold_session("ttl_ms=600&grace_ms=500").await;
-    hold_three(&b, &session).await;
+    common::scenarios::hold_through(&b, &session, "m:", 1, false).await;
     drop(first);
     let mut resumed = b.resume_session(&session, json!({})).await;
     resumed.expect("resumed").await;
