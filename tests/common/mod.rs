@@ -596,10 +596,10 @@ pub async fn woken_within(
     above: Option<u64>,
 ) -> Value {
     let (lease, took) = granted_since(waiter, since).await;
-    eprintln!("granted {took:?} after the release");
+    eprintln!("granted {took:?} after what was to wake it");
     assert!(
         took < bound,
-        "granted {took:?} after the release: not woken by it"
+        "granted {took:?} after what was to wake it: not woken by it (polled, or at a TTL)"
     );
     if let Some(above) = above {
         assert!(lease["fencing_token"].as_u64().unwrap() > above, "{lease}");

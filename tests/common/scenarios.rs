@@ -1,6 +1,8 @@
 //! Behaviours written once and run on every bed that serves them: the in-process app on
 //! the embedded store (`tests/contract`) and replicas on real masters (`tests/masters`).
 
+use std::time::{Duration, Instant};
+
 use serde_json::{Value, json};
 
 use super::TestApp;
@@ -22,12 +24,12 @@ pub async fn hold_then_revoke(
     path: &str,
     name: &str,
     body: Value,
-    hold: std::time::Duration,
-) -> (Value, std::time::Instant, std::time::Instant) {
+    hold: Duration,
+) -> (Value, Instant, Instant) {
     let lease = app.created(path, body).await;
-    let from = std::time::Instant::now();
+    let from = Instant::now();
     tokio::time::sleep(hold).await;
-    let to = std::time::Instant::now();
+    let to = Instant::now();
     revoke(app, name, &lease).await;
     (lease, from, to)
 }
@@ -172,7 +174,6 @@ pub async fn a_session_hold_reports_the_sessions_ttl_whether_checked_or_renewed(
 /// an election term that lapsed), and none after a holder's own release: inspect said only
 /// `held: false` while every grant was refused.
 pub async fn inspect_shows_a_lock_delay_while_it_refuses_grants(app: &TestApp) {
-    use std::time::Duration;
     app.must_grant("ld:lapsed", json!({"ttl_ms": 200, "lock_delay_ms": 3_000}))
         .await;
     let body = super::wait_for("the lease to lapse", Duration::from_secs(5), async || {
