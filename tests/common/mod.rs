@@ -667,21 +667,20 @@ pub fn masters(n: usize) -> Vec<RedisMaster> {
     (0..n).map(|_| RedisMaster::start()).collect()
 }
 
-/// A configuration for tests: port 0, the given masters, everything else as the contract's
-/// defaults unless `tweak` changes it.
 /// Two redlockd replicas in process over `masters`, each master step given 200 ms (so that
 /// a loaded machine does not make a test's grants fail).
 pub async fn two_replicas(masters: &[RedisMaster]) -> (TestApp, TestApp) {
-    let refs: Vec<&RedisMaster> = masters.iter().collect();
-    let mut cfg = config(&refs);
+    let mut cfg = config(masters);
     cfg.master_timeout_ms = 200;
     (TestApp::spawn(cfg.clone()).await, TestApp::spawn(cfg).await)
 }
 
-pub fn config(masters: &[&RedisMaster]) -> Config {
+/// A configuration for tests: port 0, the given masters (none: the embedded store),
+/// everything else as the contract's defaults.
+pub fn config<'a>(masters: impl IntoIterator<Item = &'a RedisMaster>) -> Config {
     let mut config = Config::from_env().expect("default config");
     config.listen = "127.0.0.1:0".into();
-    config.redis_urls = masters.iter().map(|m| m.url()).collect();
+    config.redis_urls = masters.into_iter().map(RedisMaster::url).collect();
     config
 }
 

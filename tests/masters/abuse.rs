@@ -13,7 +13,7 @@ const CLIENT_TIMEOUT: Duration = Duration::from_millis(300);
 
 async fn app(max_connections: usize) -> (Vec<common::RedisMaster>, TestApp) {
     let ms = masters(1);
-    let mut cfg = config(&[&ms[0]]);
+    let mut cfg = config(&ms[..1]);
     cfg.client_timeout_ms = CLIENT_TIMEOUT.as_millis() as u64;
     cfg.max_connections = max_connections;
     let app = TestApp::spawn(cfg).await;

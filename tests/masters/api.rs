@@ -10,16 +10,15 @@ use serde_json::{Value, json};
 
 async fn app3() -> (Vec<RedisMaster>, TestApp) {
     let ms = masters(3);
-    let app = TestApp::spawn(config(&ms.iter().collect::<Vec<_>>())).await;
+    let app = TestApp::spawn(config(&ms)).await;
     (ms, app)
 }
 
 /// Three masters and two replicas over them.
 async fn two_replicas() -> (Vec<RedisMaster>, TestApp, TestApp) {
     let ms = masters(3);
-    let refs: Vec<&RedisMaster> = ms.iter().collect();
-    let a = TestApp::spawn(config(&refs)).await;
-    let b = TestApp::spawn(config(&refs)).await;
+    let a = TestApp::spawn(config(&ms)).await;
+    let b = TestApp::spawn(config(&ms)).await;
     (ms, a, b)
 }
 
@@ -111,7 +110,7 @@ async fn racing_grants_have_exactly_one_winner() {
     // answer may take longer than the default 50 ms (seen in CI: five grants answered 503),
     // and this test is about mutual exclusion, not latency.
     let ms = masters(3);
-    let mut cfg = config(&ms.iter().collect::<Vec<_>>());
+    let mut cfg = config(&ms);
     cfg.master_timeout_ms = 2000;
     let app = TestApp::spawn(cfg).await;
     for round in 0..5 {
@@ -139,8 +138,7 @@ async fn expiry_frees_the_lock_and_tokens_keep_rising() {
 #[tokio::test]
 async fn tokens_rise_across_revoke_expiry_and_a_restart_of_redlockd() {
     let ms = masters(3);
-    let refs: Vec<&RedisMaster> = ms.iter().collect();
-    let app = TestApp::spawn(config(&refs)).await;
+    let app = TestApp::spawn(config(&ms)).await;
     let mut tokens = Vec::new();
     let (id, t) = app.must_grant("t", json!({})).await;
     tokens.push(t);
@@ -157,7 +155,7 @@ async fn tokens_rise_across_revoke_expiry_and_a_restart_of_redlockd() {
     app.must_grant("unrelated", json!({})).await;
     app.stop().await;
 
-    let app = TestApp::spawn(config(&refs)).await;
+    let app = TestApp::spawn(config(&ms)).await;
     let (_, inspected) = app.inspect("t").await;
     assert_eq!(
         inspected["fencing_token"].as_u64(),
@@ -416,7 +414,7 @@ async fn names_of_ended_locks_stay_a_bounded_share_of_the_index() {
 #[tokio::test]
 async fn list_pages_through_every_held_lock_in_name_order() {
     let ms = masters(3);
-    let mut cfg = config(&ms.iter().collect::<Vec<_>>());
+    let mut cfg = config(&ms);
     cfg.master_timeout_ms = 1000;
     let app = TestApp::spawn(cfg).await;
     let total = 2500;

@@ -14,8 +14,7 @@ use redlockd::auth::{Role, TokenEntry, new_token};
 use serde_json::{Value, json};
 
 async fn app(masters: &[RedisMaster], tokens: &Tokens) -> TestApp {
-    let refs: Vec<&RedisMaster> = masters.iter().collect();
-    let mut cfg = config(&refs);
+    let mut cfg = config(masters);
     cfg.auth_file = Some(tokens.file.path().to_str().unwrap().to_owned());
     TestApp::spawn(cfg).await
 }
@@ -74,8 +73,7 @@ async fn force_release_removes_the_holder_and_the_next_grant_gets_a_greater_toke
 
     // Through another replica: the stream's replica learns it from the masters, and says
     // which it was: force-released by an administrator, or revoked with its lease id.
-    let refs: Vec<&RedisMaster> = masters.iter().collect();
-    let mut cfg = config(&refs);
+    let mut cfg = config(&masters);
     cfg.auth_file = Some(t.file.path().to_str().unwrap().to_owned());
     let other = TestApp::spawn(cfg).await;
     call(&other, "DELETE", "/locks/jobs:g", Some(&t.admin)).await;

@@ -19,7 +19,7 @@ async fn deployment(trust: bool) -> (Vec<RedisMaster>, TestApp, TestApp) {
         RedisMaster::start_with_movable_clock(&[]),
         RedisMaster::start(),
     ];
-    let mut cfg = config(&ms.iter().collect::<Vec<_>>());
+    let mut cfg = config(&ms);
     cfg.master_timeout_ms = 200;
     cfg.unsafe_trust_master_clocks = trust;
     let a = TestApp::spawn(cfg.clone()).await;
@@ -196,7 +196,7 @@ async fn a_clock_that_stood_off_while_watched_is_counted_at_once_by_a_new_replic
     ];
     // The second master's clock stands 3 s ahead of the host's (an NTP gone wrong).
     ms[1].set_clock_offset(3_000);
-    let mut cfg = config(&ms.iter().collect::<Vec<_>>());
+    let mut cfg = config(&ms);
     cfg.master_timeout_ms = 200;
     // The first replica meets it with no one to vouch for it: it watches it for its whole
     // quarantine first (2 s here) before counting it.

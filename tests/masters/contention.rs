@@ -29,7 +29,7 @@ async fn scripts_run(m: &RedisMaster) -> u64 {
 /// A replica for floods: the test's own load shares the cores with the server and its
 /// masters, so a master's answer may wait for a thread longer than the default 50 ms.
 fn patient(ms: &[RedisMaster]) -> Config {
-    let mut cfg = config(&ms.iter().collect::<Vec<_>>());
+    let mut cfg = config(ms);
     cfg.master_timeout_ms = 2000;
     cfg
 }
@@ -65,7 +65,7 @@ async fn no_key_left(ms: &[RedisMaster]) {
 #[tokio::test]
 async fn a_waiter_does_not_spin_while_a_bare_majority_holds_the_lock() {
     let ms = masters(3);
-    let app = TestApp::spawn(config(&ms.iter().collect::<Vec<_>>())).await;
+    let app = TestApp::spawn(config(&ms)).await;
     app.must_grant("bare", json!({"ttl_ms": 5000})).await;
     // The lock is now held on exactly two masters: a waiter wins the third every time it
     // tries, and must release it without waking itself.

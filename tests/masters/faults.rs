@@ -15,7 +15,7 @@ async fn readiness(app: &TestApp) -> (u16, Value) {
 #[tokio::test]
 async fn one_paused_master_is_tolerated_two_are_503() {
     let ms = masters(3);
-    let app = TestApp::spawn(config(&ms.iter().collect::<Vec<_>>())).await;
+    let app = TestApp::spawn(config(&ms)).await;
     let (id, token) = app.must_grant("p", json!({"ttl_ms": 30000})).await;
 
     ms[2].pause();
@@ -102,7 +102,7 @@ async fn tokens_rise_when_real_masters_counters_diverge() {
     // Every write is fsynced: while the machine's disk is busy (seen while Chromium started
     // cold beside this test) that took a master past a second, and this test is about
     // tokens, not latency.
-    let mut cfg = config(&ms.iter().collect::<Vec<_>>());
+    let mut cfg = config(&ms);
     cfg.master_timeout_ms = 2000;
     let app = TestApp::spawn(cfg).await;
     let fence = async |m: &RedisMaster| {
@@ -169,7 +169,7 @@ async fn tokens_rise_when_real_masters_counters_diverge() {
 #[tokio::test]
 async fn a_master_that_restarts_empty_is_quarantined_for_the_largest_ttl() {
     let mut ms = masters(3);
-    let mut cfg = config(&ms.iter().collect::<Vec<_>>());
+    let mut cfg = config(&ms);
     cfg.max_ttl_ms = 2000;
     // Kept holds off: the quarantine is the largest TTL a client may ask.
     cfg.max_kept_hold_ms = Some(0);
@@ -222,7 +222,7 @@ async fn a_master_that_restarts_empty_is_quarantined_for_the_largest_ttl() {
 #[tokio::test]
 async fn a_master_that_drops_its_connections_is_reconnected() {
     let ms = masters(3);
-    let app = TestApp::spawn(config(&ms.iter().collect::<Vec<_>>())).await;
+    let app = TestApp::spawn(config(&ms)).await;
     app.must_grant("before", json!({})).await;
     for m in &ms {
         let _: redis::Value = m.cmd(&["CLIENT", "KILL", "TYPE", "normal"]).await.unwrap();
@@ -234,7 +234,7 @@ async fn a_master_that_drops_its_connections_is_reconnected() {
     .await;
     // And the release subscription came back too: a waiter is woken by a revoke.
     let (holder, _) = app.must_grant("sub", json!({"ttl_ms": 30000})).await;
-    let other = TestApp::spawn(config(&ms.iter().collect::<Vec<_>>())).await;
+    let other = TestApp::spawn(config(&ms)).await;
     let started = Instant::now();
     let waiter = app.grant_in_background("sub", json!({"wait_ms": 20000}));
     app.wait_for_contention("sub", 1).await;
@@ -246,7 +246,7 @@ async fn a_master_that_drops_its_connections_is_reconnected() {
 #[tokio::test]
 async fn scripts_are_reloaded_after_a_script_flush() {
     let ms = masters(3);
-    let app = TestApp::spawn(config(&ms.iter().collect::<Vec<_>>())).await;
+    let app = TestApp::spawn(config(&ms)).await;
     let (id, _) = app.must_grant("s", json!({})).await;
     for m in &ms {
         let _: String = m.cmd(&["SCRIPT", "FLUSH"]).await.unwrap();
@@ -262,7 +262,7 @@ async fn a_renew_decided_without_a_master_still_reaches_it() {
     let ms = masters(3);
     // Redis lifts a client pause on its next cron tick (up to 100 ms): a master timeout
     // well above that.
-    let mut cfg = config(&ms.iter().collect::<Vec<_>>());
+    let mut cfg = config(&ms);
     cfg.master_timeout_ms = 1000;
     let app = TestApp::spawn(cfg).await;
     let (id, _) = app.must_grant("late", json!({"ttl_ms": 60000})).await;
@@ -300,7 +300,7 @@ async fn with_no_lock_delay_in_force_empty_restarts_cost_the_largest_ttl_not_the
     // restarts of single masters in a row. Before, each sat out 62 s and the deployment was
     // left with no majority; now each sits out the largest TTL, as none has a delay.
     let mut ms = masters(3);
-    let mut cfg = config(&ms.iter().collect::<Vec<_>>());
+    let mut cfg = config(&ms);
     cfg.max_ttl_ms = 2000;
     // Kept holds off: the quarantine is the largest TTL a client may ask.
     cfg.max_kept_hold_ms = Some(0);
@@ -344,7 +344,7 @@ async fn with_no_lock_delay_in_force_empty_restarts_cost_the_largest_ttl_not_the
 #[tokio::test]
 async fn an_empty_restart_sits_out_the_lock_delay_in_force_on_the_others() {
     let mut ms = masters(3);
-    let mut cfg = config(&ms.iter().collect::<Vec<_>>());
+    let mut cfg = config(&ms);
     cfg.max_ttl_ms = 2000;
     // Kept holds off: the quarantine is the largest TTL a client may ask.
     cfg.max_kept_hold_ms = Some(0);

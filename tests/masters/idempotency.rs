@@ -13,9 +13,8 @@ use tokio::io::AsyncWriteExt as _;
 
 async fn replicas() -> (Vec<RedisMaster>, TestApp, TestApp) {
     let ms = masters(3);
-    let refs: Vec<&RedisMaster> = ms.iter().collect();
-    let a = TestApp::spawn(config(&refs)).await;
-    let b = TestApp::spawn(config(&refs)).await;
+    let a = TestApp::spawn(config(&ms)).await;
+    let b = TestApp::spawn(config(&ms)).await;
     (ms, a, b)
 }
 

@@ -12,8 +12,7 @@ use serde_json::json;
 #[tokio::test]
 async fn a_kept_hold_outlives_its_replica_and_a_master_restart_and_ends_at_its_maximum() {
     let mut ms = masters(3);
-    let refs: Vec<_> = ms.iter().collect();
-    let mut cfg = config(&refs);
+    let mut cfg = config(&ms);
     cfg.master_timeout_ms = 200;
     cfg.default_ttl_ms = 300;
     cfg.max_ttl_ms = 500;
@@ -65,8 +64,7 @@ async fn fleet(app: &TestApp, op: &str, id: &str) -> (u16, Option<String>) {
 #[tokio::test]
 async fn a_nodes_reboot_slot_outlives_the_replica_it_took_it_through_and_a_master_restart() {
     let mut ms = masters(3);
-    let refs: Vec<_> = ms.iter().collect();
-    let mut cfg = config(&refs);
+    let mut cfg = config(&ms);
     cfg.master_timeout_ms = 200;
     let a = TestApp::spawn(cfg.clone()).await;
     let b = TestApp::spawn(cfg).await;

@@ -12,7 +12,7 @@ use serde_json::json;
 #[tokio::test]
 async fn a_master_keeping_a_layout_this_release_does_not_know_is_refused_not_misread() {
     let ms = masters(3);
-    let app = TestApp::spawn(config(&ms.iter().collect::<Vec<_>>())).await;
+    let app = TestApp::spawn(config(&ms)).await;
     let (held, _) = app.must_grant("inv:held", json!({"ttl_ms": 30000})).await;
     let mark = async |m: &common::RedisMaster, layout: Option<&str>| {
         let args: Vec<&str> = match layout {
@@ -129,7 +129,7 @@ async fn a_master_keeping_a_layout_this_release_does_not_know_is_refused_not_mis
 #[tokio::test]
 async fn a_master_in_a_layout_this_release_does_not_know_is_never_restored_by_it() {
     let ms = masters(3);
-    let mut cfg = config(&ms.iter().collect::<Vec<_>>());
+    let mut cfg = config(&ms);
     // A quarantine of the largest TTL alone, two seconds.
     cfg.max_ttl_ms = 2000;
     // Kept holds off: the quarantine is the largest TTL a client may ask.

@@ -17,7 +17,7 @@ async fn the_docs_render_their_operations_in_headless_chromium() {
         .find(|p| std::path::Path::new(p).exists())
         .expect("chromium is not installed: run scripts/test (it installs it), or apt-get install chromium");
     let ms = masters(1);
-    let app = TestApp::spawn(config(&[&ms[0]])).await;
+    let app = TestApp::spawn(config(&ms[..1])).await;
     let profile = tempfile::tempdir().unwrap();
     // Without the slash: the page's relative assets must still load.
     let url = app.url("/docs");
@@ -63,7 +63,7 @@ async fn the_docs_render_their_operations_in_headless_chromium() {
 #[tokio::test]
 async fn master_health_is_exported_per_master_and_follows_a_paused_one() {
     let ms = masters(3);
-    let app = TestApp::spawn(config(&ms.iter().collect::<Vec<_>>())).await;
+    let app = TestApp::spawn(config(&ms)).await;
     app.must_grant("invoice:1", json!({})).await;
     let metrics = app.text("/metrics").await;
     assert!(

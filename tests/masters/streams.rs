@@ -10,8 +10,7 @@ use common::{EventStream, RedisMaster, TestApp, config, masters};
 use serde_json::json;
 
 async fn replicas(masters: &[RedisMaster], timeout_ms: u64) -> (TestApp, TestApp) {
-    let refs: Vec<&RedisMaster> = masters.iter().collect();
-    let mut cfg = config(&refs);
+    let mut cfg = config(masters);
     cfg.master_timeout_ms = timeout_ms;
     (TestApp::spawn(cfg.clone()).await, TestApp::spawn(cfg).await)
 }
@@ -384,8 +383,7 @@ async fn a_resume_by_another_token_is_refused_by_the_masters() {
     let (other, t) = new_token("ci-other", Role::Client, vec!["jobs:".into()]);
     let file = tempfile::NamedTempFile::new().unwrap();
     common::write_tokens(file.path(), &[o, t]);
-    let refs: Vec<&RedisMaster> = masters.iter().collect();
-    let mut cfg = config(&refs);
+    let mut cfg = config(&masters);
     cfg.auth_file = Some(file.path().to_str().unwrap().to_owned());
     let (a, b) = (TestApp::spawn(cfg.clone()).await, TestApp::spawn(cfg).await);
     for (route, body, first) in [

@@ -27,8 +27,7 @@ struct Bed {
 impl Bed {
     async fn start() -> Self {
         let masters = masters(3);
-        let refs: Vec<&RedisMaster> = masters.iter().collect();
-        let mut cfg = config(&refs);
+        let mut cfg = config(&masters);
         // Pausing masters must make renews fail fast, not hang.
         cfg.master_timeout_ms = 100;
         let mut replicas = Vec::new();

@@ -84,7 +84,7 @@ impl Bed {
         let (token, entry) = new_token("workload", Role::Admin, vec![]);
         let mut tokens = tempfile::NamedTempFile::new().unwrap();
         write!(tokens, "{}", json!({ "tokens": [entry] })).unwrap();
-        let mut cfg = config(&masters.iter().collect::<Vec<_>>());
+        let mut cfg = config(&masters);
         cfg.auth_file = Some(tokens.path().to_str().unwrap().to_owned());
         cfg.max_waiters_per_name = 1;
         let app = TestApp::spawn(cfg).await;

@@ -19,8 +19,7 @@ const BIN: &str = env!("CARGO_BIN_EXE_redlockd");
 /// default a loaded CI machine turned a grant into a 503 the example does not retry.
 async fn server() -> (Vec<RedisMaster>, TestApp) {
     let masters = masters(3);
-    let refs: Vec<&RedisMaster> = masters.iter().collect();
-    let mut cfg = config(&refs);
+    let mut cfg = config(&masters);
     cfg.master_timeout_ms = 200;
     let app = TestApp::spawn(cfg).await;
     (masters, app)
@@ -368,8 +367,7 @@ async fn the_readmes_cron_line_runs_the_job_once_and_the_skips_print_nothing() {
 #[tokio::test]
 async fn the_readmes_cron_line_is_refused_before_the_job_when_the_server_cannot_hold_that_long() {
     let masters = masters(3);
-    let refs: Vec<&RedisMaster> = masters.iter().collect();
-    let mut cfg = config(&refs);
+    let mut cfg = config(&masters);
     cfg.max_ttl_ms = 300_000;
     let app = TestApp::spawn(cfg).await;
     let dir = tempfile::tempdir().unwrap();
@@ -529,11 +527,10 @@ curl() {
 #[tokio::test]
 async fn the_curl_examples_of_readme_and_the_docs_answer_as_documented() {
     let masters = masters(3);
-    let refs: Vec<&RedisMaster> = masters.iter().collect();
     // A second per master step: with the 50 ms default a loaded CI machine turned a grant
     // into a 503 (2026-11-27: two masters past it at once) that no page's example retries.
     // No example stops a master, so the timeout is never waited out.
-    let mut cfg = config(&refs);
+    let mut cfg = config(&masters);
     cfg.master_timeout_ms = 1_000;
     let a = TestApp::spawn(cfg.clone()).await;
     let b = TestApp::spawn(cfg).await;
