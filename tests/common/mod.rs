@@ -71,6 +71,18 @@ pub async fn joined<T>(waiter: tokio::task::JoinHandle<T>, what: &str) -> T {
         .expect("the waiter did not panic")
 }
 
+/// Runs a command to its end, which must be a success: what it wrote to stderr is the
+/// failure's message.
+pub async fn succeeds(cmd: &mut tokio::process::Command) -> std::process::Output {
+    let out = cmd.output().await.expect("the command starts");
+    assert!(
+        out.status.success(),
+        "{cmd:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out
+}
+
 fn free_port() -> u16 {
     let listener = TcpListener::bind("127.0.0.1:0").expect("bind a free port");
     listener.local_addr().expect("local addr").port()
@@ -675,6 +687,24 @@ pub async fn two_replicas(masters: &[RedisMaster]) -> (TestApp, TestApp) {
     (TestApp::spawn(cfg.clone()).await, TestApp::spawn(cfg).await)
 }
 
+/// Three fresh masters and two replicas over them (as `two_replicas`): the masters are
+/// returned so that the caller keeps them running for as long as it needs them.
+pub async fn two_replicas_over_three() -> (Vec<RedisMaster>, TestApp, TestApp) {
+    let masters = masters(3);
+    let (a, b) = two_replicas(&masters).await;
+    (masters, a, b)
+}
+
+/// Settings under which a master restarted empty sits out about two seconds, so that a
+/// test sees its return: the largest TTL a client may ask is 2 s (1 s by default) and kept
+/// holds are off (the quarantine is then the largest TTL, and the largest lock-delay in
+/// force, which a test that wants the TTL alone turns off with `max_lock_delay_ms`).
+pub fn short_quarantine(cfg: &mut Config) {
+    cfg.max_ttl_ms = 2000;
+    cfg.max_kept_hold_ms = Some(0);
+    cfg.default_ttl_ms = 1000;
+}
+
 /// A configuration for tests: port 0, the given masters (none: the embedded store),
 /// everything else as the contract's defaults.
 pub fn config<'a>(masters: impl IntoIterator<Item = &'a RedisMaster>) -> Config {
@@ -842,6 +872,17 @@ enum Dispatched {
 }
 
 impl TestApp {
+    /// An app behind a listener over `masters`, with the test's own settings (`tweak`)
+    /// over `config`'s.
+    pub async fn over<'a>(
+        masters: impl IntoIterator<Item = &'a RedisMaster>,
+        tweak: impl FnOnce(&mut Config),
+    ) -> Self {
+        let mut cfg = config(masters);
+        tweak(&mut cfg);
+        Self::spawn(cfg).await
+    }
+
     pub async fn spawn(config: Config) -> Self {
         init_test_logging();
         let app = App::new(config).await.expect("app builds");
@@ -964,15 +1005,34 @@ impl TestApp {
         stream: EventStream,
         grace: Duration,
     ) {
-        let waiter = self.grant_in_background(name, json!({"wait_ms": 10_000}));
-        self.wait_for_contention(class, 1).await;
-        let left = std::time::Instant::now();
+        let waiter = self
+            .grant_in_line(name, json!({"wait_ms": 10_000}), class, 1)
+            .await;
+        let left = Instant::now();
         drop(stream);
         let (_, after) = granted_since(waiter, left).await;
         assert!(
             after >= grace,
             "granted {after:?} after the connection closed, within its grace"
         );
+    }
+
+    /// Drop `stream`, which holds `name` with the fencing token `token`, while a grant of
+    /// `name` (its lock class too) waits on this replica: the drop wakes the waiter, within
+    /// `bound`. The waiter's lease.
+    pub async fn woken_by_drop(
+        &self,
+        name: &str,
+        stream: EventStream,
+        token: u64,
+        bound: Duration,
+    ) -> Value {
+        let waiter = self
+            .grant_in_line(name, json!({"wait_ms": 10_000}), name, 1)
+            .await;
+        let left = Instant::now();
+        drop(stream);
+        woken_within(waiter, left, bound, Some(token)).await
     }
 
     /// Another handle on the same app, over the same transport, for a request sent from a
@@ -1051,6 +1111,20 @@ impl TestApp {
             lease["lease_id"].as_str().expect("lease_id").to_owned(),
             lease["fencing_token"].as_u64().expect("token"),
         )
+    }
+
+    /// A grant sent in the background that finds `name` held and waits: returned once it
+    /// is in line, the `nth` contended grant of lock class `class` on this replica.
+    pub async fn grant_in_line(
+        &self,
+        name: &str,
+        body: Value,
+        class: &str,
+        nth: usize,
+    ) -> tokio::task::JoinHandle<(u16, Value, Instant)> {
+        let waiter = self.grant_in_background(name, body);
+        self.wait_for_contention(class, nth).await;
+        waiter
     }
 
     /// A grant sent in the background, typically one that waits: the handle yields its
@@ -1137,11 +1211,15 @@ impl TestApp {
     /// then in line.
     pub async fn wait_for_contention(&self, class: &str, count: usize) {
         let line = format!(r#"redlockd_contention_total{{lock_class="{class}"}} {count}"#);
-        wait_for(
-            &format!("{count} contended grants of {class}"),
-            Duration::from_secs(5),
-            async || self.text("/metrics").await.contains(&line).then_some(()),
-        )
+        self.wait_for_metrics(&format!("{count} contended grants of {class}"), &line)
+            .await;
+    }
+
+    /// Wait (5 s at most) until `/metrics` shows `text` (a series and its value).
+    pub async fn wait_for_metrics(&self, what: &str, text: &str) {
+        wait_for(what, Duration::from_secs(5), async || {
+            self.text("/metrics").await.contains(text).then_some(())
+        })
         .await;
     }
 
@@ -1406,13 +1484,13 @@ impl Server {
         http().post(url).send().await.expect("POST")
     }
 
+    pub async fn get(&self, path: &str) -> reqwest::Response {
+        let url = format!("{}{path}", self.base);
+        http().get(url).send().await.expect("GET")
+    }
+
     pub async fn text(&self, path: &str) -> String {
-        let resp = http()
-            .get(format!("{}{path}", self.base))
-            .send()
-            .await
-            .expect("GET");
-        resp.text().await.expect("body")
+        self.get(path).await.text().await.expect("body")
     }
 
     pub fn logs(&self) -> String {

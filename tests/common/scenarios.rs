@@ -16,6 +16,24 @@ pub async fn revoke(app: &TestApp, name: &str, lease: &Value) {
     assert_eq!(status, 204, "{body}");
 }
 
+/// A hold of `name` through `holder`, a grant of it waiting in line on `waiting` (its lock
+/// class is `name`), then the hold's revoke: the waiting grant is woken by it, within
+/// `bound`, with a greater token. The waiting grant's lease.
+pub async fn revoke_wakes(
+    holder: &TestApp,
+    waiting: &TestApp,
+    name: &str,
+    bound: Duration,
+) -> Value {
+    let (lease, token) = holder.must_grant(name, json!({"ttl_ms": 30_000})).await;
+    let waiter = waiting
+        .grant_in_line(name, json!({"wait_ms": 20_000}), name, 1)
+        .await;
+    let released = Instant::now();
+    assert_eq!(holder.revoke(name, &lease).await.0, 204);
+    super::woken_within(waiter, released, bound, Some(token)).await
+}
+
 /// A hold taken and let go, as a worker's loop does: `POST path` with `body` (which must
 /// be granted), held for `hold`, then revoked through the name `name`. Its lease, and the
 /// moments it was surely held from and to (its grant answered, its revoke not yet sent).

@@ -150,14 +150,8 @@ async fn foreign_and_stale_leases_can_neither_renew_nor_revoke() {
 #[tokio::test]
 async fn a_waiter_is_woken_by_a_revoke_not_by_the_ttl() {
     let app = TestApp::embedded().await;
-    let (holder, token) = app.must_grant("queue", json!({"ttl_ms": 30000})).await;
-    let waiter = app.grant_in_background("queue", json!({"wait_ms": 20000}));
-    app.wait_for_contention("queue", 1).await;
-    let revoked_at = Instant::now();
-    let (status, _) = app.revoke("queue", &holder).await;
-    assert_eq!(status, 204);
     // Woken by the revoke, not at the 30 s TTL.
-    common::woken_within(waiter, revoked_at, Duration::from_secs(5), Some(token)).await;
+    common::scenarios::revoke_wakes(&app, &app, "queue", Duration::from_secs(5)).await;
 }
 
 #[tokio::test]

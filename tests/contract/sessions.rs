@@ -179,8 +179,9 @@ async fn a_waiter_is_woken_when_a_session_ends() {
     let app = TestApp::embedded().await;
     let session = open(&app, 30000).await;
     app.grant("w:lock", json!({"session": session})).await;
-    let waiter = app.grant_in_background("w:lock", json!({"wait_ms": 10000}));
-    app.wait_for_contention("w", 1).await;
+    let waiter = app
+        .grant_in_line("w:lock", json!({"wait_ms": 10000}), "w", 1)
+        .await;
     let ended = std::time::Instant::now();
     app.send("DELETE", &format!("/sessions/{session}"), None)
         .await;

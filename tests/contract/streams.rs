@@ -4,7 +4,7 @@
 
 use crate::common;
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use common::{EventStream, TestApp};
 use std::sync::Arc;
@@ -52,11 +52,8 @@ async fn a_held_lease_is_renewed_while_its_body_is_read_and_handed_over_when_dro
         let beat = stream.expect("heartbeat").await;
         assert_eq!(beat["fencing_token"].as_u64(), Some(token));
     }
-    let waiter = app.grant_in_background("held", json!({"wait_ms": 10_000}));
-    app.wait_for_contention("held", 1).await;
-    let left = Instant::now();
-    drop(stream);
-    common::woken_within(waiter, left, Duration::from_millis(250), Some(token)).await;
+    app.woken_by_drop("held", stream, token, Duration::from_millis(250))
+        .await;
 }
 
 #[tokio::test]

@@ -3,7 +3,7 @@
 
 use crate::common;
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use common::{RedisMaster, TestApp, config, masters, wait_for};
 use serde_json::{Value, json};
@@ -110,9 +110,7 @@ async fn racing_grants_have_exactly_one_winner() {
     // answer may take longer than the default 50 ms (seen in CI: five grants answered 503),
     // and this test is about mutual exclusion, not latency.
     let ms = masters(3);
-    let mut cfg = config(&ms);
-    cfg.master_timeout_ms = 2000;
-    let app = TestApp::spawn(cfg).await;
+    let app = TestApp::over(&ms, |cfg| cfg.master_timeout_ms = 2000).await;
     for round in 0..5 {
         let name = format!("race-{round}");
         let grants = (0..32).map(|_| app.grant(&name, json!({"ttl_ms": 10000})));
@@ -178,15 +176,7 @@ async fn tokens_rise_across_revoke_expiry_and_a_restart_of_redlockd() {
 #[tokio::test]
 async fn waiters_in_another_replica_are_woken_through_redis() {
     let (_ms, a, b) = two_replicas().await;
-    let (holder, _) = a.must_grant("shared", json!({"ttl_ms": 30000})).await;
-    let waiter = b.grant_in_background("shared", json!({"wait_ms": 20000}));
-    b.wait_for_contention("shared", 1).await;
-    let revoked_at = Instant::now();
-    assert_eq!(a.revoke("shared", &holder).await.0, 204);
-    assert_eq!(waiter.await.unwrap().0, 201);
-    let woken_after = revoked_at.elapsed();
-    eprintln!("replica b's waiter granted {woken_after:?} after replica a revoked");
-    assert!(woken_after < Duration::from_secs(5));
+    common::scenarios::revoke_wakes(&a, &b, "shared", Duration::from_secs(5)).await;
 }
 
 #[tokio::test]
@@ -282,17 +272,9 @@ async fn a_release_is_announced_only_to_listeners() {
         "no announcement for a lock nobody listens to"
     );
 
-    // A grant waiting in another replica marks the lock: its release is announced there.
-    let (holder, _) = a.must_grant("quiet", json!({"ttl_ms": 30000})).await;
-    let waiter = b.grant_in_background("quiet", json!({"wait_ms": 20000}));
-    b.wait_for_contention("quiet", 1).await;
-    let revoked_at = Instant::now();
-    assert_eq!(a.revoke("quiet", &holder).await.0, 204);
-    assert_eq!(waiter.await.unwrap().0, 201);
-    assert!(
-        revoked_at.elapsed() < Duration::from_secs(5),
-        "woken by the announcement, not at the holder's TTL"
-    );
+    // A grant waiting in another replica marks the lock: its release is announced there
+    // (woken by the announcement, not at the holder's TTL).
+    common::scenarios::revoke_wakes(&a, &b, "quiet", Duration::from_secs(5)).await;
     let after = publishes(&ms).await;
     assert!(
         after.iter().zip(&before).all(|(a, b)| a > b),
@@ -414,9 +396,7 @@ async fn names_of_ended_locks_stay_a_bounded_share_of_the_index() {
 #[tokio::test]
 async fn list_pages_through_every_held_lock_in_name_order() {
     let ms = masters(3);
-    let mut cfg = config(&ms);
-    cfg.master_timeout_ms = 1000;
-    let app = TestApp::spawn(cfg).await;
+    let app = TestApp::over(&ms, |cfg| cfg.master_timeout_ms = 1000).await;
     let total = 2500;
     let mut grants = Vec::new();
     for i in 0..total {

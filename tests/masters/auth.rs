@@ -30,13 +30,12 @@ async fn force_release_removes_the_holder_and_the_next_grant_gets_a_greater_toke
         held["fencing_token"].as_u64().unwrap(),
     );
     // A stream holding a lease is told it was released.
-    let mut stream = common::EventStream::open(
-        app.http
-            .post(app.url("/locks/jobs:g"))
-            .bearer_auth(&t.client)
-            .json(&json!({"ttl_ms": 30_000})),
-    )
-    .await;
+    let mut stream = app
+        .call("POST", "/locks/jobs:g")
+        .bearer(&t.client)
+        .json(&json!({"ttl_ms": 30_000}))
+        .stream()
+        .await;
     stream.expect("granted").await;
 
     // A grant waiting for it is woken when it is removed.
@@ -73,9 +72,10 @@ async fn force_release_removes_the_holder_and_the_next_grant_gets_a_greater_toke
 
     // Through another replica: the stream's replica learns it from the masters, and says
     // which it was: force-released by an administrator, or revoked with its lease id.
-    let mut cfg = config(&masters);
-    cfg.auth_file = Some(t.file.path().to_str().unwrap().to_owned());
-    let other = TestApp::spawn(cfg).await;
+    let other = TestApp::over(&masters, |cfg| {
+        cfg.auth_file = Some(t.file.path().to_str().unwrap().to_owned())
+    })
+    .await;
     call(&other, "DELETE", "/locks/jobs:g", Some(&t.admin)).await;
     let lost = stream.expect("lost").await;
     assert_eq!(lost["reason"], "force_released", "{lost}");
@@ -83,13 +83,12 @@ async fn force_release_removes_the_holder_and_the_next_grant_gets_a_greater_toke
         lost["message"].as_str().unwrap().contains("administrator"),
         "{lost}"
     );
-    let mut revoked = common::EventStream::open(
-        app.http
-            .post(app.url("/locks/jobs:h"))
-            .bearer_auth(&t.client)
-            .json(&json!({"ttl_ms": 30_000})),
-    )
-    .await;
+    let mut revoked = app
+        .call("POST", "/locks/jobs:h")
+        .bearer(&t.client)
+        .json(&json!({"ttl_ms": 30_000}))
+        .stream()
+        .await;
     let granted = revoked.expect("granted").await;
     let lease = granted["lease_id"].as_str().unwrap();
     let (status, _) = call(

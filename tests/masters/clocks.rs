@@ -163,19 +163,11 @@ async fn a_backward_jump_is_counted_and_shown_and_the_master_keeps_voting() {
     a.must_grant("once", json!({"ttl_ms": 1000})).await;
     ms[1].set_clock_offset(-30_000);
     let address = format!("redis://127.0.0.1:{}", ms[1].port);
-    wait_for(
-        "the backward jump to be counted",
-        Duration::from_secs(5),
-        async || {
-            a.text("/metrics")
-            .await
-            .contains(&format!(
-                "redlockd_master_clock_jumps_total{{direction=\"backward\",master=\"{address}\"}} 1"
-            ))
-            .then_some(())
-        },
-    )
-    .await;
+    let counted = format!(
+        r#"redlockd_master_clock_jumps_total{{direction="backward",master="{address}"}} 1"#
+    );
+    a.wait_for_metrics("the backward jump to be counted", &counted)
+        .await;
     let (_, ready) = a.get("/readyz").await;
     assert_eq!(master(&ready, &ms[1])["voting"], true, "{ready}");
     assert!(
@@ -201,21 +193,10 @@ async fn a_clock_that_stood_off_while_watched_is_counted_at_once_by_a_new_replic
     // The first replica meets it with no one to vouch for it: it watches it for its whole
     // quarantine first (2 s here) before counting it.
     let mut short = cfg.clone();
-    short.max_ttl_ms = 2_000;
-    // Kept holds off: the quarantine is the largest TTL a client may ask.
-    short.max_kept_hold_ms = Some(0);
-    short.default_ttl_ms = 1_000;
+    common::short_quarantine(&mut short);
     short.max_lock_delay_ms = 0;
     let a = TestApp::spawn(short).await;
-    let (_, ready) = a.get("/readyz").await;
-    let first = master(&ready, &ms[1]).clone();
-    assert_eq!(first["voting"], false, "{first}");
-    assert!(
-        first["problem"]
-            .as_str()
-            .is_some_and(|p| p.contains("first met")),
-        "{first}"
-    );
+    not_counted_when_first_met(&a, &ms[1]).await;
     wait_for(
         "the first replica to count it",
         Duration::from_secs(10),
@@ -246,8 +227,13 @@ async fn a_clock_that_stood_off_while_watched_is_counted_at_once_by_a_new_replic
     b.stop().await;
     ms[1].set_clock_offset(33_000);
     let c = TestApp::spawn(cfg).await;
-    let (_, ready) = c.get("/readyz").await;
-    let met = master(&ready, &ms[1]).clone();
+    not_counted_when_first_met(&c, &ms[1]).await;
+}
+
+/// `app`'s `/readyz` shows master `m` not voting, as a clock first met (not yet watched).
+async fn not_counted_when_first_met(app: &TestApp, m: &RedisMaster) {
+    let (_, ready) = app.get("/readyz").await;
+    let met = master(&ready, m);
     assert_eq!(met["voting"], false, "{met}");
     assert!(
         met["problem"]

@@ -39,11 +39,8 @@ async fn replicas(clusters: &[RedisCluster]) -> (TestApp, TestApp) {
 /// return is seen within a test.
 async fn replicas_with_short_quarantine(clusters: &[RedisCluster]) -> (TestApp, TestApp) {
     let mut cfg = config(clusters);
-    cfg.max_ttl_ms = 2000;
-    // Kept holds off: the quarantine is the largest TTL a client may ask.
-    cfg.max_kept_hold_ms = Some(0);
+    common::short_quarantine(&mut cfg);
     cfg.max_lock_delay_ms = 0;
-    cfg.default_ttl_ms = 1000;
     let (a, b) = (TestApp::spawn(cfg.clone()).await, TestApp::spawn(cfg).await);
     for app in [&a, &b] {
         every_shard_votes(app).await;
@@ -186,8 +183,14 @@ async fn a_waiting_grant_on_the_other_replica_is_woken_by_a_release() {
     for round in 0..3 {
         let name = format!("wake:{round}");
         let (lease, token) = a.must_grant(&name, json!({"ttl_ms": 20000})).await;
-        let waiter = b.grant_in_background(&name, json!({"ttl_ms": 5000, "wait_ms": 10000}));
-        b.wait_for_contention("wake", round + 1).await;
+        let waiter = b
+            .grant_in_line(
+                &name,
+                json!({"ttl_ms": 5000, "wait_ms": 10000}),
+                "wake",
+                round + 1,
+            )
+            .await;
         let released = Instant::now();
         assert_eq!(a.revoke(&name, &lease).await.0, 204);
         // Announced, not polled.
@@ -241,12 +244,7 @@ async fn a_quiet_subscription_stays_up_and_its_announcements_still_wake_waiters(
             "a quiet subscription was made again"
         );
     }
-    let (lease, _) = a.must_grant("quiet", json!({"ttl_ms": 20000})).await;
-    let waiter = b.grant_in_background("quiet", json!({"ttl_ms": 5000, "wait_ms": 10000}));
-    b.wait_for_contention("quiet", 1).await;
-    let released = Instant::now();
-    assert_eq!(a.revoke("quiet", &lease).await.0, 204);
-    common::woken_within(waiter, released, Duration::from_millis(500), None).await;
+    common::scenarios::revoke_wakes(&a, &b, "quiet", Duration::from_millis(500)).await;
 }
 
 #[tokio::test]

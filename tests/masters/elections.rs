@@ -7,7 +7,7 @@ use crate::common;
 
 use std::time::{Duration, Instant};
 
-use common::{EventStream, TestApp, masters};
+use common::{EventStream, TestApp};
 use serde_json::{Value, json};
 
 fn campaign(app: &TestApp, name: &str, body: Value) -> reqwest::RequestBuilder {
@@ -36,8 +36,7 @@ async fn post(app: &TestApp, path: &str, body: Value) -> (u16, Value) {
 #[tokio::test]
 async fn four_candidates_on_two_replicas_hand_over_with_rising_terms_and_observers_see_it_in_order()
 {
-    let masters = masters(3);
-    let (a, b) = common::two_replicas(&masters).await;
+    let (_masters, a, b) = common::two_replicas_over_three().await;
     let mut watcher = EventStream::open(observe(&b, "leader")).await;
     assert_eq!(watcher.expect("vacant").await, json!({"name": "leader"}));
 
@@ -109,8 +108,7 @@ async fn four_candidates_on_two_replicas_hand_over_with_rising_terms_and_observe
 
 #[tokio::test]
 async fn a_crashed_leader_is_replaced_within_its_ttl_and_a_resign_at_once() {
-    let masters = masters(3);
-    let (a, b) = common::two_replicas(&masters).await;
+    let (_masters, a, b) = common::two_replicas_over_three().await;
     // A leader that stops renewing (its process died): a plain campaign, never renewed.
     let (status, crashed) = post(
         &a,
@@ -164,8 +162,7 @@ async fn a_crashed_leader_is_replaced_within_its_ttl_and_a_resign_at_once() {
 
 #[tokio::test]
 async fn proclaim_keeps_the_term_and_reaches_observers_on_the_other_replica() {
-    let masters = masters(3);
-    let (a, b) = common::two_replicas(&masters).await;
+    let (_masters, a, b) = common::two_replicas_over_three().await;
     let (status, lease) = post(&a, "/elections/p", json!({"value": "v1", "ttl_ms": 30_000})).await;
     assert_eq!(status, 201);
     let id = lease["lease_id"].as_str().unwrap();

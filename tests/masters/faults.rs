@@ -102,9 +102,7 @@ async fn tokens_rise_when_real_masters_counters_diverge() {
     // Every write is fsynced: while the machine's disk is busy (seen while Chromium started
     // cold beside this test) that took a master past a second, and this test is about
     // tokens, not latency.
-    let mut cfg = config(&ms);
-    cfg.master_timeout_ms = 2000;
-    let app = TestApp::spawn(cfg).await;
+    let app = TestApp::over(&ms, |cfg| cfg.master_timeout_ms = 2000).await;
     let fence = async |m: &RedisMaster| {
         m.cmd::<Option<u64>>(&["GET", "redlockd:fence"])
             .await
@@ -169,15 +167,13 @@ async fn tokens_rise_when_real_masters_counters_diverge() {
 #[tokio::test]
 async fn a_master_that_restarts_empty_is_quarantined_for_the_largest_ttl() {
     let mut ms = masters(3);
-    let mut cfg = config(&ms);
-    cfg.max_ttl_ms = 2000;
-    // Kept holds off: the quarantine is the largest TTL a client may ask.
-    cfg.max_kept_hold_ms = Some(0);
-    cfg.default_ttl_ms = 1000;
-    // No lock-delays here: the quarantine is the largest TTL alone (a delay would add its
-    // largest; see domain::engine).
-    cfg.max_lock_delay_ms = 0;
-    let app = TestApp::spawn(cfg).await;
+    let app = TestApp::over(&ms, |cfg| {
+        common::short_quarantine(cfg);
+        // No lock-delays here: the quarantine is the largest TTL alone (a delay would add its
+        // largest; see domain::engine).
+        cfg.max_lock_delay_ms = 0;
+    })
+    .await;
     let (_, first) = app.must_grant("q", json!({"ttl_ms": 2000})).await;
 
     ms[2].restart_empty();
@@ -236,8 +232,9 @@ async fn a_master_that_drops_its_connections_is_reconnected() {
     let (holder, _) = app.must_grant("sub", json!({"ttl_ms": 30000})).await;
     let other = TestApp::spawn(config(&ms)).await;
     let started = Instant::now();
-    let waiter = app.grant_in_background("sub", json!({"wait_ms": 20000}));
-    app.wait_for_contention("sub", 1).await;
+    let waiter = app
+        .grant_in_line("sub", json!({"wait_ms": 20000}), "sub", 1)
+        .await;
     assert_eq!(other.revoke("sub", &holder).await.0, 204);
     assert_eq!(waiter.await.unwrap().0, 201);
     assert!(started.elapsed() < Duration::from_secs(10));
@@ -262,9 +259,7 @@ async fn a_renew_decided_without_a_master_still_reaches_it() {
     let ms = masters(3);
     // Redis lifts a client pause on its next cron tick (up to 100 ms): a master timeout
     // well above that.
-    let mut cfg = config(&ms);
-    cfg.master_timeout_ms = 1000;
-    let app = TestApp::spawn(cfg).await;
+    let app = TestApp::over(&ms, |cfg| cfg.master_timeout_ms = 1000).await;
     let (id, _) = app.must_grant("late", json!({"ttl_ms": 60000})).await;
     // The third master lost its scripts, and holds every command for a moment (within the master timeout): the renew is
     // decided on the other two, and its call to the third still has to go on past NOSCRIPT
@@ -300,14 +295,12 @@ async fn with_no_lock_delay_in_force_empty_restarts_cost_the_largest_ttl_not_the
     // restarts of single masters in a row. Before, each sat out 62 s and the deployment was
     // left with no majority; now each sits out the largest TTL, as none has a delay.
     let mut ms = masters(3);
-    let mut cfg = config(&ms);
-    cfg.max_ttl_ms = 2000;
-    // Kept holds off: the quarantine is the largest TTL a client may ask.
-    cfg.max_kept_hold_ms = Some(0);
-    cfg.default_ttl_ms = 1000;
-    cfg.master_timeout_ms = 200;
-    assert_eq!(cfg.max_lock_delay_ms, 60_000, "the default");
-    let app = TestApp::spawn(cfg).await;
+    let app = TestApp::over(&ms, |cfg| {
+        common::short_quarantine(cfg);
+        cfg.master_timeout_ms = 200;
+        assert_eq!(cfg.max_lock_delay_ms, 60_000, "the default");
+    })
+    .await;
     for round in 0..4 {
         app.must_grant(&format!("r{round}"), json!({"ttl_ms": 2000}))
             .await;
@@ -344,13 +337,11 @@ async fn with_no_lock_delay_in_force_empty_restarts_cost_the_largest_ttl_not_the
 #[tokio::test]
 async fn an_empty_restart_sits_out_the_lock_delay_in_force_on_the_others() {
     let mut ms = masters(3);
-    let mut cfg = config(&ms);
-    cfg.max_ttl_ms = 2000;
-    // Kept holds off: the quarantine is the largest TTL a client may ask.
-    cfg.max_kept_hold_ms = Some(0);
-    cfg.default_ttl_ms = 1000;
-    cfg.master_timeout_ms = 200;
-    let app = TestApp::spawn(cfg).await;
+    let app = TestApp::over(&ms, |cfg| {
+        common::short_quarantine(cfg);
+        cfg.master_timeout_ms = 200;
+    })
+    .await;
     // A 1 s lease with a 5 s lock-delay: its claim runs about 6 s on every master.
     app.must_grant("d", json!({"ttl_ms": 1000, "lock_delay_ms": 5000}))
         .await;

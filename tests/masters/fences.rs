@@ -4,13 +4,11 @@
 
 use crate::common;
 
-use common::masters;
 use serde_json::json;
 
 #[tokio::test]
 async fn lock_permit_shared_and_election_tokens_are_current_on_the_other_replica() {
-    let masters = masters(3);
-    let (a, b) = common::two_replicas(&masters).await;
+    let (_masters, a, b) = common::two_replicas_over_three().await;
     let (_, lock) = a.grant("fenced", json!({})).await;
     let (_, permit) = a
         .send("POST", "/semaphores/fenced", Some(json!({"limit": 2})))

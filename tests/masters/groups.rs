@@ -6,14 +6,13 @@ use crate::common;
 
 use std::time::{Duration, Instant};
 
+use common::TestApp;
 use common::scenarios::{self, revoke};
-use common::{TestApp, masters};
 use serde_json::{Value, json};
 
 #[tokio::test]
 async fn opposite_orders_on_two_replicas_never_deadlock_nor_overlap() {
-    let masters = masters(3);
-    let (a, b) = common::two_replicas(&masters).await;
+    let (_masters, a, b) = common::two_replicas_over_three().await;
     let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
     let mut workers = Vec::new();
     for i in 0..6 {
@@ -65,8 +64,7 @@ async fn opposite_orders_on_two_replicas_never_deadlock_nor_overlap() {
 #[tokio::test]
 async fn a_waiting_grant_of_several_names_is_not_starved_by_single_grants_of_one_of_them() {
     const HOLD: Duration = Duration::from_millis(200);
-    let masters = masters(3);
-    let (a, b) = common::two_replicas(&masters).await;
+    let (_masters, a, b) = common::two_replicas_over_three().await;
     let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
     // Single grants of `hot` on replica a, each taking it again as soon as it is free: a
     // release there wakes the next of them at once, while the grant of both names, on
@@ -106,8 +104,7 @@ async fn a_waiting_grant_of_several_names_is_not_starved_by_single_grants_of_one
 
 #[tokio::test]
 async fn single_grants_queued_first_wait_behind_a_waiting_grant_of_several_names() {
-    let masters = masters(3);
-    let (a, _b) = common::two_replicas(&masters).await;
+    let (_masters, a, _b) = common::two_replicas_over_three().await;
     scenarios::singles_queued_first_wait_behind_a_waiting_grant_of_several_names(&a).await;
 }
 
@@ -119,8 +116,7 @@ async fn single_grants_queued_first_wait_behind_a_waiting_grant_of_several_names
 /// and their clients are: on one, the replicas' hand-offs queue behind each other.
 #[tokio::test(flavor = "multi_thread")]
 async fn several_name_waiters_in_opposite_orders_across_replicas_are_each_served() {
-    let masters = masters(3);
-    let (a, b) = common::two_replicas(&masters).await;
+    let (_masters, a, b) = common::two_replicas_over_three().await;
     let clients = [
         (a.handle(), ["p", "q"]),
         (b.handle(), ["q", "p"]),
@@ -162,8 +158,7 @@ async fn several_name_waiters_in_opposite_orders_across_replicas_are_each_served
 /// have lapsed, a second later.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_waiter_that_met_a_claim_on_another_replica_is_served_when_the_claimant_lets_go() {
-    let masters = masters(3);
-    let (a, b) = common::two_replicas(&masters).await;
+    let (_masters, a, b) = common::two_replicas_over_three().await;
     // (what holds, what claims, what waits behind the claim): a request's path and body.
     let both = |p: &str, q: &str| ("/locks".to_owned(), json!({"names": [p, q]}));
     let one = |name: &str| (format!("/locks/{name}"), json!({}));
@@ -222,8 +217,7 @@ async fn a_waiter_that_met_a_claim_on_another_replica_is_served_when_the_claiman
 /// name's turn to single grants when it is revoked.)
 #[tokio::test(flavor = "multi_thread")]
 async fn single_grants_on_one_replica_are_served_beside_several_name_grants_cycling_on_another() {
-    let masters = masters(3);
-    let (a, b) = common::two_replicas(&masters).await;
+    let (_masters, a, b) = common::two_replicas_over_three().await;
     let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
     // The several-name grants cycle until the single grants are done (or for 8 s).
     let mut groups = Vec::new();

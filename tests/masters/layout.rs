@@ -129,14 +129,12 @@ async fn a_master_keeping_a_layout_this_release_does_not_know_is_refused_not_mis
 #[tokio::test]
 async fn a_master_in_a_layout_this_release_does_not_know_is_never_restored_by_it() {
     let ms = masters(3);
-    let mut cfg = config(&ms);
-    // A quarantine of the largest TTL alone, two seconds.
-    cfg.max_ttl_ms = 2000;
-    // Kept holds off: the quarantine is the largest TTL a client may ask.
-    cfg.max_kept_hold_ms = Some(0);
-    cfg.default_ttl_ms = 1000;
-    cfg.max_lock_delay_ms = 0;
-    let app = TestApp::spawn(cfg).await;
+    let app = TestApp::over(&ms, |cfg| {
+        // A quarantine of the largest TTL alone, two seconds.
+        common::short_quarantine(cfg);
+        cfg.max_lock_delay_ms = 0;
+    })
+    .await;
     app.must_grant("res:before", json!({})).await;
     // The third master without its marker, in a layout a later release wrote: this
     // release would restore a master it finds unmarked once its quarantine is over, by

@@ -13,8 +13,7 @@ use serde_json::json;
 
 #[tokio::test]
 async fn an_expired_lease_is_refused_as_delayed_on_the_other_replica_then_granted_right_after() {
-    let masters = masters(3);
-    let (a, b) = common::two_replicas(&masters).await;
+    let (_masters, a, b) = common::two_replicas_over_three().await;
     let (_, token) = a
         .must_grant("delayed", json!({"ttl_ms": 300, "lock_delay_ms": 800}))
         .await;
@@ -56,8 +55,7 @@ async fn an_expired_lease_is_refused_as_delayed_on_the_other_replica_then_grante
 
 #[tokio::test]
 async fn a_holders_own_revoke_applies_no_delay_and_a_waiter_elsewhere_waits_an_eviction_out() {
-    let masters = masters(3);
-    let (a, b) = common::two_replicas(&masters).await;
+    let (_masters, a, b) = common::two_replicas_over_three().await;
     let (lease, _) = a
         .must_grant("handover", json!({"ttl_ms": 30000, "lock_delay_ms": 60000}))
         .await;
@@ -67,8 +65,9 @@ async fn a_holders_own_revoke_applies_no_delay_and_a_waiter_elsewhere_waits_an_e
         .await;
     assert_eq!(status, 201, "no delay after the holder's revoke: {body}");
 
-    let waiter = a.grant_in_background("handover", json!({"wait_ms": 10000}));
-    a.wait_for_contention("handover", 1).await;
+    let waiter = a
+        .grant_in_line("handover", json!({"wait_ms": 10000}), "handover", 1)
+        .await;
     let (status, released) = b.send("DELETE", "/locks/handover", None).await;
     assert_eq!((status, &released["released"]), (200, &json!(true)));
     let evicted = Instant::now();
@@ -95,8 +94,7 @@ async fn a_master_restarted_empty_does_not_shorten_a_delay() {
 
 #[tokio::test]
 async fn a_lapsed_sessions_hold_leaves_its_delay_on_real_masters() {
-    let masters = masters(3);
-    let (a, b) = common::two_replicas(&masters).await;
+    let (_masters, a, b) = common::two_replicas_over_three().await;
     let (_, session) = a
         .send("POST", "/sessions", Some(json!({"ttl_ms": 300})))
         .await;
@@ -115,7 +113,6 @@ async fn a_lapsed_sessions_hold_leaves_its_delay_on_real_masters() {
 
 #[tokio::test]
 async fn inspect_shows_a_lock_delay_while_it_refuses_grants() {
-    let masters = masters(3);
-    let (a, _b) = common::two_replicas(&masters).await;
+    let (_masters, a, _b) = common::two_replicas_over_three().await;
     common::scenarios::inspect_shows_a_lock_delay_while_it_refuses_grants(&a).await;
 }

@@ -86,34 +86,16 @@ async fn master_health_is_exported_per_master_and_follows_a_paused_one() {
         assert!(metrics.contains(&zero), "missing {zero}");
     }
     ms[1].pause();
-    wait_for(
-        "master_up to fall to 0",
-        Duration::from_secs(5),
-        async || {
-            app.text("/metrics")
-                .await
-                .contains(&up(&ms[1], 0))
-                .then_some(())
-        },
-    )
-    .await;
+    app.wait_for_metrics("master_up to fall to 0", &up(&ms[1], 0))
+        .await;
     let errors = format!(
         r#"redlockd_master_errors_total{{kind="timeout",master="redis://127.0.0.1:{}"}}"#,
         ms[1].port
     );
     assert!(app.text("/metrics").await.contains(&errors));
     ms[1].resume();
-    wait_for(
-        "master_up to return to 1",
-        Duration::from_secs(5),
-        async || {
-            app.text("/metrics")
-                .await
-                .contains(&up(&ms[1], 1))
-                .then_some(())
-        },
-    )
-    .await;
+    app.wait_for_metrics("master_up to return to 1", &up(&ms[1], 1))
+        .await;
 }
 /// An OTLP/HTTP receiver of our own: every JSON body POSTed to `/v1/traces`, kept.
 async fn otlp_receiver() -> (

@@ -7,7 +7,6 @@ use crate::common;
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
-use common::masters;
 use common::scenarios::workers_on_two;
 use serde_json::json;
 
@@ -22,8 +21,7 @@ struct Held {
 #[tokio::test]
 async fn at_most_limit_permits_are_held_at_once_by_workers_on_two_replicas() {
     const LIMIT: usize = 3;
-    let masters = masters(3);
-    let (a, b) = common::two_replicas(&masters).await;
+    let (_masters, a, b) = common::two_replicas_over_three().await;
     let held = workers_on_two(&a, &b, 10, |_, app| async move {
         let mut held = Vec::new();
         for _ in 0..8 {
@@ -80,8 +78,7 @@ async fn at_most_limit_permits_are_held_at_once_by_workers_on_two_replicas() {
 
 #[tokio::test]
 async fn a_waiting_permit_on_one_replica_is_granted_when_a_permit_is_released_on_the_other() {
-    let masters = masters(3);
-    let (a, b) = common::two_replicas(&masters).await;
+    let (_masters, a, b) = common::two_replicas_over_three().await;
     let body = json!({"limit": 1, "ttl_ms": 30_000});
     let (status, held) = a.send("POST", "/semaphores/one", Some(body)).await;
     assert_eq!(status, 201, "{held}");

@@ -32,8 +32,7 @@ async fn free_count(app: &TestApp) -> usize {
 
 #[tokio::test]
 async fn holds_live_while_only_their_session_is_renewed_on_another_replica_and_end_with_it() {
-    let masters = masters(3);
-    let (a, b) = common::two_replicas(&masters).await;
+    let (_masters, a, b) = common::two_replicas_over_three().await;
     let session = open(&a, 500).await;
     common::scenarios::hold_through(&a, &session, "m:", 1, false).await;
     let started = Instant::now();
@@ -52,8 +51,9 @@ async fn holds_live_while_only_their_session_is_renewed_on_another_replica_and_e
     let (_, read) = b.get(&format!("/sessions/{session}")).await;
     assert_eq!(read["holds"].as_array().unwrap().len(), 3, "{read}");
 
-    let waiter = b.grant_in_background("m:lock", json!({"wait_ms": 10000, "ttl_ms": 200}));
-    b.wait_for_contention("m", 1).await;
+    let waiter = b
+        .grant_in_line("m:lock", json!({"wait_ms": 10000, "ttl_ms": 200}), "m", 1)
+        .await;
     let ended = Instant::now();
     assert_eq!(
         a.send("DELETE", &format!("/sessions/{session}"), None)
@@ -72,8 +72,7 @@ async fn holds_live_while_only_their_session_is_renewed_on_another_replica_and_e
 
 #[tokio::test]
 async fn an_expired_sessions_holds_are_free_on_every_replica() {
-    let masters = masters(3);
-    let (a, b) = common::two_replicas(&masters).await;
+    let (_masters, a, b) = common::two_replicas_over_three().await;
     let session = open(&a, 300).await;
     common::scenarios::hold_through(&a, &session, "m:", 1, false).await;
     assert_eq!(free_count(&b).await, 0);
@@ -91,8 +90,7 @@ async fn an_expired_sessions_holds_are_free_on_every_replica() {
 
 #[tokio::test]
 async fn a_streamed_sessions_holds_are_freed_within_a_second_of_its_connection_closing() {
-    let masters = masters(3);
-    let (a, b) = common::two_replicas(&masters).await;
+    let (_masters, a, b) = common::two_replicas_over_three().await;
     let mut stream = a
         .call("POST", "/sessions?ttl_ms=5000")
         .header("accept", "text/event-stream")
@@ -122,8 +120,7 @@ async fn calls(app: &TestApp) -> Vec<u64> {
 
 #[tokio::test]
 async fn a_renew_of_a_session_with_100_holds_is_one_call_per_master() {
-    let masters = masters(3);
-    let (a, _b) = common::two_replicas(&masters).await;
+    let (_masters, a, _b) = common::two_replicas_over_three().await;
     let session = open(&a, 30000).await;
     for i in 0..100 {
         let (status, lease) = a
@@ -218,8 +215,7 @@ async fn a_session_hold_whose_carrier_dies_is_kept_until_its_validity_ends() {
 /// `GET /sessions/{id}`, and the next renew names a force-released one `lost` (not kept).
 #[tokio::test]
 async fn a_session_names_holds_that_ended_lost_and_lists_only_live_ones() {
-    let masters = masters(3);
-    let (a, b) = common::two_replicas(&masters).await;
+    let (_masters, a, b) = common::two_replicas_over_three().await;
     let session = open(&a, 5000).await;
     let mut ids = Vec::new();
     for name in ["m:one", "m:two"] {
@@ -241,8 +237,7 @@ async fn a_session_names_holds_that_ended_lost_and_lists_only_live_ones() {
 
 #[tokio::test]
 async fn a_session_hold_reports_the_sessions_ttl_whether_checked_or_renewed() {
-    let masters = masters(3);
-    let (a, _b) = common::two_replicas(&masters).await;
+    let (_masters, a, _b) = common::two_replicas_over_three().await;
     common::scenarios::a_session_hold_reports_the_sessions_ttl_whether_checked_or_renewed(&a).await;
 }
 
@@ -254,8 +249,7 @@ async fn a_session_hold_reports_the_sessions_ttl_whether_checked_or_renewed() {
 /// stream's own end frees the holds.
 #[tokio::test]
 async fn a_sessions_held_stream_resumes_through_the_other_replica() {
-    let masters = masters(3);
-    let (a, b) = common::two_replicas(&masters).await;
+    let (_masters, a, b) = common::two_replicas_over_three().await;
     let (first, session) = a.hold_session("ttl_ms=600&grace_ms=500").await;
     common::scenarios::hold_through(&b, &session, "m:", 1, false).await;
     drop(first);
@@ -304,8 +298,7 @@ async fn a_sessions_held_stream_resumes_through_the_other_replica() {
 /// while the resumed stream keeps the session.
 #[tokio::test]
 async fn a_dropped_session_streams_grace_end_frees_nothing_the_resume_holds() {
-    let masters = masters(3);
-    let (a, b) = common::two_replicas(&masters).await;
+    let (_masters, a, b) = common::two_replicas_over_three().await;
     let (mut first, id) = a.hold_session("ttl_ms=900&grace_ms=1100").await;
     assert_eq!(a.grant("w:lock", json!({"session": id})).await.0, 201);
     first.expect("heartbeat").await;

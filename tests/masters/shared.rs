@@ -7,7 +7,6 @@ use crate::common;
 
 use std::time::{Duration, Instant};
 
-use common::masters;
 use common::scenarios::{self, revoke, workers_on_two};
 use serde_json::json;
 
@@ -22,8 +21,7 @@ struct Held {
 
 #[tokio::test]
 async fn writers_never_overlap_anyone_and_readers_overlap_each_other_on_two_replicas() {
-    let masters = masters(3);
-    let (a, b) = common::two_replicas(&masters).await;
+    let (_masters, a, b) = common::two_replicas_over_three().await;
     let held = workers_on_two(&a, &b, 8, |i, app| async move {
         let shared = i >= 2;
         let mut held = Vec::new();
@@ -71,8 +69,7 @@ async fn writers_never_overlap_anyone_and_readers_overlap_each_other_on_two_repl
 #[tokio::test]
 async fn a_writer_behind_a_stream_of_overlapping_readers_is_granted_within_about_one_hold() {
     const HOLD: Duration = Duration::from_millis(300);
-    let masters = masters(3);
-    let (a, b) = common::two_replicas(&masters).await;
+    let (_masters, a, b) = common::two_replicas_over_three().await;
     let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
     // Readers on both replicas, each taking the name again as soon as it let go, so that
     // at every moment some reader holds it.

@@ -44,11 +44,8 @@ async fn a_held_lease_is_renewed_while_connected_and_handed_over_the_moment_the_
     assert_eq!(status["fencing_token"].as_u64(), Some(token), "{status}");
 
     // A grant waiting on the other replica gets it as soon as the stream closes.
-    let waiter = b.grant_in_background("held", json!({"wait_ms": 10_000}));
-    b.wait_for_contention("held", 1).await;
-    let left = Instant::now();
-    drop(stream);
-    common::woken_within(waiter, left, Duration::from_millis(500), Some(token)).await;
+    b.woken_by_drop("held", stream, token, Duration::from_millis(500))
+        .await;
 }
 
 #[tokio::test]
@@ -165,13 +162,11 @@ async fn shutdown_tells_the_holder_how_long_it_holds_and_never_revokes_under_it(
 async fn shutdown_leaves_a_streamed_session_and_its_holds_to_their_holder() {
     let masters = masters(3);
     let (a, b) = replicas(&masters, 200).await;
-    let mut stream = EventStream::open(
-        a.http
-            .post(a.url("/sessions"))
-            .header("accept", "text/event-stream")
-            .json(&json!({"ttl_ms": 30_000})),
-    )
-    .await;
+    let mut stream = a
+        .call("POST", "/sessions")
+        .json(&json!({"ttl_ms": 30_000}))
+        .stream()
+        .await;
     let opened = stream.expect("opened").await;
     let session = opened["session_id"].as_str().unwrap().to_owned();
     let (code, lease) = a
@@ -224,20 +219,14 @@ async fn a_resume_through_another_replica_keeps_the_lease_from_the_old_streams_e
             "elected",
         ),
     ] {
-        let request = a
-            .http
-            .post(a.url(route))
-            .header("accept", "text/event-stream")
-            .json(&body);
-        let mut old = EventStream::open(request).await;
+        let mut old = a.call("POST", route).json(&body).stream().await;
         let granted = old.expect(first).await;
         let lease = granted["lease_id"].as_str().unwrap().to_owned();
-        let resume = |app: &TestApp| {
-            EventStream::open(
-                app.http
-                    .post(app.url(&format!("{route}/leases/{lease}/hold")))
-                    .json(&json!({})),
-            )
+        let resume = async |app: &TestApp| {
+            app.call("POST", &format!("{route}/leases/{lease}/hold"))
+                .json(&json!({}))
+                .stream()
+                .await
         };
         let mut resumed = resume(&b).await;
         let body = resumed.expect("resumed").await;
@@ -279,12 +268,11 @@ async fn a_stopping_replica_keeps_its_streams_leases_until_they_are_resumed() {
     assert_eq!(closed["resume"], true, "{closed}");
     // Longer than the lease would have lived on its last renew.
     tokio::time::sleep(ttl * 2).await;
-    let mut resumed = EventStream::open(
-        b.http
-            .post(b.url(&format!("/locks/roll/leases/{lease}/hold")))
-            .json(&json!({})),
-    )
-    .await;
+    let mut resumed = b
+        .call("POST", &format!("/locks/roll/leases/{lease}/hold"))
+        .json(&json!({}))
+        .stream()
+        .await;
     let body = resumed.expect("resumed").await;
     assert_eq!(body["fencing_token"], granted["fencing_token"], "{body}");
     common::within(
@@ -340,12 +328,11 @@ async fn fifty_streams_survive_their_replicas_stop_by_resuming_elsewhere() {
             let closed = stream.expect("closed").await;
             assert_eq!(closed["resume"], true, "{name}: {closed}");
             let lease = granted["lease_id"].as_str().unwrap();
-            let mut resumed = EventStream::open(
-                b.http
-                    .post(b.url(&format!("/locks/{name}/leases/{lease}/hold")))
-                    .json(&json!({})),
-            )
-            .await;
+            let mut resumed = b
+                .call("POST", &format!("/locks/{name}/leases/{lease}/hold"))
+                .json(&json!({}))
+                .stream()
+                .await;
             let body = resumed.expect("resumed").await;
             assert_eq!(
                 body["fencing_token"], granted["fencing_token"],
@@ -402,13 +389,12 @@ async fn a_resume_by_another_token_is_refused_by_the_masters() {
         let mut held = EventStream::open(request).await;
         let granted = held.expect(first).await;
         let lease = granted["lease_id"].as_str().unwrap().to_owned();
-        let mut taken = EventStream::open(
-            b.http
-                .post(b.url(&format!("{route}/leases/{lease}/hold")))
-                .bearer_auth(&other)
-                .json(&json!({})),
-        )
-        .await;
+        let mut taken = b
+            .call("POST", &format!("{route}/leases/{lease}/hold"))
+            .bearer(&other)
+            .json(&json!({}))
+            .stream()
+            .await;
         let failed = taken.expect("failed").await;
         assert_eq!(failed["error"], "forbidden", "{route}: {failed}");
         drop(held);

@@ -470,6 +470,14 @@ impl Prometheus {
         let result = self.query(expr).await.ok()?;
         result.first()?["value"][1].as_str()?.parse().ok()
     }
+
+    /// Wait (30 s at most) until the query `expr` answers a number of at least `least`.
+    async fn wait_for_at_least(&self, what: &str, expr: &str, least: f64) {
+        wait_for(what, Duration::from_secs(30), async || {
+            (self.number(expr).await? >= least).then_some(())
+        })
+        .await;
+    }
 }
 
 impl Drop for Prometheus {
@@ -484,12 +492,10 @@ async fn every_panels_query_is_accepted_by_prometheus_and_returns_data() {
     let bed = Bed::start().await;
     let prometheus = Prometheus::start(bed.app.base.trim_start_matches("http://"));
     // Scraped before the workload, so that every counter's rate has a sample to start from.
-    wait_for(
-        "Prometheus to scrape the replica",
-        Duration::from_secs(30),
-        async || (prometheus.number(r#"up{job="redlockd"}"#).await? == 1.0).then_some(()),
-    )
-    .await;
+    let up = r#"up{job="redlockd"}"#;
+    prometheus
+        .wait_for_at_least("Prometheus to scrape the replica", up, 1.0)
+        .await;
     let _workload = bed.contended_workload().await;
     let metrics = bed.app.text("/metrics").await;
     let requests: f64 = metrics
@@ -497,29 +503,15 @@ async fn every_panels_query_is_accepted_by_prometheus_and_returns_data() {
         .filter(|l| l.starts_with("redlockd_requests_total{"))
         .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
         .sum();
-    wait_for(
-        "Prometheus to scrape the workload",
-        Duration::from_secs(30),
-        async || {
-            let seen = prometheus
-                .number(r#"sum(redlockd_requests_total{job="redlockd"})"#)
-                .await?;
-            (seen >= requests).then_some(())
-        },
-    )
-    .await;
+    let seen = r#"sum(redlockd_requests_total{job="redlockd"})"#;
+    prometheus
+        .wait_for_at_least("Prometheus to scrape the workload", seen, requests)
+        .await;
     // Series the workload made (a 429's, a lock class's) need two samples for a rate.
-    wait_for(
-        "two scrapes of the workload's new series",
-        Duration::from_secs(30),
-        async || {
-            let scrapes = prometheus
-                .number(r#"min(count_over_time(redlockd_requests_total{job="redlockd"}[1m]))"#)
-                .await?;
-            (scrapes >= 2.0).then_some(())
-        },
-    )
-    .await;
+    let scrapes = r#"min(count_over_time(redlockd_requests_total{job="redlockd"}[1m]))"#;
+    prometheus
+        .wait_for_at_least("two scrapes of the workload's new series", scrapes, 2.0)
+        .await;
     for (title, expr) in panel_queries() {
         // Grafana's variables, as Grafana would fill them in.
         let query = expr

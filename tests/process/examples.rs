@@ -19,9 +19,7 @@ const BIN: &str = env!("CARGO_BIN_EXE_redlockd");
 /// default a loaded CI machine turned a grant into a 503 the example does not retry.
 async fn server() -> (Vec<RedisMaster>, TestApp) {
     let masters = masters(3);
-    let mut cfg = config(&masters);
-    cfg.master_timeout_ms = 200;
-    let app = TestApp::spawn(cfg).await;
+    let app = TestApp::over(&masters, |cfg| cfg.master_timeout_ms = 200).await;
     (masters, app)
 }
 
@@ -91,15 +89,7 @@ async fn the_cron_job_runs_once_on_a_fleet_of_eight() {
     let (_masters, app) = server().await;
     let dir = tempfile::tempdir().unwrap();
     let log = dir.path().join("runs.log");
-    let out = example(&app, "cron-once.sh", &[log.to_str().unwrap()])
-        .output()
-        .await
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let out = common::succeeds(&mut example(&app, "cron-once.sh", &[log.to_str().unwrap()])).await;
     let runs = std::fs::read_to_string(&log).unwrap();
     assert_eq!(runs.lines().count(), 1, "{runs}");
     assert!(String::from_utf8_lossy(&out.stdout).starts_with("1 of 8 instances ran the job"));
@@ -367,9 +357,7 @@ async fn the_readmes_cron_line_runs_the_job_once_and_the_skips_print_nothing() {
 #[tokio::test]
 async fn the_readmes_cron_line_is_refused_before_the_job_when_the_server_cannot_hold_that_long() {
     let masters = masters(3);
-    let mut cfg = config(&masters);
-    cfg.max_ttl_ms = 300_000;
-    let app = TestApp::spawn(cfg).await;
+    let app = TestApp::over(&masters, |cfg| cfg.max_ttl_ms = 300_000).await;
     let dir = tempfile::tempdir().unwrap();
     let runs = send_report_script(dir.path());
     let out = run_as_cron(&readme_cron_line(), dir.path(), &app.base)

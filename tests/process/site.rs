@@ -239,7 +239,6 @@ async fn a_replica_serves_the_built_site_at_book() {
     let server =
         common::Server::start(&[("REDLOCKD_BOOK_DIR", dir.path().to_str().unwrap())]).await;
     server.wait_ready("the server to be ready").await;
-    let http = common::http();
     for (path, expected) in [
         ("/book/", "<h1>redlockd</h1>"),
         ("/book", "<h1>redlockd</h1>"),
@@ -248,11 +247,7 @@ async fn a_replica_serves_the_built_site_at_book() {
             "<h1>RedlockdMasterDown</h1>",
         ),
     ] {
-        let resp = http
-            .get(format!("{}{path}", server.base))
-            .send()
-            .await
-            .unwrap();
+        let resp = server.get(path).await;
         assert_eq!(resp.status(), 200, "{path}");
         assert!(
             resp.headers()["content-type"]
@@ -268,23 +263,13 @@ async fn a_replica_serves_the_built_site_at_book() {
         "/book/../Cargo.toml",
         "/book/%2e%2e/Cargo.toml",
     ] {
-        let resp = http
-            .get(format!("{}{path}", server.base))
-            .send()
-            .await
-            .unwrap();
+        let resp = server.get(path).await;
         assert_eq!(resp.status(), 404, "{path}");
     }
 
     let bare = common::Server::start(&[]).await;
     bare.wait_ready("the server to be ready").await;
-    let resp = common::within(
-        Duration::from_secs(5),
-        http.get(format!("{}/book/", bare.base)).send(),
-        "an answer",
-    )
-    .await
-    .unwrap();
+    let resp = common::within(Duration::from_secs(5), bare.get("/book/"), "an answer").await;
     assert_eq!(resp.status(), 404);
     let body: serde_json::Value = resp.json().await.unwrap();
     assert_eq!(body["error"], "not_found");

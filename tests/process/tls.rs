@@ -59,20 +59,15 @@ async fn https_is_served_with_the_certificate_and_a_renewed_one_is_picked_up() {
 
     // The health check of the container image speaks TLS when it is configured.
     // (Asynchronously: the server runs on this test's one thread.)
-    let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_redlockd"))
-        .arg("healthcheck")
-        .env_clear()
-        .env("REDLOCKD_LISTEN", format!("127.0.0.1:{port}"))
-        .env("REDLOCKD_TLS_CERT", &cert)
-        .env("REDLOCKD_TLS_KEY", &key)
-        .output()
-        .await
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    common::succeeds(
+        tokio::process::Command::new(env!("CARGO_BIN_EXE_redlockd"))
+            .arg("healthcheck")
+            .env_clear()
+            .env("REDLOCKD_LISTEN", format!("127.0.0.1:{port}"))
+            .env("REDLOCKD_TLS_CERT", &cert)
+            .env("REDLOCKD_TLS_KEY", &key),
+    )
+    .await;
 
     // A renewed certificate is served from the next handshake, no restart.
     let second = pair();
