@@ -233,19 +233,7 @@ impl Replica {
             base: format!("http://127.0.0.1:{port}"),
             log,
         };
-        let http = common::http();
-        wait_for(
-            "the replica to serve",
-            Duration::from_secs(10),
-            async || {
-                http.get(format!("{}/healthz", replica.base))
-                    .send()
-                    .await
-                    .ok()
-                    .map(drop)
-            },
-        )
-        .await;
+        common::serving(&replica.base, "the replica to serve").await;
         replica
     }
 

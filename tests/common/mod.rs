@@ -66,9 +66,14 @@ pub async fn within<F: std::future::Future>(
 /// What a spawned waiter gives: at once (within 2 s), not at the end of a wait it was
 /// meant to be woken from; a panic naming `what` otherwise.
 pub async fn joined<T>(waiter: tokio::task::JoinHandle<T>, what: &str) -> T {
-    within(Duration::from_secs(2), waiter, what)
+    joined_within(waiter, Duration::from_secs(2), what).await
+}
+
+/// What a spawned task gives, within `limit`; a panic naming `what` otherwise.
+pub async fn joined_within<T>(task: tokio::task::JoinHandle<T>, limit: Duration, what: &str) -> T {
+    within(limit, task, what)
         .await
-        .expect("the waiter did not panic")
+        .expect("the task did not panic")
 }
 
 /// Runs a command to its end, which must be a success: what it wrote to stderr is the
@@ -81,6 +86,16 @@ pub async fn succeeds(cmd: &mut tokio::process::Command) -> std::process::Output
         String::from_utf8_lossy(&out.stderr)
     );
     out
+}
+
+/// Wait (10 s at most) until the redlockd at `base` answers `/healthz`.
+pub async fn serving(base: &str, what: &str) {
+    let http = http();
+    wait_for(what, Duration::from_secs(10), async || {
+        let answer = http.get(format!("{base}/healthz")).send().await;
+        answer.ok().map(drop)
+    })
+    .await;
 }
 
 fn free_port() -> u16 {
@@ -330,6 +345,15 @@ impl RedisMaster {
             .cmd(&["CONFIG", "SET", "appendonly", "yes"])
             .await
             .expect("persistence back on");
+    }
+
+    /// Sends the command `args` until its answer, read as a number, passes `ok` (5 s at
+    /// most; a panic naming `what` otherwise).
+    pub async fn until(&self, what: &str, args: &[&str], ok: impl Fn(i64) -> bool) {
+        wait_for(what, Duration::from_secs(5), async || {
+            ok(self.cmd::<i64>(args).await.ok()?).then_some(())
+        })
+        .await;
     }
 
     /// A command on this master, with a short timeout.
@@ -698,8 +722,11 @@ pub async fn two_replicas_over_three() -> (Vec<RedisMaster>, TestApp, TestApp) {
 /// Settings under which a master restarted empty sits out about two seconds, so that a
 /// test sees its return: the largest TTL a client may ask is 2 s (1 s by default) and kept
 /// holds are off (the quarantine is then the largest TTL, and the largest lock-delay in
-/// force, which a test that wants the TTL alone turns off with `max_lock_delay_ms`).
+/// force, which a test that wants the TTL alone turns off with `max_lock_delay_ms`). A
+/// master step is given 200 ms, as `two_replicas` gives it, so that a loaded machine does
+/// not make the test's grants fail.
 pub fn short_quarantine(cfg: &mut Config) {
+    cfg.master_timeout_ms = 200;
     cfg.max_ttl_ms = 2000;
     cfg.max_kept_hold_ms = Some(0);
     cfg.default_ttl_ms = 1000;
@@ -987,6 +1014,14 @@ impl TestApp {
         (stream, id)
     }
 
+    /// The request that resumes the held stream of `lease`, of the lock, semaphore or
+    /// election at `route` (`/locks/<name>`, …), through this replica (`body`: its fields):
+    /// send it with `stream()`.
+    pub fn resume_hold(&self, route: &str, lease: &str, body: Value) -> Call<'_> {
+        self.call("POST", &format!("{route}/leases/{lease}/hold"))
+            .json(&body)
+    }
+
     /// Resume session `id`'s held stream through this replica (`body`: its fields).
     pub async fn resume_session(&self, id: &str, body: Value) -> EventStream {
         self.call("POST", &format!("/sessions/{id}/hold"))
@@ -1261,6 +1296,12 @@ impl TestApp {
         answer
     }
 
+    /// DELETE `path`, which must answer 204 (a revoke, a resign, a session's end).
+    pub async fn deleted(&self, path: &str) {
+        let (status, answer) = self.json_call("DELETE", path, None).await;
+        assert_eq!(status, 204, "DELETE {path}: {answer}");
+    }
+
     async fn json_call(&self, method: &str, path: &str, body: Option<&Value>) -> (u16, Value) {
         let mut call = self.call(method, path);
         if let Some(body) = body {
@@ -1391,6 +1432,12 @@ impl EventStream {
         }
     }
 
+    /// The stream's first event, which must be `name`, in a 200 answer; its data.
+    pub async fn expect_first(&mut self, name: &str) -> Value {
+        assert_eq!(self.status, 200, "a stream, not a refusal");
+        self.expect(name).await
+    }
+
     /// The `closed` event that ends a stream displaced by a resume elsewhere (at its next
     /// renew), past any heartbeats before it; then the stream's end.
     pub async fn displaced(&mut self) -> Value {
@@ -1456,15 +1503,7 @@ impl Server {
             base: format!("http://127.0.0.1:{port}"),
             stderr,
         };
-        let http = http();
-        wait_for("redlockd to serve", Duration::from_secs(10), async || {
-            http.get(format!("{}/healthz", server.base))
-                .send()
-                .await
-                .ok()
-                .map(drop)
-        })
-        .await;
+        serving(&server.base, "redlockd to serve").await;
         server
     }
 

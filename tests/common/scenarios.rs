@@ -10,10 +10,7 @@ use super::TestApp;
 /// Revoke `lease` of the lock `name`, and assert that it was revoked.
 pub async fn revoke(app: &TestApp, name: &str, lease: &Value) {
     let id = lease["lease_id"].as_str().expect("a lease");
-    let (status, body) = app
-        .send("DELETE", &format!("/locks/{name}/leases/{id}"), None)
-        .await;
-    assert_eq!(status, 204, "{body}");
+    app.deleted(&format!("/locks/{name}/leases/{id}")).await;
 }
 
 /// A hold of `name` through `holder`, a grant of it waiting in line on `waiting` (its lock

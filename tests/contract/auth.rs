@@ -292,13 +292,8 @@ async fn a_session_belongs_to_the_token_that_opened_it() {
         call(&app, "POST", "/sessions", Some(&t.reader)).await.0,
         403
     );
-    let (status, held) = call(
-        &app,
-        "POST",
-        &format!("/locks/jobs:s?session={id}"),
-        Some(&t.client),
-    )
-    .await;
+    let through = format!("/locks/jobs:s?session={id}");
+    let (status, held) = call(&app, "POST", &through, Some(&t.client)).await;
     assert_eq!(status, 201, "{held}");
     assert_eq!(call(&app, "DELETE", &path, Some(&t.client)).await.0, 204);
 }

@@ -44,7 +44,7 @@ async fn campaign_leader_proclaim_and_resign_on_one_replica() {
         (proclaimed["term"].as_u64(), &proclaimed["value"]),
         (Some(term), &json!("10.0.0.8:9000"))
     );
-    assert_eq!(app.send("DELETE", &lease_path, None).await.0, 204);
+    app.deleted(&lease_path).await;
     assert_eq!(app.send("DELETE", &lease_path, None).await.0, 404);
     assert_eq!(
         app.send("GET", "/elections/e", None).await.1["vacant"],
@@ -71,7 +71,7 @@ async fn a_waiting_candidate_is_elected_the_moment_the_leader_resigns() {
     app.wait_for_contention("w", 1).await;
     let id = leader["lease_id"].as_str().unwrap();
     let path = format!("/elections/w/leases/{id}");
-    assert_eq!(app.send("DELETE", &path, None).await.0, 204);
+    app.deleted(&path).await;
     let (status, next) =
         common::joined(candidate, "elected at once, not at the end of its wait").await;
     assert_eq!(status, 201, "{next}");
@@ -138,10 +138,7 @@ async fn a_term_is_current_while_its_leader_leads() {
         .send("GET", &format!("/locks/t/fences/{term}"), None)
         .await;
     assert_eq!(lock["current"], false);
-    let (status, _) = app
-        .send("DELETE", &format!("/elections/t/leases/{id}"), None)
-        .await;
-    assert_eq!(status, 204);
+    app.deleted(&format!("/elections/t/leases/{id}")).await;
     let (_, after) = app
         .send("GET", &format!("/elections/t/fences/{term}"), None)
         .await;

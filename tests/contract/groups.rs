@@ -51,12 +51,9 @@ async fn several_names_are_granted_all_or_none_under_one_lease_and_token() {
     }
 
     // Renewed and checked through either name, for both; revoked through the other.
+    let renew_at = common::lease_path("/locks/acct:2", &both);
     let (status, renewed) = app
-        .send(
-            "PUT",
-            &common::lease_path("/locks/acct:2", &both),
-            Some(json!({"ttl_ms": 9000})),
-        )
+        .send("PUT", &renew_at, Some(json!({"ttl_ms": 9000})))
         .await;
     assert_eq!(
         (status, renewed["fencing_token"].as_u64()),

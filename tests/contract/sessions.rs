@@ -97,24 +97,15 @@ async fn holds_of_every_kind_live_as_long_as_their_session_and_go_when_it_ends()
     assert!(holds.iter().any(|h| h["names"] == json!(["s:a", "s:b"])));
     assert!(holds.iter().any(|h| h["slot"].is_u64()));
 
-    assert_eq!(
-        app.send("DELETE", &format!("/sessions/{session}"), None)
-            .await
-            .0,
-        204
-    );
+    let path = format!("/sessions/{session}");
+    app.deleted(&path).await;
     assert!(
         none_held(&app).await,
         "ending the session released every hold at once"
     );
-    let (status, gone) = app.get(&format!("/sessions/{session}")).await;
+    let (status, gone) = app.get(&path).await;
     assert_eq!((status, &gone["error"]), (404, &json!("session_not_found")));
-    assert_eq!(
-        app.send("PUT", &format!("/sessions/{session}"), None)
-            .await
-            .0,
-        404
-    );
+    assert_eq!(app.send("PUT", &path, None).await.0, 404);
 }
 
 #[tokio::test]
@@ -191,13 +182,7 @@ async fn a_waiter_is_woken_when_a_session_ends() {
 #[tokio::test]
 async fn a_streamed_session_ends_with_its_connection() {
     let app = TestApp::embedded().await;
-    let mut stream = app
-        .call("POST", "/sessions?ttl_ms=600")
-        .header("accept", "text/event-stream")
-        .send_stream()
-        .await;
-    let opened = stream.expect("opened").await;
-    let session = opened["session_id"].as_str().unwrap().to_owned();
+    let (mut stream, session) = app.hold_session("ttl_ms=600").await;
     let (status, _) = app.grant("st:lock", json!({"session": session})).await;
     assert_eq!(status, 201);
     // Renewed by the stream: still held after twice the TTL.
@@ -286,8 +271,7 @@ async fn a_sessions_held_stream_with_a_grace_survives_its_connection_for_a_resum
     assert_eq!(status, 201, "{lease}");
     drop(first);
     let mut resumed = b.resume_session(&id, json!({})).await;
-    assert_eq!(resumed.status, 200);
-    let body = resumed.expect("resumed").await;
+    let body = resumed.expect_first("resumed").await;
     assert_eq!(body["session_id"], id.as_str(), "{body}");
     // The first stream's grace runs out meanwhile: it ends nothing then.
     a.session_streams_done().await;

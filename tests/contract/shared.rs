@@ -212,19 +212,13 @@ async fn a_bad_mode_is_a_clear_400() {
     // A shared lease's id on another name, or with its tail cut off, holds nothing.
     let (_, r) = app.grant("m", json!({"mode": "shared"})).await;
     let id = r["lease_id"].as_str().unwrap();
-    assert_eq!(
-        app.send("PUT", &format!("/locks/other/leases/{id}"), None)
-            .await
-            .0,
-        404
-    );
     let cut = &id[..22];
-    assert_eq!(
-        app.send("PUT", &format!("/locks/m/leases/{cut}"), None)
-            .await
-            .0,
-        404
-    );
+    for path in [
+        format!("/locks/other/leases/{id}"),
+        format!("/locks/m/leases/{cut}"),
+    ] {
+        assert_eq!(app.send("PUT", &path, None).await.0, 404, "{path}");
+    }
 }
 
 #[tokio::test]

@@ -45,8 +45,7 @@ async fn a_waiting_stream_says_queued_then_granted() {
 async fn a_held_lease_is_renewed_while_its_body_is_read_and_handed_over_when_dropped() {
     let app = TestApp::embedded().await;
     let mut stream = hold(&app, "held", json!({"ttl_ms": 300})).await;
-    assert_eq!(stream.status, 200);
-    let granted = stream.expect("granted").await;
+    let granted = stream.expect_first("granted").await;
     let token = granted["fencing_token"].as_u64().unwrap();
     for _ in 0..3 {
         let beat = stream.expect("heartbeat").await;
@@ -72,8 +71,7 @@ async fn a_revoke_with_the_lease_id_ends_the_stream_with_released() {
 async fn an_observer_sees_an_election_change_hands_in_order() {
     let app = TestApp::embedded().await;
     let mut watcher = app.call("GET", "/elections/o/observe").stream().await;
-    assert_eq!(watcher.status, 200);
-    assert_eq!(watcher.expect("vacant").await, json!({"name": "o"}));
+    assert_eq!(watcher.expect_first("vacant").await, json!({"name": "o"}));
     let first = app
         .call("POST", "/elections/o")
         .json(&json!({"value": "a", "ttl_ms": 30_000}))
@@ -148,16 +146,14 @@ async fn the_hold_operations_stream_without_an_accept_header() {
         .json(&json!({"ttl_ms": 30_000, "owner": "w"}))
         .send_stream()
         .await;
-    assert_eq!(held.status, 200);
-    let granted = held.expect("granted").await;
+    let granted = held.expect_first("granted").await;
     assert_eq!(granted["owner"], "w");
     assert_eq!(app.inspect("h").await.1["held"], true);
     let mut leading = app
         .call("POST", "/elections/h/hold?value=me")
         .send_stream()
         .await;
-    assert_eq!(leading.status, 200);
-    let elected = leading.expect("elected").await;
+    let elected = leading.expect_first("elected").await;
     assert_eq!(elected["value"], "me");
     assert!(elected["term"].as_u64().is_some(), "{elected}");
     drop(held);
@@ -182,8 +178,7 @@ async fn replicas() -> (TestApp, TestApp) {
 }
 
 async fn resume(app: &TestApp, name: &str, lease: &str, body: Value) -> EventStream {
-    app.call("POST", &format!("/locks/{name}/leases/{lease}/hold"))
-        .json(&body)
+    app.resume_hold(&format!("/locks/{name}"), lease, body)
         .stream()
         .await
 }
@@ -202,8 +197,7 @@ async fn a_stream_closed_by_its_replica_stopping_is_resumed_through_another() {
     assert_eq!(closed["resume"], true, "{closed}");
 
     let mut resumed = resume(&b, "deploy", lease, json!({})).await;
-    assert_eq!(resumed.status, 200);
-    let body = resumed.expect("resumed").await;
+    let body = resumed.expect_first("resumed").await;
     assert_eq!(&body["fencing_token"], token, "{body}");
     assert_eq!(body["lease_id"], lease, "{body}");
     let (status, _) = b.grant("deploy", json!({})).await;
@@ -276,8 +270,10 @@ async fn a_resume_of_a_lease_that_is_gone_fails_and_bad_fields_are_refused() {
     let (lease, _) = app.must_grant("gone", json!({"ttl_ms": 30_000})).await;
     app.revoke("gone", &lease).await;
     let mut stream = resume(&app, "gone", &lease, json!({})).await;
-    assert_eq!(stream.status, 200);
-    assert_eq!(stream.expect("failed").await["error"], "lease_not_found");
+    assert_eq!(
+        stream.expect_first("failed").await["error"],
+        "lease_not_found"
+    );
     assert!(stream.next().await.is_none(), "the stream ends");
 
     let bad = resume(&app, "gone", &lease, json!({"grace_ms": 3_600_001})).await;
@@ -354,9 +350,8 @@ async fn only_the_token_that_opened_a_held_stream_may_resume_it() {
     cfg.auth_file = Some(file.path().to_str().unwrap().to_owned());
     let (a, b) = TestApp::replicas_in_process(cfg).await;
     async fn resume_as(app: &TestApp, lease: &str, token: &str) -> EventStream {
-        app.call("POST", &format!("/locks/jobs:x/leases/{lease}/hold"))
+        app.resume_hold("/locks/jobs:x", lease, json!({}))
             .bearer(token)
-            .json(&json!({}))
             .stream()
             .await
     }
@@ -371,8 +366,7 @@ async fn only_the_token_that_opened_a_held_stream_may_resume_it() {
     let lease = granted["lease_id"].as_str().unwrap().to_owned();
     for (token, who) in [(&other, "another client"), (&admin, "an administrator")] {
         let mut taken = resume_as(&b, &lease, token).await;
-        assert_eq!(taken.status, 200);
-        let failed = taken.expect("failed").await;
+        let failed = taken.expect_first("failed").await;
         assert_eq!(failed["error"], "forbidden", "{who}: {failed}");
         assert!(taken.next().await.is_none(), "{who}'s stream ends");
     }
@@ -400,9 +394,8 @@ async fn only_the_token_that_opened_a_held_stream_may_resume_it() {
         .unwrap()
         .to_owned();
     let mut taken = b
-        .call("POST", &format!("/semaphores/jobs:s/leases/{id}/hold"))
+        .resume_hold("/semaphores/jobs:s", &id, json!({}))
         .bearer(&other)
-        .json(&json!({}))
         .stream()
         .await;
     assert_eq!(taken.expect("failed").await["error"], "forbidden");

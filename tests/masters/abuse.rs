@@ -91,13 +91,12 @@ async fn connections_past_the_cap_wait_for_one_to_close() {
     tokio::time::sleep(CLIENT_TIMEOUT / 3).await;
     assert!(!third.is_finished(), "served past the connection cap");
     drop(idle.pop());
-    let status = common::within(
-        Duration::from_secs(5),
+    let status = common::joined_within(
         third,
+        Duration::from_secs(5),
         "served once a connection closed",
     )
     .await
-    .unwrap()
     .unwrap();
     assert_eq!(status, 200);
 }

@@ -19,6 +19,16 @@ async fn app(masters: &[RedisMaster], tokens: &Tokens) -> TestApp {
     TestApp::spawn(cfg).await
 }
 
+/// A held stream of `route` (a 30 s lease) opened with `token`.
+async fn held_as(app: &TestApp, route: &str, token: &str) -> common::EventStream {
+    let body = json!({"ttl_ms": 30_000});
+    app.call("POST", route)
+        .bearer(token)
+        .json(&body)
+        .stream()
+        .await
+}
+
 #[tokio::test]
 async fn force_release_removes_the_holder_and_the_next_grant_gets_a_greater_token() {
     let masters = masters(3);
@@ -30,12 +40,7 @@ async fn force_release_removes_the_holder_and_the_next_grant_gets_a_greater_toke
         held["fencing_token"].as_u64().unwrap(),
     );
     // A stream holding a lease is told it was released.
-    let mut stream = app
-        .call("POST", "/locks/jobs:g")
-        .bearer(&t.client)
-        .json(&json!({"ttl_ms": 30_000}))
-        .stream()
-        .await;
+    let mut stream = held_as(&app, "/locks/jobs:g", &t.client).await;
     stream.expect("granted").await;
 
     // A grant waiting for it is woken when it is removed.
@@ -57,13 +62,8 @@ async fn force_release_removes_the_holder_and_the_next_grant_gets_a_greater_toke
         removed,
         json!({"name": "jobs:f", "released": true, "fencing_token": token})
     );
-    let (status, _) = call(
-        &app,
-        "PUT",
-        &format!("/locks/jobs:f/leases/{id}"),
-        Some(&t.client),
-    )
-    .await;
+    let path = format!("/locks/jobs:f/leases/{id}");
+    let (status, _) = call(&app, "PUT", &path, Some(&t.client)).await;
     assert_eq!(status, 404, "the removed holder's renew");
     let (status, next) =
         common::joined(waiter, "the waiter is woken, not left to its wait_ms").await;
@@ -83,21 +83,11 @@ async fn force_release_removes_the_holder_and_the_next_grant_gets_a_greater_toke
         lost["message"].as_str().unwrap().contains("administrator"),
         "{lost}"
     );
-    let mut revoked = app
-        .call("POST", "/locks/jobs:h")
-        .bearer(&t.client)
-        .json(&json!({"ttl_ms": 30_000}))
-        .stream()
-        .await;
+    let mut revoked = held_as(&app, "/locks/jobs:h", &t.client).await;
     let granted = revoked.expect("granted").await;
     let lease = granted["lease_id"].as_str().unwrap();
-    let (status, _) = call(
-        &other,
-        "DELETE",
-        &format!("/locks/jobs:h/leases/{lease}"),
-        Some(&t.client),
-    )
-    .await;
+    let path = format!("/locks/jobs:h/leases/{lease}");
+    let (status, _) = call(&other, "DELETE", &path, Some(&t.client)).await;
     assert_eq!(status, 204);
     let lost = revoked.expect("lost").await;
     assert_eq!(lost["reason"], "released", "{lost}");

@@ -19,6 +19,17 @@ fn node(master: &RedisMaster) -> RedisNode {
     RedisNode::new(&url, "redlockd:", Duration::from_secs(2), 256).expect("node")
 }
 
+/// A node of a fresh master that has its marker and has run a step (the first step loads
+/// the batch script: NOSCRIPT, SCRIPT LOAD, EVALSHA again), so that what a test counts
+/// next is its own steps.
+async fn warm_node() -> (RedisMaster, RedisNode) {
+    let master = RedisMaster::start();
+    let node = node(&master);
+    node.restore(0, "batch-test").await.expect("marker");
+    node.read(&key("warm-up")).await.expect("read");
+    (master, node)
+}
+
 /// A lease id as a caller names one.
 fn id(lease: &str) -> LeaseId {
     LeaseId::parse(lease).expect("a well-formed lease id")
@@ -48,11 +59,7 @@ async fn poll_once<F: Future + Unpin>(future: &mut F) -> Option<F::Output> {
 
 #[tokio::test]
 async fn concurrent_steps_on_one_master_travel_as_one_script_call() {
-    let master = RedisMaster::start();
-    let node = node(&master);
-    node.restore(0, "batch-test").await.expect("marker");
-    // The first step loads the batch script (NOSCRIPT, SCRIPT LOAD, EVALSHA again).
-    node.read(&key("warm-up")).await.expect("read");
+    let (master, node) = warm_node().await;
     master.cmd::<()>(&["CONFIG", "RESETSTAT"]).await.unwrap();
 
     let keys: Vec<LockKey> = (0..64).map(|i| key(&format!("batch-{i}"))).collect();
@@ -101,10 +108,7 @@ async fn concurrent_steps_on_one_master_travel_as_one_script_call() {
 
 #[tokio::test]
 async fn a_step_that_fails_fails_alone_in_its_batch() {
-    let master = RedisMaster::start();
-    let node = node(&master);
-    node.restore(0, "batch-test").await.expect("marker");
-    node.read(&key("warm-up")).await.expect("read");
+    let (master, node) = warm_node().await;
     // A key of the wrong type where the lock's hash belongs: its step's script fails.
     master
         .cmd::<()>(&["SET", "redlockd:lock:broken", "not a hash"])

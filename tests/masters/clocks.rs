@@ -36,15 +36,10 @@ async fn lease_on_two(ms: &[RedisMaster], a: &TestApp) -> (String, Instant) {
     let ends = asked + Duration::from_millis(lease["validity_ms"].as_u64().expect("validity"));
     // The grant was answered once a majority held it; the third master's acquire may still
     // be on its way on a loaded machine: wait for it to land, then remove it.
-    wait_for(
-        "the lease's key on the third master",
-        Duration::from_secs(5),
-        async || {
-            let removed: i64 = ms[2].cmd(&["DEL", "redlockd:lock:jump"]).await.ok()?;
-            (removed == 1).then_some(())
-        },
-    )
-    .await;
+    let remove = ["DEL", "redlockd:lock:jump"];
+    ms[2]
+        .until("the lease's key on the third master", &remove, |n| n == 1)
+        .await;
     (
         lease["lease_id"].as_str().expect("lease id").to_owned(),
         ends,
@@ -207,15 +202,10 @@ async fn a_clock_that_stood_off_while_watched_is_counted_at_once_by_a_new_replic
     )
     .await;
     // Counted, it records the offset it watched on the master (at its next probe).
-    wait_for(
-        "the first replica's record",
-        Duration::from_secs(5),
-        async || {
-            let records: u64 = ms[1].cmd(&["HLEN", "redlockd:clocks"]).await.ok()?;
-            (records > 0).then_some(())
-        },
-    )
-    .await;
+    let records = ["HLEN", "redlockd:clocks"];
+    ms[1]
+        .until("the first replica's record", &records, |n| n > 0)
+        .await;
     // A second replica, whose quarantine is an hour: it counts the master at once, since the
     // first one's fresh record agrees with what it reads.
     let b = TestApp::spawn(cfg.clone()).await;

@@ -368,10 +368,7 @@ async fn every_kind_of_lock_works_on_clusters() {
         held, 409,
         "a session's hold outlives its TTL while the session is renewed"
     );
-    assert_eq!(
-        a.send("DELETE", &format!("/sessions/{id}"), None).await.0,
-        204
-    );
+    a.deleted(&format!("/sessions/{id}")).await;
     for name in ["s:1", "s:2", "s:3"] {
         b.must_grant(name, json!({"ttl_ms": 5000})).await;
     }
@@ -661,15 +658,10 @@ async fn a_slot_moved_between_primaries_is_followed_with_its_counter_and_marker(
     assert_eq!(renewed["fencing_token"].as_u64(), Some(token));
     assert_eq!(a.revoke(name, &lease).await.0, 204);
     // The revoke reached cluster 0 at the slot's new owner too (perhaps after it answered).
-    wait_for(
-        "the release at the new owner",
-        Duration::from_secs(3),
-        async || {
-            let held: i64 = cs[0].shards[to].cmd(&["EXISTS", &lock]).await.ok()?;
-            (held == 0).then_some(())
-        },
-    )
-    .await;
+    let held = ["EXISTS", lock.as_str()];
+    cs[0].shards[to]
+        .until("the release at the new owner", &held, |n| n == 0)
+        .await;
     let (lease, next) = b.must_grant(name, json!({"ttl_ms": 20000})).await;
     assert!(next > token, "{next} after {token}");
     // Cluster 0 took the grant at the new owner (its answer may come after the grant was
@@ -862,15 +854,10 @@ async fn a_shard_whose_clock_jumps_is_quarantined_alone_and_lets_no_second_holde
     let ends = asked + Duration::from_millis(lease["validity_ms"].as_u64().expect("validity"));
     // The third cluster's acquire may land after the answer: wait for it, then remove it.
     let holder = &cs[2].shards[shard_of(2, &name)];
-    wait_for(
-        "the lease's key on the third cluster",
-        Duration::from_secs(5),
-        async || {
-            let removed: i64 = holder.cmd(&["DEL", &key(&name)]).await.ok()?;
-            (removed == 1).then_some(())
-        },
-    )
-    .await;
+    let remove = ["DEL", &key(&name)];
+    holder
+        .until("the lease's key on the third cluster", &remove, |n| n == 1)
+        .await;
     // The shard's clock jumps past the TTL: its copy expires at once.
     cs[0].shards[1].set_clock_offset(20_000);
     while Instant::now() < ends {

@@ -101,25 +101,12 @@ async fn a_flood_of_waiting_grants_leaves_no_key_behind() {
     let mut workers = Vec::new();
     for i in 0..FLOOD {
         let app = if i % 2 == 0 { &a } else { &b };
-        let (http, base) = (app.http.clone(), app.base.clone());
+        let app = app.handle();
         workers.push(tokio::spawn(async move {
-            let resp = http
-                .post(format!("{base}/locks/flood"))
-                .json(&json!({"ttl_ms": 60000, "wait_ms": 30000}))
-                .send()
-                .await
-                .expect("grant");
-            let status = resp.status();
-            let lease: serde_json::Value = resp.json().await.expect("lease");
-            assert_eq!(status, 201, "{lease}");
-            let id = lease["lease_id"].as_str().expect("lease id").to_owned();
-            let resp = http
-                .delete(format!("{base}/locks/flood/leases/{id}"))
-                .send()
-                .await
-                .expect("revoke");
-            assert_eq!(resp.status(), 204);
-            lease["fencing_token"].as_u64().expect("token")
+            let body = json!({"ttl_ms": 60000, "wait_ms": 30000});
+            let (lease, token) = app.must_grant("flood", body).await;
+            assert_eq!(app.revoke("flood", &lease).await.0, 204);
+            token
         }));
     }
     let mut tokens = Vec::new();
@@ -168,24 +155,13 @@ async fn a_storm_of_failed_grants_leaves_no_key_behind() {
     let app = TestApp::spawn(patient(&ms)).await;
     let mut clients = Vec::new();
     for _ in 0..64 {
-        let (http, base) = (app.http.clone(), app.base.clone());
+        let app = app.handle();
         clients.push(tokio::spawn(async move {
             for _ in 0..40 {
-                let resp = http
-                    .post(format!("{base}/locks/storm"))
-                    .json(&json!({"ttl_ms": 60000}))
-                    .send()
-                    .await
-                    .expect("grant");
-                if resp.status() == 201 {
-                    let lease: serde_json::Value = resp.json().await.expect("lease");
-                    let id = lease["lease_id"].as_str().expect("lease id").to_owned();
-                    let resp = http
-                        .delete(format!("{base}/locks/storm/leases/{id}"))
-                        .send()
-                        .await
-                        .expect("revoke");
-                    assert_eq!(resp.status(), 204);
+                let (status, lease) = app.grant("storm", json!({"ttl_ms": 60000})).await;
+                if status == 201 {
+                    let id = lease["lease_id"].as_str().expect("lease id");
+                    assert_eq!(app.revoke("storm", id).await.0, 204);
                 }
             }
         }));

@@ -12,6 +12,22 @@ async fn readiness(app: &TestApp) -> (u16, Value) {
     app.get("/readyz").await
 }
 
+/// When `app`'s `/readyz` says master `m` is quarantined until, once it says so (5 s at
+/// most).
+async fn quarantined_until(app: &TestApp, m: &RedisMaster) -> String {
+    wait_for(
+        "the master to be quarantined",
+        Duration::from_secs(5),
+        async || {
+            let (_, ready) = readiness(app).await;
+            master(&ready, m)["quarantined_until"]
+                .as_str()
+                .map(str::to_owned)
+        },
+    )
+    .await
+}
+
 #[tokio::test]
 async fn one_paused_master_is_tolerated_two_are_503() {
     let ms = masters(3);
@@ -177,13 +193,7 @@ async fn a_master_that_restarts_empty_is_quarantined_for_the_largest_ttl() {
     let (_, first) = app.must_grant("q", json!({"ttl_ms": 2000})).await;
 
     ms[2].restart_empty();
-    let until = wait_for("C to be quarantined", Duration::from_secs(5), async || {
-        let (_, ready) = readiness(&app).await;
-        master(&ready, &ms[2])["quarantined_until"]
-            .as_str()
-            .map(str::to_owned)
-    })
-    .await;
+    let until = quarantined_until(&app, &ms[2]).await;
     eprintln!("quarantined until {until}");
     let (status, ready) = readiness(&app).await;
     assert_eq!(status, 200, "A and B are a majority: {ready}");
@@ -268,16 +278,12 @@ async fn a_renew_decided_without_a_master_still_reaches_it() {
     let _: String = ms[2].cmd(&["CLIENT", "PAUSE", "20", "ALL"]).await.unwrap();
     let (status, _) = app.renew("late", &id, json!({"ttl_ms": 90000})).await;
     assert_eq!(status, 200);
-    wait_for(
-        "the renew to reach the third master too",
-        // Room for a loaded machine (the cluster tests run beside this one).
-        Duration::from_secs(5),
-        async || {
-            let pttl: i64 = ms[2].cmd(&["PTTL", "redlockd:lock:late"]).await.ok()?;
-            (pttl > 80_000).then_some(())
-        },
-    )
-    .await;
+    let pttl = ["PTTL", "redlockd:lock:late"];
+    ms[2]
+        .until("the renew to reach the third master too", &pttl, |left| {
+            left > 80_000
+        })
+        .await;
 }
 
 /// Seconds from now to an RFC 3339 `quarantined_until`.
@@ -295,28 +301,14 @@ async fn with_no_lock_delay_in_force_empty_restarts_cost_the_largest_ttl_not_the
     // restarts of single masters in a row. Before, each sat out 62 s and the deployment was
     // left with no majority; now each sits out the largest TTL, as none has a delay.
     let mut ms = masters(3);
-    let app = TestApp::over(&ms, |cfg| {
-        common::short_quarantine(cfg);
-        cfg.master_timeout_ms = 200;
-        assert_eq!(cfg.max_lock_delay_ms, 60_000, "the default");
-    })
-    .await;
+    let app = TestApp::over(&ms, common::short_quarantine).await;
+    assert_eq!(config(&ms).max_lock_delay_ms, 60_000, "the default");
     for round in 0..4 {
         app.must_grant(&format!("r{round}"), json!({"ttl_ms": 2000}))
             .await;
         let m = round % 3;
         ms[m].restart_empty();
-        let until = wait_for(
-            "the master to be quarantined",
-            Duration::from_secs(5),
-            async || {
-                let (_, ready) = readiness(&app).await;
-                master(&ready, &ms[m])["quarantined_until"]
-                    .as_str()
-                    .map(str::to_owned)
-            },
-        )
-        .await;
+        let until = quarantined_until(&app, &ms[m]).await;
         let left = seconds_until(&until);
         assert!(
             left < 2.5,
@@ -337,26 +329,12 @@ async fn with_no_lock_delay_in_force_empty_restarts_cost_the_largest_ttl_not_the
 #[tokio::test]
 async fn an_empty_restart_sits_out_the_lock_delay_in_force_on_the_others() {
     let mut ms = masters(3);
-    let app = TestApp::over(&ms, |cfg| {
-        common::short_quarantine(cfg);
-        cfg.master_timeout_ms = 200;
-    })
-    .await;
+    let app = TestApp::over(&ms, common::short_quarantine).await;
     // A 1 s lease with a 5 s lock-delay: its claim runs about 6 s on every master.
     app.must_grant("d", json!({"ttl_ms": 1000, "lock_delay_ms": 5000}))
         .await;
     ms[1].restart_empty();
-    let until = wait_for(
-        "the master to be quarantined",
-        Duration::from_secs(5),
-        async || {
-            let (_, ready) = readiness(&app).await;
-            master(&ready, &ms[1])["quarantined_until"]
-                .as_str()
-                .map(str::to_owned)
-        },
-    )
-    .await;
+    let until = quarantined_until(&app, &ms[1]).await;
     let left = seconds_until(&until);
     assert!(
         (4.0..7.0).contains(&left),

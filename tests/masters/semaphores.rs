@@ -34,7 +34,7 @@ async fn at_most_limit_permits_are_held_at_once_by_workers_on_two_replicas() {
             let to = Instant::now();
             let id = permit["lease_id"].as_str().unwrap();
             let path = format!("/semaphores/pool/leases/{id}");
-            assert_eq!(app.send("DELETE", &path, None).await.0, 204);
+            app.deleted(&path).await;
             held.push(Held {
                 slot: permit["slot"].as_u64().unwrap(),
                 token: permit["fencing_token"].as_u64().unwrap(),
@@ -92,19 +92,13 @@ async fn a_waiting_permit_on_one_replica_is_granted_when_a_permit_is_released_on
     b.wait_for_contention("one", 1).await;
     let id = held["lease_id"].as_str().unwrap();
     let released = Instant::now();
-    assert_eq!(
-        a.send("DELETE", &format!("/semaphores/one/leases/{id}"), None)
-            .await
-            .0,
-        204
-    );
-    let (status, next) = common::within(
-        Duration::from_secs(5),
+    a.deleted(&format!("/semaphores/one/leases/{id}")).await;
+    let (status, next) = common::joined_within(
         waiter,
+        Duration::from_secs(5),
         "woken by the release, not at the holder's TTL",
     )
-    .await
-    .unwrap();
+    .await;
     assert_eq!(status, 201, "{next}");
     assert!(next["fencing_token"].as_u64() > held["fencing_token"].as_u64());
     assert!(released.elapsed() < Duration::from_secs(5));

@@ -55,12 +55,7 @@ async fn holds_live_while_only_their_session_is_renewed_on_another_replica_and_e
         .grant_in_line("m:lock", json!({"wait_ms": 10000, "ttl_ms": 200}), "m", 1)
         .await;
     let ended = Instant::now();
-    assert_eq!(
-        a.send("DELETE", &format!("/sessions/{session}"), None)
-            .await
-            .0,
-        204
-    );
+    a.deleted(&format!("/sessions/{session}")).await;
     common::woken_within(waiter, ended, Duration::from_millis(500), None).await;
     wait_for(
         "the other holds to be free",
@@ -91,13 +86,7 @@ async fn an_expired_sessions_holds_are_free_on_every_replica() {
 #[tokio::test]
 async fn a_streamed_sessions_holds_are_freed_within_a_second_of_its_connection_closing() {
     let (_masters, a, b) = common::two_replicas_over_three().await;
-    let mut stream = a
-        .call("POST", "/sessions?ttl_ms=5000")
-        .header("accept", "text/event-stream")
-        .send_stream()
-        .await;
-    let opened = stream.expect("opened").await;
-    let session = opened["session_id"].as_str().unwrap().to_owned();
+    let (stream, session) = a.hold_session("ttl_ms=5000").await;
     common::scenarios::hold_through(&b, &session, "m:", 1, false).await;
     drop(stream);
     let closed = Instant::now();
@@ -279,13 +268,12 @@ async fn a_sessions_held_stream_resumes_through_the_other_replica() {
         0,
         "the session lapsed during the deploy"
     );
-    common::within(
-        Duration::from_secs(5),
+    common::joined_within(
         stopping,
+        Duration::from_secs(5),
         "the stopping replica ends once its session stream was resumed",
     )
-    .await
-    .unwrap();
+    .await;
     drop(again);
     wait_for("the holds to be free", Duration::from_secs(2), async || {
         (free_count(&a).await == 3).then_some(())

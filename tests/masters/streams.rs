@@ -222,12 +222,7 @@ async fn a_resume_through_another_replica_keeps_the_lease_from_the_old_streams_e
         let mut old = a.call("POST", route).json(&body).stream().await;
         let granted = old.expect(first).await;
         let lease = granted["lease_id"].as_str().unwrap().to_owned();
-        let resume = async |app: &TestApp| {
-            app.call("POST", &format!("{route}/leases/{lease}/hold"))
-                .json(&json!({}))
-                .stream()
-                .await
-        };
+        let resume = async |app: &TestApp| app.resume_hold(route, &lease, json!({})).stream().await;
         let mut resumed = resume(&b).await;
         let body = resumed.expect("resumed").await;
         assert_eq!(body["fencing_token"], granted["fencing_token"], "{body}");
@@ -247,7 +242,7 @@ async fn a_resume_through_another_replica_keeps_the_lease_from_the_old_streams_e
         );
         let lease = other["lease_id"].as_str().unwrap();
         let path = format!("{route}/leases/{lease}");
-        assert_eq!(b.send("DELETE", &path, None).await.0, 204);
+        b.deleted(&path).await;
     }
 }
 
@@ -269,19 +264,17 @@ async fn a_stopping_replica_keeps_its_streams_leases_until_they_are_resumed() {
     // Longer than the lease would have lived on its last renew.
     tokio::time::sleep(ttl * 2).await;
     let mut resumed = b
-        .call("POST", &format!("/locks/roll/leases/{lease}/hold"))
-        .json(&json!({}))
+        .resume_hold("/locks/roll", &lease, json!({}))
         .stream()
         .await;
     let body = resumed.expect("resumed").await;
     assert_eq!(body["fencing_token"], granted["fencing_token"], "{body}");
-    common::within(
-        Duration::from_secs(5),
+    common::joined_within(
         stopping,
+        Duration::from_secs(5),
         "the stopping replica ends once its stream was resumed",
     )
-    .await
-    .unwrap();
+    .await;
     resumed.expect("heartbeat").await;
     assert_eq!(b.grant("roll", json!({"ttl_ms": 1000})).await.0, 409);
 }
@@ -329,8 +322,7 @@ async fn fifty_streams_survive_their_replicas_stop_by_resuming_elsewhere() {
             assert_eq!(closed["resume"], true, "{name}: {closed}");
             let lease = granted["lease_id"].as_str().unwrap();
             let mut resumed = b
-                .call("POST", &format!("/locks/{name}/leases/{lease}/hold"))
-                .json(&json!({}))
+                .resume_hold(&format!("/locks/{name}"), lease, json!({}))
                 .stream()
                 .await;
             let body = resumed.expect("resumed").await;
@@ -342,13 +334,12 @@ async fn fifty_streams_survive_their_replicas_stop_by_resuming_elsewhere() {
         }
     });
     let mut resumed = futures::future::join_all(resumes).await;
-    common::within(
-        Duration::from_secs(8),
+    common::joined_within(
         stopping,
+        Duration::from_secs(8),
         "the stopping replica ends once its streams were resumed",
     )
-    .await
-    .unwrap();
+    .await;
     // Each resumed stream renews on: one heartbeat each, past the old leases' TTL.
     for stream in &mut resumed {
         stream.expect("heartbeat").await;
@@ -390,9 +381,8 @@ async fn a_resume_by_another_token_is_refused_by_the_masters() {
         let granted = held.expect(first).await;
         let lease = granted["lease_id"].as_str().unwrap().to_owned();
         let mut taken = b
-            .call("POST", &format!("{route}/leases/{lease}/hold"))
+            .resume_hold(route, &lease, json!({}))
             .bearer(&other)
-            .json(&json!({}))
             .stream()
             .await;
         let failed = taken.expect("failed").await;
