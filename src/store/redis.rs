@@ -60,6 +60,16 @@ macro_rules! script {
             ))
         });
     };
+    // An upkeep script that also uses the steps' shared functions (`prelude.lua`).
+    ($name:ident, $file:literal, layout, prelude) => {
+        static $name: LazyLock<Script> = LazyLock::new(|| {
+            Script::new(concat!(
+                include_str!("scripts/layout.lua"),
+                include_str!("scripts/prelude.lua"),
+                include_str!(concat!("scripts/", $file))
+            ))
+        });
+    };
 }
 /// The steps that travel in batches, by the name `batch.lua` calls them.
 const STEPS: [(&str, &str); 11] = [
@@ -126,7 +136,7 @@ pub fn batch_script_parts(replace: &[(&str, &str)]) -> (String, String) {
         include_str!("scripts/batch.lua").to_owned(),
     )
 }
-script!(LIST, "list.lua", layout);
+script!(LIST, "list.lua", layout, prelude);
 script!(RESTORE, "restore.lua", layout);
 script!(UNMARK, "unmark.lua", layout);
 script!(WATERMARK, "watermark.lua", layout);

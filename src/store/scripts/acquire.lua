@@ -184,11 +184,5 @@ end
 if keyed then
   redis.call('SET', KEYS[7], ARGV[10], 'PX', ARGV[2])
 end
-if ARGV[5] ~= '' and redis.call('ZADD', KEYS[4], '0', ARGV[4]) == 1 then
-  for _, stale in ipairs(redis.call('ZRANDMEMBER', KEYS[4], 2)) do
-    if redis.call('EXISTS', ARGV[5] .. stale) == 0 then
-      redis.call('ZREM', KEYS[4], stale)
-    end
-  end
-end
+if ARGV[5] ~= '' then indexed(KEYS[4], ARGV[4], ARGV[5]) end
 return {1, token}

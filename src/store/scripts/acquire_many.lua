@@ -142,13 +142,7 @@ for i = 1, n do
     local nonce = ARGV[9 + n + 2]
     redis.call('HSET', lock(i), 'idem', KEYS[#KEYS], 'made', nonce, 'seen', nonce)
   end
-  if ARGV[5] ~= '' and redis.call('ZADD', KEYS[3], 0, name(i)) == 1 then
-    for _, stale in ipairs(redis.call('ZRANDMEMBER', KEYS[3], 2)) do
-      if redis.call('EXISTS', ARGV[5] .. stale) == 0 then
-        redis.call('ZREM', KEYS[3], stale)
-      end
-    end
-  end
+  if ARGV[5] ~= '' then indexed(KEYS[3], name(i), ARGV[5]) end
 end
 if keyed then
   redis.call('SET', KEYS[#KEYS], ARGV[9 + n + 1], 'PX', ARGV[2])

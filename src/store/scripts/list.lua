@@ -19,7 +19,7 @@ if #KEYS ~= 2 or #ARGV ~= 5 then
   return redis.error_reply('list expects 2 keys and 5 arguments')
 end
 -- A master in a data layout this release does not know is refused, never written or
--- misread (layout.lua, put before this file).
+-- misread (layout.lua, put before this file, then prelude.lua, whose `row` this uses).
 local refused = layout_refused(redis.call('GET', KEYS[2] .. ':layout'))
 if refused then return redis.error_reply(refused) end
 if redis.call('EXISTS', KEYS[2]) == 0 then return {-1} end
@@ -41,17 +41,7 @@ while found < limit and examined < budget do
   end
   for _, name in ipairs(names) do
     examined = examined + 1
-    local key = ARGV[1] .. name
-    local f = redis.call('HMGET', key, 'lease', 'token', 'ttl', 'owner')
-    if f[1] then
-      local pttl = redis.call('PTTL', key)
-      if pttl < 0 then pttl = 0 end
-      out[#out + 1] = name
-      out[#out + 1] = f[1]
-      out[#out + 1] = tonumber(f[2])
-      out[#out + 1] = tonumber(f[3])
-      out[#out + 1] = pttl
-      out[#out + 1] = f[4] or ''
+    if row(out, name, ARGV[1] .. name) then
       found = found + 1
     else
       redis.call('ZREM', KEYS[1], name)

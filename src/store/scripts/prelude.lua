@@ -1,5 +1,6 @@
 -- prelude: what the steps of a batch share, defined once before them (store/batch.rs puts
--- layout.lua and this file first, the steps after them, then batch.lua).
+-- layout.lua and this file first, the steps after them, then batch.lua; list.lua, which
+-- runs as a call of its own, has it after layout.lua too).
 --
 -- marked(key): whether this master still has its marker (gone = it lost its data, and it
 -- must not vote: store/health). Every step asks it first. The first step of a batch that
@@ -39,4 +40,32 @@ end
 -- on the masters ('<opener>/<random>'; '' for a name without '/'): see renew.lua.
 local function opener(stream)
   return string.match(stream, '^([^/]*)/') or ''
+end
+
+-- indexed(index, member, prefix): add `member` to `index`, a sorted set of names (score 0,
+-- in name order); when it was not there, look at two sampled members and remove those
+-- whose key (`prefix` .. member) is gone. So names whose hold has ended stay a bounded
+-- share of the index (about half at worst) without a sweep (see acquire.lua).
+local function indexed(index, member, prefix)
+  if redis.call('ZADD', index, '0', member) == 1 then
+    for _, stale in ipairs(redis.call('ZRANDMEMBER', index, 2)) do
+      if redis.call('EXISTS', prefix .. stale) == 0 then
+        redis.call('ZREM', index, stale)
+      end
+    end
+  end
+end
+
+-- row(out, label, key): when the lock hash `key` is held, append its row to `out`
+-- (label, lease, token, TTL in ms, time left in ms, owner) and answer true (list.lua and
+-- slots.lua answer these rows).
+local function row(out, label, key)
+  local f = redis.call('HMGET', key, 'lease', 'token', 'ttl', 'owner')
+  if not f[1] then return false end
+  local pttl = redis.call('PTTL', key)
+  if pttl < 0 then pttl = 0 end
+  local n = #out
+  out[n + 1], out[n + 2], out[n + 3] = label, f[1], tonumber(f[2])
+  out[n + 4], out[n + 5], out[n + 6] = tonumber(f[3]), pttl, f[4] or ''
+  return true
 end

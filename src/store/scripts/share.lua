@@ -102,11 +102,5 @@ end
 if redis.call('PTTL', KEYS[6]) < ttl then
   redis.call('PEXPIRE', KEYS[6], ttl)
 end
-if ARGV[5] ~= '' and redis.call('ZADD', KEYS[4], 0, ARGV[4]) == 1 then
-  for _, stale in ipairs(redis.call('ZRANDMEMBER', KEYS[4], 2)) do
-    if redis.call('EXISTS', ARGV[5] .. stale) == 0 then
-      redis.call('ZREM', KEYS[4], stale)
-    end
-  end
-end
+if ARGV[5] ~= '' then indexed(KEYS[4], ARGV[4], ARGV[5]) end
 return {1, token}

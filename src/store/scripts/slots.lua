@@ -21,17 +21,6 @@ if not limit or limit < 1 or limit > 1000 then
 end
 local out = {1}
 for slot = 0, limit - 1 do
-  local key = ARGV[1] .. slot
-  local f = redis.call('HMGET', key, 'lease', 'token', 'ttl', 'owner')
-  if f[1] then
-    local pttl = redis.call('PTTL', key)
-    if pttl < 0 then pttl = 0 end
-    out[#out + 1] = slot
-    out[#out + 1] = f[1]
-    out[#out + 1] = tonumber(f[2])
-    out[#out + 1] = tonumber(f[3])
-    out[#out + 1] = pttl
-    out[#out + 1] = f[4] or ''
-  end
+  row(out, slot, ARGV[1] .. slot)
 end
 return out
