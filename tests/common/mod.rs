@@ -1040,11 +1040,7 @@ impl TestApp {
         stream: EventStream,
         grace: Duration,
     ) {
-        let waiter = self
-            .grant_in_line(name, json!({"wait_ms": 10_000}), class, 1)
-            .await;
-        let left = Instant::now();
-        drop(stream);
+        let (waiter, left) = self.dropped_under_waiter(name, class, stream).await;
         let (_, after) = granted_since(waiter, left).await;
         assert!(
             after >= grace,
@@ -1062,12 +1058,25 @@ impl TestApp {
         token: u64,
         bound: Duration,
     ) -> Value {
+        let (waiter, left) = self.dropped_under_waiter(name, name, stream).await;
+        woken_within(waiter, left, bound, Some(token)).await
+    }
+
+    /// A grant of `name` (lock class `class`) put in line on this replica, then `stream`
+    /// dropped (its connection closes without a revoke): the waiting grant, and when the
+    /// stream was dropped.
+    async fn dropped_under_waiter(
+        &self,
+        name: &str,
+        class: &str,
+        stream: EventStream,
+    ) -> (tokio::task::JoinHandle<(u16, Value, Instant)>, Instant) {
         let waiter = self
-            .grant_in_line(name, json!({"wait_ms": 10_000}), name, 1)
+            .grant_in_line(name, json!({"wait_ms": 10_000}), class, 1)
             .await;
         let left = Instant::now();
         drop(stream);
-        woken_within(waiter, left, bound, Some(token)).await
+        (waiter, left)
     }
 
     /// Another handle on the same app, over the same transport, for a request sent from a

@@ -278,6 +278,7 @@ async fn a_renew_decided_without_a_master_still_reaches_it() {
     let _: String = ms[2].cmd(&["CLIENT", "PAUSE", "20", "ALL"]).await.unwrap();
     let (status, _) = app.renew("late", &id, json!({"ttl_ms": 90000})).await;
     assert_eq!(status, 200);
+    // Room for a loaded machine (the cluster tests run beside this one): `until` waits 5 s.
     let pttl = ["PTTL", "redlockd:lock:late"];
     ms[2]
         .until("the renew to reach the third master too", &pttl, |left| {

@@ -184,5 +184,5 @@ end
 if keyed then
   redis.call('SET', KEYS[7], ARGV[10], 'PX', ARGV[2])
 end
-if ARGV[5] ~= '' then indexed(KEYS[4], ARGV[4], ARGV[5]) end
+indexed(KEYS[4], ARGV[4], ARGV[5])
 return {1, token}

@@ -142,7 +142,7 @@ for i = 1, n do
     local nonce = ARGV[9 + n + 2]
     redis.call('HSET', lock(i), 'idem', KEYS[#KEYS], 'made', nonce, 'seen', nonce)
   end
-  if ARGV[5] ~= '' then indexed(KEYS[3], name(i), ARGV[5]) end
+  indexed(KEYS[3], name(i), ARGV[5])
 end
 if keyed then
   redis.call('SET', KEYS[#KEYS], ARGV[9 + n + 1], 'PX', ARGV[2])

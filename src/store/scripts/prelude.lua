@@ -45,9 +45,10 @@ end
 -- indexed(index, member, prefix): add `member` to `index`, a sorted set of names (score 0,
 -- in name order); when it was not there, look at two sampled members and remove those
 -- whose key (`prefix` .. member) is gone. So names whose hold has ended stay a bounded
--- share of the index (about half at worst) without a sweep (see acquire.lua).
+-- share of the index (about half at worst) without a sweep (see acquire.lua). With no
+-- prefix (''), nothing: a Redis Cluster master keeps no index of names.
 local function indexed(index, member, prefix)
-  if redis.call('ZADD', index, '0', member) == 1 then
+  if prefix ~= '' and redis.call('ZADD', index, '0', member) == 1 then
     for _, stale in ipairs(redis.call('ZRANDMEMBER', index, 2)) do
       if redis.call('EXISTS', prefix .. stale) == 0 then
         redis.call('ZREM', index, stale)

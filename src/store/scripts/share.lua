@@ -102,5 +102,5 @@ end
 if redis.call('PTTL', KEYS[6]) < ttl then
   redis.call('PEXPIRE', KEYS[6], ttl)
 end
-if ARGV[5] ~= '' then indexed(KEYS[4], ARGV[4], ARGV[5]) end
+indexed(KEYS[4], ARGV[4], ARGV[5])
 return {1, token}
