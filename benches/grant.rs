@@ -19,6 +19,10 @@
 //!   middleware and no lease service (`REDLOCKD_BENCH_BARE`), answering the same requests
 //!   with answers of the same shape: the least an HTTP/1.1 service costs on these cores
 //!   beside this load generator, the ceiling the embedded store is read against.
+//! - **plain Redlock behind bare axum**, and **fenced Redlock behind bare axum**: that bare
+//!   router with plain Redlock's calls behind its grant and revoke (the fenced one adds a
+//!   marker and a fencing counter, as one script a master): the least any Redlock service
+//!   behind HTTP costs here, the floor redlockd's own row is read against.
 //!
 //! The look inside one master (`inside`) also runs a batch of the least steps a fenced
 //! Redlock needs (marker, `SET NX PX`, a fencing counter; compare-and-delete): the floor
@@ -47,10 +51,11 @@
 //! runs only those rows, for quick comparisons while optimising; `REDLOCKD_BENCH_SERVER_ENV="K=V ..."` sets
 //! variables for the redlockd process only (e.g. `RUST_LOG=warn`); and
 //! `REDLOCKD_BENCH_AB="K=V ..."` compares redlockd with and without them, row against row
-//! in one run (with `REDLOCKD_BENCH_AB_BIN=<path>`, B is another redlockd binary: a build
-//! of an earlier commit, so that a change is measured against what came before; `""`
-//! compares the binaries alone; `REDLOCKD_BENCH_AB_CLIENTS=N` runs its rows with N clients
-//! rather than 16).
+//! in one run, each round after a plain Redlock row that its ratios are read against (with
+//! `REDLOCKD_BENCH_AB_BIN=<path>`, B is another redlockd binary: a build of an earlier
+//! commit, so that a change is measured against what came before; `""` compares the
+//! binaries alone; `REDLOCKD_BENCH_AB_CLIENTS=N` runs its rows with N clients rather than
+//! 16).
 
 #[path = "../tests/common/mod.rs"]
 mod common;
@@ -835,7 +840,19 @@ where
 struct Plain {
     masters: Vec<redis::aio::MultiplexedConnection>,
     unlock: redis::Script,
+    /// With a fencing token (`Plain::fenced`): the least a fenced grant does, as one script
+    /// a master, the marker key it checks and the counter it takes the token from.
+    fence: Option<redis::Script>,
 }
+
+/// The fenced grant of plain Redlock behind bare axum: `MINIMAL_ACQUIRE`'s steps as a
+/// script of its own (the marker, `SET NX PX`, the fencing counter).
+const FENCED_GRANT: &str = "if redis.call('EXISTS', KEYS[2]) == 0 then return -1 end\n\
+    if not redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then return 0 end\n\
+    return redis.call('INCR', KEYS[3])";
+
+/// The marker and the counter of [`FENCED_GRANT`], the bare server's own (never redlockd's).
+const FENCED_KEYS: [&str; 2] = ["bare:marker", "bare:fence"];
 
 impl Plain {
     async fn new(masters: &[RedisMaster]) -> Arc<Self> {
@@ -848,42 +865,78 @@ impl Plain {
                     .expect("connect"),
             );
         }
-        Arc::new(Self {
-            masters: connections,
+        Self::over(connections)
+    }
+
+    fn over(masters: Vec<redis::aio::MultiplexedConnection>) -> Arc<Self> {
+        Arc::new(Self::unfenced(masters))
+    }
+
+    fn unfenced(masters: Vec<redis::aio::MultiplexedConnection>) -> Self {
+        Self {
+            masters,
             unlock: redis::Script::new(
                 "if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) else return 0 end",
             ),
+            fence: None,
+        }
+    }
+
+    /// Plain Redlock with a fencing token and a marker ([`FENCED_GRANT`]); the release is
+    /// the same compare-and-delete. Sets the marker on every master.
+    async fn fenced(mut masters: Vec<redis::aio::MultiplexedConnection>) -> Arc<Self> {
+        for conn in &mut masters {
+            let _: () = redis::cmd("SET")
+                .arg(FENCED_KEYS[0])
+                .arg(1)
+                .query_async(conn)
+                .await
+                .expect("set the marker");
+        }
+        Arc::new(Self {
+            fence: Some(redis::Script::new(FENCED_GRANT)),
+            ..Self::unfenced(masters)
         })
     }
 
-    async fn cycle(&self, c: usize) -> Tally {
-        static N: AtomicUsize = AtomicUsize::new(0);
-        let key = format!("plain:{c}");
-        let lease = lease_id(c, N.fetch_add(1, Ordering::Relaxed))
-            .as_str()
-            .to_owned();
-        let t = Instant::now();
+    /// `SET key lease NX PX ttl` on every master at once (with a fence, [`FENCED_GRANT`]):
+    /// how many granted it, and the highest fencing token among them (0 without a fence).
+    async fn set_everywhere(&self, key: &str, lease: &str, ttl_ms: u64) -> (usize, u64) {
         let set = join_all(self.masters.iter().map(|conn| {
             let mut conn = conn.clone();
-            let (key, lease) = (key.clone(), lease.clone());
             async move {
-                redis::cmd("SET")
-                    .arg(&key)
-                    .arg(&lease)
-                    .arg("NX")
-                    .arg("PX")
-                    .arg(10_000)
-                    .query_async::<Option<String>>(&mut conn)
-                    .await
+                match &self.fence {
+                    Some(fence) => fence
+                        .key(key)
+                        .key(FENCED_KEYS[0])
+                        .key(FENCED_KEYS[1])
+                        .arg(lease)
+                        .arg(ttl_ms)
+                        .invoke_async::<i64>(&mut conn)
+                        .await
+                        .map(|token| u64::try_from(token).ok().filter(|&t| t > 0)),
+                    None => redis::cmd("SET")
+                        .arg(key)
+                        .arg(lease)
+                        .arg("NX")
+                        .arg("PX")
+                        .arg(ttl_ms)
+                        .query_async::<Option<String>>(&mut conn)
+                        .await
+                        .map(|set| set.map(|_| 0)),
+                }
             }
         }))
         .await;
-        let won = set.iter().filter(|r| matches!(r, Ok(Some(_)))).count();
-        let took = t.elapsed();
+        let tokens: Vec<u64> = set.into_iter().filter_map(|r| r.ok().flatten()).collect();
+        (tokens.len(), tokens.into_iter().max().unwrap_or(0))
+    }
+
+    /// The compare-and-delete script on every master at once.
+    async fn unlock_everywhere(&self, key: &str, lease: &str) {
         let unlock = &self.unlock;
         join_all(self.masters.iter().map(|conn| {
             let mut conn = conn.clone();
-            let (key, lease) = (&key, &lease);
             async move {
                 unlock
                     .key(key)
@@ -893,6 +946,18 @@ impl Plain {
             }
         }))
         .await;
+    }
+
+    async fn cycle(&self, c: usize) -> Tally {
+        static N: AtomicUsize = AtomicUsize::new(0);
+        let key = format!("plain:{c}");
+        let lease = lease_id(c, N.fetch_add(1, Ordering::Relaxed))
+            .as_str()
+            .to_owned();
+        let t = Instant::now();
+        let (won, _) = self.set_everywhere(&key, &lease, 10_000).await;
+        let took = t.elapsed();
+        self.unlock_everywhere(&key, &lease).await;
         if won > self.masters.len() / 2 {
             Tally::cycle(took, 0)
         } else {
@@ -1163,6 +1228,19 @@ impl Server {
         Self::start_binary(exe, &[], "REDLOCKD_BENCH_BARE=1").await
     }
 
+    /// Plain Redlock behind the same bare router, over `masters` ([`bare_redlock`]);
+    /// `fenced`: with a marker and a fencing token.
+    async fn start_bare_redlock(masters: &[RedisMaster], fenced: bool) -> Self {
+        let exe = std::env::current_exe().expect("this benchmark's binary");
+        let exe = exe.to_str().expect("a UTF-8 path");
+        let urls: Vec<String> = masters.iter().map(RedisMaster::url).collect();
+        let env = match fenced {
+            true => "REDLOCKD_BENCH_BARE=1 REDLOCKD_BENCH_BARE_FENCED=1",
+            false => "REDLOCKD_BENCH_BARE=1",
+        };
+        Self::start_binary(exe, &urls, env).await
+    }
+
     fn pid(&self) -> u32 {
         self.child.id()
     }
@@ -1224,6 +1302,12 @@ impl Server {
 /// /locks/{name}/leases/{id}`) 204: the same requests and answers as redlockd's, so the
 /// least an HTTP/1.1 service can cost them on these cores, with this load generator on the
 /// same cores. The row it makes is what the embedded store's is measured against.
+///
+/// With masters (`REDLOCKD_REDIS_URLS`, `Server::start_bare_redlock`) it is plain Redlock
+/// behind that router: a grant is plain Redlock's `SET NX PX` on every master at once, a
+/// majority required (a minority's holds are let go and the grant answered 409), a revoke
+/// its compare-and-delete everywhere. No fencing token, marker, record or log: the least any
+/// Redlock service behind HTTP costs here, what redlockd's row is read against.
 async fn bare_server() {
     use axum::http::{StatusCode, header};
     use axum::routing::{delete, get, post};
@@ -1247,13 +1331,16 @@ async fn bare_server() {
             axum::Json(answer),
         )
     }
-    let app = axum::Router::new()
-        .route("/readyz", get(|| async { "ready" }))
-        .route("/locks/{name}", post(grant))
-        .route(
-            "/locks/{name}/leases/{id}",
-            delete(|| async { StatusCode::NO_CONTENT }),
-        );
+    let app = match std::env::var("REDLOCKD_REDIS_URLS") {
+        Ok(urls) => bare_redlock(&urls).await,
+        Err(_) => axum::Router::new()
+            .route("/locks/{name}", post(grant))
+            .route(
+                "/locks/{name}/leases/{id}",
+                delete(|| async { StatusCode::NO_CONTENT }),
+            ),
+    }
+    .route("/readyz", get(|| async { "ready" }));
     let listen = std::env::var("REDLOCKD_LISTEN").expect("REDLOCKD_LISTEN");
     let listener = tokio::net::TcpListener::bind(listen).await.expect("bind");
     // As redlockd's listener does (src/http/serve.rs).
@@ -1261,6 +1348,73 @@ async fn bare_server() {
         let _ = tcp.set_nodelay(true);
     });
     axum::serve(listener, app).await.expect("serve");
+}
+
+/// [`bare_server`]'s routes over the masters at `urls` (comma-separated): plain Redlock
+/// behind axum.
+async fn bare_redlock(urls: &str) -> axum::Router {
+    use axum::extract::{Path, State};
+    use axum::http::{StatusCode, header};
+    use axum::response::IntoResponse;
+    use axum::routing::{delete, post};
+    type Masters = Arc<Plain>;
+    static LEASES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+    async fn grant(
+        State(plain): State<Masters>,
+        Path(name): Path<String>,
+        axum::Json(body): axum::Json<Value>,
+    ) -> axum::response::Response {
+        let ttl = body["ttl_ms"].as_u64().unwrap_or(30_000);
+        let lease = format!("{:0>22}", LEASES.fetch_add(1, Ordering::Relaxed));
+        let key = format!("bare:{name}");
+        let started = Instant::now();
+        let (won, token) = plain.set_everywhere(&key, &lease, ttl).await;
+        if won <= plain.masters.len() / 2 {
+            plain.unlock_everywhere(&key, &lease).await;
+            return StatusCode::CONFLICT.into_response();
+        }
+        let validity = ttl.saturating_sub(started.elapsed().as_millis() as u64 + 10);
+        let answer = json!({
+            "name": name, "lease_id": lease, "fencing_token": token, "ttl_ms": ttl,
+            "validity_ms": validity, "expires_at": "2026-11-28T12:57:39.931Z",
+            "mode": "exclusive",
+        });
+        let location = format!("/locks/{name}/leases/{lease}");
+        (
+            StatusCode::CREATED,
+            [(header::LOCATION, location)],
+            axum::Json(answer),
+        )
+            .into_response()
+    }
+    async fn revoke(
+        State(plain): State<Masters>,
+        Path((name, lease)): Path<(String, String)>,
+    ) -> StatusCode {
+        plain
+            .unlock_everywhere(&format!("bare:{name}"), &lease)
+            .await;
+        StatusCode::NO_CONTENT
+    }
+    let mut masters = Vec::new();
+    for url in urls.split(',') {
+        let client = redis::Client::open(url).expect("a master's URL");
+        masters.push(
+            client
+                .get_multiplexed_async_connection()
+                .await
+                .expect("connect"),
+        );
+    }
+    let plain = if std::env::var_os("REDLOCKD_BENCH_BARE_FENCED").is_some() {
+        Plain::fenced(masters).await
+    } else {
+        Plain::over(masters)
+    };
+    axum::Router::new()
+        .route("/locks/{name}", post(grant))
+        .route("/locks/{name}/leases/{id}", delete(revoke))
+        .with_state(plain)
 }
 
 /// Whether the answer has the expected status; the first few that do not are shown on
@@ -2031,6 +2185,16 @@ async fn uncontended(
     let server = Arc::new(Server::start(masters).await);
     let embedded = Arc::new(Server::start(&[]).await);
     let bare = Arc::new(Server::start_bare().await);
+    let bare_redlock = [
+        (
+            "plain Redlock behind bare axum",
+            Arc::new(Server::start_bare_redlock(masters, false).await),
+        ),
+        (
+            "fenced Redlock behind bare axum",
+            Arc::new(Server::start_bare_redlock(masters, true).await),
+        ),
+    ];
     let (me, redis) = ([std::process::id()], pids(masters));
     let mine = Setup {
         length: plan.row,
@@ -2164,6 +2328,19 @@ async fn uncontended(
             })
             .await;
         }
+        // And the floors under redlockd's own row: plain Redlock behind that bare router,
+        // then the same with a marker and a fencing token (what README's guarantees need).
+        for (label, floor) in &bare_redlock {
+            let s = floor.clone();
+            let at = Setup {
+                service: &[floor.pid()],
+                ..mine
+            };
+            measure(label, workload.clone(), c, &at, Some(base), move |i| {
+                http_cycle(s.clone(), i, 0)
+            })
+            .await;
+        }
         commandstats_reset(masters).await;
     }
     notes
@@ -2185,8 +2362,30 @@ async fn ab(masters: &[RedisMaster], b_env: &str, plan: Plan) {
         .and_then(|n| n.parse::<usize>().ok())
         .filter(|&n| n > 0)
         .unwrap_or(16);
+    // Each round begins with plain Redlock, so that A's and B's ratios to it come from the
+    // same minute of the machine as the rows themselves.
+    let plain = Plain::new(masters).await;
+    let me = [std::process::id()];
     print_header();
     for _ in 0..3 {
+        let p = plain.clone();
+        let base = measure(
+            "plain Redlock",
+            format!("uncontended, {clients} clients"),
+            clients,
+            &Setup {
+                length: plan.row,
+                service: &me,
+                masters: &redis,
+            },
+            None,
+            move |i| {
+                let p = p.clone();
+                async move { p.cycle(i).await }
+            },
+        )
+        .await
+        .rate();
         for (server, label) in [(&a, "A: as configured"), (&b, "B: with the variables")] {
             let at = Setup {
                 length: plan.row,
@@ -2195,7 +2394,7 @@ async fn ab(masters: &[RedisMaster], b_env: &str, plan: Plan) {
             };
             let s = server.clone();
             let workload = format!("uncontended, {clients} clients, {label}");
-            measure("redlockd", workload, clients, &at, None, move |i| {
+            measure("redlockd", workload, clients, &at, Some(base), move |i| {
                 http_cycle(s.clone(), i, 0)
             })
             .await;
