@@ -840,8 +840,8 @@ where
 struct Plain {
     masters: Vec<redis::aio::MultiplexedConnection>,
     unlock: redis::Script,
-    /// With a fencing token (`Plain::fenced`): the least a fenced grant does, as one script
-    /// a master, the marker key it checks and the counter it takes the token from.
+    /// With a fencing token (`Plain::fenced`): [`FENCED_GRANT`], run on each master in
+    /// place of the `SET`.
     fence: Option<redis::Script>,
 }
 
@@ -865,11 +865,7 @@ impl Plain {
                     .expect("connect"),
             );
         }
-        Self::over(connections)
-    }
-
-    fn over(masters: Vec<redis::aio::MultiplexedConnection>) -> Arc<Self> {
-        Arc::new(Self::unfenced(masters))
+        Arc::new(Self::unfenced(connections))
     }
 
     fn unfenced(masters: Vec<redis::aio::MultiplexedConnection>) -> Self {
@@ -1223,22 +1219,25 @@ impl Server {
 
     /// The HTTP ceiling of these cores: this benchmark's binary run again as [`bare_server`].
     async fn start_bare() -> Self {
-        let exe = std::env::current_exe().expect("this benchmark's binary");
-        let exe = exe.to_str().expect("a UTF-8 path");
-        Self::start_binary(exe, &[], "REDLOCKD_BENCH_BARE=1").await
+        Self::start_this(&[], "REDLOCKD_BENCH_BARE=1").await
     }
 
     /// Plain Redlock behind the same bare router, over `masters` ([`bare_redlock`]);
     /// `fenced`: with a marker and a fencing token.
     async fn start_bare_redlock(masters: &[RedisMaster], fenced: bool) -> Self {
-        let exe = std::env::current_exe().expect("this benchmark's binary");
-        let exe = exe.to_str().expect("a UTF-8 path");
         let urls: Vec<String> = masters.iter().map(RedisMaster::url).collect();
         let env = match fenced {
             true => "REDLOCKD_BENCH_BARE=1 REDLOCKD_BENCH_BARE_FENCED=1",
             false => "REDLOCKD_BENCH_BARE=1",
         };
-        Self::start_binary(exe, &urls, env).await
+        Self::start_this(&urls, env).await
+    }
+
+    /// This benchmark's own binary run again as a server, over `urls`, with `env`.
+    async fn start_this(urls: &[String], env: &str) -> Self {
+        let exe = std::env::current_exe().expect("this benchmark's binary");
+        let exe = exe.to_str().expect("a UTF-8 path");
+        Self::start_binary(exe, urls, env).await
     }
 
     fn pid(&self) -> u32 {
@@ -1306,8 +1305,10 @@ impl Server {
 /// With masters (`REDLOCKD_REDIS_URLS`, `Server::start_bare_redlock`) it is plain Redlock
 /// behind that router: a grant is plain Redlock's `SET NX PX` on every master at once, a
 /// majority required (a minority's holds are let go and the grant answered 409), a revoke
-/// its compare-and-delete everywhere. No fencing token, marker, record or log: the least any
-/// Redlock service behind HTTP costs here, what redlockd's row is read against.
+/// its compare-and-delete everywhere; with `REDLOCKD_BENCH_BARE_FENCED`, the grant is
+/// [`FENCED_GRANT`] on every master (a marker and a fencing token). No record, log or
+/// middleware: the least any Redlock service behind HTTP costs here, what redlockd's row is
+/// read against.
 async fn bare_server() {
     use axum::http::{StatusCode, header};
     use axum::routing::{delete, get, post};
@@ -1409,7 +1410,7 @@ async fn bare_redlock(urls: &str) -> axum::Router {
     let plain = if std::env::var_os("REDLOCKD_BENCH_BARE_FENCED").is_some() {
         Plain::fenced(masters).await
     } else {
-        Plain::over(masters)
+        Arc::new(Plain::unfenced(masters))
     };
     axum::Router::new()
         .route("/locks/{name}", post(grant))

@@ -332,6 +332,8 @@ impl Metrics {
                 .with_label_values(&[kind.as_str()])
                 .set(0);
         }
+        // Registered once, into the registry just made, where every other name starts with
+        // `redlockd_`: it cannot clash, and a clash would fail every test that builds metrics.
         #[cfg(target_os = "linux")]
         metrics
             .registry
@@ -520,6 +522,7 @@ impl ProcessMetrics {
         use nix::unistd::{SysconfVar, sysconf};
         Self {
             inner: prometheus::process_collector::ProcessCollector::for_self(),
+            // A fixed name and help text that Prometheus accepts: it cannot fail.
             cpu: prometheus::Counter::new(
                 Self::CPU,
                 "Total user and system CPU time spent in seconds.",

@@ -30,6 +30,7 @@ fn init_logging(
     use tracing_subscriber::util::SubscriberInitExt as _;
     use tracing_subscriber::{EnvFilter, Layer as _};
     // The trace spans are for the OTLP layer alone: the log neither shows nor pays for them.
+    // The directive is a fixed target and level, so it always parses.
     let filter = EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| EnvFilter::new("info"))
         .add_directive(
