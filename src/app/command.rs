@@ -26,18 +26,10 @@ fn init_logging(
     format: Option<LogFormat>,
     otlp: Option<crate::telemetry::Export<'_>>,
 ) -> anyhow::Result<Logging> {
-    use tracing_subscriber::layer::SubscriberExt as _;
     use tracing_subscriber::util::SubscriberInitExt as _;
     use tracing_subscriber::{EnvFilter, Layer as _};
-    // The trace spans are for the OTLP layer alone: the log neither shows nor pays for them.
-    // The directive is a fixed target and level, so it always parses.
-    let filter = EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| EnvFilter::new("info"))
-        .add_directive(
-            format!("{}=off", crate::telemetry::TARGET)
-                .parse()
-                .expect("a fixed, valid directive"),
-        );
+    let filter =
+        log_filter(EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info")));
     let terminal = std::io::stderr().is_terminal();
     let (writer, guard) = tracing_appender::non_blocking::NonBlockingBuilder::default()
         .lossy(false)
@@ -59,11 +51,42 @@ fn init_logging(
         Some(Some((layer, provider))) => (Some(layer), Some(provider)),
         _ => (None, None),
     };
-    tracing_subscriber::registry().with(log).with(traces).init();
+    dispatch(log, traces).init();
     Ok(Logging {
         traces: provider,
         _log: guard,
     })
+}
+
+/// The log's own filter: `levels` (RUST_LOG's), with the trace spans' target off. The
+/// trace spans are for the OTLP layer alone: the log neither shows nor pays for them. The
+/// directive is a fixed target and level, so it always parses.
+fn log_filter(levels: tracing_subscriber::EnvFilter) -> tracing_subscriber::EnvFilter {
+    levels.add_directive(
+        format!("{}=off", crate::telemetry::TARGET)
+            .parse()
+            .expect("a fixed, valid directive"),
+    )
+}
+
+/// The log layer, and the trace layer when traces are sent. An absent trace layer is left
+/// out, not added as `None`: tracing-subscriber takes a `None` layer as interested in every
+/// callsite, so the log's filter alone could not turn the trace spans off, and each
+/// request's span was built in the registry (and entered at every poll) for nobody.
+fn dispatch<L, T>(log: L, traces: Option<T>) -> tracing::Dispatch
+where
+    L: tracing_subscriber::Layer<tracing_subscriber::Registry> + Send + Sync,
+    T: tracing_subscriber::Layer<
+            tracing_subscriber::layer::Layered<L, tracing_subscriber::Registry>,
+        > + Send
+        + Sync,
+{
+    use tracing_subscriber::layer::SubscriberExt as _;
+    let logged = tracing_subscriber::registry().with(log);
+    match traces {
+        Some(traces) => logged.with(traces).into(),
+        None => logged.into(),
+    }
 }
 
 async fn shutdown_signal() {
@@ -224,4 +247,36 @@ async fn run(command: Command) -> std::process::ExitCode {
         }
     }
     std::process::ExitCode::SUCCESS
+}
+
+#[cfg(test)]
+mod tests {
+    use tracing_subscriber::Layer as _;
+
+    /// A request's trace span as the access log's middleware opens it.
+    fn request_span() -> tracing::Span {
+        tracing::info_span!(target: crate::telemetry::TARGET, "request")
+    }
+
+    fn log() -> impl tracing_subscriber::Layer<tracing_subscriber::Registry> {
+        tracing_subscriber::fmt::layer()
+            .with_writer(std::io::sink)
+            .with_filter(super::log_filter(tracing_subscriber::EnvFilter::new(
+                "info",
+            )))
+    }
+
+    #[test]
+    fn with_no_traces_sent_no_trace_span_is_built() {
+        let dispatch = super::dispatch(log(), None::<tracing_subscriber::layer::Identity>);
+        let span = tracing::dispatcher::with_default(&dispatch, request_span);
+        assert!(span.is_disabled(), "built for nobody: {span:?}");
+    }
+
+    #[test]
+    fn with_traces_sent_the_trace_layer_gets_the_span() {
+        let dispatch = super::dispatch(log(), Some(tracing_subscriber::layer::Identity::new()));
+        let span = tracing::dispatcher::with_default(&dispatch, request_span);
+        assert!(!span.is_disabled());
+    }
 }
