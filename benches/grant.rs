@@ -51,7 +51,8 @@
 //! runs only those rows, for quick comparisons while optimising; `REDLOCKD_BENCH_SERVER_ENV="K=V ..."` sets
 //! variables for the redlockd process only (e.g. `RUST_LOG=warn`); and
 //! `REDLOCKD_BENCH_AB="K=V ..."` compares redlockd with and without them, row against row
-//! in one run, each round after a plain Redlock row that its ratios are read against (with
+//! in one run, in four rounds with each side first in two, each round after a plain Redlock
+//! row that its ratios are read against, then each side's means (with
 //! `REDLOCKD_BENCH_AB_BIN=<path>`, B is another redlockd binary: a build of an earlier
 //! commit, so that a change is measured against what came before; `""` compares the
 //! binaries alone; `REDLOCKD_BENCH_AB_CLIENTS=N` runs its rows with N clients rather than
@@ -2348,10 +2349,15 @@ async fn uncontended(
 }
 
 /// `REDLOCKD_BENCH_AB="K=V ..."`: the 16-client HTTP row (`REDLOCKD_BENCH_AB_CLIENTS=N`:
-/// N clients) on two redlockd processes over the same masters, one as configured and one with these variables, alternating three times,
-/// so that a change is compared within one run rather than across noisy runs.
-/// With `REDLOCKD_BENCH_AB_BIN=<path>`, B is that redlockd binary (a build of an earlier
-/// commit, say), so that a change is measured against what came before in one run.
+/// N clients) on two redlockd processes over the same masters, one as configured and one
+/// with these variables, so that a change is compared within one run rather than across
+/// noisy runs. With `REDLOCKD_BENCH_AB_BIN=<path>`, B is that redlockd binary (a build of an
+/// earlier commit, say), so that a change is measured against what came before in one run.
+///
+/// Four rounds, each a plain Redlock row and then A and B, and each of A and B first in two
+/// of them: the same two builds, measured with one first and then the other, differed by
+/// 8 % one way and 4 % the other (docs/performance.md), so a fixed order can credit B with
+/// what is only its place. The last lines are each side's means over its four rows.
 async fn ab(masters: &[RedisMaster], b_env: &str, plan: Plan) {
     let a = Arc::new(Server::start_with(masters, "").await);
     let urls: Vec<String> = masters.iter().map(RedisMaster::url).collect();
@@ -2367,8 +2373,10 @@ async fn ab(masters: &[RedisMaster], b_env: &str, plan: Plan) {
     // same minute of the machine as the rows themselves.
     let plain = Plain::new(masters).await;
     let me = [std::process::id()];
+    let sides = [(&a, "A: as configured"), (&b, "B: with the variables")];
+    let mut sums = [AbSum::default(), AbSum::default()];
     print_header();
-    for _ in 0..3 {
+    for round in 0..4 {
         let p = plain.clone();
         let base = measure(
             "plain Redlock",
@@ -2385,9 +2393,10 @@ async fn ab(masters: &[RedisMaster], b_env: &str, plan: Plan) {
                 async move { p.cycle(i).await }
             },
         )
-        .await
-        .rate();
-        for (server, label) in [(&a, "A: as configured"), (&b, "B: with the variables")] {
+        .await;
+        let order = if round % 2 == 0 { [0, 1] } else { [1, 0] };
+        for side in order {
+            let (server, label) = sides[side];
             let at = Setup {
                 length: plan.row,
                 service: &[server.pid()],
@@ -2395,11 +2404,72 @@ async fn ab(masters: &[RedisMaster], b_env: &str, plan: Plan) {
             };
             let s = server.clone();
             let workload = format!("uncontended, {clients} clients, {label}");
-            measure("redlockd", workload, clients, &at, Some(base), move |i| {
-                http_cycle(s.clone(), i, 0)
-            })
+            let row = measure(
+                "redlockd",
+                workload,
+                clients,
+                &at,
+                Some(base.rate()),
+                move |i| http_cycle(s.clone(), i, 0),
+            )
             .await;
+            sums[side].add(&row, &base);
         }
+    }
+    println!();
+    for ((_, label), sum) in sides.iter().zip(&sums) {
+        println!("{label}: {}", sum.summary());
+    }
+    let (a_cpu, b_cpu) = (sums[0].cpu_per_cycle(), sums[1].cpu_per_cycle());
+    if a_cpu > 0.0 {
+        println!(
+            "B against A: CPU per cycle {:+.1} %, cycles/s {:+.1} %",
+            (b_cpu / a_cpu - 1.0) * 100.0,
+            (sums[1].rate / sums[0].rate - 1.0) * 100.0,
+        );
+    }
+}
+
+/// One side of an A/B run, summed over its rows.
+#[derive(Default)]
+struct AbSum {
+    rows: usize,
+    rate: f64,
+    ratio: f64,
+    service_us: f64,
+    masters_us: f64,
+    cpu_ratio: f64,
+}
+
+impl AbSum {
+    fn add(&mut self, row: &Row, plain: &Row) {
+        let per_cycle = |r: &Row, d: Duration| d.as_secs_f64() * 1e6 / r.tally.cycles.max(1) as f64;
+        let plain_cpu = per_cycle(plain, plain.service_cpu) + per_cycle(plain, plain.masters_cpu);
+        let service = per_cycle(row, row.service_cpu);
+        let masters = per_cycle(row, row.masters_cpu);
+        self.rows += 1;
+        self.rate += row.rate();
+        self.ratio += row.rate() / plain.rate().max(f64::MIN_POSITIVE);
+        self.service_us += service;
+        self.masters_us += masters;
+        self.cpu_ratio += (service + masters) / plain_cpu.max(f64::MIN_POSITIVE);
+    }
+
+    fn cpu_per_cycle(&self) -> f64 {
+        (self.service_us + self.masters_us) / self.rows.max(1) as f64
+    }
+
+    fn summary(&self) -> String {
+        let n = self.rows.max(1) as f64;
+        format!(
+            "mean of {} rows: {:.0} cycles/s ({:.2}× plain Redlock), CPU µs per cycle {:.0} service + {:.0} masters ({:.2}× plain Redlock's)",
+            self.rows,
+            self.rate / n,
+            self.ratio / n,
+            self.service_us / n,
+            self.masters_us / n,
+            self.cpu_ratio / n,
+        )
     }
 }
 
