@@ -320,8 +320,23 @@ impl RedisMaster {
     }
 
     /// Write an RDB snapshot of the master's data now and keep a copy of it at `to`.
+    ///
+    /// `SAVE` writes and syncs the file before it answers, which on a busy disk took longer
+    /// than the 500 ms a reply may take on [`Self::cmd`]'s connection (redis-rs's default;
+    /// seen: fault suite, FleetLock nodes, seed 23, whose replays passed): it gets 30 s.
     pub async fn snapshot(&self, to: &std::path::Path) {
-        let _: String = self.cmd(&["SAVE"]).await.expect("SAVE");
+        let config = redis::AsyncConnectionConfig::new()
+            .set_connection_timeout(Some(Duration::from_secs(2)))
+            .set_response_timeout(Some(Duration::from_secs(30)));
+        let mut conn = self
+            .client()
+            .get_multiplexed_async_connection_with_config(&config)
+            .await
+            .expect("connect for SAVE");
+        let _: String = redis::cmd("SAVE")
+            .query_async(&mut conn)
+            .await
+            .expect("SAVE");
         std::fs::copy(self.dir.path().join("dump.rdb"), to).expect("copy the snapshot");
     }
 
