@@ -322,19 +322,11 @@ impl RedisMaster {
     /// Write an RDB snapshot of the master's data now and keep a copy of it at `to`.
     ///
     /// `SAVE` writes and syncs the file before it answers, which on a busy disk took longer
-    /// than the 500 ms a reply may take on [`Self::cmd`]'s connection (redis-rs's default;
-    /// seen: fault suite, FleetLock nodes, seed 23, whose replays passed): it gets 30 s.
+    /// than the 500 ms [`Self::cmd`] waits (seen: fault suite, FleetLock nodes, seed 23,
+    /// whose replays passed): it gets 30 s.
     pub async fn snapshot(&self, to: &std::path::Path) {
-        let config = redis::AsyncConnectionConfig::new()
-            .set_connection_timeout(Some(Duration::from_secs(2)))
-            .set_response_timeout(Some(Duration::from_secs(30)));
-        let mut conn = self
-            .client()
-            .get_multiplexed_async_connection_with_config(&config)
-            .await
-            .expect("connect for SAVE");
-        let _: String = redis::cmd("SAVE")
-            .query_async(&mut conn)
+        let _: String = self
+            .cmd_within(&["SAVE"], Duration::from_secs(30))
             .await
             .expect("SAVE");
         std::fs::copy(self.dir.path().join("dump.rdb"), to).expect("copy the snapshot");
@@ -371,11 +363,23 @@ impl RedisMaster {
         .await;
     }
 
-    /// A command on this master, with a short timeout.
+    /// A command on this master, with a short timeout: its answer within 500 ms (redis-rs's
+    /// default), so that a paused master fails it fast.
     pub async fn cmd<T: redis::FromRedisValue>(&self, args: &[&str]) -> redis::RedisResult<T> {
+        self.cmd_within(args, Duration::from_millis(500)).await
+    }
+
+    /// [`Self::cmd`], with `reply` for the answer to arrive in.
+    pub async fn cmd_within<T: redis::FromRedisValue>(
+        &self,
+        args: &[&str],
+        reply: Duration,
+    ) -> redis::RedisResult<T> {
+        let config = redis::AsyncConnectionConfig::new().set_response_timeout(Some(reply));
         let mut conn = tokio::time::timeout(
             Duration::from_secs(2),
-            self.client().get_multiplexed_async_connection(),
+            self.client()
+                .get_multiplexed_async_connection_with_config(&config),
         )
         .await
         .map_err(|_| redis::RedisError::from((redis::ErrorKind::Io, "connect timed out")))??;
