@@ -127,6 +127,10 @@ fn start_master(movable: bool) -> RedisMaster {
         "yes",
         "--appendfsync",
         "always",
+        // No rewrite of the append-only file mid-run: a cut tail copies the files as they
+        // stand (`Fault::CutTail`).
+        "--auto-aof-rewrite-percentage",
+        "0",
         "--bind",
         "127.0.0.1",
     ];
@@ -959,6 +963,11 @@ impl Cluster {
         })
     }
 
+    /// Where master `m`'s append-only files are copied when its tail is to be cut.
+    fn tail_cut_at(&self, m: usize) -> PathBuf {
+        self.logs.path().join(format!("aof-{m}"))
+    }
+
     fn logs(&self) -> String {
         self.replicas
             .iter()
@@ -976,6 +985,10 @@ enum Fault {
     KillWithData(usize),
     KillEmpty(usize),
     Rollback(usize),
+    /// The master runs on for a while, then crashes and comes back on `appendfsync
+    /// everysec` with the tail of its append-only file cut: every write it answered since
+    /// the fault began is lost, its marker and counter kept.
+    CutTail(usize),
     Partition(usize, usize),
     LoseReplies(usize, usize),
     CrashReplica(usize),
@@ -1001,6 +1014,7 @@ impl Cluster {
                 self.masters[m].restart_from(&snapshot).await;
                 self.reach.all(m, false);
             }
+            Fault::CutTail(m) => self.masters[m].copy_aof(&self.tail_cut_at(m)),
             Fault::Partition(m, r) => {
                 self.firewall.add(Cut::Partition {
                     replica: r,
@@ -1038,6 +1052,28 @@ impl Cluster {
                 self.reach.all(m, false);
             }
             Fault::Rollback(_) => {}
+            Fault::CutTail(m) => {
+                self.reach.all(m, true);
+                let copy = self.tail_cut_at(m);
+                self.masters[m].restart_with_aof_as(&copy, &["--appendfsync", "everysec"]);
+                self.reach.all(m, false);
+                // Its operator puts it back on `appendfsync always` once the replicas have
+                // judged its restart (they remove its marker), so that a later crash with
+                // its data is one (bounded: the control run never removes it).
+                let _ = tokio::time::timeout(Duration::from_secs(5), async {
+                    while self.masters[m]
+                        .cmd::<Option<String>>(&["GET", "redlockd:marker"])
+                        .await
+                        .map_or(true, |marker| marker.is_some())
+                    {
+                        tokio::time::sleep(common::POLL).await;
+                    }
+                })
+                .await;
+                let _ = self.masters[m]
+                    .cmd::<String>(&["CONFIG", "SET", "appendfsync", "always"])
+                    .await;
+            }
             Fault::Partition(m, r) => {
                 self.reach.change(&[r], m, false);
                 self.firewall.remove(&Cut::Partition {
@@ -1312,6 +1348,7 @@ async fn inject_faults(
             1 => Fault::KillWithData(m),
             2 if data_ok => Fault::KillEmpty(m),
             3 if data_ok && cluster.snapshots[m].is_some() => Fault::Rollback(m),
+            7 if data_ok => Fault::CutTail(m),
             4 => Fault::Partition(m, r),
             5 => Fault::LoseReplies(m, r),
             6 => Fault::CrashReplica(r),
@@ -1324,7 +1361,7 @@ async fn inject_faults(
         };
         if matches!(
             fault,
-            Fault::KillEmpty(_) | Fault::Rollback(_) | Fault::ClockJump(..)
+            Fault::KillEmpty(_) | Fault::Rollback(_) | Fault::CutTail(_) | Fault::ClockJump(..)
         ) {
             last_data_loss = Some(Instant::now());
         }

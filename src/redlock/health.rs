@@ -86,6 +86,12 @@ struct NodeState {
     /// Why its steps are refused for the data layout it keeps (a later release's), as the
     /// last probe read it (a single master's; a cluster's steps say so in their errors).
     layout: Option<String>,
+    /// Whether a probe has judged the master's present process (`catch_lossy_restarts`): it
+    /// is the one its data was verified under, it keeps every write it acknowledged, or it
+    /// was found to have lost data and is out. Until then its answers do not count, so that
+    /// a replica meeting a master for the first time never counts a vote that a lost write
+    /// could have made wrong. Cleared when its run id changes.
+    run_checked: bool,
 }
 
 impl NodeState {
@@ -94,9 +100,15 @@ impl NodeState {
     fn votes(&self) -> bool {
         self.up
             && self.quarantine.is_none()
-            && self.unverified_since.is_none()
+            && !self.unverified()
             && !self.awaiting_init
             && self.layout.is_none()
+    }
+
+    /// Whether its answers must not count yet: its connection broke or it restarted, and no
+    /// probe has checked it since.
+    fn unverified(&self) -> bool {
+        self.unverified_since.is_some() || !self.run_checked
     }
 }
 
@@ -214,7 +226,7 @@ impl Monitor {
 
     /// Whether master `i`'s answers must not count yet (see `NodeState::unverified_since`).
     pub(super) fn unverified(&self, i: usize) -> bool {
-        self.state(i).unverified_since.is_some()
+        self.state(i).unverified()
     }
 
     /// Why an unverified master `i` does not vote, as the error a refusal names it by: a
@@ -306,6 +318,7 @@ impl Monitor {
                     .map(|layout| crate::store::layout::unknown(layout));
             }
         }
+        self.catch_lossy_restarts(nodes, &mut probes).await;
         self.catch_clock_jumps(nodes, &mut probes).await;
         self.catch_rollbacks(nodes, &mut probes, &before).await;
         self.record_watermarks(nodes, &probes).await;
@@ -406,6 +419,80 @@ impl Monitor {
             .count();
         (never_granted > n - quorum::majority(n))
             .then_some("no grant has ever succeeded on these masters; master initialised")
+    }
+
+    /// Masters that restarted since their data was last verified (the run id recorded beside
+    /// the marker is not the process's now), unless they keep every write they acknowledged
+    /// (`LockNode::durable`: `appendonly yes` with `appendfsync always`). With `appendfsync
+    /// everysec`, or from a snapshot, a crash loses the last writes: a grant or a renew among
+    /// them, while the marker and the counter, written long before, are kept. Neither the
+    /// marker nor the high-water marks can see that, so each such master is taken to have
+    /// lost its data: its marker is removed and it sits out a quarantine like one restarted
+    /// empty. A durable one has its run recorded, and its counter is checked as before.
+    ///
+    /// A marker with no run record was written by a release before this one: the master is
+    /// judged by its uptime instead. One that started before the longest hold could have
+    /// been granted has lost nothing still held.
+    async fn catch_lossy_restarts(
+        &self,
+        nodes: &[Arc<dyn LockNode>],
+        probes: &mut [NodeResult<Probe>],
+    ) {
+        for (i, node) in nodes.iter().enumerate() {
+            let Ok(probe) = &mut probes[i] else { continue };
+            if self.state(i).run_checked {
+                continue;
+            }
+            let Some(identity) = probe.marker.clone() else {
+                // Nothing to judge: its scripts refuse, and its restore records its run.
+                self.state(i).run_checked = true;
+                continue;
+            };
+            // A cluster judges each shard's restart by its slots' markers (store::cluster).
+            if node.rules().judges_own_rollbacks()
+                || probe.run_record.as_deref() == Some(probe.run_id.as_str())
+            {
+                self.state(i).run_checked = true;
+                continue;
+            }
+            let durable = match self.bounded(&**node, node.durable()).await {
+                Ok(durable) => durable,
+                Err(e) => {
+                    tracing::warn!(master = %self.addresses[i], error = %e, "could not read the persistence of a master that restarted; it does not vote until a probe can");
+                    continue;
+                }
+            };
+            let lost =
+                !durable && (probe.run_record.is_some() || probe.uptime < self.config.max_ttl);
+            if !lost {
+                match self
+                    .bounded(&**node, node.record_run(&identity, &probe.run_id))
+                    .await
+                {
+                    Ok(()) => {
+                        self.state(i).run_checked = true;
+                        probe.run_record = Some(probe.run_id.clone());
+                    }
+                    Err(e) => {
+                        tracing::warn!(master = %self.addresses[i], error = %e, "could not record the run of a master that kept its data; it does not vote until a probe can")
+                    }
+                }
+                continue;
+            }
+            tracing::error!(
+                master = %self.addresses[i],
+                uptime_s = probe.uptime.as_secs(),
+                "master restarted without appendonly yes and appendfsync always: the writes it acknowledged last (a grant, a renew) may be lost while its marker was kept; it is quarantined as a master that lost its data"
+            );
+            if let Err(e) = self.bounded(&**node, node.unmark(&identity)).await {
+                tracing::warn!(master = %self.addresses[i], error = %e, "could not remove the marker of a master that restarted without its last writes; its answers stay refused");
+                continue;
+            }
+            self.retire(i, nodes, &identity).await;
+            self.lost_again(i);
+            self.state(i).run_checked = true;
+            probe.marker = None;
+        }
     }
 
     /// Masters whose clock was seen to jump forward (by a step's answer or this round's
@@ -643,6 +730,7 @@ impl Monitor {
         if state.run_id.as_deref().is_some_and(|old| old != run_id) {
             tracing::warn!(master = %self.addresses[i], "master restarted (its run_id changed)");
             state.unverified_since.get_or_insert_with(Instant::now);
+            state.run_checked = false;
             // What it held before may be gone: see `lost_again`.
             state.quarantine = None;
         }
@@ -756,8 +844,14 @@ impl Monitor {
             self.retire(i, nodes, &before).await;
         }
         let identity = new_identity();
+        // The process this round's probe saw: if the master restarted since, the record
+        // names another run, and the restart is judged at the next probe.
+        let run_id = self.state(i).run_id.clone();
         match self
-            .bounded(&*nodes[i], nodes[i].restore(fence, &identity))
+            .bounded(
+                &*nodes[i],
+                nodes[i].restore(fence, &identity, run_id.as_deref()),
+            )
             .await
         {
             Ok(()) => {
@@ -768,6 +862,7 @@ impl Monitor {
                     state.jumped = None;
                     // Its counter was just set from the others: nothing left to verify.
                     state.unverified_since = None;
+                    state.run_checked = true;
                     state.identity = Some(identity);
                     state.highest_fence = fence;
                 }
@@ -832,9 +927,12 @@ impl Monitor {
         let mut report = Vec::new();
         for (i, probe) in probes.iter().enumerate() {
             let identity = new_identity();
-            self.bounded(&*nodes[i], nodes[i].restore(fence, &identity))
-                .await
-                .map_err(|e| format!("{}: could not restore: {e}", self.addresses[i]))?;
+            self.bounded(
+                &*nodes[i],
+                nodes[i].restore(fence, &identity, Some(&probe.run_id)),
+            )
+            .await
+            .map_err(|e| format!("{}: could not restore: {e}", self.addresses[i]))?;
             report.push(format!(
                 "{}: {}, fencing counter {} -> {fence}",
                 self.addresses[i],

@@ -239,6 +239,13 @@ impl Keys {
         format!("{}:layout", self.marker)
     }
 
+    /// The run id of the master process under which a single master's marker was written
+    /// or its data last verified, beside its marker (`<marker>:run`, as `restore.lua` and
+    /// `verified.lua` write it).
+    pub(crate) fn master_run(&self) -> String {
+        format!("{}:run", self.marker)
+    }
+
     /// A single master's fencing counter.
     pub(crate) fn master_fence(&self) -> &str {
         &self.fence

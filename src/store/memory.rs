@@ -10,7 +10,8 @@
 use std::collections::HashMap;
 use std::sync::Mutex;
 #[cfg(any(test, feature = "test-util"))]
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::AtomicU64;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -59,6 +60,7 @@ pub struct Snapshot {
     records: HashMap<String, (String, Instant)>,
     fence: u64,
     marker: Option<String>,
+    run_record: Option<String>,
     watermarks: HashMap<String, u64>,
     delays: HashMap<LockKey, (String, Instant)>,
     sessions: HashMap<String, Session>,
@@ -77,6 +79,11 @@ pub struct MemoryNode {
     /// Source of run ids: each restart gets a new one, as a Redis restart does.
     #[cfg(any(test, feature = "test-util"))]
     restarts: AtomicU64,
+    /// Whether the node keeps every write it acknowledged through a restart (a Redis
+    /// master with `appendfsync always`): the embedded store's restarts are the process's
+    /// own, and a test's `restart_from` models a master that went back in time. A test
+    /// makes it a master on `appendfsync everysec` (`set_durable(false)`).
+    durable: AtomicBool,
     /// Who hears this node's announcements (`listen`): the replicas sharing it in a test,
     /// as a Redis master's subscribers do; a release a waiting grant marked is told to
     /// them all, as release.lua publishes it.
@@ -98,6 +105,7 @@ impl MemoryNode {
                 records: HashMap::new(),
                 fence: 0,
                 marker: None,
+                run_record: None,
                 watermarks: HashMap::new(),
                 run_id: 0,
                 started: Instant::now(),
@@ -115,6 +123,7 @@ impl MemoryNode {
             epoch: (Instant::now(), clock::wall_us()),
             #[cfg(any(test, feature = "test-util"))]
             restarts: AtomicU64::new(0),
+            durable: AtomicBool::new(true),
             listeners: Mutex::new(Vec::new()),
         }
     }
@@ -178,10 +187,17 @@ impl MemoryNode {
             records: HashMap::new(),
             fence: 0,
             marker: None,
+            run_record: None,
             watermarks: HashMap::new(),
             delays: HashMap::new(),
             sessions: HashMap::new(),
         });
+    }
+
+    #[cfg(any(test, feature = "test-util"))]
+    /// Whether the node keeps every acknowledged write through a restart (see `durable`).
+    pub fn set_durable(&self, durable: bool) {
+        self.durable.store(durable, Ordering::Relaxed);
     }
 
     #[cfg(any(test, feature = "test-util"))]
@@ -193,6 +209,7 @@ impl MemoryNode {
             records: data.records.clone(),
             fence: data.fence,
             marker: data.marker.clone(),
+            run_record: data.run_record.clone(),
             watermarks: data.watermarks.clone(),
             delays: data.delays.clone(),
             sessions: data.sessions.clone(),
@@ -208,6 +225,7 @@ impl MemoryNode {
         data.records = snapshot.records;
         data.fence = snapshot.fence;
         data.marker = snapshot.marker;
+        data.run_record = snapshot.run_record;
         data.watermarks = snapshot.watermarks;
         data.delays = snapshot.delays;
         data.sessions = snapshot.sessions;
@@ -805,15 +823,34 @@ impl LockNode for MemoryNode {
                     .collect(),
                 uptime: now.saturating_duration_since(data.started),
                 unknown_layout: None,
+                run_record: data.run_record.clone(),
             })
         })
         .await
     }
 
-    async fn restore(&self, fence: u64, identity: &str) -> NodeResult<()> {
+    async fn restore(&self, fence: u64, identity: &str, run_id: Option<&str>) -> NodeResult<()> {
         self.upkeep(|data, _| {
             data.fence = data.fence.max(fence);
             data.marker = Some(identity.to_owned());
+            if let Some(run_id) = run_id {
+                data.run_record = Some(run_id.to_owned());
+            }
+            Ok(())
+        })
+        .await
+    }
+
+    async fn durable(&self) -> NodeResult<bool> {
+        let durable = self.durable.load(Ordering::Relaxed);
+        self.upkeep(|_, _| Ok(durable)).await
+    }
+
+    async fn record_run(&self, identity: &str, run_id: &str) -> NodeResult<()> {
+        self.upkeep(|data, _| {
+            if data.marker.as_deref() == Some(identity) {
+                data.run_record = Some(run_id.to_owned());
+            }
             Ok(())
         })
         .await

@@ -152,6 +152,11 @@ pub struct Probe {
     pub watermarks: Vec<(String, u64)>,
     /// How long the master process has been running.
     pub uptime: std::time::Duration,
+    /// The run id of the master process under which its marker was last written or its data
+    /// last verified (`<marker>:run`): a master whose `run_id` is not this one restarted
+    /// since, and what it came back with may lack its last writes (`LockNode::durable`).
+    /// `None` when nothing is recorded (a release before this one marked it).
+    pub run_record: Option<String>,
     /// The data layout the master names, when it names one this release does not know
     /// (a later release's): its steps are refused (`NodeError::Layout`), and `/readyz`
     /// says why it does not vote.
@@ -421,8 +426,20 @@ pub trait LockNode: Send + Sync + 'static {
     async fn probe(&self) -> NodeResult<Probe>;
 
     /// Raise the counter to at least `fence` and leave the marker with the new `identity`:
-    /// the master votes again.
-    async fn restore(&self, fence: u64, identity: &str) -> NodeResult<()>;
+    /// the master votes again. With `run_id` (the process this replica's probe saw), the
+    /// marker's run record names it (see `Probe::run_record`), in the same step.
+    async fn restore(&self, fence: u64, identity: &str, run_id: Option<&str>) -> NodeResult<()>;
+
+    /// Whether every write the master acknowledged survives its crash: `appendonly yes`
+    /// with `appendfsync always`. A master that refuses to say (a managed service that
+    /// forbids `CONFIG`) is not. Asked once per restart, never on a hot path.
+    async fn durable(&self) -> NodeResult<bool> {
+        Ok(false)
+    }
+
+    /// Record `run_id` as the process under which the master's data was verified, if its
+    /// marker still carries `identity` (see `Probe::run_record`).
+    async fn record_run(&self, identity: &str, run_id: &str) -> NodeResult<()>;
 
     /// Remove the marker if it still carries `identity`: the master went back in time and
     /// every replica must stop counting its votes until it is restored.

@@ -139,6 +139,7 @@ pub fn batch_script_parts(replace: &[(&str, &str)]) -> (String, String) {
 script!(LIST, "list.lua", layout, prelude);
 script!(RESTORE, "restore.lua", layout);
 script!(UNMARK, "unmark.lua", layout);
+script!(VERIFIED, "verified.lua", layout);
 script!(WATERMARK, "watermark.lua", layout);
 script!(CLOCKS, "clocks.lua");
 
@@ -148,6 +149,7 @@ fn upkeep_script(name: &str) -> Option<&'static Script> {
         "list" => &LIST,
         "restore" => &RESTORE,
         "unmark" => &UNMARK,
+        "verified" => &VERIFIED,
         "watermark" => &WATERMARK,
         "clocks" => &CLOCKS,
         _ => return None,
@@ -556,6 +558,7 @@ impl LockNode for RedisNode {
                     fence: probe.fence,
                     watermarks: Vec::new(),
                     uptime: probe.uptime.unwrap_or_default(),
+                    run_record: None,
                     // A shard's layout key is per slot: its steps say when it is refused.
                     unknown_layout: None,
                 });
@@ -580,13 +583,14 @@ impl LockNode for RedisNode {
             }
         });
         let sent = Instant::now();
-        let (info, marker, fence, watermarks, time, clocks, layout): (
+        let (info, marker, fence, watermarks, time, clocks, layout, run_record): (
             String,
             Option<String>,
             Option<u64>,
             Vec<(String, u64)>,
             Value,
             Vec<(String, String)>,
+            Option<String>,
             Option<String>,
         ) = redis::pipe()
             .cmd("INFO")
@@ -602,6 +606,8 @@ impl LockNode for RedisNode {
             .arg(self.keys.clocks())
             .cmd("GET")
             .arg(self.keys.master_layout())
+            .cmd("GET")
+            .arg(self.keys.master_run())
             .query_async(&mut conn)
             .await
             .map_err(classify)?;
@@ -639,17 +645,59 @@ impl LockNode for RedisNode {
             watermarks,
             uptime: Duration::from_secs(field("uptime_in_seconds:").parse().unwrap_or(0)),
             unknown_layout: layout.filter(|l| l != super::layout::LAYOUT),
+            run_record,
         })
     }
 
-    async fn restore(&self, fence: u64, identity: &str) -> NodeResult<()> {
+    async fn restore(&self, fence: u64, identity: &str, run_id: Option<&str>) -> NodeResult<()> {
         if let Some(cluster) = self.cluster() {
             return cluster.restore_all(fence, identity, &RESTORE).await;
         }
         let (fence_key, marker_key) = (self.keys.master_fence(), self.keys.master_marker());
-        self.run(&steps::restore(fence_key, marker_key, fence, identity))
-            .await
-            .map(drop)
+        self.run(&steps::restore(
+            fence_key, marker_key, fence, identity, run_id,
+        ))
+        .await
+        .map(drop)
+    }
+
+    async fn durable(&self) -> NodeResult<bool> {
+        let Wire::Master(master) = &self.wire else {
+            // A shard's restart is judged by its slots' markers (store::cluster).
+            return Ok(false);
+        };
+        let mut conn = master.conn.clone();
+        // One `CONFIG GET` per parameter: Redis before 7 takes one pattern a call.
+        let read: redis::RedisResult<(Vec<String>, Vec<String>)> = redis::pipe()
+            .cmd("CONFIG")
+            .arg("GET")
+            .arg("appendonly")
+            .cmd("CONFIG")
+            .arg("GET")
+            .arg("appendfsync")
+            .query_async(&mut conn)
+            .await;
+        match read {
+            Ok((appendonly, appendfsync)) => Ok(appendonly.get(1).is_some_and(|v| v == "yes")
+                && appendfsync.get(1).is_some_and(|v| v == "always")),
+            // Refused (a managed service that forbids `CONFIG`, an ACL): it does not say
+            // that it keeps every write, so it is taken not to.
+            Err(e) if e.code().is_some() => Ok(false),
+            Err(e) => Err(classify(e)),
+        }
+    }
+
+    async fn record_run(&self, identity: &str, run_id: &str) -> NodeResult<()> {
+        if self.cluster().is_some() {
+            return Ok(());
+        }
+        self.run(&steps::verified(
+            self.keys.master_marker(),
+            identity,
+            run_id,
+        ))
+        .await
+        .map(drop)
     }
 
     async fn unmark(&self, identity: &str) -> NodeResult<()> {

@@ -354,6 +354,48 @@ impl RedisMaster {
             .expect("persistence back on");
     }
 
+    /// Copy the master's append-only files (its `appendonlydir`) to `to` as they stand:
+    /// every write it has answered is in them (Redis writes the file before it replies),
+    /// fsynced or not. What a crash would leave on disk with `appendfsync everysec`, had it
+    /// come now.
+    pub fn copy_aof(&self, to: &std::path::Path) {
+        let from = self.dir.path().join("appendonlydir");
+        std::fs::create_dir_all(to).expect("the copy's folder");
+        for entry in std::fs::read_dir(&from).expect("appendonlydir (is appendonly on?)") {
+            let entry = entry.expect("an append-only file");
+            std::fs::copy(entry.path(), to.join(entry.file_name())).expect("copy it");
+        }
+    }
+
+    /// Kill the master and start it again from the append-only files copied at `from`
+    /// (`copy_aof`): the writes it answered since the copy are lost and the rest kept, as
+    /// after a crash that took the last second of an `appendfsync everysec` master.
+    pub fn restart_with_aof(&mut self, from: &std::path::Path) {
+        self.restart_with_aof_as(from, &[]);
+    }
+
+    /// [`Self::restart_with_aof`], the restarted process given `extra` arguments too (its
+    /// later restarts are not).
+    pub fn restart_with_aof_as(&mut self, from: &std::path::Path, extra: &[&str]) {
+        self.stop();
+        let dir = self.dir.path().join("appendonlydir");
+        std::fs::remove_dir_all(&dir).expect("remove the append-only files");
+        std::fs::create_dir_all(&dir).expect("appendonlydir");
+        for entry in std::fs::read_dir(from).expect("the copy") {
+            let entry = entry.expect("a copied file");
+            std::fs::copy(entry.path(), dir.join(entry.file_name())).expect("put it back");
+        }
+        let kept = self.extra.len();
+        self.extra.extend(extra.iter().map(|s| s.to_string()));
+        let spawned = self.spawn();
+        self.extra.truncate(kept);
+        assert!(
+            spawned,
+            "redis-server did not come back on port {}",
+            self.port
+        );
+    }
+
     /// Sends the command `args` until its answer, read as a number, passes `ok` (5 s at
     /// most; a panic naming `what` otherwise).
     pub async fn until(&self, what: &str, args: &[&str], ok: impl Fn(i64) -> bool) {

@@ -696,6 +696,70 @@ async fn a_master_restarted_from_an_old_snapshot_stops_voting() {
     assert!(newcomer.monitor().ready());
 }
 
+/// A renew that a master lost in a crash (`appendfsync everysec`: the write answered, not yet
+/// on disk): it comes back with the lease's earlier TTL, its marker and its counter, and no
+/// counter can show the loss. `durable` says whether the masters keep every acknowledged
+/// write (then the restart is a check, and the renew cannot have been lost).
+/// Returns the second grant's outcome, and whether A votes in that replica's eyes.
+async fn a_lost_renew(durable: bool) -> (Result<FencingToken, EngineError>, bool) {
+    let max_ttl = Duration::from_secs(60);
+    let bed = bed_with(3, max_ttl).await;
+    for node in &bed.nodes {
+        node.set_durable(durable);
+    }
+    // L1 is held on A and B only, first for 2.5 s, then renewed to 30 s.
+    bed.nodes[2].set_fault(Fault::Down);
+    bed.engine
+        .acquire(&key("x"), &id("L1"), Duration::from_millis(2500), None)
+        .await
+        .expect("granted on A, B");
+    let before_renew = bed.nodes[0].snapshot();
+    bed.engine
+        .renew(&key("x"), &id("L1"), Some(Duration::from_secs(30)))
+        .await
+        .expect("renewed on A, B");
+    if !durable {
+        bed.nodes[0].restart_from(before_renew);
+    } else {
+        let now = bed.nodes[0].snapshot();
+        bed.nodes[0].restart_from(now);
+    }
+    bed.nodes[2].set_fault(Fault::None);
+    bed.reverify(&[&bed.engine]).await;
+    // A's copy of the 2.5 s hold runs out; L1's renewed validity has 27 s to go.
+    bed.probe_after(Duration::from_secs(3)).await;
+    let newcomer = replica(&bed, max_ttl);
+    probe(&newcomer).await;
+    let second = newcomer
+        .acquire(&key("x"), &id("L2"), TTL, None)
+        .await
+        .map(|l| l.token);
+    (second, newcomer.monitor().status()[0].voting)
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_renew_lost_in_a_crash_lets_no_one_else_in() {
+    let (second, a_votes) = a_lost_renew(false).await;
+    assert!(!a_votes, "A restarted without its last writes");
+    assert!(
+        matches!(
+            second,
+            Err(EngineError::Held { .. } | EngineError::Unavailable(_))
+        ),
+        "granted a second lease inside L1's renewed validity: {second:?}"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_durable_master_restarted_with_its_data_keeps_its_vote_and_the_hold() {
+    let (second, a_votes) = a_lost_renew(true).await;
+    assert!(a_votes, "A kept every write it answered");
+    assert!(
+        matches!(second, Err(EngineError::Held { .. })),
+        "L1 is on A and B, and the restarted A votes: {second:?}"
+    );
+}
+
 #[tokio::test(start_paused = true)]
 async fn a_majority_that_lost_its_data_fails_safely_and_says_why() {
     let max_ttl = Duration::from_secs(30);
@@ -811,8 +875,11 @@ async fn a_split_is_retried_and_never_answered_with_a_contenders_ttl() {
     let ttl = policy.ttl(None).unwrap();
     let bed = bed(3).await;
     let nodes = bed.engine.nodes().to_vec();
+    // A replica counts a master only once a probe has judged it (as `App` starts).
+    let other = replica(&bed, Duration::from_secs(60));
+    probe(&other).await;
     let service = LeaseService::new(
-        Arc::new(replica(&bed, Duration::from_secs(60))),
+        Arc::new(other),
         Events::new(),
         Arc::new(Metrics::new()),
         tokio_util::sync::CancellationToken::new(),

@@ -25,7 +25,7 @@ fn node(master: &RedisMaster) -> RedisNode {
 async fn warm_node() -> (RedisMaster, RedisNode) {
     let master = RedisMaster::start();
     let node = node(&master);
-    node.restore(0, "batch-test").await.expect("marker");
+    node.restore(0, "batch-test", None).await.expect("marker");
     node.read(&key("warm-up")).await.expect("read");
     (master, node)
 }
@@ -137,7 +137,7 @@ async fn a_step_that_fails_fails_alone_in_its_batch() {
 async fn a_release_issued_after_its_acquire_never_overtakes_it() {
     let master = RedisMaster::start();
     let node = std::sync::Arc::new(node(&master));
-    node.restore(0, "batch-order").await.expect("marker");
+    node.restore(0, "batch-order", None).await.expect("marker");
     // Background traffic keeps batches forming while the pairs below are issued.
     let busy = {
         let node = node.clone();
@@ -207,7 +207,7 @@ async fn cached_scripts(master: &RedisMaster) -> u64 {
 async fn the_probe_gives_a_master_the_batch_script_before_the_first_grant_needs_it() {
     let master = RedisMaster::start();
     let node = node(&master);
-    node.restore(0, "preload-test").await.expect("marker");
+    node.restore(0, "preload-test", None).await.expect("marker");
     // A master that has never seen the script, and one that lost it (a restart, a flush):
     // after a probe, the first grant is one EVALSHA, with no NOSCRIPT and no upload.
     for round in ["fresh", "flushed"] {

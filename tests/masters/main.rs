@@ -25,6 +25,7 @@ mod kept;
 mod layout;
 mod lock_delay;
 mod ops;
+mod persistence;
 mod semaphores;
 mod sessions;
 mod shared;

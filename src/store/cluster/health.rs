@@ -69,6 +69,8 @@ impl Cluster {
                 &self.keys.marker_at(slot),
                 fence,
                 identity,
+                // A shard's restart is judged by its slots' markers (store::cluster).
+                None,
             )
         })
         .await

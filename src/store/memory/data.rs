@@ -83,6 +83,9 @@ pub(super) struct Data {
     /// The marker's value (the node's identity), `None` once it lost its data.
     pub(super) marker: Option<String>,
     pub(super) watermarks: HashMap<String, u64>,
+    /// The run id under which the marker was written or the data verified (restore.lua's
+    /// and verified.lua's `<marker>:run`).
+    pub(super) run_record: Option<String>,
     pub(super) run_id: u64,
     pub(super) started: Instant,
     /// How fast this node's clock runs: 2.0 expires keys in half the real time.

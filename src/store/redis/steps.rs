@@ -205,10 +205,28 @@ pub(super) fn list(
 }
 
 /// restore.lua: raise the counter at `fence_key` to `fence` and mark the master (or a
-/// cluster's slot) at `marker_key` with `identity`.
-pub(crate) fn restore(fence_key: &str, marker_key: &str, fence: u64, identity: &str) -> Step {
+/// cluster's slot) at `marker_key` with `identity`; with `run_id`, record it beside the
+/// marker.
+pub(crate) fn restore(
+    fence_key: &str,
+    marker_key: &str,
+    fence: u64,
+    identity: &str,
+    run_id: Option<&str>,
+) -> Step {
     let mut step = Step::new("restore");
     step.key(fence_key).key(marker_key).arg(fence).arg(identity);
+    if let Some(run_id) = run_id {
+        step.arg(run_id);
+    }
+    step
+}
+
+/// verified.lua: record `run_id` beside the marker at `marker_key` if it still carries
+/// `identity` (the master kept every write it acknowledged through its restart).
+pub(crate) fn verified(marker_key: &str, identity: &str, run_id: &str) -> Step {
+    let mut step = Step::new("verified");
+    step.key(marker_key).arg(identity).arg(run_id);
     step
 }
 
@@ -338,6 +356,7 @@ mod tests {
             "list" => include_str!("../scripts/list.lua"),
             "restore" => include_str!("../scripts/restore.lua"),
             "unmark" => include_str!("../scripts/unmark.lua"),
+            "verified" => include_str!("../scripts/verified.lua"),
             "watermark" => include_str!("../scripts/watermark.lua"),
             "clocks" => include_str!("../scripts/clocks.lua"),
             other => panic!("no script {other}"),
@@ -586,12 +605,17 @@ mod tests {
         };
         holds_to_its_script(&list(&keys, index, segment, &listing, 400), "list");
         let (fence, marker) = (keys.master_fence(), keys.master_marker());
-        holds_to_its_script(&restore(fence, marker, 1042, "k2V9c0xq"), "restore");
+        holds_to_its_script(&restore(fence, marker, 1042, "k2V9c0xq", None), "restore");
+        holds_to_its_script(
+            &restore(fence, marker, 1042, "k2V9c0xq", Some("5f0ce1")),
+            "restore with its run",
+        );
         holds_to_its_script(&unmark(marker, "k2V9c0xq"), "unmark");
+        holds_to_its_script(&verified(marker, "k2V9c0xq", "5f0ce1"), "verified");
         let cluster = Keys::new("redlockd:", true);
         let (fence, marker) = (cluster.fence_at(7), cluster.marker_at(7));
         holds_to_its_script(
-            &restore(&fence, &marker, 1042, "k2V9c0xq"),
+            &restore(&fence, &marker, 1042, "k2V9c0xq", None),
             "restore a slot",
         );
         holds_to_its_script(&unmark(&marker, "k2V9c0xq"), "unmark a slot");
