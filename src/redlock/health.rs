@@ -58,6 +58,25 @@ const RETIRED: u64 = u64::MAX;
 /// another master's quarantine is decided; past it, the quarantine is the longest allowed.
 const DELAY_SCAN_BUDGET: Duration = Duration::from_secs(5);
 
+/// How long one probe round may spend reading the other masters' holds for a quarantine
+/// (`Monitor::read_holds`); the read resumes at the next round.
+const HOLDS_READ_BUDGET: Duration = Duration::from_millis(200);
+
+/// A hold as seen on a master (its key and what names its holder there), hashed to 128
+/// bits: a read of a million held names keeps 16 bytes of each, and two holds that share a
+/// hash (which would count as one carried further than it is) are as good as impossible.
+fn hold_hash(key: &str, holder: &str) -> u128 {
+    use std::hash::{Hash, Hasher};
+    let half = |seed: u8| {
+        let mut hasher = std::hash::DefaultHasher::new();
+        seed.hash(&mut hasher);
+        key.hash(&mut hasher);
+        holder.hash(&mut hasher);
+        hasher.finish()
+    };
+    (u128::from(half(0)) << 64) | u128::from(half(1))
+}
+
 /// How long an unverified master waits before a probe may verify it: time for every
 /// replica that knew its counter to have recorded that on the other masters.
 const VERIFY_AFTER: Duration = Duration::from_millis(300);
@@ -92,6 +111,8 @@ struct NodeState {
     /// a replica meeting a master for the first time never counts a vote that a lost write
     /// could have made wrong. Cleared when its run id changes.
     run_checked: bool,
+    /// The read of the other masters' holds that may shorten its quarantine, while it runs.
+    holds_read: Option<HoldsRead>,
 }
 
 impl NodeState {
@@ -124,6 +145,22 @@ struct Before {
 struct Quarantine {
     until: Instant,
     until_wall: SystemTime,
+    /// Once the holds on the other masters have been read (`read_holds`): how many of them
+    /// were found on too few of the others to need no wait. Until then the quarantine is
+    /// the longest any hold may last.
+    outstanding: Option<usize>,
+}
+
+/// A read of the holds on the masters that vote, for the quarantine of one that lost its
+/// data (`Monitor::read_holds`): a SCAN of each, resumed probe after probe.
+#[derive(Debug, Default)]
+struct HoldsRead {
+    /// The masters read (each voted when the read began) and the cursor each is at, `None`
+    /// once its read is done.
+    from: Vec<(usize, Option<u64>)>,
+    /// Each hold seen (its key and holder, hashed): the masters it was seen on (a bit
+    /// each: SCAN may answer a key twice) and when it ends at the latest, by ours.
+    seen: std::collections::HashMap<u128, (u64, Instant)>,
 }
 
 pub struct Monitor {
@@ -262,6 +299,13 @@ impl Monitor {
                         "{}: every lock on it may have expired early, so it is quarantined as a master that lost its data",
                         jump.describe()
                     )),
+                    (None, None) => state.quarantine.map(|q| match q.outstanding {
+                        None => "it lost its data (or may have: see the log): quarantined for the longest a hold may last, until the holds on the other masters are read".to_owned(),
+                        Some(0) => "it lost its data: quarantined until it is restored; no hold on the other masters relied on it".to_owned(),
+                        Some(holds) => format!(
+                            "it lost its data: quarantined until the last of {holds} holds found on too few of the other masters (which may have relied on it) ends"
+                        ),
+                    }),
                     _ => None,
                 };
                 MasterStatus {
@@ -362,6 +406,7 @@ impl Monitor {
                 self.state(i).awaiting_init = false;
             }
             if marked(probe) && self.state(i).quarantine.take().is_some() {
+                self.state(i).holds_read = None;
                 // Restored by another redlockd replica, whose quarantine ran out first.
                 tracing::info!(master = %self.addresses[i], "master votes again");
             }
@@ -611,7 +656,9 @@ impl Monitor {
     /// and the master granted since; restoring it at once would let it vote for a second
     /// holder of what it just lost. The next step quarantines it anew, from now.
     fn lost_again(&self, i: usize) {
-        self.state(i).quarantine = None;
+        let mut state = self.state(i);
+        state.quarantine = None;
+        state.holds_read = None;
     }
 
     /// What is known about every master's counter before this round reads it: the
@@ -755,8 +802,17 @@ impl Monitor {
                 Quarantine {
                     until: now + length,
                     until_wall: SystemTime::now() + length,
+                    outstanding: None,
                 }
             });
+            self.state(i).holds_read = None;
+        }
+        if self
+            .state(i)
+            .quarantine
+            .is_some_and(|q| q.outstanding.is_none())
+        {
+            self.read_holds(i, nodes).await;
         }
         let now = Instant::now();
         let Some(quarantine) = self.state(i).quarantine else {
@@ -790,6 +846,105 @@ impl Monitor {
         }
         self.restore(i, nodes, fence, "quarantine over; master votes again")
             .await;
+    }
+
+    /// Shorten the quarantine of master `i` to the holds that need it. Every hold a majority
+    /// granted is on at least `majority - 1` masters besides `i`. One found on at least
+    /// `n - majority + 1` of the others needs no wait: without `i`'s copy, too few masters
+    /// lack it for anyone else to win a majority, with `i` voting. One found on fewer may
+    /// have relied on `i`; it cannot be renewed meanwhile (a renew needs a majority of its
+    /// carriers, and `i` refuses), so its time only runs down, and `i` waits for the longest
+    /// of them, by the others' clocks plus the drift allowance. Holds granted from now on
+    /// are on a majority without `i`, so they need no wait either.
+    ///
+    /// Reads only masters that vote now, at least `n - majority + 1` of them, by a SCAN of
+    /// every key (so that keys of an earlier release, and of every script added later, are
+    /// seen), `HOLDS_READ_BUDGET` of it per probe round, resumed at the next; a read whose
+    /// masters stop voting starts again. When it is done the quarantine ends at the earlier
+    /// of its bound and that wait: a read only ever shortens it, once per quarantine.
+    async fn read_holds(&self, i: usize, nodes: &[Arc<dyn LockNode>]) {
+        let n = nodes.len();
+        let needed = n - quorum::majority(n) + 1;
+        let voting: Vec<usize> = (0..n).filter(|&j| j != i && self.votes(j)).collect();
+        let mut read = self.state(i).holds_read.take().unwrap_or_default();
+        if read.from.is_empty() || read.from.iter().any(|(j, _)| !voting.contains(j)) {
+            if voting.len() < needed {
+                // Too few to read: today's bound stands, and the next probe tries again.
+                return;
+            }
+            read = HoldsRead {
+                from: voting.iter().map(|&j| (j, Some(0))).collect(),
+                ..HoldsRead::default()
+            };
+        }
+        let budget = Instant::now() + HOLDS_READ_BUDGET;
+        loop {
+            let pending: Vec<(usize, usize, u64)> = read
+                .from
+                .iter()
+                .enumerate()
+                .filter_map(|(k, (j, cursor))| Some((k, *j, (*cursor)?)))
+                .collect();
+            if pending.is_empty() {
+                break;
+            }
+            if Instant::now() >= budget {
+                self.state(i).holds_read = Some(read);
+                return;
+            }
+            let pages = futures::future::join_all(
+                pending
+                    .iter()
+                    .map(|&(_, j, cursor)| self.bounded(&*nodes[j], nodes[j].held(cursor))),
+            )
+            .await;
+            let now = Instant::now();
+            for (&(k, j, _), page) in pending.iter().zip(pages) {
+                match page {
+                    Ok(Some(page)) => {
+                        for (key, holder, pttl) in &page.holds {
+                            let pttl = Duration::from_millis(*pttl);
+                            let ends = now + pttl + quorum::drift(pttl, self.config.drift_factor);
+                            let seen = read.seen.entry(hold_hash(key, holder)).or_insert((0, ends));
+                            seen.0 |= 1 << (j % 64);
+                            seen.1 = seen.1.max(ends);
+                        }
+                        read.from[k].1 = (page.next != 0).then_some(page.next);
+                    }
+                    // A master that cannot tell (a cluster): this quarantine keeps its bound.
+                    Ok(None) => {
+                        self.state(i).holds_read = None;
+                        return;
+                    }
+                    // Tried again within the budget, or at the next probe.
+                    Err(_) => {}
+                }
+            }
+        }
+        let now = Instant::now();
+        let short: Vec<Instant> = read
+            .seen
+            .values()
+            .filter(|(on, _)| (on.count_ones() as usize) < needed)
+            .map(|(_, ends)| *ends)
+            .collect();
+        let until = short.iter().copied().max().unwrap_or(now).max(now);
+        let mut state = self.state(i);
+        let Some(quarantine) = &mut state.quarantine else {
+            return;
+        };
+        if until < quarantine.until {
+            quarantine.until = until;
+            quarantine.until_wall = SystemTime::now() + (until - now);
+        }
+        quarantine.outstanding = Some(short.len());
+        tracing::info!(
+            master = %self.addresses[i],
+            holds_read = read.seen.len(),
+            outstanding = short.len(),
+            quarantine_left_ms = quarantine.until.saturating_duration_since(now).as_millis() as u64,
+            "the holds on the other masters are read: the quarantine lasts until the last one that may have relied on this master ends"
+        );
     }
 
     /// How long master `i`, found without its data, must sit out: the largest TTL (a lease
@@ -858,6 +1013,7 @@ impl Monitor {
                 {
                     let mut state = self.state(i);
                     state.quarantine = None;
+                    state.holds_read = None;
                     state.awaiting_init = false;
                     state.jumped = None;
                     // Its counter was just set from the others: nothing left to verify.

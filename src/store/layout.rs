@@ -166,6 +166,16 @@ impl Keys {
     /// A SCAN pattern for every name's claim key on a single master (the prefix's glob
     /// characters escaped).
     pub(crate) fn claims_pattern(&self) -> String {
+        self.pattern("claim:*")
+    }
+
+    /// A SCAN pattern for every key redlockd writes on a single master.
+    pub(crate) fn every_key_pattern(&self) -> String {
+        self.pattern("*")
+    }
+
+    /// The prefix with its glob characters escaped, then `glob`.
+    fn pattern(&self, glob: &str) -> String {
         let mut pattern = String::new();
         for c in self.prefix.chars() {
             if matches!(c, '*' | '?' | '[' | ']' | '\\') {
@@ -173,7 +183,7 @@ impl Keys {
             }
             pattern.push(c);
         }
-        pattern.push_str("claim:*");
+        pattern.push_str(glob);
         pattern
     }
 

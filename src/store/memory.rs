@@ -21,8 +21,8 @@ use tokio_util::sync::CancellationToken;
 use super::clock::{self, ClockPolicy, ClockStatus, ClockWatch, Reading};
 use super::group;
 use super::node::{
-    Acquired, Announcement, Claim, Ending, Holding, ListPage, Listener, Listing, LockNode,
-    NodeError, NodeResult, Owned, Probe, Renewal, SessionState, SessionStep,
+    Acquired, Announcement, Claim, Ending, HeldPage, Holding, ListPage, Listener, Listing,
+    LockNode, NodeError, NodeResult, Owned, Probe, Renewal, SessionState, SessionStep,
 };
 use crate::model::{
     FencingToken, Idem, Kind, LeaseId, LockKey, Owner, SessionHold, claimant_of, opener_of,
@@ -362,6 +362,48 @@ impl LockNode for MemoryNode {
 
     fn clock(&self) -> Option<ClockStatus> {
         Some(self.clock.status())
+    }
+
+    async fn held(&self, _cursor: u64) -> NodeResult<Option<HeldPage>> {
+        self.upkeep(|data, now| {
+            // Time left by this node's clock, as a master's PTTL answers it.
+            let left = |until: Instant| {
+                let left = until
+                    .saturating_duration_since(now)
+                    .mul_f64(data.clock_rate);
+                u64::try_from(left.as_millis()).unwrap_or(u64::MAX)
+            };
+            let named =
+                |what: &str, key: &LockKey| format!("{what}:{}:{}", key.kind.segment(), key.name);
+            let mut holds: Vec<(String, String, u64)> = Vec::new();
+            for (key, entry) in &data.locks {
+                holds.push((
+                    named("lock", key),
+                    entry.lease.as_str().to_owned(),
+                    left(entry.expires),
+                ));
+            }
+            for (key, (lease, until)) in &data.delays {
+                holds.push((named("delay", key), lease.clone(), left(*until)));
+            }
+            for (name, (claimant, until)) in &data.claims {
+                holds.push((format!("claim:{name}"), claimant.clone(), left(*until)));
+            }
+            for (id, session) in &data.sessions {
+                holds.push((
+                    format!("session:{id}"),
+                    String::new(),
+                    left(session.expires),
+                ));
+            }
+            for (record, (_, until)) in &data.records {
+                holds.push((format!("idem:{record}"), String::new(), left(*until)));
+            }
+            holds.retain(|(_, _, pttl)| *pttl > 0);
+            // One page: the whole of an in-process store is read under its lock at once.
+            Ok(Some(HeldPage { holds, next: 0 }))
+        })
+        .await
     }
 
     async fn longest_delay(&self) -> NodeResult<Option<Duration>> {

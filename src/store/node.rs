@@ -169,6 +169,17 @@ impl Probe {
     }
 }
 
+/// One page of every hold a master carries (`LockNode::held`).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct HeldPage {
+    /// Each key with a time to live: its name, what names its holder there (a lease id, a
+    /// claim's value; empty where the key's name is the holder's), and its time left in ms
+    /// by the master's clock.
+    pub holds: Vec<(String, String, u64)>,
+    /// Where the next page starts; 0 once the read is done.
+    pub next: u64,
+}
+
 /// Why one master gave no usable answer. Classified, never collapsed to a bool: the engine
 /// tells 409 from 503 by these, and metrics count them by kind.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -478,6 +489,14 @@ pub trait LockNode: Send + Sync + 'static {
     /// acquire.lua claims them), for the quarantine of another master that lost its data;
     /// `None` when this master cannot tell (a cluster: its claims are spread over shards).
     async fn longest_delay(&self) -> NodeResult<Option<std::time::Duration>> {
+        Ok(None)
+    }
+
+    /// One page of every hold this master carries, from `cursor` (0: the first page), for
+    /// the quarantine of another master that lost its data; `None` when this master cannot
+    /// tell (a cluster: its holds are spread over shards). A page may be short or empty
+    /// with more to come: a read is done when `next` is 0.
+    async fn held(&self, _cursor: u64) -> NodeResult<Option<HeldPage>> {
         Ok(None)
     }
 

@@ -25,15 +25,19 @@ use super::cluster::{self, Cluster, ShardPolicy};
 use super::group;
 use super::layout::{self, Keys};
 use super::node::{
-    Acquired, Announcement, Claim, Ending, FenceSource, Holding, ListPage, Listener, Listing,
-    LockNode, NodeError, NodeReport, NodeResult, NodeRules, Owned, Probe, Renewal, SessionState,
-    SessionStep,
+    Acquired, Announcement, Claim, Ending, FenceSource, HeldPage, Holding, ListPage, Listener,
+    Listing, LockNode, NodeError, NodeReport, NodeResult, NodeRules, Owned, Probe, Renewal,
+    SessionState, SessionStep,
 };
 use crate::config::MasterUrl;
 use crate::model::News;
 use crate::model::{
     FencingToken, Kind, LeaseId, LockKey, Owner, SessionHold, Traffic, claimant_of,
 };
+
+/// How many keys one page of `held.lua` looks at: a few milliseconds of the master's time,
+/// so that the read of a million held names never stalls the steps beside it.
+const HELD_PAGE: u64 = 500;
 
 mod announce;
 mod reply;
@@ -142,6 +146,7 @@ script!(UNMARK, "unmark.lua", layout);
 script!(VERIFIED, "verified.lua", layout);
 script!(WATERMARK, "watermark.lua", layout);
 script!(CLOCKS, "clocks.lua");
+script!(HELD, "held.lua");
 
 /// The upkeep script a step of that name runs (`steps::list`, `restore`, ...).
 fn upkeep_script(name: &str) -> Option<&'static Script> {
@@ -794,6 +799,41 @@ impl LockNode for RedisNode {
             }
             cursor = next;
         }
+    }
+
+    async fn held(&self, cursor: u64) -> NodeResult<Option<HeldPage>> {
+        let Wire::Master(master) = &self.wire else {
+            return Ok(None);
+        };
+        let mut conn = master.conn.clone();
+        let reply: Vec<Value> = HELD
+            .prepare_invoke()
+            .arg(cursor)
+            .arg(self.keys.every_key_pattern())
+            .arg(HELD_PAGE)
+            .invoke_async(&mut conn)
+            .await
+            .map_err(classify)?;
+        let mut reply = reply.into_iter();
+        let text = |v: Value| match v {
+            Value::BulkString(bytes) => Some(String::from_utf8_lossy(&bytes).into_owned()),
+            _ => None,
+        };
+        let next = reply
+            .next()
+            .and_then(text)
+            .and_then(|c| c.parse().ok())
+            .ok_or_else(|| NodeError::Script("held: no cursor".into()))?;
+        let mut holds = Vec::new();
+        while let (Some(key), Some(holder), Some(Value::Int(pttl))) =
+            (reply.next(), reply.next(), reply.next())
+        {
+            let (Some(key), Some(holder)) = (text(key), text(holder)) else {
+                return Err(NodeError::Script("held: a malformed row".into()));
+            };
+            holds.push((key, holder, u64::try_from(pttl).unwrap_or(0)));
+        }
+        Ok(Some(HeldPage { holds, next }))
     }
 
     fn clock(&self) -> Option<ClockStatus> {

@@ -123,6 +123,29 @@ impl Bed {
             .await
     }
 
+    /// Grant `name` to `lease` for `ttl` while master `away` is down, then let it vote
+    /// again: the hold is on the other masters only, so when one of them loses its data
+    /// the hold is left on too few for the quarantine to skip it, and the quarantine waits
+    /// for it to end (`Monitor::read_holds`).
+    async fn grant_without(
+        &self,
+        away: usize,
+        name: &str,
+        lease: &str,
+        ttl: Duration,
+    ) -> FencingToken {
+        self.nodes[away].set_fault(Fault::Down);
+        let token = self
+            .engine
+            .acquire(&key(name), &id(lease), ttl, None)
+            .await
+            .expect("granted on the others")
+            .token;
+        self.nodes[away].set_fault(Fault::None);
+        self.reverify(&[&self.engine]).await;
+        token
+    }
+
     async fn grant(&self, name: &str, lease: &str) -> Result<FencingToken, EngineError> {
         self.engine
             .acquire(&key(name), &id(lease), TTL, None)
@@ -389,7 +412,9 @@ async fn a_master_with_a_fast_clock_cannot_break_mutual_exclusion() {
 async fn a_master_that_restarts_empty_is_quarantined_then_restored() {
     let max_ttl = Duration::from_secs(30);
     let bed = bed_with(3, max_ttl).await;
-    let first = bed.grant("q", "L1").await.expect("granted");
+    // L1, held on A and C for the largest TTL: once C loses its copy, too few masters
+    // carry it for C to vote, and C waits for it to end.
+    let first = bed.grant_without(1, "q", "L1", max_ttl).await;
     bed.nodes[2].restart_empty();
     bed.probe().await;
     let status = bed.engine.monitor().status();
@@ -400,18 +425,14 @@ async fn a_master_that_restarts_empty_is_quarantined_then_restored() {
     );
 
     // While quarantined, C does not vote: one more failure and grants stop.
-    bed.engine
-        .release(&key("q"), &id("L1"))
-        .await
-        .expect("released on A, B");
     bed.nodes[1].set_fault(Fault::Down);
     assert!(matches!(
-        bed.grant("q", "L2").await,
+        bed.grant("r", "L2").await,
         Err(EngineError::Unavailable(_))
     ));
     bed.nodes[1].set_fault(Fault::None);
     bed.reverify(&[&bed.engine]).await;
-    let second = bed.grant("q", "L3").await.expect("A and B vote");
+    let second = bed.grant("r", "L3").await.expect("A and B vote");
     assert!(second > first);
 
     // Still quarantined before the largest TTL has passed.
@@ -645,12 +666,12 @@ async fn marked_masters_that_never_granted_prove_a_wiped_one_may_vote_at_once() 
     );
     assert!(!bed.quarantined(2));
 
-    bed.grant("a", "L1").await.expect("granted");
+    bed.grant_without(1, "a", "L1", TTL).await;
     bed.nodes[2].restart_empty();
     bed.probe().await;
     assert!(
         !bed.nodes[2].marked(),
-        "after a grant, a wiped master waits"
+        "after a grant that relied on it, a wiped master waits"
     );
 }
 
@@ -1170,11 +1191,15 @@ async fn a_master_that_restarts_empty_sits_out_the_lock_delay_in_force_on_the_ot
         listeners: NO_ONE,
         lock_delay_ms: 40_000,
     };
-    // TTL 10 s and a 40 s delay: its claim runs 50 s, longer than the largest TTL.
+    // TTL 10 s and a 40 s delay: its claim runs 50 s, longer than the largest TTL. Held on
+    // A and C only, so that C's loss leaves the claim on too few masters to skip it.
+    bed.nodes[1].set_fault(Fault::Down);
     bed.engine
         .acquire_keyed(&key("d"), &id("D1"), TTL, None, None, terms)
         .await
         .expect("granted");
+    bed.nodes[1].set_fault(Fault::None);
+    bed.reverify(&[&bed.engine]).await;
     let left = bed.restart_empty(2).await;
     assert!(
         left > Duration::from_secs(49) && left < Duration::from_secs(52),
@@ -1192,7 +1217,9 @@ async fn a_master_that_restarts_empty_sits_out_the_lock_delay_in_force_on_the_ot
 #[tokio::test(start_paused = true)]
 async fn a_master_that_restarts_empty_with_no_lock_delay_in_force_sits_out_the_largest_ttl_only() {
     let bed = bed_with_delays().await;
-    bed.grant("q", "L1").await.expect("granted, no lock-delay");
+    // For the largest TTL, on A and C only (no lock-delay): C's loss leaves it on too few.
+    bed.grant_without(1, "q", "L1", Duration::from_secs(30))
+        .await;
     let left = bed.restart_empty(2).await;
     assert!(
         left > Duration::from_secs(29) && left <= Duration::from_secs(30),
@@ -1525,8 +1552,9 @@ async fn with_the_masters_clocks_trusted_the_same_jump_grants_a_second_holder() 
 #[tokio::test(start_paused = true)]
 async fn a_jump_on_an_idle_master_is_caught_by_the_probe_before_the_next_grant() {
     let bed = bed(3).await;
-    // A grant once: a deployment whose masters never granted is restored at once.
-    bed.grant("k", "L1").await.expect("granted");
+    // A grant on A and C: a deployment whose masters never granted is restored at once,
+    // and so is one whose holds are all on enough masters besides the one that jumped.
+    bed.grant_without(1, "k", "L1", TTL).await;
     tokio::time::advance(Duration::from_secs(1)).await;
     bed.nodes[2].jump_clock(Duration::from_secs(30));
     bed.probe().await;
@@ -1624,9 +1652,9 @@ async fn bed_with_a_stale_quarantine() -> (Bed, Redlock) {
     let bed = bed_with(3, Duration::from_secs(30)).await;
     let other = replica(&bed, Duration::from_secs(30));
     probe(&other).await;
-    bed.grant("warm", "L0")
-        .await
-        .expect("a grant: the masters were used");
+    // A grant on A and C for the largest TTL: what C's quarantine waits for.
+    bed.grant_without(1, "warm", "L0", Duration::from_secs(30))
+        .await;
     bed.nodes[2].restart_empty();
     bed.probe().await;
     probe(&other).await;
@@ -1683,11 +1711,8 @@ async fn a_quarantine_that_outlived_a_restore_is_not_spent_on_a_later_restart() 
 #[tokio::test(start_paused = true)]
 async fn a_quarantined_master_is_named_amnesic_in_a_refusal() {
     let bed = bed_with(3, Duration::from_secs(30)).await;
-    bed.grant("q", "L1").await.expect("granted");
-    bed.engine
-        .release(&key("q"), &id("L1"))
-        .await
-        .expect("released");
+    // A hold on A and C, which keeps C quarantined once it loses its copy.
+    bed.grant_without(1, "kept-out", "L0", TTL).await;
     bed.nodes[2].restart_empty();
     bed.probe().await;
     assert!(bed.quarantined(2));
@@ -1702,4 +1727,78 @@ async fn a_quarantined_master_is_named_amnesic_in_a_refusal() {
         .collect();
     assert!(named.contains(&("m2", "amnesic")), "{named:?}");
     assert!(named.contains(&("m1", "connection")), "{named:?}");
+}
+
+/// A quarantine as long as the holds that need it: what `Monitor::read_holds` reads on the
+/// masters that vote, and what it shortens.
+mod quarantine_reads {
+    use super::*;
+
+    #[tokio::test(start_paused = true)]
+    async fn a_master_whose_holds_are_all_on_enough_others_votes_again_at_once() {
+        let max_ttl = Duration::from_secs(3600);
+        let bed = bed_with(3, max_ttl).await;
+        for (name, lease) in [("a", "L1"), ("b", "L2"), ("c", "L3")] {
+            bed.grant(name, lease).await.expect("granted on all three");
+        }
+        bed.nodes[2].restart_empty();
+        bed.probe().await;
+        assert!(
+            bed.nodes[2].marked() && !bed.quarantined(2),
+            "every hold is on A and B: nothing relied on C ({:?})",
+            bed.engine.monitor().status()[2]
+        );
+        let second = bed.grant("a", "L4").await;
+        assert!(
+            matches!(second, Err(EngineError::Held { .. })),
+            "{second:?}"
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_hold_on_too_few_others_keeps_the_master_out_until_it_ends_not_for_the_largest_ttl() {
+        let max_ttl = Duration::from_secs(3600);
+        let bed = bed_with(3, max_ttl).await;
+        bed.grant("carried", "L0")
+            .await
+            .expect("granted on all three");
+        bed.grant_without(1, "x", "L1", Duration::from_secs(20))
+            .await;
+        let left = bed.restart_empty(2).await;
+        assert!(
+            left > Duration::from_secs(19) && left < Duration::from_secs(21),
+            "L1's time left and its drift, not the largest TTL: {left:?}"
+        );
+        let status = &bed.engine.monitor().status()[2];
+        assert!(
+            status
+                .problem
+                .as_deref()
+                .is_some_and(|p| p.contains("1 holds")),
+            "/readyz says how many holds keep it out: {status:?}"
+        );
+        // Meanwhile L1 is on A alone of the voting masters, and C does not vote.
+        let second = bed.grant("x", "L2").await;
+        assert!(second.is_err(), "granted a second holder of x: {second:?}");
+        bed.probe_after(Duration::from_secs(21)).await;
+        assert!(!bed.quarantined(2), "L1 ended: C votes again");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn with_too_few_voting_others_the_bound_stands_until_a_read_succeeds() {
+        let max_ttl = Duration::from_secs(3600);
+        let bed = bed_with(3, max_ttl).await;
+        bed.grant("a", "L1").await.expect("granted on all three");
+        bed.nodes[1].set_fault(Fault::Down);
+        let left = bed.restart_empty(2).await;
+        assert!(left > Duration::from_secs(3599), "{left:?}");
+        bed.nodes[1].set_fault(Fault::None);
+        bed.reverify(&[&bed.engine]).await;
+        bed.probe().await;
+        assert!(
+            !bed.quarantined(2),
+            "once A and B vote, the read finds L1 on both: {:?}",
+            bed.engine.monitor().status()[2]
+        );
+    }
 }

@@ -28,6 +28,37 @@ async fn quarantined_until(app: &TestApp, m: &RedisMaster) -> String {
     .await
 }
 
+/// Grant `name` with `body` while master `away` is down (a paused one would take the grant
+/// late, when it resumes), then start it again empty: the hold is on the other two only, so
+/// that when one of them loses its data the hold is left on too few masters for its
+/// quarantine to skip it (it waits for the hold to end). Returns once `away` is restored
+/// and votes (its own quarantine waits for nothing: every hold is on both others).
+async fn grant_without(
+    app: &TestApp,
+    ms: &mut [RedisMaster],
+    away: usize,
+    name: &str,
+    body: Value,
+) -> (String, u64) {
+    ms[away].stop();
+    let granted = app.must_grant(name, body).await;
+    ms[away].start_wiped();
+    let back = &ms[away];
+    wait_for(
+        "the wiped master to vote",
+        Duration::from_secs(10),
+        async || {
+            back.cmd::<Option<String>>(&["GET", "redlockd:marker"])
+                .await
+                .ok()??;
+            let (_, ready) = readiness(app).await;
+            (master(&ready, back)["voting"] == true).then_some(())
+        },
+    )
+    .await;
+    granted
+}
+
 #[tokio::test]
 async fn one_paused_master_is_tolerated_two_are_503() {
     let ms = masters(3);
@@ -190,7 +221,8 @@ async fn a_master_that_restarts_empty_is_quarantined_for_the_largest_ttl() {
         cfg.max_lock_delay_ms = 0;
     })
     .await;
-    let (_, first) = app.must_grant("q", json!({"ttl_ms": 2000})).await;
+    // Held on A and C for the largest TTL: once C loses it, it waits for it.
+    let (_, first) = grant_without(&app, &mut ms, 1, "q", json!({"ttl_ms": 2000})).await;
 
     ms[2].restart_empty();
     let until = quarantined_until(&app, &ms[2]).await;
@@ -305,9 +337,10 @@ async fn with_no_lock_delay_in_force_empty_restarts_cost_the_largest_ttl_not_the
     let app = TestApp::over(&ms, common::short_quarantine).await;
     assert_eq!(config(&ms).max_lock_delay_ms, 60_000, "the default");
     for round in 0..4 {
-        app.must_grant(&format!("r{round}"), json!({"ttl_ms": 2000}))
-            .await;
         let m = round % 3;
+        // Held without the next master: once m loses it, m waits for it.
+        let name = format!("r{round}");
+        grant_without(&app, &mut ms, (m + 1) % 3, &name, json!({"ttl_ms": 2000})).await;
         ms[m].restart_empty();
         let until = quarantined_until(&app, &ms[m]).await;
         let left = seconds_until(&until);
@@ -331,9 +364,9 @@ async fn with_no_lock_delay_in_force_empty_restarts_cost_the_largest_ttl_not_the
 async fn an_empty_restart_sits_out_the_lock_delay_in_force_on_the_others() {
     let mut ms = masters(3);
     let app = TestApp::over(&ms, common::short_quarantine).await;
-    // A 1 s lease with a 5 s lock-delay: its claim runs about 6 s on every master.
-    app.must_grant("d", json!({"ttl_ms": 1000, "lock_delay_ms": 5000}))
-        .await;
+    // A 1 s lease with a 5 s lock-delay: its claim runs about 6 s, on A and B only.
+    let body = json!({"ttl_ms": 1000, "lock_delay_ms": 5000});
+    grant_without(&app, &mut ms, 2, "d", body).await;
     ms[1].restart_empty();
     let until = quarantined_until(&app, &ms[1]).await;
     let left = seconds_until(&until);

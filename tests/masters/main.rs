@@ -26,6 +26,7 @@ mod layout;
 mod lock_delay;
 mod ops;
 mod persistence;
+mod quarantine;
 mod semaphores;
 mod sessions;
 mod shared;

@@ -1,0 +1,104 @@
+//! A quarantine as long as the holds that need it, on real masters with the defaults (kept
+//! holds on: the longest a hold may last is two hours): a master restarted empty votes
+//! again within seconds when every hold is on enough of the others, and within seconds of
+//! the end of the last hold that may have relied on it otherwise.
+
+use crate::common;
+
+use std::time::{Duration, Instant};
+
+use common::{RedisMaster, TestApp, master_in as master, masters, wait_for};
+use serde_json::json;
+
+async fn voting(app: &TestApp, m: &RedisMaster) -> bool {
+    let (_, ready) = app.get("/readyz").await;
+    master(&ready, m)["voting"] == true
+}
+
+/// How long after now master `m`, restarted empty, is restored (its marker is back) and
+/// votes in `app`'s eyes (`limit` at most).
+async fn votes_within(app: &TestApp, m: &RedisMaster, limit: Duration) -> Duration {
+    let started = Instant::now();
+    wait_for("the restarted master to vote again", limit, async || {
+        let marked = m
+            .cmd::<Option<String>>(&["GET", "redlockd:marker"])
+            .await
+            .ok()??;
+        (voting(app, m).await).then_some(marked)
+    })
+    .await;
+    started.elapsed()
+}
+
+#[tokio::test]
+async fn a_master_restarted_empty_votes_again_within_seconds_when_every_hold_is_on_the_others() {
+    for n in [3, 5] {
+        let mut ms = masters(n);
+        let app = TestApp::over(&ms, |cfg| cfg.master_timeout_ms = 500).await;
+        // Holds on every master: a lock, a kept hold, a session with a hold, a permit and
+        // an elected leader.
+        app.must_grant("plain", json!({"ttl_ms": 60_000})).await;
+        app.must_grant("kept", json!({"kept": true})).await;
+        let session = app.created("/sessions", json!({"ttl_ms": 60_000})).await;
+        let id = session["session_id"].as_str().expect("session_id");
+        app.created(&format!("/locks/through-session?session={id}"), json!({}))
+            .await;
+        app.created("/semaphores/pool", json!({"limit": 2, "ttl_ms": 60_000}))
+            .await;
+        app.created("/elections/leader", json!({"ttl_ms": 60_000}))
+            .await;
+        // The same master each round: a hold that lost its copy on a master does not get it
+        // back (a renew does not add it where it is missing), so after a second master's
+        // loss the holds from before are on too few, and that master waits for them.
+        let lost = n - 1;
+        for round in 0..3 {
+            app.must_grant(&format!("round-{round}"), json!({"ttl_ms": 60_000}))
+                .await;
+            ms[lost].restart_empty();
+            let took = votes_within(&app, &ms[lost], Duration::from_secs(10)).await;
+            eprintln!("{n} masters, round {round}: voting again {took:?} after its restart");
+            assert!(
+                took < Duration::from_secs(5),
+                "{n} masters: the restarted master took {took:?}"
+            );
+            // What it held is still refused to anyone else.
+            let (status, body) = app.grant("plain", json!({"ttl_ms": 1000})).await;
+            assert_eq!(status, 409, "{n} masters: plain is still held: {body}");
+        }
+    }
+}
+
+#[tokio::test]
+async fn a_hold_that_relied_on_the_lost_master_keeps_it_out_until_that_hold_ends() {
+    let mut ms = masters(3);
+    let app = TestApp::over(&ms, |cfg| cfg.master_timeout_ms = 500).await;
+    // "relied" is held on masters 1 and 3 only: 2 is down while it is granted (a paused
+    // master would take the grant late, when it resumes), and comes back empty. Its own
+    // quarantine waits for nothing: every hold is on both others.
+    ms[1].stop();
+    let (_, relied) = app.must_grant("relied", json!({"ttl_ms": 6000})).await;
+    assert!(relied > 0);
+    let granted = Instant::now();
+    ms[1].start_wiped();
+    votes_within(&app, &ms[1], Duration::from_secs(10)).await;
+    // A hold on all three: what master 3's quarantine need not wait for.
+    app.must_grant("carried", json!({"ttl_ms": 60_000})).await;
+    ms[2].restart_empty();
+    wait_for(
+        "master 3 to be quarantined",
+        Duration::from_secs(5),
+        async || (!voting(&app, &ms[2]).await).then_some(()),
+    )
+    .await;
+    let (status, body) = app.grant("relied", json!({"ttl_ms": 1000})).await;
+    assert_ne!(status, 201, "a second holder of relied: {body}");
+    let limit = Duration::from_secs(6) + Duration::from_secs(5);
+    let left = limit.saturating_sub(granted.elapsed());
+    let took = votes_within(&app, &ms[2], left).await;
+    let after = granted.elapsed();
+    eprintln!("master 3 voting again {after:?} after relied's grant (its TTL 6 s)");
+    assert!(
+        after >= Duration::from_secs(6),
+        "master 3 voted again {after:?} after the grant, before relied's TTL (6 s) ended ({took:?} after it was seen quarantined)"
+    );
+}
