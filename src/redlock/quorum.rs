@@ -185,6 +185,11 @@ pub(crate) fn decide_owned<T: Clone>(
     if not_owner > n - q {
         return Some(OwnedOutcome::NotOwner);
     }
+    // Denials still on their way may make that majority: a master that is out answers at
+    // once (quarantined, unverified), and must not turn a 404 into a 503 by being first.
+    if not_owner + pending > n - q {
+        return None;
+    }
     Some(OwnedOutcome::Unavailable)
 }
 

@@ -243,3 +243,98 @@ async fn a_503_names_only_the_masters_that_failed_not_one_it_did_not_wait_for() 
     );
     assert!(!body.to_string().contains("no_answer"), "{body}");
 }
+
+/// An app over three memory nodes whose third lost its data and sits out a quarantine: a
+/// hold ("kept-out") is on it and the first only, so the quarantine waits for it.
+async fn one_quarantined() -> (TestApp, Vec<Arc<MemoryNode>>) {
+    let (app, nodes) = three().await;
+    nodes[1].set_fault(Fault::Down);
+    let (status, body) = app.grant("kept-out", json!({"ttl_ms": 60_000})).await;
+    assert_eq!(status, 201, "{body}");
+    heal(&app, &nodes).await;
+    common::wait_for(
+        "the second master to vote",
+        Duration::from_secs(30),
+        async || {
+            let (_, ready) = app.get("/readyz").await;
+            (ready["masters"][1]["voting"] == true).then_some(())
+        },
+    )
+    .await;
+    nodes[2].restart_empty();
+    common::wait_for(
+        "the third master quarantined",
+        Duration::from_secs(30),
+        async || {
+            let (_, ready) = app.get("/readyz").await;
+            ready["masters"][2]["quarantined_until"].as_str().map(drop)
+        },
+    )
+    .await;
+    (app, nodes)
+}
+
+#[tokio::test(start_paused = true)]
+async fn with_a_master_quarantined_what_a_majority_denies_is_404() {
+    let (app, nodes) = one_quarantined().await;
+    // The quarantined master refuses at once; the others' answers come a moment later, as
+    // a real master's do over the wire.
+    for node in &nodes[..2] {
+        node.set_fault(Fault::SlowReply(Duration::from_millis(5)));
+    }
+    let made_up = "AAAAAAAAAAAAAAAAAAAAAA";
+    let (status, body) = app.renew("x", made_up, json!({})).await;
+    assert_eq!(
+        (status, body["error"].as_str()),
+        (404, Some("lease_not_found")),
+        "a made-up lease: {body}"
+    );
+
+    let (id, _) = app.must_grant("r", json!({"ttl_ms": 10_000})).await;
+    assert_eq!(app.revoke("r", &id).await.0, 204);
+    let (status, body) = app.renew("r", &id, json!({})).await;
+    assert_eq!(
+        (status, body["error"].as_str()),
+        (404, Some("lease_not_found")),
+        "a revoked lease: {body}"
+    );
+
+    let (id, _) = app.must_grant("e", json!({"ttl_ms": 1000})).await;
+    tokio::time::advance(Duration::from_secs(2)).await;
+    let (status, body) = app.renew("e", &id, json!({})).await;
+    assert_eq!(
+        (status, body["error"].as_str()),
+        (404, Some("lease_not_found")),
+        "an expired lease: {body}"
+    );
+
+    let session = app.created("/sessions", json!({"ttl_ms": 10_000})).await;
+    let ended = session["session_id"]
+        .as_str()
+        .expect("session_id")
+        .to_owned();
+    app.deleted(&format!("/sessions/{ended}")).await;
+    for id in [ended.as_str(), made_up] {
+        for method in ["GET", "PUT", "DELETE"] {
+            let body = (method == "PUT").then(|| json!({}));
+            let (status, answer) = app.send(method, &format!("/sessions/{id}"), body).await;
+            assert_eq!(
+                (status, answer["error"].as_str()),
+                (404, Some("session_not_found")),
+                "{method} /sessions/{id}: {answer}"
+            );
+        }
+        let (status, answer) = app
+            .send(
+                "POST",
+                &format!("/locks/through?session={id}"),
+                Some(json!({})),
+            )
+            .await;
+        assert_eq!(
+            (status, answer["error"].as_str()),
+            (404, Some("session_not_found")),
+            "a grant through session {id}: {answer}"
+        );
+    }
+}

@@ -102,3 +102,84 @@ async fn a_hold_that_relied_on_the_lost_master_keeps_it_out_until_that_hold_ends
         "master 3 voted again {after:?} after the grant, before relied's TTL (6 s) ended ({took:?} after it was seen quarantined)"
     );
 }
+
+#[tokio::test]
+async fn with_a_master_quarantined_what_a_majority_denies_is_404() {
+    let mut ms = masters(3);
+    let app = TestApp::over(&ms, |cfg| cfg.master_timeout_ms = 500).await;
+    // A hold on masters 1 and 3 only, for the quarantine of 3 to wait for.
+    ms[1].stop();
+    app.must_grant("kept-out", json!({"ttl_ms": 60_000})).await;
+    ms[1].start_wiped();
+    votes_within(&app, &ms[1], Duration::from_secs(10)).await;
+    ms[2].restart_empty();
+    wait_for("master 3 quarantined", Duration::from_secs(5), async || {
+        let (_, ready) = app.get("/readyz").await;
+        master(&ready, &ms[2])["quarantined_until"]
+            .as_str()
+            .map(drop)
+    })
+    .await;
+    let not_found = |status: u16, body: &serde_json::Value, code: &str, what: &str| {
+        assert_eq!(
+            (status, body["error"].as_str()),
+            (404, Some(code)),
+            "{what}: {body}"
+        );
+    };
+    let made_up = "AAAAAAAAAAAAAAAAAAAAAA";
+    let (status, body) = app.renew("x", made_up, json!({})).await;
+    not_found(status, &body, "lease_not_found", "a made-up lease's renew");
+    let (id, _) = app.must_grant("r", json!({"ttl_ms": 10_000})).await;
+    assert_eq!(app.revoke("r", &id).await.0, 204);
+    let (status, body) = app.renew("r", &id, json!({})).await;
+    not_found(status, &body, "lease_not_found", "a revoked lease's renew");
+    let session = app.created("/sessions", json!({"ttl_ms": 10_000})).await;
+    let ended = session["session_id"]
+        .as_str()
+        .expect("session_id")
+        .to_owned();
+    app.deleted(&format!("/sessions/{ended}")).await;
+    for id in [ended.as_str(), made_up] {
+        for method in ["GET", "PUT", "DELETE"] {
+            let body = (method == "PUT").then(|| json!({}));
+            let (status, answer) = app.send(method, &format!("/sessions/{id}"), body).await;
+            not_found(
+                status,
+                &answer,
+                "session_not_found",
+                &format!("{method} /sessions/{id}"),
+            );
+        }
+        let (status, answer) = app
+            .send(
+                "POST",
+                &format!("/locks/through?session={id}"),
+                Some(json!({})),
+            )
+            .await;
+        not_found(status, &answer, "session_not_found", "a grant through it");
+    }
+
+    // A held stream whose lock an administrator force-releases is told so at once, not
+    // `jeopardy` and then `quorum_lost` at its validity's end.
+    let mut stream = app
+        .call("POST", "/locks/streamed?ttl_ms=10000")
+        .header("accept", "text/event-stream")
+        .send_stream()
+        .await;
+    stream.expect("granted").await;
+    let (status, removed) = app.send("DELETE", "/locks/streamed", None).await;
+    assert_eq!(
+        (status, removed["released"].as_bool()),
+        (200, Some(true)),
+        "{removed}"
+    );
+    let lost = common::within(
+        Duration::from_secs(2),
+        stream.expect("lost"),
+        "the lost event",
+    )
+    .await;
+    assert_eq!(lost["reason"], "force_released", "{lost}");
+}

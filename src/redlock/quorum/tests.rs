@@ -192,6 +192,15 @@ fn renew_needs_a_majority_of_owners() {
     assert_eq!(decide_owned(&[no(), no(), None]), not_owner);
     assert_eq!(decide_owned(&[no(), down(), yes(1)]), unavailable);
     assert_eq!(decide_owned(&[down(), down(), yes(1)]), unavailable);
+    // A master that is out (quarantined: it answers at once) does not decide "unavailable"
+    // while the others' denials, still on their way, could make a majority deny.
+    assert_eq!(decide_owned(&[down(), no(), None]), None);
+    assert_eq!(decide_owned::<u64>(&[down(), None, None]), None);
+    assert_eq!(decide_owned(&[down(), no(), no()]), not_owner);
+    let five = |replies: [Option<NodeResult<Owned<u64>>>; 5]| decide_owned(&replies);
+    assert_eq!(five([down(), down(), no(), no(), None]), None);
+    assert_eq!(five([down(), down(), no(), no(), no()]), not_owner);
+    assert_eq!(five([down(), down(), down(), no(), None]), unavailable);
 }
 
 #[test]
