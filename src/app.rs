@@ -119,6 +119,10 @@ impl App {
             let masters: Vec<&str> = nodes.iter().map(|n| n.address()).collect();
             tracing::info!(?masters, "running Redlock over {} masters", nodes.len());
         }
+        if settings.fleetlock == crate::config::FleetLock::Off(crate::config::FLEETLOCK_NEEDS_KEPT)
+        {
+            tracing::warn!("{}", crate::config::FLEETLOCK_NEEDS_KEPT);
+        }
         if settings.unsafe_skip_quarantine {
             tracing::error!(
                 "UNSAFE: REDLOCKD_UNSAFE_SKIP_QUARANTINE is set: masters that lost their data vote again at once, and two clients can hold one lock; for the fault suite only"

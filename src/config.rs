@@ -141,10 +141,12 @@ pub struct Config {
 
     /// FleetLock's groups (`/fleetlock`, for Zincati and Flatcar's reboot coordination): a
     /// comma-separated list of `group=slots`, each group a semaphore of that many slots
-    /// (1 to 1000) whose permits are kept holds; a group not listed is refused. Empty: no
-    /// group is served.
-    #[arg(long, env = "REDLOCKD_FLEETLOCK_GROUPS", default_value = "default=1")]
-    pub fleetlock_groups: String,
+    /// (1 to 1000) whose permits are kept holds; a group not listed is refused. Unset:
+    /// `default=1` while kept holds are on (FleetLock is off, with a warning, while they
+    /// are off). Empty: FleetLock is off. Groups named while kept holds are off refuse to
+    /// start: a reboot slot is a kept hold.
+    #[arg(long, env = "REDLOCKD_FLEETLOCK_GROUPS")]
+    pub fleetlock_groups: Option<String>,
 
     /// A JSON file of bearer tokens (name, SHA-256 of the token, role, name prefixes; see
     /// docs/security.md). Unset: no authentication (logged at start). Re-read on SIGHUP.
@@ -315,6 +317,12 @@ impl Config {
                 ),
             ));
         }
+        let max_kept = Some(
+            self.max_kept_hold_ms
+                .unwrap_or(self.max_ttl_ms.saturating_mul(2)),
+        )
+        .filter(|&kept| kept > self.max_ttl_ms)
+        .map(ms);
         Ok(Settings {
             listen: self.listen.clone(),
             backend: if masters.is_empty() {
@@ -327,12 +335,7 @@ impl Config {
                 max_ttl: ms(self.max_ttl_ms),
                 max_wait: ms(self.max_wait_ms),
                 max_lock_delay: ms(self.max_lock_delay_ms),
-                max_kept: Some(
-                    self.max_kept_hold_ms
-                        .unwrap_or(self.max_ttl_ms.saturating_mul(2)),
-                )
-                .filter(|&kept| kept > self.max_ttl_ms)
-                .map(ms),
+                max_kept,
             },
             drift_factor: self.drift_factor,
             master_timeout: ms(self.master_timeout_ms),
@@ -363,7 +366,7 @@ impl Config {
                 }
             },
             auth_file: self.auth_file.clone().filter(|f| !f.is_empty()),
-            fleetlock_groups: fleetlock_groups(&self.fleetlock_groups)?,
+            fleetlock: self.fleetlock(max_kept.is_some())?,
             book_dir,
             auth_protect_operations: self.auth_protect_operations,
             auth_rate: NonZeroU32::new(self.auth_rate).map(|rate| {
@@ -376,6 +379,38 @@ impl Config {
 
 fn ms(v: u64) -> Duration {
     Duration::from_millis(v)
+}
+
+/// What FleetLock serves: its groups and their slots, or why it is off.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum FleetLock {
+    Groups(std::collections::BTreeMap<String, u16>),
+    /// Its routes answer 503 `fleetlock_off` with this reason.
+    Off(&'static str),
+}
+
+/// Why FleetLock is off when its groups are left unset with kept holds off (said at start
+/// too, as a warning).
+pub(crate) const FLEETLOCK_NEEDS_KEPT: &str = "FleetLock is off: a reboot slot is a kept hold, and REDLOCKD_MAX_KEPT_HOLD_MS turned kept holds off (REDLOCKD_FLEETLOCK_GROUPS is not set; set it empty to turn FleetLock off without this warning)";
+
+impl Config {
+    /// FleetLock's groups, as REDLOCKD_FLEETLOCK_GROUPS and kept holds (`kept`) allow: a
+    /// slot is a kept hold, so with kept holds off the default is off and groups named
+    /// explicitly cannot be served (refused, rather than a pre-reboot that fails for ever).
+    fn fleetlock(&self, kept: bool) -> Result<FleetLock, ConfigError> {
+        match self.fleetlock_groups.as_deref().map(str::trim) {
+            None if kept => Ok(FleetLock::Groups(fleetlock_groups("default=1")?)),
+            None => Ok(FleetLock::Off(FLEETLOCK_NEEDS_KEPT)),
+            Some("") => Ok(FleetLock::Off(
+                "FleetLock is off here (REDLOCKD_FLEETLOCK_GROUPS is empty)",
+            )),
+            Some(_) if !kept => Err(bad(
+                "REDLOCKD_FLEETLOCK_GROUPS",
+                "names reboot groups, but REDLOCKD_MAX_KEPT_HOLD_MS turned kept holds off (0, or not above REDLOCKD_MAX_TTL_MS) and a reboot slot is a kept hold: turn kept holds on, or set REDLOCKD_FLEETLOCK_GROUPS empty to turn FleetLock off",
+            )),
+            Some(raw) => Ok(FleetLock::Groups(fleetlock_groups(raw)?)),
+        }
+    }
 }
 
 /// Whether `group` names a FleetLock reboot group: 1 to 128 bytes matching the protocol's
@@ -445,8 +480,8 @@ pub(crate) struct Settings {
     pub tls: Option<(String, String)>,
     /// The token file, when authentication is on.
     pub auth_file: Option<String>,
-    /// FleetLock's groups and their slots.
-    pub fleetlock_groups: std::collections::BTreeMap<String, u16>,
+    /// FleetLock's groups and their slots, or why it is off.
+    pub fleetlock: FleetLock,
     /// The built docs site, served at /book/ when given.
     pub book_dir: Option<std::path::PathBuf>,
     pub auth_protect_operations: bool,

@@ -32,9 +32,9 @@ pub(crate) enum Failed {
     UnknownGroup(String),
     /// 423 `failed_lock_semaphore_full`: every slot of the group is held.
     Full(String),
-    /// 500 `kept_holds_off`: REDLOCKD_MAX_KEPT_HOLD_MS turned kept holds off, and a slot
-    /// must be kept while its node reboots.
-    KeptOff(String),
+    /// 503 `fleetlock_off`: FleetLock is off here (REDLOCKD_FLEETLOCK_GROUPS empty, or left
+    /// unset with kept holds off: a slot must be kept while its node reboots).
+    Off(&'static str),
     /// What the lease service could not do: 503 `quorum_unavailable` or `shutting_down`
     /// (past a cap, 429 in redlockd's own body).
     Service(LeaseError),
@@ -49,7 +49,11 @@ impl IntoResponse for Failed {
             Failed::BadRequest(value) => (StatusCode::BAD_REQUEST, "bad_request", value),
             Failed::UnknownGroup(value) => (StatusCode::NOT_FOUND, "failed_unknown_group", value),
             Failed::Full(value) => (StatusCode::LOCKED, "failed_lock_semaphore_full", value),
-            Failed::KeptOff(value) => (StatusCode::INTERNAL_SERVER_ERROR, "kept_holds_off", value),
+            Failed::Off(why) => (
+                StatusCode::SERVICE_UNAVAILABLE,
+                "fleetlock_off",
+                why.to_owned(),
+            ),
             Failed::Service(e) => {
                 let value = e.to_string();
                 let api = ApiError::from(e);
@@ -139,7 +143,11 @@ fn group_of(state: &AppState, group: &str) -> Result<(LockName, u16), Failed> {
             "a group is 1 to 128 bytes of A-Z a-z 0-9 . - (^[a-zA-Z0-9.-]+$), got {group:?}"
         )));
     }
-    let Some(&slots) = state.settings.fleetlock_groups.get(group) else {
+    let groups = match &state.settings.fleetlock {
+        crate::config::FleetLock::Groups(groups) => groups,
+        crate::config::FleetLock::Off(why) => return Err(Failed::Off(why)),
+    };
+    let Some(&slots) = groups.get(group) else {
         return Err(Failed::UnknownGroup(format!(
             "no reboot group {group:?} is served here (REDLOCKD_FLEETLOCK_GROUPS)"
         )));
@@ -162,8 +170,7 @@ fn group_of(state: &AppState, group: &str) -> Result<(LockName, u16), Failed> {
         (status = 400, description = "`bad_request`: no `fleet-lock-protocol: true`, or not the protocol's body", body = FleetLockError),
         (status = 404, description = "`failed_unknown_group`: a group REDLOCKD_FLEETLOCK_GROUPS does not list", body = FleetLockError),
         (status = 423, description = "`failed_lock_semaphore_full`: every slot is held by other nodes", body = FleetLockError),
-        (status = 500, description = "`kept_holds_off`: REDLOCKD_MAX_KEPT_HOLD_MS turned kept holds off", body = FleetLockError),
-        (status = 503, description = "`quorum_unavailable` or `shutting_down`", body = FleetLockError),
+        (status = 503, description = "`quorum_unavailable`, `shutting_down`, or `fleetlock_off`: FleetLock is off here (REDLOCKD_FLEETLOCK_GROUPS empty, or unset with kept holds off)", body = FleetLockError),
     )
 )]
 pub(crate) async fn pre_reboot(
@@ -178,7 +185,10 @@ pub(crate) async fn pre_reboot(
         slot: lease.slot().map(|s| s.index),
     };
     let policy = LeasePolicy::from(state.settings.leases);
-    let ttl = policy.kept_ttl().map_err(|e| Failed::KeptOff(e.0))?;
+    // Served only while kept holds are on (config::FleetLock): a refusal here is a bug.
+    let ttl = policy
+        .kept_ttl()
+        .map_err(|_| Failed::Off(crate::config::FLEETLOCK_NEEDS_KEPT))?;
     // Recursive: a node that holds a slot already is answered with it, kept for the whole
     // maximum from now (its earlier pre-reboot's slot may be near its end).
     if let HeldBy::Holder(lease) = state
@@ -227,7 +237,7 @@ pub(crate) async fn pre_reboot(
         (status = 200, description = "The node holds no slot of its group (any it held is released)", body = FleetLockAnswer),
         (status = 400, description = "`bad_request`: no `fleet-lock-protocol: true`, or not the protocol's body", body = FleetLockError),
         (status = 404, description = "`failed_unknown_group`: a group REDLOCKD_FLEETLOCK_GROUPS does not list", body = FleetLockError),
-        (status = 503, description = "`quorum_unavailable` or `shutting_down`", body = FleetLockError),
+        (status = 503, description = "`quorum_unavailable`, `shutting_down`, or `fleetlock_off`: FleetLock is off here (REDLOCKD_FLEETLOCK_GROUPS empty, or unset with kept holds off)", body = FleetLockError),
     )
 )]
 pub(crate) async fn steady_state(
@@ -257,16 +267,29 @@ pub(crate) async fn steady_state(
         (status = 200, description = "`{\"released\": true}` when the node held a slot", body = crate::wire::ForceReleased),
         (status = 400, description = "`bad_request`: no `fleet-lock-protocol: true`, or not the protocol's body", body = FleetLockError),
         (status = 404, description = "`failed_unknown_group`: a group REDLOCKD_FLEETLOCK_GROUPS does not list", body = FleetLockError),
-        (status = 503, description = "`quorum_unavailable` or `shutting_down`", body = FleetLockError),
+        (status = 503, description = "`quorum_unavailable`, `shutting_down`, or `fleetlock_off`: FleetLock is off here (REDLOCKD_FLEETLOCK_GROUPS empty, or unset with kept holds off)", body = FleetLockError),
     )
 )]
 pub(crate) async fn release_node(
     State(state): State<AppState>,
+    caller: Option<axum::Extension<crate::auth::Caller>>,
     Path((group, id)): Path<(String, String)>,
 ) -> Result<Json<crate::wire::ForceReleased>, Failed> {
     let (name, slots) = group_of(&state, &group)?;
     let released = release(&state, &slot_of(&name, slots, &id)?).await?;
-    tracing::info!(group, "an administrator released a node's FleetLock slot");
+    let by = caller
+        .as_ref()
+        .map_or("anonymous (no REDLOCKD_AUTH_FILE)", |c| &*c.name);
+    // As every force-release is (docs/security.md): the administrator, what, and whether
+    // anything was held.
+    tracing::warn!(
+        target: "redlockd::audit",
+        administrator = by,
+        group,
+        node = id,
+        released,
+        "FleetLock slot release"
+    );
     Ok(Json(crate::wire::ForceReleased {
         name: name.to_string(),
         released,

@@ -39,8 +39,8 @@ pub(crate) struct FleetLockAnswer {
 #[schema(example = json!({"kind": "failed_lock_semaphore_full", "value": "every slot of the group default is held (1 of 1)"}))]
 pub(crate) struct FleetLockError {
     /// `bad_request` (400), `failed_unknown_group` (404), `failed_lock_semaphore_full`
-    /// (423), `too_many_requests` (429), `kept_holds_off` (500), `quorum_unavailable` or
-    /// `shutting_down` (503).
+    /// (423), `too_many_requests` (429), `quorum_unavailable`, `shutting_down` or
+    /// `fleetlock_off` (503).
     pub kind: String,
     pub value: String,
 }

@@ -45,7 +45,7 @@ fn failed(answer: &Answer, status: u16, kind: &str) {
 
 async fn app(groups: &str) -> TestApp {
     let mut cfg = config(&[]);
-    cfg.fleetlock_groups = groups.to_owned();
+    cfg.fleetlock_groups = Some(groups.to_owned());
     TestApp::in_process(cfg).await
 }
 
@@ -226,7 +226,7 @@ async fn under_authentication_basic_and_bearer_tokens_hold_and_an_administrator_
     let file = tempfile::NamedTempFile::new().unwrap();
     common::write_tokens(file.path(), &[c, a]);
     let mut cfg = config(&[]);
-    cfg.fleetlock_groups = "default=1,workers=1".into();
+    cfg.fleetlock_groups = Some("default=1,workers=1".into());
     cfg.auth_file = Some(file.path().to_str().unwrap().to_owned());
     let app = TestApp::in_process(cfg).await;
     let basic = |user: &str, token: &str| {
@@ -336,4 +336,50 @@ async fn without_a_majority_a_pre_reboot_is_a_503_and_takes_nothing() {
         app.get("/semaphores/fleetlock:default").await.1["holders"],
         json!([])
     );
+}
+
+/// Kept holds off: REDLOCKD_MAX_KEPT_HOLD_MS at 0, or not above the largest TTL.
+fn kept_off(cfg: &mut redlockd::config::Config) {
+    cfg.max_kept_hold_ms = Some(0);
+}
+
+#[tokio::test]
+async fn with_kept_holds_off_and_the_groups_left_unset_fleetlock_is_off_and_says_so() {
+    let mut cfg = config(&[]);
+    kept_off(&mut cfg);
+    let app = TestApp::in_process(cfg).await;
+    for op in ["pre-reboot", "steady-state"] {
+        let answer = fleet(&app, op, params("node-a", None)).await;
+        failed(&answer, 503, "fleetlock_off");
+        let why = answer.json()["value"]
+            .as_str()
+            .unwrap_or_default()
+            .to_owned();
+        assert!(
+            why.contains("REDLOCKD_MAX_KEPT_HOLD_MS") && why.contains("REDLOCKD_FLEETLOCK_GROUPS"),
+            "{why}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn groups_named_with_kept_holds_off_refuse_to_start_naming_both_settings() {
+    let mut cfg = config(&[]);
+    kept_off(&mut cfg);
+    cfg.fleetlock_groups = Some("default=1".into());
+    let Err(e) = redlockd::app::App::new(cfg).await else {
+        panic!("started with FleetLock groups and no kept holds");
+    };
+    let said = format!("{e:#}");
+    assert!(
+        said.contains("REDLOCKD_FLEETLOCK_GROUPS") && said.contains("REDLOCKD_MAX_KEPT_HOLD_MS"),
+        "{said}"
+    );
+}
+
+#[tokio::test]
+async fn an_empty_group_list_turns_fleetlock_off() {
+    let app = app("").await;
+    let answer = fleet(&app, "pre-reboot", params("node-a", None)).await;
+    failed(&answer, 503, "fleetlock_off");
 }

@@ -477,3 +477,43 @@ fn help_never_prints_a_password_from_the_environment() {
         "--help printed a password:\n{help}"
     );
 }
+
+#[tokio::test]
+async fn an_administrators_release_of_a_fleetlock_slot_is_audited() {
+    let server = Server::start(&[("REDLOCKD_LOG_FORMAT", "json")]).await;
+    let http = common::http();
+    let taken = http
+        .post(format!("{}/fleetlock/v1/pre-reboot", server.base))
+        .header("fleet-lock-protocol", "true")
+        .json(&serde_json::json!({"client_params": {"id": "node-7", "group": "default"}}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(taken.status(), 200);
+    let release = format!("{}/fleetlock/v1/groups/default/nodes/node-7", server.base);
+    for released in [true, false] {
+        let answer: serde_json::Value = http.delete(&release).value().await;
+        assert_eq!(answer["released"], released, "{answer}");
+    }
+    let audited = wait_for("two audit lines", Duration::from_secs(5), async || {
+        let lines: Vec<serde_json::Value> = server
+            .logs()
+            .lines()
+            .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+            .filter(|l| l["target"] == "redlockd::audit")
+            .collect();
+        (lines.len() >= 2).then_some(lines)
+    })
+    .await;
+    for (line, released) in audited.iter().zip([true, false]) {
+        assert_eq!(line["group"], "default", "{line}");
+        assert_eq!(line["node"], "node-7", "{line}");
+        assert_eq!(line["released"], released, "{line}");
+        assert!(
+            line["administrator"]
+                .as_str()
+                .is_some_and(|a| a.contains("anonymous")),
+            "{line}"
+        );
+    }
+}
