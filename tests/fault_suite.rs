@@ -16,6 +16,8 @@
 #[path = "fault_suite/checker.rs"]
 mod checker;
 mod common;
+#[path = "fault_suite/cutoff.rs"]
+mod cutoff;
 #[path = "fault_suite/fenced.rs"]
 mod fenced;
 #[path = "fault_suite/fleet.rs"]
@@ -1971,6 +1973,10 @@ fn forward_jumps_seen(cluster: &Cluster) -> usize {
         })
         .sum()
 }
+
+use cutoff::lost_while_cut_off;
+seeded!(lost_while_cut_off for Duration::from_secs(15) =>
+    lost_while_cut_off_seed_1, lost_while_cut_off_seed_2, lost_while_cut_off_many_seeds);
 
 seeded!(fenced_set for Duration::from_secs(30) =>
     fenced_set_seed_1, fenced_set_seed_2, fenced_set_many_seeds);

@@ -37,7 +37,7 @@ use crate::model::{
 
 /// How many keys one page of `held.lua` looks at: a few milliseconds of the master's time,
 /// so that the read of a million held names never stalls the steps beside it.
-const HELD_PAGE: u64 = 500;
+const HELD_PAGE: u64 = 200;
 
 mod announce;
 mod reply;

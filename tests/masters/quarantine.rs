@@ -183,3 +183,86 @@ async fn with_a_master_quarantined_what_a_majority_denies_is_404() {
     .await;
     assert_eq!(lost["reason"], "force_released", "{lost}");
 }
+
+/// Fill `m` with `count` held names (lock hashes with a lease and a ten-minute TTL, as
+/// acquire.lua writes them), 50 000 a call.
+async fn fill(m: &RedisMaster, count: u64) {
+    const CHUNK: u64 = 50_000;
+    let script = "for i = tonumber(ARGV[1]), tonumber(ARGV[2]) do \
+        local k = 'redlockd:lock:filled-' .. i \
+        redis.call('HSET', k, 'lease', 'F' .. i, 'token', i, 'ttl', 600000) \
+        redis.call('PEXPIRE', k, 600000) end return 1";
+    for from in (0..count).step_by(CHUNK as usize) {
+        let to = (from + CHUNK).min(count) - 1;
+        let _: i64 = m
+            .cmd_within(
+                &["EVAL", script, "0", &from.to_string(), &to.to_string()],
+                Duration::from_secs(60),
+            )
+            .await
+            .expect("filled");
+    }
+}
+
+/// The p99 of `samples`.
+fn p99(samples: &mut [Duration]) -> Duration {
+    samples.sort();
+    samples[(samples.len() * 99 / 100).min(samples.len() - 1)]
+}
+
+/// A measurement, not a check (docs/performance.md, "A quarantine's read of the holds"):
+/// with a million held names on every master, one master restarted empty is read back in
+/// and votes again; how long that took, and the grant + revoke p99 of other names before
+/// and while it ran. `REDLOCKD_QUARANTINE_NAMES` sets the count (default 1 000 000).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "a measurement (a minute and more): cargo nextest run --test masters --run-ignored only -E 'test(/read_of_a_million/)' --no-capture"]
+async fn the_read_of_a_million_held_names() {
+    let names: u64 = std::env::var("REDLOCKD_QUARANTINE_NAMES")
+        .ok()
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(1_000_000);
+    let mut ms = masters(3);
+    let app = TestApp::over(&ms, |cfg| cfg.master_timeout_ms = 500).await;
+    let filling = Instant::now();
+    futures::future::join_all(ms.iter().map(|m| fill(m, names))).await;
+    eprintln!("{names} names on each master in {:?}", filling.elapsed());
+    let cycle = async |app: &TestApp, i: usize| {
+        let started = Instant::now();
+        let (id, _) = app
+            .must_grant(&format!("probe-{}", i % 64), json!({"ttl_ms": 5000}))
+            .await;
+        app.revoke(&format!("probe-{}", i % 64), &id).await;
+        started.elapsed()
+    };
+    let mut before = Vec::new();
+    for i in 0..2000 {
+        before.push(cycle(&app, i).await);
+    }
+    ms[2].restart_empty();
+    let restarted = Instant::now();
+    let mut during = Vec::new();
+    let mut i = 0;
+    loop {
+        let took = cycle(&app, i).await;
+        // From the probe that sees the restart (within a second) on: while the read runs.
+        if restarted.elapsed() > Duration::from_millis(1500) {
+            during.push(took);
+        }
+        i += 1;
+        let marked: Option<String> = ms[2].cmd(&["GET", "redlockd:marker"]).await.ok().flatten();
+        if marked.is_some() && voting(&app, &ms[2]).await {
+            break;
+        }
+        assert!(
+            restarted.elapsed() < Duration::from_secs(600),
+            "not back within 10 minutes"
+        );
+    }
+    eprintln!(
+        "{names} names: the restarted master voted again {:?} after its restart; grant + revoke p99 {:?} before, {:?} during ({} cycles)",
+        restarted.elapsed(),
+        p99(&mut before),
+        p99(&mut during),
+        during.len()
+    );
+}
