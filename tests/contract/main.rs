@@ -10,6 +10,7 @@ mod auth;
 mod conformance;
 mod dapr;
 mod elections;
+mod events;
 mod fleetlock;
 mod groups;
 mod kept;
