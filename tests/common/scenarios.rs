@@ -228,3 +228,50 @@ pub async fn inspect_shows_a_lock_delay_while_it_refuses_grants(app: &TestApp) {
     let left = body["lock_delay_remaining_ms"].as_u64().unwrap_or(0);
     assert!(left > 0 && left <= 3_000, "{body}");
 }
+
+/// What a majority of masters deny is the contract's 404, whatever the others' state (one
+/// quarantined, down, unverified): a renew of a made-up or a revoked lease, and `GET`,
+/// `PUT` and `DELETE /sessions/{id}` and a grant through a session, of an ended session and
+/// of a made-up one.
+pub async fn what_a_majority_denies_is_404(app: &TestApp) {
+    let not_found = |(status, body): (u16, Value), code: &str, what: &str| {
+        assert_eq!(
+            (status, body["error"].as_str()),
+            (404, Some(code)),
+            "{what}: {body}"
+        );
+    };
+    let made_up = "AAAAAAAAAAAAAAAAAAAAAA";
+    not_found(
+        app.renew("x", made_up, json!({})).await,
+        "lease_not_found",
+        "a made-up lease's renew",
+    );
+    let (id, _) = app.must_grant("r", json!({"ttl_ms": 10_000})).await;
+    assert_eq!(app.revoke("r", &id).await.0, 204);
+    not_found(
+        app.renew("r", &id, json!({})).await,
+        "lease_not_found",
+        "a revoked lease's renew",
+    );
+    let session = app.created("/sessions", json!({"ttl_ms": 10_000})).await;
+    let ended = session["session_id"]
+        .as_str()
+        .expect("session_id")
+        .to_owned();
+    app.deleted(&format!("/sessions/{ended}")).await;
+    for id in [ended.as_str(), made_up] {
+        for method in ["GET", "PUT", "DELETE"] {
+            let body = (method == "PUT").then(|| json!({}));
+            let answer = app.send(method, &format!("/sessions/{id}"), body).await;
+            not_found(
+                answer,
+                "session_not_found",
+                &format!("{method} /sessions/{id}"),
+            );
+        }
+        let path = format!("/locks/through?session={id}");
+        let answer = app.send("POST", &path, Some(json!({}))).await;
+        not_found(answer, "session_not_found", "a grant through it");
+    }
+}

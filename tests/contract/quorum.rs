@@ -282,23 +282,8 @@ async fn with_a_master_quarantined_what_a_majority_denies_is_404() {
     for node in &nodes[..2] {
         node.set_fault(Fault::SlowReply(Duration::from_millis(5)));
     }
-    let made_up = "AAAAAAAAAAAAAAAAAAAAAA";
-    let (status, body) = app.renew("x", made_up, json!({})).await;
-    assert_eq!(
-        (status, body["error"].as_str()),
-        (404, Some("lease_not_found")),
-        "a made-up lease: {body}"
-    );
-
-    let (id, _) = app.must_grant("r", json!({"ttl_ms": 10_000})).await;
-    assert_eq!(app.revoke("r", &id).await.0, 204);
-    let (status, body) = app.renew("r", &id, json!({})).await;
-    assert_eq!(
-        (status, body["error"].as_str()),
-        (404, Some("lease_not_found")),
-        "a revoked lease: {body}"
-    );
-
+    common::scenarios::what_a_majority_denies_is_404(&app).await;
+    // And a renew of a lease that expired.
     let (id, _) = app.must_grant("e", json!({"ttl_ms": 1000})).await;
     tokio::time::advance(Duration::from_secs(2)).await;
     let (status, body) = app.renew("e", &id, json!({})).await;
@@ -307,34 +292,4 @@ async fn with_a_master_quarantined_what_a_majority_denies_is_404() {
         (404, Some("lease_not_found")),
         "an expired lease: {body}"
     );
-
-    let session = app.created("/sessions", json!({"ttl_ms": 10_000})).await;
-    let ended = session["session_id"]
-        .as_str()
-        .expect("session_id")
-        .to_owned();
-    app.deleted(&format!("/sessions/{ended}")).await;
-    for id in [ended.as_str(), made_up] {
-        for method in ["GET", "PUT", "DELETE"] {
-            let body = (method == "PUT").then(|| json!({}));
-            let (status, answer) = app.send(method, &format!("/sessions/{id}"), body).await;
-            assert_eq!(
-                (status, answer["error"].as_str()),
-                (404, Some("session_not_found")),
-                "{method} /sessions/{id}: {answer}"
-            );
-        }
-        let (status, answer) = app
-            .send(
-                "POST",
-                &format!("/locks/through?session={id}"),
-                Some(json!({})),
-            )
-            .await;
-        assert_eq!(
-            (status, answer["error"].as_str()),
-            (404, Some("session_not_found")),
-            "a grant through session {id}: {answer}"
-        );
-    }
 }

@@ -120,46 +120,7 @@ async fn with_a_master_quarantined_what_a_majority_denies_is_404() {
             .map(drop)
     })
     .await;
-    let not_found = |status: u16, body: &serde_json::Value, code: &str, what: &str| {
-        assert_eq!(
-            (status, body["error"].as_str()),
-            (404, Some(code)),
-            "{what}: {body}"
-        );
-    };
-    let made_up = "AAAAAAAAAAAAAAAAAAAAAA";
-    let (status, body) = app.renew("x", made_up, json!({})).await;
-    not_found(status, &body, "lease_not_found", "a made-up lease's renew");
-    let (id, _) = app.must_grant("r", json!({"ttl_ms": 10_000})).await;
-    assert_eq!(app.revoke("r", &id).await.0, 204);
-    let (status, body) = app.renew("r", &id, json!({})).await;
-    not_found(status, &body, "lease_not_found", "a revoked lease's renew");
-    let session = app.created("/sessions", json!({"ttl_ms": 10_000})).await;
-    let ended = session["session_id"]
-        .as_str()
-        .expect("session_id")
-        .to_owned();
-    app.deleted(&format!("/sessions/{ended}")).await;
-    for id in [ended.as_str(), made_up] {
-        for method in ["GET", "PUT", "DELETE"] {
-            let body = (method == "PUT").then(|| json!({}));
-            let (status, answer) = app.send(method, &format!("/sessions/{id}"), body).await;
-            not_found(
-                status,
-                &answer,
-                "session_not_found",
-                &format!("{method} /sessions/{id}"),
-            );
-        }
-        let (status, answer) = app
-            .send(
-                "POST",
-                &format!("/locks/through?session={id}"),
-                Some(json!({})),
-            )
-            .await;
-        not_found(status, &answer, "session_not_found", "a grant through it");
-    }
+    common::scenarios::what_a_majority_denies_is_404(&app).await;
 
     // A held stream whose lock an administrator force-releases is told so at once, not
     // `jeopardy` and then `quorum_lost` at its validity's end.
