@@ -35,8 +35,9 @@ use crate::model::{
     FencingToken, Kind, LeaseId, LockKey, Owner, SessionHold, Traffic, claimant_of,
 };
 
-/// How many keys one page of `held.lua` looks at: a few milliseconds of the master's time,
-/// so that the read of a million held names never stalls the steps beside it.
+/// How many keys one page of `held.lua` looks at: about a millisecond of the master's time,
+/// which a grant's step may wait behind. Larger pages read faster and hold grants up
+/// longer (docs/performance.md, "A quarantine's read of the holds").
 const HELD_PAGE: u64 = 200;
 
 mod announce;
