@@ -15,6 +15,11 @@
 //! - A shard found without its markers (it restarted empty) while others keep theirs is
 //!   quarantined for the largest TTL plus lock-delay, then its slots' counters are raised to
 //!   the wall clock in microseconds (above every token granted) and their markers put back.
+//! - A shard that restarted since its data was verified (its first slot's marker carries a
+//!   run record, `<marker>:run`, naming the process it was written or verified under)
+//!   without `appendonly yes` and `appendfsync always` may have lost its last writes with
+//!   its markers kept: its markers are removed and it is quarantined, as a single master is
+//!   (`redlock::health`).
 //! - A shard whose connection broke, or whose run_id changed, is unverified: its steps are
 //!   refused until a probe has compared each slot's counter with the highest token this
 //!   process saw granted there. A counter below it means the shard came back from an old
@@ -98,6 +103,8 @@ struct ShardHealth {
     slots: usize,
     /// Why it was quarantined, for `/readyz`.
     why: Option<&'static str>,
+    /// The run id whose restart this process has judged (`ClusterHealth::judge_run`).
+    run_checked: Option<String>,
     /// The data layout it keeps, as its first slot's `<marker>:layout` said at the last
     /// probe, when this release does not know it (its steps are refused by their scripts;
     /// this is what `/readyz` says of it).
@@ -106,6 +113,7 @@ struct ShardHealth {
 
 /// Why a shard is quarantined, as `/readyz` says it.
 const EMPTY: &str = "its slots' markers are gone (it restarted without its data, or another replica found it lost some)";
+const LOSSY: &str = "it restarted without appendonly yes and appendfsync always: the writes it acknowledged last may be lost";
 const ROLLED_BACK: &str =
     "went back in time (a slot's fencing counter fell: restarted from an old snapshot)";
 const FAILED_OVER: &str = "a replica took over its slots (a failover): replication is asynchronous, so the newest locks may be missing";

@@ -556,7 +556,7 @@ impl LockNode for RedisNode {
         let conn = match &self.wire {
             Wire::Master(master) => &master.conn,
             Wire::Cluster(cluster) => {
-                let probe = cluster.probe(&RESTORE).await?;
+                let probe = cluster.probe(&RESTORE, &VERIFIED).await?;
                 return Ok(Probe {
                     // A shard's restart is judged shard by shard (store::cluster).
                     run_id: "cluster".into(),

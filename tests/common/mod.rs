@@ -474,6 +474,11 @@ impl RedisCluster {
         Self::start_all(n, 0, true)
     }
 
+    /// `n` primaries started with `extra` redis-server arguments too (a persistence).
+    pub fn start_with_args(n: usize, extra: &[&str]) -> Self {
+        Self::start_all_with(n, 0, false, extra)
+    }
+
     /// The flags every node of a test cluster starts with.
     const NODE_FLAGS: [&str; 8] = [
         "--cluster-enabled",
@@ -487,9 +492,14 @@ impl RedisCluster {
     ];
 
     fn start_all(n: usize, replicas: usize, movable: bool) -> Self {
+        Self::start_all_with(n, replicas, movable, &[])
+    }
+
+    fn start_all_with(n: usize, replicas: usize, movable: bool, extra: &[&str]) -> Self {
         let n = n * (1 + replicas);
+        let flags: Vec<&str> = Self::NODE_FLAGS.iter().chain(extra).copied().collect();
         let shards: Vec<RedisMaster> = (0..n)
-            .map(|_| RedisMaster::start_on(free_cluster_port, None, &Self::NODE_FLAGS, movable))
+            .map(|_| RedisMaster::start_on(free_cluster_port, None, &flags, movable))
             .collect();
         let status = Command::new("redis-cli")
             .arg("--cluster")

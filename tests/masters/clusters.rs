@@ -971,3 +971,52 @@ async fn a_shard_in_a_layout_this_release_does_not_know_is_shown_and_refused() {
     mark(None).await;
     every_shard_votes(&a).await;
 }
+
+#[tokio::test]
+async fn a_shard_restarted_on_appendfsync_everysec_is_taken_to_have_lost_its_data() {
+    // Every shard on `appendfsync everysec`: a restart keeps its markers and counters (its
+    // files are whole here), but a crash could have taken its last writes, so it is out.
+    let everysec = ["--appendonly", "yes", "--appendfsync", "everysec"];
+    let mut cs: Vec<RedisCluster> = (0..3)
+        .map(|_| RedisCluster::start_with_args(3, &everysec))
+        .collect();
+    let (a, _b) = replicas_with_short_quarantine(&cs).await;
+    a.must_grant("t:0", json!({"ttl_ms": 1000})).await;
+    let address = format!("127.0.0.1:{}", cs[0].shards[1].port);
+    let shard = |ready: &Value| {
+        ready["masters"][0]["shards"]
+            .as_array()
+            .expect("shards")
+            .iter()
+            .find(|s| s["address"] == address.as_str())
+            .cloned()
+            .expect("the shard is listed")
+    };
+    cs[0].shards[1].stop();
+    cs[0].shards[1].start_again();
+    wait_for(
+        "/readyz to say the shard is out",
+        Duration::from_secs(10),
+        async || {
+            let (_, ready) = a.get("/readyz").await;
+            let shard = shard(&ready);
+            // Caught by this replica, or by the other, which removed its markers first.
+            (shard["voting"] == false
+                && shard["problem"].as_str().is_some_and(|p| {
+                    p.contains("appendfsync always") || p.contains("markers are gone")
+                }))
+            .then_some(())
+        },
+    )
+    .await;
+    // After its quarantine it votes again, its run recorded.
+    wait_for(
+        "the shard to vote again",
+        Duration::from_secs(15),
+        async || {
+            let (_, ready) = a.get("/readyz").await;
+            (shard(&ready)["voting"] == true).then_some(())
+        },
+    )
+    .await;
+}

@@ -61,6 +61,7 @@ impl Cluster {
         slots: &[u16],
         fence: u64,
         identity: &str,
+        run: Option<&str>,
         restore: &Script,
     ) -> NodeResult<()> {
         self.per_slot(shard, slots, restore, |slot| {
@@ -69,8 +70,7 @@ impl Cluster {
                 &self.keys.marker_at(slot),
                 fence,
                 identity,
-                // A shard's restart is judged by its slots' markers (store::cluster).
-                None,
+                run,
             )
         })
         .await
@@ -123,16 +123,20 @@ impl Cluster {
                 slots.get(1..).unwrap_or_default(),
                 floor,
                 identity,
+                None,
                 restore,
             )
             .await?;
         }
         for (shard, slots) in &shards {
+            // The first slot's marker carries the shard's run record (see `probe`).
+            let run = shard.health().run_id.clone();
             self.restore_slots(
                 shard,
                 slots.get(..1).unwrap_or_default(),
                 floor,
                 identity,
+                run.as_deref(),
                 restore,
             )
             .await?;
@@ -154,7 +158,11 @@ impl Cluster {
 
     /// Probe every shard and act on what is found (see the module's doc); answer what the
     /// engine's monitor judges the cluster by.
-    pub(crate) async fn probe(&self, restore: &Script) -> NodeResult<ClusterProbe> {
+    pub(crate) async fn probe(
+        &self,
+        restore: &Script,
+        verified: &Script,
+    ) -> NodeResult<ClusterProbe> {
         self.refresh().await?;
         let shards = self.shards();
         let probes = futures::future::join_all(shards.iter().map(|(shard, slots)| async move {
@@ -175,13 +183,20 @@ impl Cluster {
                     .cmd("TIME")
                     .cmd("GET")
                     .arg(format!("{}:layout", self.keys.marker_at(rep)))
-                    .query_async::<(String, Option<String>, Option<u64>, Value, Option<String>)>(
-                        &mut conn,
-                    ),
+                    .cmd("GET")
+                    .arg(format!("{}:run", self.keys.marker_at(rep)))
+                    .query_async::<(
+                        String,
+                        Option<String>,
+                        Option<u64>,
+                        Value,
+                        Option<String>,
+                        Option<String>,
+                    )>(&mut conn),
             )
             .await;
             match read {
-                Ok(Ok((info, marker, fence, time, layout))) => {
+                Ok(Ok((info, marker, fence, time, layout, run_record))) => {
                     if let Some(master_us) = clock::parse_time(&time) {
                         // Refusals are the shard's own to act on, below: not an error here.
                         let _ = shard.clock.observe(Reading {
@@ -197,7 +212,7 @@ impl Cluster {
                     health.layout = layout
                         .filter(|layout| layout != crate::store::layout::LAYOUT)
                         .map(|layout| crate::store::layout::unknown(&layout));
-                    Ok((info, marker, fence))
+                    Ok((info, marker, fence, run_record))
                 }
                 Ok(Err(e)) => Err(self.failed(shard, &e)),
                 Err(_) => {
@@ -207,16 +222,16 @@ impl Cluster {
             }
         }))
         .await;
-        let any_marked = probes.iter().any(|p| matches!(p, Ok((_, Some(_), _))));
+        let any_marked = probes.iter().any(|p| matches!(p, Ok((_, Some(_), _, _))));
         let mut out = ClusterProbe::default();
         for ((shard, slots), probe) in shards.iter().zip(&probes) {
-            let Ok((info, marker, fence)) = probe else {
+            let Ok((info, marker, fence, run_record)) = probe else {
                 continue;
             };
             let run_id = info_field(info, "run_id:");
-            out.uptime = Some(out.uptime.unwrap_or(Duration::MAX).min(Duration::from_secs(
-                info_field(info, "uptime_in_seconds:").parse().unwrap_or(0),
-            )));
+            let uptime =
+                Duration::from_secs(info_field(info, "uptime_in_seconds:").parse().unwrap_or(0));
+            out.uptime = Some(out.uptime.unwrap_or(Duration::MAX).min(uptime));
             out.fence = out.fence.max(fence.unwrap_or(0));
             if out.identity.is_none() {
                 out.identity.clone_from(marker);
@@ -227,11 +242,26 @@ impl Cluster {
                     tracing::warn!(shard = %shard.address, "a shard of this cluster restarted (its run_id changed)");
                     health.unverified_since.get_or_insert_with(Instant::now);
                 }
-                health.run_id = Some(run_id);
+                health.run_id = Some(run_id.clone());
                 health.marked = marker.is_some();
             }
             if shard.clock.status().pending.is_some() {
                 self.quarantine_jumped(shard, slots).await;
+                continue;
+            }
+            if let Some(identity) = marker
+                && !self
+                    .judge_run(
+                        shard,
+                        slots,
+                        identity,
+                        run_record.as_deref(),
+                        &run_id,
+                        uptime,
+                        verified,
+                    )
+                    .await
+            {
                 continue;
             }
             if marker.is_none() {
@@ -252,6 +282,82 @@ impl Cluster {
             .fetch_max(out.fence, std::sync::atomic::Ordering::Relaxed);
         out.fence = out.fence.max(reported);
         Ok(out)
+    }
+
+    /// A shard's present process against its run record (its first slot's `<marker>:run`),
+    /// as a single master's is judged (`redlock::health`, `catch_lossy_restarts`): a shard
+    /// that restarted since its data was verified, on a persistence that may lose what it
+    /// acknowledged, is quarantined as one that lost its data and its markers removed, so
+    /// that every replica treats it so. A shard marked by an earlier release (no record) is
+    /// judged by its uptime. Whether the shard may go on to be verified by its counters.
+    #[allow(clippy::too_many_arguments)]
+    async fn judge_run(
+        &self,
+        shard: &Arc<Shard>,
+        slots: &[u16],
+        identity: &str,
+        record: Option<&str>,
+        run_id: &str,
+        uptime: Duration,
+        verified: &Script,
+    ) -> bool {
+        if record == Some(run_id) || shard.health().run_checked.as_deref() == Some(run_id) {
+            shard.health().run_checked = Some(run_id.to_owned());
+            return true;
+        }
+        let Some(&first) = slots.first() else {
+            return false;
+        };
+        let durable = match durable(&shard.conn, self.timeout).await {
+            Ok(durable) => durable,
+            Err(e) => {
+                tracing::warn!(shard = %shard.address, error = %e, "could not read the persistence of a shard that restarted; it does not vote until a probe can");
+                shard
+                    .health()
+                    .unverified_since
+                    .get_or_insert_with(Instant::now);
+                return false;
+            }
+        };
+        if durable || (record.is_none() && uptime >= self.policy.quarantine) {
+            let step = steps::verified(&self.keys.marker_at(first), identity, run_id);
+            let mut conn = shard.conn.clone();
+            let recorded: redis::RedisResult<Value> = tokio::time::timeout(
+                self.timeout,
+                step.invocation(verified).invoke_async(&mut conn),
+            )
+            .await
+            .unwrap_or_else(|_| Err((redis::ErrorKind::Io, "timed out").into()));
+            if recorded.is_err() {
+                shard
+                    .health()
+                    .unverified_since
+                    .get_or_insert_with(Instant::now);
+                return false;
+            }
+            shard.health().run_checked = Some(run_id.to_owned());
+            return true;
+        }
+        tracing::error!(
+            shard = %shard.address,
+            "a shard restarted without appendonly yes and appendfsync always: the writes it acknowledged last (a grant, a renew) may be lost while its markers were kept; it stops voting"
+        );
+        self.quarantine(shard, LOSSY);
+        match self.unmark_slots(shard, slots).await {
+            Ok(()) => {
+                let mut health = shard.health();
+                health.marked = false;
+                health.run_checked = Some(run_id.to_owned());
+            }
+            Err(e) => {
+                tracing::warn!(shard = %shard.address, error = %e, "could not remove the markers of a shard that restarted without its last writes; it stays refused");
+                shard
+                    .health()
+                    .unverified_since
+                    .get_or_insert_with(Instant::now);
+            }
+        }
+        false
     }
 
     /// A shard whose clock jumped forward: quarantined as one that lost its data, its
@@ -287,11 +393,12 @@ impl Cluster {
         // stopped half-way is still seen unmarked, and restored again.
         let (first, rest) = slots.split_at(slots.len().min(1));
         let restored = match self
-            .restore_slots(shard, rest, floor, &identity, restore)
+            .restore_slots(shard, rest, floor, &identity, None, restore)
             .await
         {
             Ok(()) => {
-                self.restore_slots(shard, first, floor, &identity, restore)
+                let run = shard.health().run_id.clone();
+                self.restore_slots(shard, first, floor, &identity, run.as_deref(), restore)
                     .await
             }
             failed => failed,
@@ -374,5 +481,30 @@ impl Cluster {
                 health.marked = unmarked.is_err();
             }
         }
+    }
+}
+
+/// Whether a shard keeps every write it acknowledged (`appendonly yes` with `appendfsync
+/// always`); a refused `CONFIG` is taken as not.
+async fn durable(conn: &ConnectionManager, timeout: Duration) -> NodeResult<bool> {
+    let mut conn = conn.clone();
+    let read = tokio::time::timeout(
+        timeout,
+        redis::pipe()
+            .cmd("CONFIG")
+            .arg("GET")
+            .arg("appendonly")
+            .cmd("CONFIG")
+            .arg("GET")
+            .arg("appendfsync")
+            .query_async::<(Vec<String>, Vec<String>)>(&mut conn),
+    )
+    .await
+    .map_err(|_| NodeError::Timeout)?;
+    match read {
+        Ok((appendonly, appendfsync)) => Ok(appendonly.get(1).is_some_and(|v| v == "yes")
+            && appendfsync.get(1).is_some_and(|v| v == "always")),
+        Err(e) if e.code().is_some() => Ok(false),
+        Err(e) => Err(NodeError::Connection(e.to_string())),
     }
 }
