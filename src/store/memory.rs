@@ -9,9 +9,7 @@
 
 use std::collections::HashMap;
 use std::sync::Mutex;
-#[cfg(any(test, feature = "test-util"))]
-use std::sync::atomic::AtomicU64;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -84,6 +82,11 @@ pub struct MemoryNode {
     /// own, and a test's `restart_from` models a master that went back in time. A test
     /// makes it a master on `appendfsync everysec` (`set_durable(false)`).
     durable: AtomicBool,
+    /// A test's control of the quarantine's read (`held`): holds whose TTL is longer than
+    /// this many ms are left out of it, as a read that forgot kept holds would (u64::MAX:
+    /// none is). Set only by `set_read_skips_longer_than`, to show that the tests of the read
+    /// fail when it misses a hold.
+    read_skips_longer_than: AtomicU64,
     /// Who hears this node's announcements (`listen`): the replicas sharing it in a test,
     /// as a Redis master's subscribers do; a release a waiting grant marked is told to
     /// them all, as release.lua publishes it.
@@ -124,6 +127,7 @@ impl MemoryNode {
             #[cfg(any(test, feature = "test-util"))]
             restarts: AtomicU64::new(0),
             durable: AtomicBool::new(true),
+            read_skips_longer_than: AtomicU64::new(u64::MAX),
             listeners: Mutex::new(Vec::new()),
         }
     }
@@ -192,6 +196,14 @@ impl MemoryNode {
             delays: HashMap::new(),
             sessions: HashMap::new(),
         });
+    }
+
+    #[cfg(any(test, feature = "test-util"))]
+    /// Leave holds whose TTL is longer than `ttl` out of the quarantine's read (see
+    /// `read_skips_longer_than`): the control that proves a test of the read.
+    pub fn set_read_skips_longer_than(&self, ttl: Duration) {
+        let ms = u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX);
+        self.read_skips_longer_than.store(ms, Ordering::Relaxed);
     }
 
     #[cfg(any(test, feature = "test-util"))]
@@ -376,7 +388,8 @@ impl LockNode for MemoryNode {
             let named =
                 |what: &str, key: &LockKey| format!("{what}:{}:{}", key.kind.segment(), key.name);
             let mut holds: Vec<(String, String, u64)> = Vec::new();
-            for (key, entry) in &data.locks {
+            let skipped = self.read_skips_longer_than.load(Ordering::Relaxed);
+            for (key, entry) in data.locks.iter().filter(|(_, e)| e.ttl_ms <= skipped) {
                 holds.push((
                     named("lock", key),
                     entry.lease.as_str().to_owned(),
