@@ -195,6 +195,30 @@ pub(crate) struct Cluster {
     reported: std::sync::atomic::AtomicU64,
 }
 
+/// Whether the Redis server behind `conn` (a master, or a cluster's shard) keeps every
+/// write it acknowledged through a crash: `appendonly yes` with `appendfsync always`. A
+/// refused `CONFIG` (a managed service that forbids it, an ACL) does not say that it does,
+/// so it is taken not to. Unbounded here: the callers bound it.
+pub(crate) async fn durable(conn: &ConnectionManager) -> NodeResult<bool> {
+    let mut conn = conn.clone();
+    // One `CONFIG GET` per parameter: Redis before 7 takes one pattern a call.
+    let read: redis::RedisResult<(Vec<String>, Vec<String>)> = redis::pipe()
+        .cmd("CONFIG")
+        .arg("GET")
+        .arg("appendonly")
+        .cmd("CONFIG")
+        .arg("GET")
+        .arg("appendfsync")
+        .query_async(&mut conn)
+        .await;
+    match read {
+        Ok((appendonly, appendfsync)) => Ok(appendonly.get(1).is_some_and(|v| v == "yes")
+            && appendfsync.get(1).is_some_and(|v| v == "always")),
+        Err(e) if e.code().is_some() => Ok(false),
+        Err(e) => Err(classify(&e)),
+    }
+}
+
 /// Classify a client error by its kind, never by its message (a script's refusal of a
 /// data layout it does not know is its error code, `LAYOUT`).
 pub(crate) fn classify(e: &redis::RedisError) -> NodeError {

@@ -669,28 +669,10 @@ impl LockNode for RedisNode {
 
     async fn durable(&self) -> NodeResult<bool> {
         let Wire::Master(master) = &self.wire else {
-            // A shard's restart is judged by its slots' markers (store::cluster).
+            // A shard's restart is judged with its slots' markers (store::cluster).
             return Ok(false);
         };
-        let mut conn = master.conn.clone();
-        // One `CONFIG GET` per parameter: Redis before 7 takes one pattern a call.
-        let read: redis::RedisResult<(Vec<String>, Vec<String>)> = redis::pipe()
-            .cmd("CONFIG")
-            .arg("GET")
-            .arg("appendonly")
-            .cmd("CONFIG")
-            .arg("GET")
-            .arg("appendfsync")
-            .query_async(&mut conn)
-            .await;
-        match read {
-            Ok((appendonly, appendfsync)) => Ok(appendonly.get(1).is_some_and(|v| v == "yes")
-                && appendfsync.get(1).is_some_and(|v| v == "always")),
-            // Refused (a managed service that forbids `CONFIG`, an ACL): it does not say
-            // that it keeps every write, so it is taken not to.
-            Err(e) if e.code().is_some() => Ok(false),
-            Err(e) => Err(classify(e)),
-        }
+        cluster::durable(&master.conn).await
     }
 
     async fn record_run(&self, identity: &str, run_id: &str) -> NodeResult<()> {

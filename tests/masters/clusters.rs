@@ -48,6 +48,17 @@ async fn replicas_with_short_quarantine(clusters: &[RedisCluster]) -> (TestApp, 
     (a, b)
 }
 
+/// What the first master's (cluster's) `/readyz` entry says of its shard at `address`.
+fn shard_in(ready: &Value, address: &str) -> Value {
+    ready["masters"][0]["shards"]
+        .as_array()
+        .expect("shards")
+        .iter()
+        .find(|s| s["address"] == address)
+        .cloned()
+        .expect("the shard is listed")
+}
+
 /// Wait until `/readyz` shows every shard of every cluster voting.
 async fn every_shard_votes(app: &TestApp) {
     let started = Instant::now();
@@ -470,15 +481,7 @@ async fn one_shard_restarted_empty_stops_only_its_names_and_tokens_keep_rising()
     let (status, ready) = a.get("/readyz").await;
     assert_eq!(status, 200, "{ready}");
     let address = format!("127.0.0.1:{}", cs[0].shards[1].port);
-    let shard = |ready: &Value| {
-        ready["masters"][0]["shards"]
-            .as_array()
-            .expect("shards")
-            .iter()
-            .find(|s| s["address"] == address.as_str())
-            .cloned()
-            .expect("the shard is listed")
-    };
+    let shard = |ready: &Value| shard_in(ready, &address);
     assert_eq!(shard(&ready)["voting"], false, "{ready}");
     // Once a probe has seen it without its markers, /readyz says why it is out.
     wait_for(
@@ -986,15 +989,7 @@ async fn a_shard_restarted_on_appendfsync_everysec_is_taken_to_have_lost_its_dat
     let (a, _b) = replicas_with_short_quarantine(&cs).await;
     a.must_grant("t:0", json!({"ttl_ms": 1000})).await;
     let address = format!("127.0.0.1:{}", cs[0].shards[1].port);
-    let shard = |ready: &Value| {
-        ready["masters"][0]["shards"]
-            .as_array()
-            .expect("shards")
-            .iter()
-            .find(|s| s["address"] == address.as_str())
-            .cloned()
-            .expect("the shard is listed")
-    };
+    let shard = |ready: &Value| shard_in(ready, &address);
     cs[0].shards[1].stop();
     cs[0].shards[1].start_again();
     wait_for(

@@ -340,7 +340,7 @@ fn the_alerting_rules_pass_promtool_and_each_alerts_unit_tests() {
         .lines()
         .filter_map(|l| l.trim().strip_prefix("- alert: "))
         .collect();
-    assert_eq!(alerts.len(), 13, "{alerts:?}");
+    assert_eq!(alerts.len(), 14, "{alerts:?}");
     for alert in alerts {
         let fired = format!("alertname: {alert}\n    exp_alerts:\n    - exp_labels:");
         let silent = format!("alertname: {alert}\n    exp_alerts: []");

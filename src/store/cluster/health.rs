@@ -308,7 +308,8 @@ impl Cluster {
         let Some(&first) = slots.first() else {
             return false;
         };
-        let durable = match durable(&shard.conn, self.timeout).await {
+        let read = tokio::time::timeout(self.timeout, durable(&shard.conn)).await;
+        let durable = match read.unwrap_or(Err(NodeError::Timeout)) {
             Ok(durable) => durable,
             Err(e) => {
                 tracing::warn!(shard = %shard.address, error = %e, "could not read the persistence of a shard that restarted; it does not vote until a probe can");
@@ -481,30 +482,5 @@ impl Cluster {
                 health.marked = unmarked.is_err();
             }
         }
-    }
-}
-
-/// Whether a shard keeps every write it acknowledged (`appendonly yes` with `appendfsync
-/// always`); a refused `CONFIG` is taken as not.
-async fn durable(conn: &ConnectionManager, timeout: Duration) -> NodeResult<bool> {
-    let mut conn = conn.clone();
-    let read = tokio::time::timeout(
-        timeout,
-        redis::pipe()
-            .cmd("CONFIG")
-            .arg("GET")
-            .arg("appendonly")
-            .cmd("CONFIG")
-            .arg("GET")
-            .arg("appendfsync")
-            .query_async::<(Vec<String>, Vec<String>)>(&mut conn),
-    )
-    .await
-    .map_err(|_| NodeError::Timeout)?;
-    match read {
-        Ok((appendonly, appendfsync)) => Ok(appendonly.get(1).is_some_and(|v| v == "yes")
-            && appendfsync.get(1).is_some_and(|v| v == "always")),
-        Err(e) if e.code().is_some() => Ok(false),
-        Err(e) => Err(NodeError::Connection(e.to_string())),
     }
 }
