@@ -35,7 +35,7 @@ use crate::metrics::Metrics;
 use crate::model::MasterStatus;
 use crate::store::clock::Jump;
 use crate::store::clock_floor;
-use crate::store::node::{FenceSource, LockNode, NodeError, NodeResult, Probe};
+use crate::store::node::{FenceSource, LockNode, LostShard, NodeError, NodeResult, Probe};
 
 /// How often every master is probed when nothing else prompts it.
 pub(crate) const PROBE_INTERVAL: Duration = Duration::from_secs(1);
@@ -113,6 +113,8 @@ struct NodeState {
     run_checked: bool,
     /// The read of the other masters' holds that may shorten its quarantine, while it runs.
     holds_read: Option<HoldsRead>,
+    /// The same for the shards of a cluster that lost their data, and which shards it is for.
+    shard_read: Option<(Vec<LostShard>, HoldsRead)>,
 }
 
 impl NodeState {
@@ -161,6 +163,23 @@ struct HoldsRead {
     /// Each hold seen (its key and holder, hashed): the masters it was seen on (a bit
     /// each: SCAN may answer a key twice) and when it ends at the latest, by ours.
     seen: std::collections::HashMap<u128, (u64, Instant)>,
+    /// How many of `from` could not tell what they hold (`LockNode::held` answered `None`)
+    /// and are left out.
+    untold: usize,
+}
+
+/// Where a read of the holds stands after a probe round's part of it.
+enum ReadStep {
+    /// To be resumed at the next round.
+    Pending(HoldsRead),
+    /// Too few masters could be read: the quarantine keeps its bound, for now.
+    Abandoned,
+    /// Read: the holds found on too few of the others end by `until`.
+    Done {
+        until: Instant,
+        outstanding: usize,
+        seen: usize,
+    },
 }
 
 pub struct Monitor {
@@ -367,6 +386,7 @@ impl Monitor {
         self.catch_rollbacks(nodes, &mut probes, &before).await;
         self.record_watermarks(nodes, &probes).await;
         self.record_clocks(nodes, &probes).await;
+        self.read_lost_shards(nodes).await;
 
         let n = nodes.len();
         let q = quorum::majority(n);
@@ -857,20 +877,106 @@ impl Monitor {
     /// of them, by the others' clocks plus the drift allowance. Holds granted from now on
     /// are on a majority without `i`, so they need no wait either.
     ///
-    /// Reads only masters that vote now, at least `n - majority + 1` of them, by a SCAN of
-    /// every key (so that keys of an earlier release, and of every script added later, are
-    /// seen), `HOLDS_READ_BUDGET` of it per probe round, resumed at the next; a read whose
-    /// masters stop voting starts again. When it is done the quarantine ends at the earlier
-    /// of its bound and that wait: a read only ever shortens it, once per quarantine.
+    /// When the read is done the quarantine ends at the earlier of its bound and that
+    /// wait: a read only ever shortens it, once per quarantine (`advance_read` says how the
+    /// masters are read).
     async fn read_holds(&self, i: usize, nodes: &[Arc<dyn LockNode>]) {
+        let read = self.state(i).holds_read.take();
+        let (until, outstanding, seen) = match self.advance_read(i, nodes, read).await {
+            ReadStep::Pending(read) => {
+                self.state(i).holds_read = Some(read);
+                return;
+            }
+            ReadStep::Abandoned => return,
+            ReadStep::Done {
+                until,
+                outstanding,
+                seen,
+            } => (until, outstanding, seen),
+        };
+        let now = Instant::now();
+        let mut state = self.state(i);
+        let Some(quarantine) = &mut state.quarantine else {
+            return;
+        };
+        if until < quarantine.until {
+            quarantine.until = until;
+            quarantine.until_wall = SystemTime::now() + (until - now);
+        }
+        quarantine.outstanding = Some(outstanding);
+        tracing::info!(
+            master = %self.addresses[i],
+            holds_read = seen,
+            outstanding,
+            quarantine_left_ms = quarantine.until.saturating_duration_since(now).as_millis() as u64,
+            "the holds on the other masters are read: the quarantine lasts until the last one that may have relied on this master ends"
+        );
+    }
+
+    /// The same rule for the shards of master `j`, a Redis Cluster, that lost their data:
+    /// every hold that relied on the cluster for a name in their slots is on at least
+    /// `majority - 1` of the other masters. Their holds are read whole, not by slot (a
+    /// single master's keys carry no hash tag to tell a slot by): a hold of another slot
+    /// found on too few of them only makes the shards wait longer. One read serves every
+    /// shard that was already out when it began; one lost later waits for the next.
+    async fn read_lost_shards(&self, nodes: &[Arc<dyn LockNode>]) {
+        for j in 0..nodes.len() {
+            let lost = nodes[j].lost_shards();
+            let taken = self.state(j).shard_read.take();
+            let (shards, read) = match taken {
+                Some((shards, read)) if shards.iter().all(|s| lost.contains(s)) => {
+                    (shards, Some(read))
+                }
+                // A shard it was for is restored, or lost again: it starts afresh.
+                _ if lost.is_empty() => continue,
+                _ => (lost, None),
+            };
+            match self.advance_read(j, nodes, read).await {
+                ReadStep::Pending(read) => self.state(j).shard_read = Some((shards, read)),
+                ReadStep::Abandoned => {}
+                ReadStep::Done {
+                    until,
+                    outstanding,
+                    seen,
+                } => {
+                    let left = until.saturating_duration_since(Instant::now());
+                    for shard in &shards {
+                        nodes[j].shorten_shard(shard, left, outstanding);
+                    }
+                    tracing::info!(
+                        master = %self.addresses[j],
+                        shards = ?shards.iter().map(|s| &s.address).collect::<Vec<_>>(),
+                        holds_read = seen,
+                        outstanding,
+                        "the holds on the other masters are read: the cluster's lost shards stay out until the last one that may have relied on them ends"
+                    );
+                }
+            }
+        }
+    }
+
+    /// Go on with a read of the holds on the masters other than `out` that vote, for a
+    /// loss of data on `out`: at least `n - majority + 1` of them are read whole, by a SCAN
+    /// of every key (so that keys of an earlier release, and of every script added later,
+    /// are seen), `HOLDS_READ_BUDGET` of it per probe round, resumed at the next. A read
+    /// whose masters stop voting starts again; one that cannot tell (a cluster whose slot
+    /// map changed, or one of whose shards is out) is left out, and the read abandoned when
+    /// too few are left. What a master showed before it was left out still counts as
+    /// carried by it: it was there when read.
+    async fn advance_read(
+        &self,
+        out: usize,
+        nodes: &[Arc<dyn LockNode>],
+        read: Option<HoldsRead>,
+    ) -> ReadStep {
         let n = nodes.len();
         let needed = n - quorum::majority(n) + 1;
-        let voting: Vec<usize> = (0..n).filter(|&j| j != i && self.votes(j)).collect();
-        let mut read = self.state(i).holds_read.take().unwrap_or_default();
+        let voting: Vec<usize> = (0..n).filter(|&j| j != out && self.votes(j)).collect();
+        let mut read = read.unwrap_or_default();
         if read.from.is_empty() || read.from.iter().any(|(j, _)| !voting.contains(j)) {
             if voting.len() < needed {
                 // Too few to read: today's bound stands, and the next probe tries again.
-                return;
+                return ReadStep::Abandoned;
             }
             read = HoldsRead {
                 from: voting.iter().map(|&j| (j, Some(0))).collect(),
@@ -889,8 +995,7 @@ impl Monitor {
                 break;
             }
             if Instant::now() >= budget {
-                self.state(i).holds_read = Some(read);
-                return;
+                return ReadStep::Pending(read);
             }
             let pages = futures::future::join_all(
                 pending
@@ -911,10 +1016,12 @@ impl Monitor {
                         }
                         read.from[k].1 = (page.next != 0).then_some(page.next);
                     }
-                    // A master that cannot tell (a cluster): this quarantine keeps its bound.
                     Ok(None) => {
-                        self.state(i).holds_read = None;
-                        return;
+                        read.from[k].1 = None;
+                        read.untold += 1;
+                        if read.from.len() - read.untold < needed {
+                            return ReadStep::Abandoned;
+                        }
                     }
                     // Tried again within the budget, or at the next probe.
                     Err(_) => {}
@@ -928,23 +1035,11 @@ impl Monitor {
             .filter(|(on, _)| (on.count_ones() as usize) < needed)
             .map(|(_, ends)| *ends)
             .collect();
-        let until = short.iter().copied().max().unwrap_or(now).max(now);
-        let mut state = self.state(i);
-        let Some(quarantine) = &mut state.quarantine else {
-            return;
-        };
-        if until < quarantine.until {
-            quarantine.until = until;
-            quarantine.until_wall = SystemTime::now() + (until - now);
+        ReadStep::Done {
+            until: short.iter().copied().max().unwrap_or(now).max(now),
+            outstanding: short.len(),
+            seen: read.seen.len(),
         }
-        quarantine.outstanding = Some(short.len());
-        tracing::info!(
-            master = %self.addresses[i],
-            holds_read = read.seen.len(),
-            outstanding = short.len(),
-            quarantine_left_ms = quarantine.until.saturating_duration_since(now).as_millis() as u64,
-            "the holds on the other masters are read: the quarantine lasts until the last one that may have relied on this master ends"
-        );
     }
 
     /// How long master `i`, found without its data, must sit out: the largest TTL (a lease

@@ -45,7 +45,7 @@ mod health;
 mod listen;
 mod replies;
 
-use super::node::{NodeError, NodeResult};
+use super::node::{HeldPage, LostShard, NodeError, NodeResult};
 use super::redis::steps;
 use crate::model::{ClusterStatus, ShardStatus};
 use listen::{Heard, listen_on};
@@ -103,6 +103,12 @@ struct ShardHealth {
     slots: usize,
     /// Why it was quarantined, for `/readyz`.
     why: Option<&'static str>,
+    /// How many times this process has quarantined it: which loss a read of the other
+    /// masters' holds is for (`LostShard`).
+    losses: u64,
+    /// Once the other masters' holds were read for this quarantine: how many found on too
+    /// few of them keep it out (`Cluster::shorten_shard`).
+    outstanding: Option<usize>,
     /// The run id whose restart this process has judged (`ClusterHealth::judge_run`).
     run_checked: Option<String>,
     /// The data layout it keeps, as its first slot's `<marker>:layout` said at the last
@@ -172,6 +178,9 @@ struct Topology {
     shards: Vec<Arc<Shard>>,
     /// Why the slot map is not whole, when it is not.
     problem: Option<String>,
+    /// Raised whenever a slot's owner changes: a read of every shard's holds that began
+    /// under another map may have missed a key that moved (`Cluster::held`).
+    generation: u64,
 }
 
 pub(crate) struct Cluster {
@@ -425,6 +434,22 @@ impl Cluster {
                 next.owners[slot] = Some(at);
             }
         }
+        let now = self.topology();
+        let same = |a: &Topology, b: &Topology| {
+            a.owners.len() == b.owners.len()
+                && a.owners.iter().zip(&b.owners).all(|(x, y)| {
+                    match (x.map(|at| &a.shards[at]), y.map(|at| &b.shards[at])) {
+                        (Some(x), Some(y)) => x.address == y.address,
+                        (None, None) => true,
+                        _ => false,
+                    }
+                })
+        };
+        next.generation = if same(&now, &next) {
+            now.generation
+        } else {
+            now.generation + 1
+        };
         let unserved = next.owners.iter().filter(|o| o.is_none()).count();
         if unserved > 0 {
             next.problem = Some(format!(
@@ -676,8 +701,15 @@ impl Cluster {
                                 .then(|| clock.last.map(|j| format!(" ({})", j.describe())))
                                 .flatten()
                                 .unwrap_or_default();
+                            let holds = match health.outstanding {
+                                None => " (the longest a hold may last, until the holds on the other masters are read)".to_owned(),
+                                Some(0) => " (no hold on the other masters relied on it)".to_owned(),
+                                Some(holds) => format!(
+                                    " (until the last of {holds} holds found on too few of the other masters ends)"
+                                ),
+                            };
                             format!(
-                                "{why}{jump}; the names in its slots get no vote from this cluster until its quarantine is over"
+                                "{why}{jump}; the names in its slots get no vote from this cluster until its quarantine is over{holds}"
                             )
                         })
                     }),

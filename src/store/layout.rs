@@ -204,6 +204,32 @@ impl Keys {
         self.named(Kind::Semaphore.segment(), name, "/")
     }
 
+    /// What a single master names the data that `key`, a key of the cluster layout, names,
+    /// for a read of the holds that compares what each master carries (`LockNode::held`):
+    /// the lock's name without its hash tag's braces. Names never hold a brace, so this is
+    /// exact for every key named after its lock's name. The keys a single master names
+    /// otherwise (an Idempotency-Key's record, a session's slot) stay as they are: a read
+    /// that cannot match them across the two layouts counts each as carried by fewer
+    /// masters than it is, which only ever makes a quarantine wait longer.
+    pub(crate) fn untagged(&self, key: &str) -> String {
+        let Some(rest) = key.strip_prefix(&self.prefix) else {
+            return key.to_owned();
+        };
+        let Some(open) = rest.find('{') else {
+            return key.to_owned();
+        };
+        let Some(close) = rest[open..].find('}').map(|at| open + at) else {
+            return key.to_owned();
+        };
+        format!(
+            "{}{}{}{}",
+            self.prefix,
+            &rest[..open],
+            &rest[open + 1..close],
+            &rest[close + 1..]
+        )
+    }
+
     /// An Idempotency-Key's record, kept beside the name it was used for.
     pub(crate) fn idem(&self, key: &LockKey, record: &str) -> String {
         if self.cluster {
@@ -442,6 +468,23 @@ mod tests {
         };
         assert_eq!(keys.lock(&permit), format!("{}3", keys.slots_of("pool")));
         assert_eq!(keys.slot(&permit), slot_of("pool"));
+    }
+
+    #[test]
+    fn a_clusters_key_untagged_is_a_single_masters_for_the_same_name() {
+        let (single, cluster) = (Keys::new("redlockd:", false), Keys::new("redlockd:", true));
+        for key in [
+            LockKey::mutex("a.b-c"),
+            LockKey {
+                kind: Kind::Semaphore,
+                name: "pool/3".into(),
+            },
+        ] {
+            assert_eq!(cluster.untagged(&cluster.lock(&key)), single.lock(&key));
+            assert_eq!(cluster.untagged(&cluster.claim(&key)), single.claim(&key));
+        }
+        assert_eq!(cluster.untagged("other:{a}"), "other:{a}");
+        assert_eq!(cluster.untagged("redlockd:lock:a"), "redlockd:lock:a");
     }
 
     #[test]

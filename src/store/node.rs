@@ -169,6 +169,16 @@ impl Probe {
     }
 }
 
+/// One loss of data by one shard of a cluster (`LockNode::lost_shards`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LostShard {
+    /// The shard's `host:port`.
+    pub address: String,
+    /// Which of its losses, as this process counts them: a read of the holds begun for one
+    /// must not shorten the next.
+    pub loss: u64,
+}
+
 /// One page of every hold a master carries (`LockNode::held`).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct HeldPage {
@@ -499,6 +509,19 @@ pub trait LockNode: Send + Sync + 'static {
     async fn held(&self, _cursor: u64) -> NodeResult<Option<HeldPage>> {
         Ok(None)
     }
+
+    /// The shards of this master (a Redis Cluster's primaries) that lost their data and are
+    /// quarantined, whose quarantine no read of the other masters' holds has shortened yet
+    /// (`shorten_shard`). None for a single master.
+    fn lost_shards(&self) -> Vec<LostShard> {
+        Vec::new()
+    }
+
+    /// Let the quarantine of `shard` (as `lost_shards` named it) end within `left` if it
+    /// would end later: the other masters were read, and `outstanding` holds found on too
+    /// few of them may have relied on it, the last of them ending by then. Nothing, if the
+    /// shard has been restored since, or lost its data again.
+    fn shorten_shard(&self, _shard: &LostShard, _left: std::time::Duration, _outstanding: usize) {}
 
     /// What this master's clock looked like when last read (`store::clock`); `None` for a
     /// cluster, whose shards are watched one by one and shown in its `report`.

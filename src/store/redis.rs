@@ -26,8 +26,8 @@ use super::group;
 use super::layout::{self, Keys};
 use super::node::{
     Acquired, Announcement, Claim, Ending, FenceSource, HeldPage, Holding, ListPage, Listener,
-    Listing, LockNode, NodeError, NodeReport, NodeResult, NodeRules, Owned, Probe, Renewal,
-    SessionState, SessionStep,
+    Listing, LockNode, LostShard, NodeError, NodeReport, NodeResult, NodeRules, Owned, Probe,
+    Renewal, SessionState, SessionStep,
 };
 use crate::config::MasterUrl;
 use crate::model::News;
@@ -45,6 +45,7 @@ mod reply;
 mod sessions;
 pub(crate) mod steps;
 
+pub(crate) use reply::held_page;
 use reply::{
     Reply, acquired, confirmed, delay_left, held_slots, holders, member_names, page, released,
     renewed,
@@ -785,38 +786,36 @@ impl LockNode for RedisNode {
     }
 
     async fn held(&self, cursor: u64) -> NodeResult<Option<HeldPage>> {
-        let Wire::Master(master) = &self.wire else {
-            return Ok(None);
+        let pattern = self.keys.every_key_pattern();
+        let master = match &self.wire {
+            Wire::Master(master) => master,
+            Wire::Cluster(cluster) => {
+                return cluster.held(cursor, &HELD, &pattern, HELD_PAGE).await;
+            }
         };
         let mut conn = master.conn.clone();
         let reply: Vec<Value> = HELD
             .prepare_invoke()
             .arg(cursor)
-            .arg(self.keys.every_key_pattern())
+            .arg(pattern)
             .arg(HELD_PAGE)
             .invoke_async(&mut conn)
             .await
             .map_err(classify)?;
-        let mut reply = reply.into_iter();
-        let text = |v: Value| match v {
-            Value::BulkString(bytes) => Some(String::from_utf8_lossy(&bytes).into_owned()),
-            _ => None,
-        };
-        let next = reply
-            .next()
-            .and_then(text)
-            .and_then(|c| c.parse().ok())
-            .ok_or_else(|| NodeError::Script("held: no cursor".into()))?;
-        let mut holds = Vec::new();
-        while let (Some(key), Some(holder), Some(Value::Int(pttl))) =
-            (reply.next(), reply.next(), reply.next())
-        {
-            let (Some(key), Some(holder)) = (text(key), text(holder)) else {
-                return Err(NodeError::Script("held: a malformed row".into()));
-            };
-            holds.push((key, holder, u64::try_from(pttl).unwrap_or(0)));
+        held_page(reply).map(Some)
+    }
+
+    fn lost_shards(&self) -> Vec<LostShard> {
+        match &self.wire {
+            Wire::Master(_) => Vec::new(),
+            Wire::Cluster(cluster) => cluster.lost_shards(),
         }
-        Ok(Some(HeldPage { holds, next }))
+    }
+
+    fn shorten_shard(&self, shard: &LostShard, left: Duration, outstanding: usize) {
+        if let Wire::Cluster(cluster) = &self.wire {
+            cluster.shorten_shard(shard, left, outstanding);
+        }
     }
 
     fn clock(&self) -> Option<ClockStatus> {

@@ -35,9 +35,16 @@ async fn a_master_restarted_empty_votes_again_within_seconds_when_every_hold_is_
     for n in [3, 5] {
         let mut ms = masters(n);
         let app = TestApp::over(&ms, |cfg| cfg.master_timeout_ms = 500).await;
-        // Holds on every master: a lock, a kept hold, a session with a hold, a permit and
-        // an elected leader.
+        // Holds on every master: a lock, a kept hold, a session with a hold, a permit, an
+        // elected leader and a FleetLock slot (a kept hold of the server's).
         app.must_grant("plain", json!({"ttl_ms": 60_000})).await;
+        let slot = app
+            .call("POST", "/fleetlock/v1/pre-reboot")
+            .header("fleet-lock-protocol", "true")
+            .json(&json!({"client_params": {"id": "node-a"}}))
+            .send()
+            .await;
+        assert_eq!(slot.status, 200, "{n} masters: {}", slot.text);
         app.must_grant("kept", json!({"kept": true})).await;
         let session = app.created("/sessions", json!({"ttl_ms": 60_000})).await;
         let id = session["session_id"].as_str().expect("session_id");
@@ -64,6 +71,17 @@ async fn a_master_restarted_empty_votes_again_within_seconds_when_every_hold_is_
             // What it held is still refused to anyone else.
             let (status, body) = app.grant("plain", json!({"ttl_ms": 1000})).await;
             assert_eq!(status, 409, "{n} masters: plain is still held: {body}");
+            let other = app
+                .call("POST", "/fleetlock/v1/pre-reboot")
+                .header("fleet-lock-protocol", "true")
+                .json(&json!({"client_params": {"id": "node-b"}}))
+                .send()
+                .await;
+            assert_eq!(
+                other.status, 423,
+                "{n} masters: the slot is still held: {}",
+                other.text
+            );
         }
     }
 }
@@ -226,4 +244,118 @@ async fn the_read_of_a_million_held_names() {
         p99(&mut during),
         during.len()
     );
+}
+
+/// Wait until `app` shows every master voting, and every shard of each cluster among them.
+async fn all_vote(app: &TestApp) {
+    wait_for(
+        "every master and shard to vote",
+        Duration::from_secs(30),
+        async || {
+            let (status, ready) = app.get("/readyz").await;
+            let masters = ready["masters"].as_array()?;
+            (status == 200
+                && masters.iter().all(|m| {
+                    m["voting"] == true
+                        && m["shards"]
+                            .as_array()
+                            .is_none_or(|shards| shards.iter().all(|s| s["voting"] == true))
+                }))
+            .then_some(())
+        },
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn clusters_among_the_masters_are_read_and_a_lost_shard_waits_only_for_what_needs_it() {
+    common::init_test_logging();
+    // Two Redis Clusters and a single master, at the defaults (a hold may last two hours).
+    let mut clusters = [
+        common::RedisCluster::start(3),
+        common::RedisCluster::start(3),
+    ];
+    let mut single = RedisMaster::start();
+    let mut cfg = redlockd::config::Config::from_env().expect("default config");
+    cfg.listen = "127.0.0.1:0".into();
+    cfg.redis_urls = vec![clusters[0].url(), clusters[1].url(), single.url()];
+    cfg.master_timeout_ms = 500;
+    let app = TestApp::spawn(cfg).await;
+    all_vote(&app).await;
+
+    // A shard of the first cluster loses a hold that the other cluster and the single
+    // master carry, the second cluster's copy under the cluster layout's hash tag: it needs
+    // no wait. A key with a time to live found on the single master alone may have relied
+    // on the lost shard, and keeps it out until it ends.
+    let (held, _) = app.must_grant("held:1", json!({"ttl_ms": 60_000})).await;
+    let _: () = single
+        .cmd(&["SET", "redlockd:lock:ghost", "x", "PX", "8000"])
+        .await
+        .expect("SET");
+    let at = clusters[0].shard_of_slot(redlockd::store::layout::slot_of("redlockd:lock:{held:1}"));
+    let address = format!("127.0.0.1:{}", clusters[0].shards[at].port);
+    clusters[0].shards[at].restart_empty();
+    let shard = async || {
+        let (_, ready) = app.get("/readyz").await;
+        ready["masters"][0]["shards"]
+            .as_array()?
+            .iter()
+            .find(|s| s["address"] == address)
+            .cloned()
+    };
+    wait_for(
+        "the shard's quarantine to wait for one hold only",
+        Duration::from_secs(10),
+        async || {
+            let shard = shard().await?;
+            (shard["problem"]
+                .as_str()
+                .is_some_and(|p| p.contains("until the last of 1 holds")))
+            .then_some(())
+        },
+    )
+    .await;
+    wait_for(
+        "the shard to vote again",
+        Duration::from_secs(20),
+        async || (shard().await?["voting"] == true).then_some(()),
+    )
+    .await;
+    let left: i64 = single
+        .cmd(&["PTTL", "redlockd:lock:ghost"])
+        .await
+        .expect("PTTL");
+    assert_eq!(
+        left, -2,
+        "the shard voted again before the hold that kept it out ended"
+    );
+    let (status, body) = app.grant("held:1", json!({"ttl_ms": 1000})).await;
+    assert_eq!(status, 409, "held:1 is still held: {body}");
+    assert_eq!(app.revoke("held:1", &held).await.0, 204);
+
+    // The single master restarted empty: its read of the holds goes through every shard of
+    // both clusters, where the one hold is.
+    app.must_grant("held:2", json!({"ttl_ms": 60_000})).await;
+    single.restart_empty();
+    let started = Instant::now();
+    wait_for(
+        "the single master to vote again",
+        Duration::from_secs(10),
+        async || {
+            let marked = single
+                .cmd::<Option<String>>(&["GET", "redlockd:marker"])
+                .await
+                .ok()??;
+            (voting(&app, &single).await).then_some(marked)
+        },
+    )
+    .await;
+    let took = started.elapsed();
+    eprintln!("the single master votes again {took:?} after its restart");
+    assert!(
+        took < Duration::from_secs(5),
+        "the single master took {took:?}"
+    );
+    let (status, body) = app.grant("held:2", json!({"ttl_ms": 1000})).await;
+    assert_eq!(status, 409, "held:2 is still held: {body}");
 }

@@ -4,7 +4,84 @@
 
 use super::*;
 
+/// A cursor of `Cluster::held` packs the slot map's generation (7 bits), the index of the
+/// shard being read (8 bits) and that shard's SCAN cursor (48 bits: a SCAN cursor is below
+/// its table's size), under a top bit that keeps every cursor but the first from being 0.
+const HELD_SCAN_BITS: u32 = 48;
+
+fn held_cursor(generation: u64, shard: usize, scan: u64) -> u64 {
+    1 << 63 | (generation & 0x7f) << 56 | (shard as u64) << HELD_SCAN_BITS | scan
+}
+
 impl Cluster {
+    /// One page of every hold the cluster carries, shard by shard in the slot map's order,
+    /// for the quarantine of another master that lost its data (`LockNode::held`), each key
+    /// as a single master names it (`Keys::untagged`). `None`, so that the read goes on
+    /// without this cluster or starts again later, while a page could miss some: the slot
+    /// map is not whole, or changed since the read began (a key that moved may have been
+    /// in neither shard's part), or the shard to read does not vote (what it lost would be
+    /// counted as carried nowhere, which is the truth, but counted against a whole
+    /// cluster's vote).
+    pub(crate) async fn held(
+        &self,
+        cursor: u64,
+        script: &Script,
+        pattern: &str,
+        count: u64,
+    ) -> NodeResult<Option<HeldPage>> {
+        let topology = self.topology();
+        if topology.problem.is_some() || topology.shards.len() > 0xff {
+            return Ok(None);
+        }
+        let (at, scan) = if cursor == 0 {
+            (0, 0)
+        } else if (cursor >> 56) & 0x7f != topology.generation & 0x7f {
+            return Ok(None);
+        } else {
+            (
+                ((cursor >> HELD_SCAN_BITS) & 0xff) as usize,
+                cursor & ((1 << HELD_SCAN_BITS) - 1),
+            )
+        };
+        let Some(shard) = topology.shards.get(at) else {
+            return Ok(None);
+        };
+        let voting = shard.admits().is_ok() && {
+            let health = shard.health();
+            health.marked && health.quarantine.is_none() && health.layout.is_none()
+        };
+        if !voting {
+            return Ok(None);
+        }
+        let mut conn = shard.upkeep.clone();
+        let reply: Vec<Value> = tokio::time::timeout(
+            UPKEEP_TIMEOUT,
+            script
+                .prepare_invoke()
+                .arg(scan)
+                .arg(pattern)
+                .arg(count)
+                .invoke_async(&mut conn),
+        )
+        .await
+        .map_err(|_| NodeError::Timeout)?
+        .map_err(|e| self.failed(shard, &e))?;
+        let mut page = super::super::redis::held_page(reply)?;
+        for (key, _, _) in &mut page.holds {
+            *key = self.keys.untagged(key);
+        }
+        page.next = if page.next >> HELD_SCAN_BITS != 0 {
+            return Ok(None);
+        } else if page.next != 0 {
+            held_cursor(topology.generation, at, page.next)
+        } else if at + 1 < topology.shards.len() {
+            held_cursor(topology.generation, at + 1, 0)
+        } else {
+            0
+        };
+        Ok(Some(page))
+    }
+
     /// Quarantine `shard` for `why`, unless it already is.
     pub(super) fn quarantine(&self, shard: &Shard, why: &'static str) {
         let mut health = shard.health();
@@ -19,7 +96,58 @@ impl Cluster {
                 Instant::now() + self.policy.quarantine,
                 SystemTime::now() + self.policy.quarantine,
             ));
+            health.losses += 1;
+            health.outstanding = None;
         }
+    }
+
+    /// The shards quarantined for lost data whose quarantine no read of the other
+    /// masters' holds has shortened yet (`LockNode::lost_shards`).
+    pub(crate) fn lost_shards(&self) -> Vec<LostShard> {
+        self.topology()
+            .shards
+            .iter()
+            .filter_map(|shard| {
+                let health = shard.health();
+                (health.quarantine.is_some() && health.outstanding.is_none()).then(|| LostShard {
+                    address: shard.address.clone(),
+                    loss: health.losses,
+                })
+            })
+            .collect()
+    }
+
+    /// Let `lost`'s quarantine end within `left` (`LockNode::shorten_shard`), unless that
+    /// loss is over.
+    pub(crate) fn shorten_shard(&self, lost: &LostShard, left: Duration, outstanding: usize) {
+        let Some(shard) = self
+            .nodes
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(&lost.address)
+            .cloned()
+        else {
+            return;
+        };
+        let mut health = shard.health();
+        if health.losses != lost.loss {
+            return;
+        }
+        let Some((until, wall)) = &mut health.quarantine else {
+            return;
+        };
+        let now = Instant::now();
+        if now + left < *until {
+            *until = now + left;
+            *wall = SystemTime::now() + left;
+        }
+        tracing::info!(
+            shard = %shard.address,
+            outstanding,
+            quarantine_left_ms = until.saturating_duration_since(now).as_millis() as u64,
+            "the holds on the other masters are read: the shard stays out until the last one that may have relied on it ends"
+        );
+        health.outstanding = Some(outstanding);
     }
 
     /// Run `script` once per slot of `slots` on `shard`, pipelined, as `step(slot)` (its

@@ -127,6 +127,30 @@ pub(super) fn member_names(reply: &Reply) -> NodeResult<Option<String>> {
 }
 
 /// slots.lua's answer: {1, slot, lease, token, ttl_ms, pttl_ms, owner, slot, ...}.
+/// One page of `held.lua`: its next cursor, then a key, its holder and its PTTL each.
+pub(crate) fn held_page(reply: Vec<Value>) -> NodeResult<HeldPage> {
+    let mut reply = reply.into_iter();
+    let text = |v: Value| match v {
+        Value::BulkString(bytes) => Some(String::from_utf8_lossy(&bytes).into_owned()),
+        _ => None,
+    };
+    let next = reply
+        .next()
+        .and_then(text)
+        .and_then(|c| c.parse().ok())
+        .ok_or_else(|| NodeError::Script("held: no cursor".into()))?;
+    let mut holds = Vec::new();
+    while let (Some(key), Some(holder), Some(Value::Int(pttl))) =
+        (reply.next(), reply.next(), reply.next())
+    {
+        let (Some(key), Some(holder)) = (text(key), text(holder)) else {
+            return Err(NodeError::Script("held: a malformed row".into()));
+        };
+        holds.push((key, holder, u64::try_from(pttl).unwrap_or(0)));
+    }
+    Ok(HeldPage { holds, next })
+}
+
 pub(super) fn held_slots(reply: &Reply) -> NodeResult<Vec<(u16, Holding)>> {
     reply.status()?;
     let mut held = Vec::new();
