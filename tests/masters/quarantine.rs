@@ -295,6 +295,7 @@ async fn clusters_among_the_masters_are_read_and_a_lost_shard_waits_only_for_wha
     let at = clusters[0].shard_of_slot(redlockd::store::layout::slot_of("redlockd:lock:{held:1}"));
     let address = format!("127.0.0.1:{}", clusters[0].shards[at].port);
     clusters[0].shards[at].restart_empty();
+    let lost_at = Instant::now();
     let shard = async || {
         let (_, ready) = app.get("/readyz").await;
         ready["masters"][0]["shards"]
@@ -321,6 +322,10 @@ async fn clusters_among_the_masters_are_read_and_a_lost_shard_waits_only_for_wha
         async || (shard().await?["voting"] == true).then_some(()),
     )
     .await;
+    eprintln!(
+        "the shard votes again {:?} after its restart",
+        lost_at.elapsed()
+    );
     let left: i64 = single
         .cmd(&["PTTL", "redlockd:lock:ghost"])
         .await
