@@ -1,12 +1,12 @@
 //! The OpenAPI document against the router, operation by operation: every parameter is
 //! sent values its schema allows and values it refuses, and a bad body, and each answer
 //! must be one the operation documents, refused with 400 exactly when the schema refuses
-//! the value. What a generated client or a fuzzer reads is then what the server does.
+//! the value; bodies of every JSON type likewise, by the body's schema. What a generated client or a fuzzer reads is then what the server does.
 
 use crate::common;
 
 use common::TestApp;
-use serde_json::Value;
+use serde_json::{Value, json};
 
 /// Does `schema` (the keywords the document uses for parameters) allow `value`?
 fn allows(schema: &Value, value: &str) -> bool {
@@ -109,6 +109,20 @@ fn required_body(doc: &Value, op: &Value) -> Option<Value> {
     Some(doc["components"]["schemas"][name]["example"].clone())
 }
 
+/// A validator of an operation's JSON body, by the schema the document gives it, with the
+/// whole document as its root so that its references resolve.
+fn body_schema(doc: &Value, op: &Value) -> jsonschema::Validator {
+    let schema = &op["requestBody"]["content"]["application/json"]["schema"];
+    let mut root = doc.clone();
+    for (keyword, value) in schema.as_object().expect("a body's schema") {
+        root[keyword] = value.clone();
+    }
+    let validator = jsonschema::validator_for(&root).expect("the document's schemas compile");
+    // The check that the check can fail: no body is a list.
+    assert!(!validator.is_valid(&json!([])), "{schema} allows anything");
+    validator
+}
+
 #[tokio::test]
 async fn every_answer_is_documented_and_400_exactly_when_the_schema_refuses() {
     let app = TestApp::embedded().await;
@@ -206,6 +220,60 @@ async fn every_answer_is_documented_and_400_exactly_when_the_schema_refuses() {
                         wrong.push(format!("{what}: {} not {expected}", answer.status));
                     } else if !documented(answer.status) {
                         wrong.push(format!("{what}: {} is not documented", answer.status));
+                    }
+                }
+                // Bodies of every JSON type, each refused with 400 exactly when the
+                // document's schema of the body refuses it. `null` is the absent body of an
+                // optional one (docs/API.md, "Conventions"): where the schema allows it, it
+                // is answered as no body at all is.
+                let schema = body_schema(&doc, op);
+                for shape in [
+                    json!(null),
+                    json!([]),
+                    json!("x"),
+                    json!(1),
+                    json!(true),
+                    json!({}),
+                ] {
+                    let allowed = schema.is_valid(&shape);
+                    let mut answers = Vec::new();
+                    for body in [Some(shape.to_string()), None] {
+                        if body.is_none() && !(shape.is_null() && allowed) {
+                            continue;
+                        }
+                        let uri = uri.replace("/body-", &format!("/shape-{sent}-"));
+                        let mut call = app.call(&method.to_uppercase(), &uri);
+                        if let Some(body) = body {
+                            call = call.header("content-type", "application/json").body(body);
+                        }
+                        answers.push(if path.ends_with("/hold") {
+                            call.send_head().await
+                        } else {
+                            call.send().await
+                        });
+                        sent += 1;
+                    }
+                    let answer = &answers[0];
+                    let what = format!("{} {uri} with the body {shape}", method.to_uppercase());
+                    if let [with_null, without] = &answers[..] {
+                        if with_null.status != without.status {
+                            wrong.push(format!(
+                                "{what}: {} where no body is {}",
+                                with_null.status, without.status
+                            ));
+                        }
+                    } else if !documented(answer.status) {
+                        wrong.push(format!("{what}: {} is not documented", answer.status));
+                    } else if answer.status == 400 && allowed {
+                        wrong.push(format!(
+                            "{what}: 400 though the schema allows it: {}",
+                            answer.text
+                        ));
+                    } else if answer.status != 400 && !allowed {
+                        wrong.push(format!(
+                            "{what}: {} though the schema refuses it",
+                            answer.status
+                        ));
                     }
                 }
             }
