@@ -723,6 +723,17 @@ pub fn each<'a>(list: &'a Value, field: &str) -> Vec<&'a str> {
         .collect()
 }
 
+/// What the first master's (cluster's) `/readyz` entry says of its shard at `address`.
+pub fn shard_in(ready: &Value, address: &str) -> Value {
+    ready["masters"][0]["shards"]
+        .as_array()
+        .expect("shards")
+        .iter()
+        .find(|s| s["address"] == address)
+        .cloned()
+        .expect("the shard is listed")
+}
+
 /// Master `m` as `/readyz` (`ready`) lists it.
 pub fn master_in<'a>(ready: &'a Value, m: &RedisMaster) -> &'a Value {
     let address = format!("redis://127.0.0.1:{}", m.port);

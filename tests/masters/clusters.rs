@@ -9,7 +9,7 @@ use crate::common;
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
-use common::{RedisCluster, TestApp, wait_for};
+use common::{RedisCluster, TestApp, shard_in, wait_for};
 use redlockd::store::layout;
 use serde_json::{Value, json};
 
@@ -46,17 +46,6 @@ async fn replicas_with_short_quarantine(clusters: &[RedisCluster]) -> (TestApp, 
         every_shard_votes(app).await;
     }
     (a, b)
-}
-
-/// What the first master's (cluster's) `/readyz` entry says of its shard at `address`.
-fn shard_in(ready: &Value, address: &str) -> Value {
-    ready["masters"][0]["shards"]
-        .as_array()
-        .expect("shards")
-        .iter()
-        .find(|s| s["address"] == address)
-        .cloned()
-        .expect("the shard is listed")
 }
 
 /// Wait until `/readyz` shows every shard of every cluster voting.

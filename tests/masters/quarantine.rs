@@ -298,11 +298,7 @@ async fn clusters_among_the_masters_are_read_and_a_lost_shard_waits_only_for_wha
     let lost_at = Instant::now();
     let shard = async || {
         let (_, ready) = app.get("/readyz").await;
-        ready["masters"][0]["shards"]
-            .as_array()?
-            .iter()
-            .find(|s| s["address"] == address)
-            .cloned()
+        Some(common::shard_in(&ready, &address))
     };
     wait_for(
         "the shard's quarantine to wait for one hold only",
@@ -342,20 +338,7 @@ async fn clusters_among_the_masters_are_read_and_a_lost_shard_waits_only_for_wha
     // both clusters, where the one hold is.
     app.must_grant("held:2", json!({"ttl_ms": 60_000})).await;
     single.restart_empty();
-    let started = Instant::now();
-    wait_for(
-        "the single master to vote again",
-        Duration::from_secs(10),
-        async || {
-            let marked = single
-                .cmd::<Option<String>>(&["GET", "redlockd:marker"])
-                .await
-                .ok()??;
-            (voting(&app, &single).await).then_some(marked)
-        },
-    )
-    .await;
-    let took = started.elapsed();
+    let took = votes_within(&app, &single, Duration::from_secs(10)).await;
     eprintln!("the single master votes again {took:?} after its restart");
     assert!(
         took < Duration::from_secs(5),
