@@ -123,6 +123,9 @@ impl App {
         {
             tracing::warn!("{}", crate::config::FLEETLOCK_NEEDS_KEPT);
         }
+        if settings.leases.max_ttl < std::time::Duration::from_secs(1) {
+            tracing::warn!("{}", crate::config::DAPR_NEEDS_A_SECOND);
+        }
         if settings.unsafe_skip_quarantine {
             tracing::error!(
                 "UNSAFE: REDLOCKD_UNSAFE_SKIP_QUARANTINE is set: masters that lost their data vote again at once, and two clients can hold one lock; for the fault suite only"

@@ -389,6 +389,10 @@ pub enum FleetLock {
     Off(&'static str),
 }
 
+/// Why Dapr's locks are off: the largest TTL is below Dapr's smallest expiry (said at
+/// start too, as a warning).
+pub(crate) const DAPR_NEEDS_A_SECOND: &str = "Dapr's locks are off: Dapr asks for whole seconds (expiryInSeconds, at least 1), and REDLOCKD_MAX_TTL_MS is below 1000, so no lock would fit; raise it to at least 1000 to serve them";
+
 /// Why FleetLock is off when its groups are left unset with kept holds off (said at start
 /// too, as a warning).
 pub(crate) const FLEETLOCK_NEEDS_KEPT: &str = "FleetLock is off: a reboot slot is a kept hold, and REDLOCKD_MAX_KEPT_HOLD_MS turned kept holds off (REDLOCKD_FLEETLOCK_GROUPS is not set; set it empty to turn FleetLock off without this warning)";

@@ -44,6 +44,9 @@ pub(crate) enum DaprError {
     Failed(&'static str, LeaseError),
     /// 500 `ERR_HEALTH_NOT_READY`: too few masters answer and vote, or shutting down.
     NotReady(String),
+    /// 500 `ERR_LOCK_STORE_NOT_CONFIGURED`: this server's settings leave Dapr's locks off
+    /// (`config::DAPR_NEEDS_A_SECOND`).
+    Off(&'static str),
 }
 
 impl IntoResponse for DaprError {
@@ -67,6 +70,12 @@ impl IntoResponse for DaprError {
                 "ERR_HEALTH_NOT_READY",
                 message,
                 "not_ready",
+            ),
+            DaprError::Off(why) => (
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "ERR_LOCK_STORE_NOT_CONFIGURED",
+                why.to_owned(),
+                "dapr_off",
             ),
         };
         let body = DaprErrorBody {
@@ -127,7 +136,7 @@ fn holder(parts: &Parts, name: &LockName, lock_owner: &str) -> Result<LeaseId, D
         Refusals,
         (status = 200, description = "Taken (`true`), or held by anyone (`false`)", body = DaprLockResponse),
         (status = 400, description = "Not this call's body, or a field out of its bounds", body = DaprErrorBody),
-        (status = 500, description = "Too few masters answered (`ERR_TRY_LOCK`)", body = DaprErrorBody),
+        (status = 500, description = "Too few masters answered (`ERR_TRY_LOCK`), or this server's largest TTL (REDLOCKD_MAX_TTL_MS) is below Dapr's one second (`ERR_LOCK_STORE_NOT_CONFIGURED`)", body = DaprErrorBody),
     )
 )]
 pub(crate) async fn lock(
@@ -141,6 +150,9 @@ pub(crate) async fn lock(
     let holder = holder(&parts, &name, &req.lock_owner)?;
     let policy = LeasePolicy::from(state.settings.leases);
     let max = millis(policy.max_ttl()) / 1000;
+    if max == 0 {
+        return Err(DaprError::Off(crate::config::DAPR_NEEDS_A_SECOND));
+    }
     let ttl = u64::try_from(req.expiry_in_seconds)
         .ok()
         .filter(|s| (1..=max).contains(s))

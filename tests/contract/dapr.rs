@@ -222,3 +222,19 @@ async fn without_a_majority_a_lock_and_an_unlock_are_500s_and_nothing_is_left_he
     assert!(took(&app, "q", "b", 30).await);
     assert_eq!(unlocked(&app, "held", "a").await, 0);
 }
+
+#[tokio::test]
+async fn with_a_largest_ttl_below_a_second_dapr_locks_are_off_and_say_why() {
+    // Dapr asks for whole seconds: below 1000 ms no expiry fits, whatever the caller asks.
+    let mut cfg = config(&[]);
+    cfg.max_ttl_ms = 500;
+    cfg.default_ttl_ms = 400;
+    let app = TestApp::in_process(cfg).await;
+    let body = json!({"resourceId": "r", "lockOwner": "a", "expiryInSeconds": 1});
+    let (status, answer) = lock(&app, "s", body).await;
+    dapr_error(status, &answer, 500, "ERR_LOCK_STORE_NOT_CONFIGURED");
+    let why = answer["message"].as_str().unwrap_or_default();
+    assert!(why.contains("REDLOCKD_MAX_TTL_MS"), "{why}");
+    // An unlock has nothing to release, and says so as Dapr's unlock does.
+    assert_eq!(unlocked(&app, "r", "a").await, 1);
+}
