@@ -86,7 +86,7 @@ fn hold_event(kind: Kind, e: HoldEvent) -> Event {
             LostReason::Resumed.message(),
         ),
         HoldEvent::Failed(e) => {
-            let e = ApiError::from(e);
+            let e = ApiError::from(*e);
             let e = match kind {
                 Kind::Election => e.in_election(),
                 Kind::Semaphore => e.in_semaphore(),
