@@ -123,7 +123,7 @@ impl App {
         {
             tracing::warn!("{}", crate::config::FLEETLOCK_NEEDS_KEPT);
         }
-        if settings.leases.max_ttl < std::time::Duration::from_secs(1) {
+        if crate::config::dapr_off(settings.leases.max_ttl) {
             tracing::warn!("{}", crate::config::DAPR_NEEDS_A_SECOND);
         }
         if settings.unsafe_skip_quarantine {

@@ -393,6 +393,11 @@ pub enum FleetLock {
 /// start too, as a warning).
 pub(crate) const DAPR_NEEDS_A_SECOND: &str = "Dapr's locks are off: Dapr asks for whole seconds (expiryInSeconds, at least 1), and REDLOCKD_MAX_TTL_MS is below 1000, so no lock would fit; raise it to at least 1000 to serve them";
 
+/// Whether a largest TTL of `max_ttl` leaves Dapr's locks off (`DAPR_NEEDS_A_SECOND`).
+pub(crate) fn dapr_off(max_ttl: Duration) -> bool {
+    max_ttl < Duration::from_secs(1)
+}
+
 /// Why FleetLock is off when its groups are left unset with kept holds off (said at start
 /// too, as a warning).
 pub(crate) const FLEETLOCK_NEEDS_KEPT: &str = "FleetLock is off: a reboot slot is a kept hold, and REDLOCKD_MAX_KEPT_HOLD_MS turned kept holds off (REDLOCKD_FLEETLOCK_GROUPS is not set; set it empty to turn FleetLock off without this warning)";

@@ -149,10 +149,10 @@ pub(crate) async fn lock(
     let name = lock_name(&parts, &store, &req.resource_id)?;
     let holder = holder(&parts, &name, &req.lock_owner)?;
     let policy = LeasePolicy::from(state.settings.leases);
-    let max = millis(policy.max_ttl()) / 1000;
-    if max == 0 {
+    if crate::config::dapr_off(policy.max_ttl()) {
         return Err(DaprError::Off(crate::config::DAPR_NEEDS_A_SECOND));
     }
+    let max = millis(policy.max_ttl()) / 1000;
     let ttl = u64::try_from(req.expiry_in_seconds)
         .ok()
         .filter(|s| (1..=max).contains(s))
