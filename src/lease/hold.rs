@@ -180,10 +180,10 @@ impl LeaseService {
         let slot = self.stream_slot()?;
         let (tx, rx) = mpsc::channel(buffer);
         let work = task(self.clone(), tx);
-        self.tasks.spawn(async move {
-            let _slot = slot;
-            work.await
-        });
+        // `map` keeps the task's future once; an `async move` block awaiting it would keep it
+        // twice (captured, and pinned while awaited).
+        let task = futures::FutureExt::map(work, move |()| drop(slot));
+        self.tasks.spawn(task);
         Ok(rx)
     }
 
@@ -215,8 +215,11 @@ impl LeaseService {
         let mut report = |position| {
             let _ = tx.try_send(HoldEvent::Queued { position });
         };
+        // The grant, the name's opening and a revoke are boxed, as are the renews below:
+        // an idle stream's task then keeps only the state of its wait for the next renew,
+        // not room for the largest of these (8.4 KiB a stream before).
         let granted = tokio::select! {
-            result = self.grant_reporting(target, ttl, wait, owner, None, Some(&mut report)) => result,
+            result = Box::pin(self.grant_reporting(target, ttl, wait, owner, None, Some(&mut report))) => result,
             // Gone while waiting: the grant stops; one won meanwhile is released by its task.
             () = tx.closed() => return,
         };
@@ -227,11 +230,11 @@ impl LeaseService {
                 return;
             }
         };
-        let stream = match self.name_opener(&lease, &terms.opener).await {
+        let stream = match Box::pin(self.name_opener(&lease, &terms.opener)).await {
             Ok(stream) => stream,
             Err(e) => {
                 // Not answered: nothing may be left held by a stream that failed.
-                let _ = self.revoke(lease.name.clone(), lease.id.clone()).await;
+                let _ = Box::pin(self.revoke(lease.name.clone(), lease.id.clone())).await;
                 deliver(&tx, HoldEvent::Failed(Box::new(e))).await;
                 return;
             }
@@ -283,8 +286,7 @@ impl LeaseService {
         let _open = self.metrics.stream_opened(StreamKind::Hold);
         // A name no other stream has: from this renew on, only this stream's end revokes.
         let stream = stream_name(&terms.opener);
-        let resumed = self
-            .renew_with(name, id, None, None, Some(stream.clone()))
+        let resumed = Box::pin(self.renew_with(name, id, None, None, Some(stream.clone())))
             .await
             .and_then(|lease| taken_over(lease, &stream));
         let lease = match resumed {
@@ -323,7 +325,7 @@ impl LeaseService {
             // Told with `closed` (by `keep`): a validity answered is kept, so the lease is
             // not revoked; it lapses at its TTL, or its holder resumes it elsewhere.
             Some(LostReason::ShuttingDown) => {
-                self.keep_through_drain(&lease, ttl / 3, &stream).await;
+                Box::pin(self.keep_through_drain(&lease, ttl / 3, &stream)).await;
                 return;
             }
             // The lease is another stream's now.
@@ -347,9 +349,7 @@ impl LeaseService {
             lost,
             Some(LostReason::NotFound | LostReason::Released | LostReason::ForceReleased)
         ) {
-            let _ = self
-                .leave(lease.name.clone(), lease.id.clone(), stream)
-                .await;
+            let _ = Box::pin(self.leave(lease.name.clone(), lease.id.clone(), stream)).await;
         }
     }
 
@@ -424,7 +424,7 @@ impl LeaseService {
                     if Instant::now() >= valid_until {
                         return (Some(LostReason::QuorumLost), valid_until);
                     }
-                    let renew = self.renew(lease.name.clone(), lease.id.clone(), None);
+                    let renew = Box::pin(self.renew(lease.name.clone(), lease.id.clone(), None));
                     let renewed = jeopardy
                         .during(timeout_at(valid_until, renew), valid_until, warn)
                         .await;
@@ -541,6 +541,48 @@ pub(super) async fn deliver<T>(tx: &mpsc::Sender<T>, event: T) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// An idle stream's task is kept for as long as its holder holds: its future's size is
+    /// paid by every open stream, so the large steps it takes now and then are boxed.
+    #[tokio::test]
+    async fn a_held_streams_task_keeps_no_room_for_the_steps_it_takes_now_and_then() {
+        use crate::lease::{Events, LeasePolicy};
+        use crate::metrics::Metrics;
+        use crate::redlock::{EngineConfig, Redlock};
+        use crate::store::memory::MemoryNode;
+        let metrics = Arc::new(Metrics::new());
+        let engine = Redlock::new(
+            vec![Arc::new(MemoryNode::new("m"))],
+            EngineConfig::new(Duration::from_millis(100), 0.01, Duration::from_secs(3600)),
+            metrics.clone(),
+        );
+        let service = LeaseService::new(
+            Arc::new(engine),
+            Events::new(),
+            metrics,
+            tokio_util::sync::CancellationToken::new(),
+        );
+        let policy = LeasePolicy::new(
+            Duration::from_secs(30),
+            Duration::from_secs(3600),
+            Duration::from_secs(60),
+        );
+        let (tx, _rx) = mpsc::channel(1);
+        let terms = StreamTerms {
+            grace: Duration::ZERO,
+            opener: Arc::from(""),
+        };
+        let task = service.clone().hold_task(
+            LockName::parse("a").expect("a name").into(),
+            policy.ttl(None).expect("a TTL"),
+            policy.wait(None).expect("a wait"),
+            None,
+            terms,
+            tx,
+        );
+        let size = std::mem::size_of_val(&task);
+        assert!(size <= 2_560, "{size} bytes");
+    }
 
     #[test]
     fn an_event_is_small_enough_that_a_streams_channel_costs_about_a_kilobyte() {
