@@ -35,15 +35,20 @@
 //! permits with limit 1 and 4, campaigns: hand-off, longest wait, timeouts, grants served
 //! while an earlier arrival still waited); renew-heavy (each grant renewed ten times); keep-alive (ten holds per
 //! client kept alive by ten lease renews, or by one renew of their session). CPU comes from `/proc`
-//! (redlockd's process and the masters', separately). Then scale: 5 and 7 masters, a
-//! million names held (Redis memory per lease), 10⁵ leases held through redlockd (its
-//! memory per lease), and 10⁴ grants waiting on one name (CPU per hand-off against 100
-//! waiting). Figures are printed, never asserted: the cores are shared and noisy.
+//! (redlockd's process and the masters', separately). Then scale: 5 and 7 masters, 10⁵
+//! leases held through redlockd (its memory per lease), and the scale rows (`scale.rs`:
+//! held names, held streams, sessions, waiters on one name, an expiry storm, replicas).
+//! Figures are printed, never asserted: the cores are shared and noisy.
+//!
+//! The peer, **etcd 3.4's lock API** on three members (`etcd.rs`), runs in the uncontended
+//! and contended tables beside plain Redlock and the floors.
 //!
 //! `REDLOCKD_BENCH_SMOKE=1` runs every row for a moment at small sizes: the test command
 //! runs it that way (in the test profile) so that the benchmark keeps working.
 //! `REDLOCKD_BENCH_ONLY=uncontended` (or `contended`: the waiting and renew-heavy rows,
-//! the hand-off of every kind across two replicas and issue 33's loop; `kinds`: the
+//! the hand-off of every kind across two replicas and issue 33's loop; `scale`: the scale
+//! rows, `REDLOCKD_BENCH_SCALE_ROWS=names,streams,...` some of them; `streams`: the
+//! held-streams rows of those alone; `kinds`: the
 //! hand-off rows alone; `opposite`: that loop alone, 20 runs; `clusters`: three Redis Clusters of three shards next to three single
 //! masters; `inside`: the look inside one master alone, which full and uncontended runs also
 //! print: a cycle's µs inside Redis sent each way, step scripts alone, batched, as a Redis
@@ -60,6 +65,10 @@
 
 #[path = "../tests/common/mod.rs"]
 mod common;
+#[path = "grant/etcd.rs"]
+mod etcd;
+#[path = "grant/scale.rs"]
+mod scale;
 
 use std::future::Future;
 use std::process::{Child, Command, Stdio};
@@ -69,16 +78,13 @@ use std::time::{Duration, Instant};
 
 use common::RedisMaster;
 use futures::future::join_all;
-use redlockd::lease::{Events, LeasePolicy, LeaseService};
 use redlockd::metrics::Metrics;
-use redlockd::model::LockName;
 use redlockd::model::{LeaseId, LockKey};
 use redlockd::redlock::{EngineConfig, Redlock};
 use redlockd::store::node::{Acquired, Claim, Ending, LockNode, Owned, Renewal};
 use redlockd::store::redis::RedisNode;
 use serde_json::{Value, json};
 use tokio::sync::Mutex;
-use tokio_util::sync::CancellationToken;
 
 const BIN: &str = env!("CARGO_BIN_EXE_redlockd");
 const TIMEOUT: Duration = Duration::from_millis(500);
@@ -87,11 +93,7 @@ const TIMEOUT: Duration = Duration::from_millis(500);
 #[derive(Clone, Copy)]
 struct Plan {
     row: Duration,
-    names_held_redis: usize,
     names_held_http: usize,
-    waiters: usize,
-    handoffs: usize,
-    streams: usize,
     /// Runs of issue 33's loop (two names in opposite orders on two replicas).
     runs: usize,
     /// SETs of the calibration before the rows.
@@ -106,11 +108,7 @@ impl Plan {
         if std::env::var_os("REDLOCKD_BENCH_SMOKE").is_some() {
             Self {
                 row: Duration::from_millis(300),
-                names_held_redis: 2_000,
                 names_held_http: 500,
-                waiters: 200,
-                handoffs: 20,
-                streams: 20,
                 runs: 1,
                 calibration: 200,
                 inside_cycles: 64,
@@ -119,11 +117,7 @@ impl Plan {
         } else {
             Self {
                 row: Duration::from_secs(5),
-                names_held_redis: 1_000_000,
                 names_held_http: 100_000,
-                waiters: 10_000,
-                handoffs: 1_000,
-                streams: 1_000,
                 runs: 20,
                 calibration: 20_000,
                 inside_cycles: 4_000,
@@ -1342,7 +1336,8 @@ async fn bare_server() {
                 delete(|| async { StatusCode::NO_CONTENT }),
             ),
     }
-    .route("/readyz", get(|| async { "ready" }));
+    .route("/readyz", get(|| async { "ready" }))
+    .route("/streams/{name}", post(held_stream));
     let listen = std::env::var("REDLOCKD_LISTEN").expect("REDLOCKD_LISTEN");
     let listener = tokio::net::TcpListener::bind(listen).await.expect("bind");
     // As redlockd's listener does (src/http/serve.rs).
@@ -1350,6 +1345,24 @@ async fn bare_server() {
         let _ = tcp.set_nodelay(true);
     });
     axum::serve(listener, app).await.expect("serve");
+}
+
+/// The bare router's held stream (`POST /streams/{name}`): an event stream that answers
+/// `granted` and then stays open with nothing behind it, what an idle held stream costs
+/// hyper, axum and tokio alone, the floor under a redlockd stream's memory.
+async fn held_stream(
+    axum::extract::Path(name): axum::extract::Path<String>,
+) -> axum::response::sse::Sse<
+    impl futures::Stream<Item = Result<axum::response::sse::Event, std::convert::Infallible>>,
+> {
+    let granted = axum::response::sse::Event::default()
+        .event("granted")
+        .data(json!({"name": name, "lease_id": format!("{:0>22}", 1)}).to_string());
+    let events = futures::StreamExt::chain(
+        futures::stream::once(async move { Ok(granted) }),
+        futures::stream::pending(),
+    );
+    axum::response::sse::Sse::new(events)
 }
 
 /// [`bare_server`]'s routes over the masters at `urls` (comma-separated): plain Redlock
@@ -1619,11 +1632,42 @@ struct LastRelease {
     at: Option<Instant>,
 }
 
+impl LastRelease {
+    /// Counts client `c`'s grant at `got` in `tally`: a re-grant when `c` let go last, else
+    /// a hand-off timed from that release.
+    fn count(&self, c: usize, got: Instant, tally: &mut Tally) {
+        if let Some(at) = self.at {
+            if self.by == Some(c) {
+                tally.regrants = 1;
+            } else {
+                tally.handoffs.push(got.saturating_duration_since(at));
+            }
+        }
+    }
+
+    /// Client `c` lets go now. Marked before the release is sent: the hand-off is the time
+    /// from the holder's decision to let go until the next holder has its lease.
+    fn mark(&mut self, c: usize) {
+        self.by = Some(c);
+        self.at = Some(Instant::now());
+    }
+}
+
 /// One contended cycle: wait for the shared name, hold it for a moment, release it.
 async fn contended_cycle(server: Arc<Server>, last: Arc<Mutex<LastRelease>>, c: usize) -> Tally {
+    contended_on(server, "hot", &last, c).await
+}
+
+/// One contended cycle on `name`.
+async fn contended_on(
+    server: Arc<Server>,
+    name: &str,
+    last: &Mutex<LastRelease>,
+    c: usize,
+) -> Tally {
     let t = Instant::now();
     let granted = server
-        .grant("hot", json!({"ttl_ms": 10000, "wait_ms": 5000}))
+        .grant(name, json!({"ttl_ms": 10000, "wait_ms": 5000}))
         .await;
     let got = Instant::now();
     let (id, _) = match granted {
@@ -1637,24 +1681,9 @@ async fn contended_cycle(server: Arc<Server>, last: Arc<Mutex<LastRelease>>, c: 
         Err(_) => return Tally::error(),
     };
     let mut tally = Tally::cycle(got - t, 0);
-    {
-        let last = last.lock().await;
-        if let Some(at) = last.at {
-            if last.by == Some(c) {
-                tally.regrants = 1;
-            } else {
-                tally.handoffs.push(got.saturating_duration_since(at));
-            }
-        }
-    }
-    {
-        // Mark the release before it is sent: the hand-off is the time from the holder's
-        // decision to let go until the next holder has its lease.
-        let mut last = last.lock().await;
-        last.by = Some(c);
-        last.at = Some(Instant::now());
-    }
-    if !server.revoke("hot", &id).await {
+    last.lock().await.count(c, got, &mut tally);
+    last.lock().await.mark(c);
+    if !server.revoke(name, &id).await {
         tally.errors += 1;
     }
     tally
@@ -1940,9 +1969,18 @@ where
     F: Fn(usize, usize) -> Fut + Clone + Send + 'static,
     Fut: std::future::Future<Output = bool> + Send,
 {
+    spread_over(64, count, work).await
+}
+
+/// [`spread`] over `width` workers.
+async fn spread_over<F, Fut>(width: usize, count: usize, work: F) -> usize
+where
+    F: Fn(usize, usize) -> Fut + Clone + Send + 'static,
+    Fut: std::future::Future<Output = bool> + Send,
+{
     let next = Arc::new(AtomicUsize::new(0));
     let failed = Arc::new(AtomicUsize::new(0));
-    let workers: Vec<_> = (0..64)
+    let workers: Vec<_> = (0..width)
         .map(|w| {
             let (work, next, failed) = (work.clone(), next.clone(), failed.clone());
             tokio::spawn(async move {
@@ -1962,39 +2000,6 @@ where
         w.await.expect("worker");
     }
     failed.load(Ordering::Relaxed)
-}
-
-/// Hold `count` distinct names through the limit path and report Redis memory per lease.
-async fn redis_memory_per_lease(masters: &[RedisMaster], count: usize) {
-    // New masters carry no marker until a redlockd has judged them new; every script
-    // refuses to act without it.
-    let redlock = engine(masters);
-    let nodes = redlock.nodes().to_vec();
-    redlock.monitor().probe_round(&nodes).await;
-    let limit = Limit::new(masters);
-    let used = async |m: &RedisMaster| -> u64 {
-        let info: String = m.cmd(&["INFO", "memory"]).await.expect("INFO");
-        info.lines()
-            .find_map(|l| l.strip_prefix("used_memory:")?.trim().parse().ok())
-            .unwrap_or(0)
-    };
-    let before = used(&masters[0]).await;
-    let started = Instant::now();
-    let refused = spread(count, move |w, i| {
-        let limit = limit.clone();
-        async move {
-            let key = LockKey::mutex(format!("held:{i:07}"));
-            limit.acquire(&key, &lease_id(w, i), 600_000).await
-        }
-    })
-    .await;
-    let after = used(&masters[0]).await;
-    println!(
-        "- {count} names held ({refused} refused; granted through the limit path in {:.1} s): Redis memory {:.0} bytes per lease per master ({:.1} MiB per master in all)",
-        started.elapsed().as_secs_f64(),
-        after.saturating_sub(before) as f64 / count as f64,
-        after.saturating_sub(before) as f64 / (1 << 20) as f64,
-    );
 }
 
 /// Hold `count` leases through redlockd and report its memory per lease.
@@ -2022,140 +2027,6 @@ async fn redlockd_memory_per_lease(masters: &[RedisMaster], count: usize) {
         },
         after.saturating_sub(before) as f64 / count as f64,
         after as f64 / (1 << 20) as f64,
-    );
-}
-
-/// Queue `waiters` grants on one name in a lease service over the masters, then measure
-/// the CPU of `handoffs` hand-offs (each new holder releases at once and queues again).
-async fn waiters_on_one_name(masters: &[RedisMaster], waiters: usize, handoffs: usize) {
-    let redlock = engine(masters);
-    let nodes = redlock.nodes().to_vec();
-    redlock.monitor().probe_round(&nodes).await;
-    let shutdown = CancellationToken::new();
-    let service = LeaseService::new(
-        redlock,
-        Events::new(),
-        Arc::new(Metrics::new()),
-        shutdown.clone(),
-    );
-    let policy = LeasePolicy::new(
-        Duration::from_secs(60),
-        Duration::from_secs(3600),
-        Duration::from_secs(600),
-    );
-    let name = LockName::parse(&format!("queue-{waiters}")).expect("name");
-    let me = std::process::id();
-    let rss_before = rss_of(me);
-    let holder = service
-        .grant(
-            name.clone(),
-            policy.ttl(Some(60_000)).expect("ttl"),
-            policy.wait(Some(0)).expect("wait"),
-            None,
-        )
-        .await
-        .expect("first holder");
-    let done = Arc::new(AtomicUsize::new(0));
-    let mut tasks = Vec::with_capacity(waiters);
-    for _ in 0..waiters {
-        let (service, name, done) = (service.clone(), name.clone(), done.clone());
-        let (ttl, wait) = (
-            policy.ttl(Some(60_000)).expect("ttl"),
-            policy.wait(Some(600_000)).expect("wait"),
-        );
-        // Each waiter that gets the lock releases it and queues again, until enough
-        // hand-offs were measured: the queue stays as long as it started.
-        tasks.push(tokio::spawn(async move {
-            while let Ok(lease) = service.grant(name.clone(), ttl, wait, None).await {
-                let n = done.fetch_add(1, Ordering::Relaxed) + 1;
-                let _ = service.revoke(lease.name, lease.id).await;
-                if n >= handoffs {
-                    return;
-                }
-            }
-        }));
-    }
-    // Every waiter has tried once and joined the queue when the queue stops growing.
-    tokio::time::sleep(Duration::from_millis(200)).await;
-    let rss_queued = rss_of(me);
-    let cpu = CpuMeter::start(&[me]);
-    let started = Instant::now();
-    service
-        .revoke(holder.name, holder.id)
-        .await
-        .expect("first revoke");
-    while done.load(Ordering::Relaxed) < handoffs && started.elapsed() < Duration::from_secs(120) {
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
-    let took = started.elapsed();
-    let used = cpu.used();
-    let n = done.load(Ordering::Relaxed).max(1);
-    shutdown.cancel();
-    for t in tasks {
-        let _ = t.await;
-    }
-    println!(
-        "- {waiters} grants waiting on one name: {:.0} bytes per waiter; {n} hand-offs in {:.2} s, {:.0} µs of CPU per hand-off (this process, service and load together)",
-        rss_queued.saturating_sub(rss_before) as f64 / waiters as f64,
-        took.as_secs_f64(),
-        used.as_secs_f64() * 1e6 / n as f64,
-    );
-}
-
-/// Hold `count` leases with streams (`Accept: text/event-stream`, TTL 3 s: a renew a
-/// second each), then measure redlockd's memory per stream and, over `row`, the CPU of
-/// redlockd and of the masters per renew.
-async fn held_streams(masters: &[RedisMaster], count: usize, row: Duration) {
-    let server = Arc::new(Server::start(masters).await);
-    let before = rss_of(server.pid());
-    let heartbeats = Arc::new(AtomicUsize::new(0));
-    let granted = Arc::new(AtomicUsize::new(0));
-    let mut holders = Vec::with_capacity(count);
-    for i in 0..count {
-        let (server, heartbeats, granted) = (server.clone(), heartbeats.clone(), granted.clone());
-        holders.push(tokio::spawn(async move {
-            let Ok(mut resp) = server
-                .http
-                .post(format!("{}/locks/streamed:{i:05}?ttl_ms=3000", server.base))
-                .header("accept", "text/event-stream")
-                .timeout(Duration::from_secs(3600))
-                .send()
-                .await
-            else {
-                return;
-            };
-            while let Ok(Some(chunk)) = resp.chunk().await {
-                let text = String::from_utf8_lossy(&chunk);
-                if text.contains("event: granted") {
-                    granted.fetch_add(1, Ordering::Relaxed);
-                }
-                heartbeats.fetch_add(text.matches("event: heartbeat").count(), Ordering::Relaxed);
-            }
-        }));
-    }
-    let started = Instant::now();
-    while granted.load(Ordering::Relaxed) < count && started.elapsed() < Duration::from_secs(60) {
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-    let held = granted.load(Ordering::Relaxed);
-    let rss = rss_of(server.pid());
-    let mut pids = vec![server.pid()];
-    pids.extend(masters.iter().map(RedisMaster::pid));
-    let redlockd_cpu = CpuMeter::start(&pids[..1]);
-    let masters_cpu = CpuMeter::start(&pids[1..]);
-    let beats_before = heartbeats.load(Ordering::Relaxed);
-    tokio::time::sleep(row.max(Duration::from_secs(1))).await;
-    let renews = (heartbeats.load(Ordering::Relaxed) - beats_before).max(1);
-    let (ours, theirs) = (redlockd_cpu.used(), masters_cpu.used());
-    for h in holders {
-        h.abort();
-    }
-    println!(
-        "- {held} of {count} leases held by streams (TTL 3 s): redlockd memory {:.0} bytes per stream; {renews} renews in {:.1} s, CPU per renew {:.0} µs redlockd, {:.0} µs the masters",
-        rss.saturating_sub(before) as f64 / count as f64,
-        row.max(Duration::from_secs(1)).as_secs_f64(),
-        ours.as_secs_f64() * 1e6 / renews as f64,
-        theirs.as_secs_f64() * 1e6 / renews as f64,
     );
 }
 
@@ -2197,6 +2068,14 @@ async fn uncontended(
             Arc::new(Server::start_bare_redlock(masters, true).await),
         ),
     ];
+    let (peer_tmpfs, peer_disk, peer_alone) = match tag.is_empty() {
+        true => (
+            etcd::Etcd::start(3, false).await.map(Arc::new),
+            etcd::Etcd::start(3, true).await.map(Arc::new),
+            etcd::Etcd::start(1, false).await.map(Arc::new),
+        ),
+        false => (None, None, None),
+    };
     let (me, redis) = ([std::process::id()], pids(masters));
     let mine = Setup {
         length: plan.row,
@@ -2340,6 +2219,30 @@ async fn uncontended(
             };
             measure(label, workload.clone(), c, &at, Some(base), move |i| {
                 http_cycle(s.clone(), i, 0)
+            })
+            .await;
+        }
+        // And the peer: etcd's lock API on three members (its data on tmpfs, as the masters
+        // keep none on disk), and at 16 clients etcd as shipped, its data on disk, and one
+        // member alone (no replication: what a single etcd costs).
+        for (label, peer) in [
+            ("etcd 3.4, 3 members", Some(&peer_tmpfs)),
+            (
+                "etcd 3.4, 3 members, data on disk",
+                (c == 16).then_some(&peer_disk),
+            ),
+            ("etcd 3.4, 1 member", (c == 16).then_some(&peer_alone)),
+        ] {
+            let Some(Some(peer)) = peer else { continue };
+            let pids = peer.pids();
+            let at = Setup {
+                service: &pids,
+                masters: &[],
+                ..mine
+            };
+            let e = peer.clone();
+            measure(label, workload.clone(), c, &at, Some(base), move |i| {
+                etcd::etcd_cycle(e.clone(), i)
             })
             .await;
         }
@@ -2611,7 +2514,11 @@ async fn main() {
     let redis = pids(&masters);
     let only = std::env::var("REDLOCKD_BENCH_ONLY").unwrap_or_default();
     if only == "streams" {
-        held_streams(&masters, plan.streams, plan.row).await;
+        scale::streams_only(&scale::Scale::from_env()).await;
+        return;
+    }
+    if only == "scale" {
+        scale::scale(&scale::Scale::from_env()).await;
         return;
     }
     if only == "clusters" {
@@ -2678,6 +2585,25 @@ async fn main() {
     contended.tally.handoffs.sort_unstable();
     let handoff_p50 = pct(&contended.tally.handoffs, 0.5);
     let contended_rate = contended.rate();
+    // The peer on the same workload: etcd's lock API, three members.
+    if let Some(peer) = etcd::Etcd::start(3, false).await.map(Arc::new) {
+        let pids = peer.pids();
+        let at = Setup {
+            service: &pids,
+            masters: &[],
+            ..mine
+        };
+        let last = Arc::new(Mutex::new(LastRelease::default()));
+        measure(
+            "etcd 3.4, 3 members",
+            "one name, 16 waiting clients".into(),
+            16,
+            &at,
+            None,
+            move |c| etcd::etcd_contended_cycle(peer.clone(), last.clone(), c),
+        )
+        .await;
+    }
 
     // Renew-heavy: each grant renewed ten times.
     let workload = "grant, 10 renews, release; 16 clients";
@@ -2752,16 +2678,8 @@ async fn main() {
     println!();
     {
         let set = start_masters(3);
-        redis_memory_per_lease(&set, plan.names_held_redis).await;
-    }
-    {
-        let set = start_masters(3);
         redlockd_memory_per_lease(&set, plan.names_held_http).await;
     }
-    {
-        let set = start_masters(3);
-        held_streams(&set, plan.streams, plan.row).await;
-    }
-    waiters_on_one_name(&masters, 100, plan.handoffs).await;
-    waiters_on_one_name(&masters, plan.waiters, plan.handoffs).await;
+    println!();
+    scale::scale(&scale::Scale::from_env()).await;
 }
