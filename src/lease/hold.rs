@@ -548,14 +548,9 @@ mod tests {
     async fn a_held_streams_task_keeps_no_room_for_the_steps_it_takes_now_and_then() {
         use crate::lease::{Events, LeasePolicy};
         use crate::metrics::Metrics;
-        use crate::redlock::{EngineConfig, Redlock};
-        use crate::store::memory::MemoryNode;
+        use crate::redlock::Redlock;
         let metrics = Arc::new(Metrics::new());
-        let engine = Redlock::new(
-            vec![Arc::new(MemoryNode::new("m"))],
-            EngineConfig::new(Duration::from_millis(100), 0.01, Duration::from_secs(3600)),
-            metrics.clone(),
-        );
+        let engine = Redlock::over_one_memory_node(metrics.clone());
         let service = LeaseService::new(
             Arc::new(engine),
             Events::new(),

@@ -217,6 +217,19 @@ struct Round<T, D> {
     errors: Vec<(usize, NodeError)>,
 }
 
+#[cfg(test)]
+impl Redlock {
+    /// The engine over one in-process store, for the unit tests of the layer above, which
+    /// never names the store itself.
+    pub(crate) fn over_one_memory_node(metrics: Arc<Metrics>) -> Self {
+        Self::new(
+            vec![Arc::new(crate::store::memory::MemoryNode::new("m"))],
+            EngineConfig::new(Duration::from_millis(100), 0.01, Duration::from_secs(3600)),
+            metrics,
+        )
+    }
+}
+
 impl Redlock {
     /// The engine over `nodes`. Starts one backlog worker per master (so it must be called
     /// within a tokio runtime); they stop when the engine is dropped or `stop` is called.

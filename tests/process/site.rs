@@ -399,6 +399,7 @@ fn the_docs_name_no_variable_the_binary_lacks() {
         "REDLOCKD_UPDATE_REFERENCE",
         "REDLOCKD_BENCH_ONLY",
         "REDLOCKD_BENCH_SMOKE",
+        "REDLOCKD_BENCH_SCALE_ROWS",
         "REDLOCKD_FAULT_SEEDS",
         "REDLOCKD_BIN",
         "REDLOCKD_LEASE_ID",
