@@ -229,22 +229,27 @@ impl Told {
     }
 }
 
-/// Open `count` held streams at `path(i)` on `server`, at most 256 being granted at once
-/// (a fleet's holders do not all start in the same millisecond; 10 000 grants at once meet
-/// the masters' timeout), and wait (at most 2 minutes) for each to be granted or refused:
-/// the streams' tasks, what they told and how long it took.
+/// Open `count` held streams at `path(i)` on `server`, the `i`th no sooner than
+/// `spread · i / count` from the start and at most 256 being granted at once (a fleet's
+/// holders do not all start in the same millisecond; 10 000 grants at once meet the
+/// masters' timeout), and wait (at most 2 minutes past the spread) for each to be granted
+/// or refused: the streams' tasks, what they told and how long it took.
 async fn open_streams(
     server: &Arc<Server>,
     count: usize,
+    spread: Duration,
     path: impl Fn(usize) -> String,
 ) -> (Vec<tokio::task::JoinHandle<()>>, Arc<Told>, Duration) {
     let told = Arc::new(Told::default());
     let opening = Arc::new(tokio::sync::Semaphore::new(256));
     let mut holders = Vec::with_capacity(count);
+    let start = Instant::now();
     for i in 0..count {
         let (server, told, url) = (server.clone(), told.clone(), path(i));
         let opening = opening.clone();
+        let at = start + spread.mul_f64(i as f64 / count.max(1) as f64);
         holders.push(tokio::spawn(async move {
+            tokio::time::sleep_until(at.into()).await;
             let mut permit = Some(opening.acquire_owned().await.expect("open"));
             let mut resp = match server
                 .http
@@ -277,7 +282,7 @@ async fn open_streams(
     }
     let started = Instant::now();
     while told.granted.load(Ordering::Relaxed) < count
-        && started.elapsed() < Duration::from_secs(120)
+        && started.elapsed() < spread + Duration::from_secs(120)
         && !holders.iter().all(|h| h.is_finished())
     {
         tokio::time::sleep(Duration::from_millis(10)).await;
@@ -286,17 +291,22 @@ async fn open_streams(
 }
 
 /// `count` leases held by streams on one replica at the default TTL (renewed by the
-/// replica at a third of it): the replica's memory per stream, and over `idle` the share of a core the idle streams cost the replica and
-/// the CPU per renew on the replica and the masters. Then the floor: as many idle event
-/// streams held open by the bare axum router, which does nothing behind them.
+/// replica at a third of it), opened evenly over one renew interval (or `idle`, if
+/// shorter) as a fleet's holders arrive (opened all at once, their renews would fall together and flatter the figure):
+/// the replica's memory per stream, and over `idle` the share of a core the idle streams
+/// cost the replica and the masters, the CPU per renew on each, and how many steps each
+/// script call to a master carried. Then the floor: as many idle event streams held open by
+/// the bare axum router, which does nothing behind them.
 async fn streams(count: usize, idle: Duration) {
     let machine = MachineTicks::now();
     let masters = fresh_masters().await;
     let room = format!("REDLOCKD_MAX_CONNECTIONS={}", count + 1_000);
     let server = Arc::new(Server::start_with(&masters, &room).await);
     let before = rss_of(server.pid());
-    let (holders, told, opened) =
-        open_streams(&server, count, |i| format!("/locks/streamed:{i:05}/hold")).await;
+    let (holders, told, opened) = open_streams(&server, count, idle.min(STREAM_RENEW), |i| {
+        format!("/locks/streamed:{i:05}/hold")
+    })
+    .await;
     let held = told.granted.load(Ordering::Relaxed);
     if let Some(why) = told.refused.lock().expect("refused").as_deref() {
         println!("  (a stream was refused: {why})");
@@ -308,16 +318,22 @@ async fn streams(count: usize, idle: Duration) {
         CpuMeter::start(&pids(&masters)),
     );
     let beats = told.heartbeats.load(Ordering::Relaxed);
+    let traffic = master_traffic(&server).await;
     tokio::time::sleep(window).await;
     let renews = told.heartbeats.load(Ordering::Relaxed) - beats;
     let (ours, theirs) = (ours.used(), theirs.used());
+    let (steps, calls) = master_traffic(&server).await;
+    let per_call = (steps - traffic.0) as f64 / (calls - traffic.1).max(1) as f64;
     for h in holders {
         h.abort();
     }
     drop(server);
     let bare = Arc::new(Server::start_bare().await);
     let bare_before = rss_of(bare.pid());
-    let (holders, bare_told, _) = open_streams(&bare, count, |i| format!("/streams/s{i:05}")).await;
+    let (holders, bare_told, _) = open_streams(&bare, count, Duration::ZERO, |i| {
+        format!("/streams/s{i:05}")
+    })
+    .await;
     let bare_held = bare_told.granted.load(Ordering::Relaxed);
     let bare_rss = rss_of(bare.pid());
     for h in holders {
@@ -330,8 +346,8 @@ async fn streams(count: usize, idle: Duration) {
          TTL, renewed at a third of it): redlockd memory {:.0} bytes ({:.1} KiB) per stream, \
          bare axum holding {bare_held} idle event streams {:.1} KiB per stream; idle over \
          {:.0} s, {:.1} % of a core on the replica, {:.1} % on the masters; {renews} renews, \
-         CPU per renew {:.0} µs redlockd, {:.0} µs the masters: held for good, a renew of each \
-         every 10 s costs {:.1} % of a core on the replica",
+         CPU per renew {:.0} µs redlockd, {:.0} µs the masters, {per_call:.1} steps a script \
+         call: held for good, a renew of each every 10 s costs {:.1} % of a core on the replica",
         opened.as_secs_f64(),
         per(rss, before, count),
         per(rss, before, count) / 1024.0,
@@ -344,6 +360,30 @@ async fn streams(count: usize, idle: Duration) {
         100.0 * per_each(ours, renews) * 1e-6 * held as f64 / STREAM_RENEW.as_secs_f64(),
     );
     machine_line(machine);
+}
+
+/// The steps this replica has sent its masters and the script calls that carried them,
+/// summed over the masters (`redlockd_master_steps_total`, `redlockd_master_calls_total`).
+async fn master_traffic(server: &Server) -> (u64, u64) {
+    let Ok(resp) = server
+        .http
+        .get(format!("{}/metrics", server.base))
+        .send()
+        .await
+    else {
+        return (0, 0);
+    };
+    let text = resp.text().await.unwrap_or_default();
+    let sum = |series: &str| {
+        text.lines()
+            .filter(|l| l.starts_with(series))
+            .filter_map(|l| l.split_whitespace().last()?.parse::<f64>().ok())
+            .sum::<f64>() as u64
+    };
+    (
+        sum("redlockd_master_steps_total{"),
+        sum("redlockd_master_calls_total{"),
+    )
 }
 
 /// How often a held stream at the default TTL (30 s) is renewed: at a third of it.
