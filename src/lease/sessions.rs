@@ -12,6 +12,7 @@ use tokio::sync::mpsc;
 use tokio::time::{Instant, sleep_until, timeout_at};
 
 use super::events::LockEvent;
+use super::hold::next_renew;
 use super::{Lease, LeaseError, LeaseService, Ttl};
 use crate::metrics::StreamKind;
 use crate::model::{FencingToken, Kind, LeaseId, LockKey, Owner, SessionId, stream_name};
@@ -454,7 +455,7 @@ impl LeaseService {
         let every = ttl / 3;
         let retry = (every / 4).clamp(Duration::from_millis(20), Duration::from_secs(1));
         let mut valid_until = session.at + session.validity;
-        let mut next = Instant::now() + every;
+        let mut next = next_renew(every);
         let mut jeopardy = Jeopardy::new(ttl);
         let warn = |validity| {
             let _ = tx.try_send(SessionEvent::Jeopardy { validity });
@@ -474,7 +475,7 @@ impl LeaseService {
                         }
                         Ok(Ok(renewed)) => {
                             valid_until = renewed.at + renewed.validity;
-                            next = Instant::now() + every;
+                            next = next_renew(every);
                             if let Some(validity) = jeopardy.renewed(valid_until) {
                                 let _ = tx.try_send(SessionEvent::Safe { validity });
                             }
